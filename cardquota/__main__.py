@@ -1,0 +1,5 @@
+import sys
+
+from cardquota.cli.main import main
+
+sys.exit(main())

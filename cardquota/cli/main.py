@@ -1,0 +1,178 @@
+"""Entry points of the ``cardquota`` and ``kubectl-cardquota`` commands.
+
+Exit codes: 0 success; 2 unreadable input or bad usage (one line on stderr, never a traceback); 1 an internal
+error (one line; set ``CARDQUOTA_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import TextIO, TypeVar
+
+from cardquota import __version__
+from cardquota.cli import output
+from cardquota.cli.output import OutputFormat
+from cardquota.core.cards import NodeCards
+from cardquota.core.errors import InputError
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import Manifest
+from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
+from cardquota.loader import Document, load_paths
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_INPUT = 2
+
+T = TypeVar("T")
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run("cardquota", argv)
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    return run("kubectl cardquota", argv)
+
+
+def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+        stderr: TextIO | None = None) -> int:
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    command: Command = args.command
+    try:
+        return command(args, out, err)
+    except InputError as error:
+        err.write(f"{prog}: error: {error}\n")
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_INTERNAL
+    except Exception as error:
+        if os.environ.get("CARDQUOTA_DEBUG"):
+            traceback.print_exc(file=err)
+        err.write(f"{prog}: internal error: {type(error).__name__}: {error} (set CARDQUOTA_DEBUG=1 for details)\n")
+        return EXIT_INTERNAL
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Card-level GPU quotas for Volcano: discover card types and account queue usage.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    discover = commands.add_parser(
+        "discover",
+        help="list the card types each Node offers",
+        description="List the card types each Node offers (whole, MPS and MIG), with cluster totals.",
+    )
+    discover.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
+                          help="YAML/JSON manifests (file, directory or - for stdin); repeatable")
+    _add_output(discover)
+    discover.set_defaults(command=discover_command)
+
+    usage = commands.add_parser(
+        "usage",
+        help="show each queue's card quota, allocated, inqueue and pending cards",
+        description="Show each Queue's card quota and the cards its pods hold (allocated), its Inqueue "
+        "PodGroups have reserved (inqueue) and its unbound pods wait for (pending).",
+    )
+    usage.add_argument("-f", "--cluster", dest="files", action="append", required=True, metavar="FILE",
+                       help="a cluster snapshot: Nodes, Queues, PodGroups and Pods (file, directory or -); "
+                       "repeatable")
+    _add_output(usage)
+    usage.set_defaults(command=usage_command)
+    return parser
+
+
+def _add_output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=[f.value for f in OutputFormat], default=None,
+                        help="output format (default: table on a terminal, json otherwise)")
+
+
+def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    nodes: dict[str, NodeCards] = {}
+    for document in _unique(load_paths(args.files), err):
+        if kind_of(document.manifest) is not Kind.NODE:
+            continue
+        cards = _located(document, lambda manifest: node_record(manifest).cards)
+        nodes[cards.node] = cards
+        for note in cards.notes:
+            err.write(f"warning: Node {cards.node}: {note}\n")
+    if _format(args, out) is OutputFormat.JSON:
+        output.write_json(output.discovery_json(nodes), out)
+    else:
+        out.write(output.discovery_table(nodes))
+    return EXIT_OK
+
+
+def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    ledger = Ledger()
+    for document in _unique(load_paths(args.files), err):
+        _located(document, ledger.upsert)
+    for name, record in sorted(ledger.snapshot.queues.items()):
+        for violation in record.quota.violations:
+            err.write(f"warning: Queue {name}: {violation} (ignored)\n")
+    for name in ledger.queue_names():
+        if name not in ledger.snapshot.queues:
+            err.write(f"warning: queue {name} has card usage but no Queue object in the input\n")
+    usage = ledger.all_usage()
+    if _format(args, out) is OutputFormat.JSON:
+        output.write_json(output.usage_json(usage), out)
+    else:
+        out.write(output.usage_table(usage))
+    return EXIT_OK
+
+
+def _located(document: Document, step: Callable[[Manifest], T]) -> T:
+    try:
+        return step(document.manifest)
+    except InputError as error:
+        raise error.located(document.source) from None
+
+
+def _unique(documents: list[Document], err: TextIO) -> list[Document]:
+    """Later copies of the same object replace earlier ones, as ``kubectl apply`` would; say so."""
+    seen: dict[tuple[str, tuple[str, str]], Document] = {}
+    for document in documents:
+        kind = kind_of(document.manifest)
+        if kind is None:
+            continue
+        key = (kind.value, _located(document, lambda manifest, k=kind: object_key(k, manifest)))
+        if key in seen:
+            err.write(f"warning: {describe(kind, document.manifest)} appears again in {document.source}; "
+                      f"it replaces the one in {seen[key].source}\n")
+            del seen[key]
+        seen[key] = document
+    return list(seen.values())
+
+
+def _format(args: argparse.Namespace, out: TextIO) -> OutputFormat:
+    if args.output is not None:
+        return OutputFormat(args.output)
+    return OutputFormat.TABLE if out.isatty() else OutputFormat.JSON
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

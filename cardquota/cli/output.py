@@ -1,0 +1,83 @@
+"""Output formatting in one place: JSON (the machine contract) and aligned tables (for people)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any, TextIO
+
+from cardquota.core.cards import NodeCards, cluster_totals
+from cardquota.core.ledger import QueueUsage
+
+NONE = "-"
+
+
+class OutputFormat(StrEnum):
+    JSON = "json"
+    TABLE = "table"
+
+
+def write_json(document: Any, out: TextIO) -> None:
+    json.dump(document, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns left-aligned, separated by three spaces, as kubectl prints them."""
+    cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
+    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ discover
+
+
+def discovery_json(nodes: Mapping[str, NodeCards]) -> dict[str, Any]:
+    return {
+        "nodes": {name: nodes[name].as_json() for name in sorted(nodes)},
+        "totals": cluster_totals(nodes.values()),
+    }
+
+
+def discovery_table(nodes: Mapping[str, NodeCards]) -> str:
+    rows: list[list[object]] = []
+    for name in sorted(nodes):
+        cards = nodes[name].types
+        if not cards:
+            rows.append([name, NONE, NONE, NONE, NONE])
+        for card_name in sorted(cards):
+            card = cards[card_name]
+            rows.append([name, card.name, card.kind.value, card.resource, card.count])
+    text = render_table(["NODE", "CARD TYPE", "KIND", "RESOURCE", "COUNT"], rows)
+    totals = cluster_totals(nodes.values())
+    if totals:
+        text += "\n" + render_table(["CARD TYPE", "TOTAL"], [[name, count] for name, count in totals.items()])
+    return text
+
+
+# --------------------------------------------------------------------------------------------------- usage
+
+
+def usage_json(usage: Mapping[str, QueueUsage]) -> dict[str, Any]:
+    return {"queues": {queue: usage[queue].as_json() for queue in sorted(usage)}}
+
+
+def usage_table(usage: Mapping[str, QueueUsage]) -> str:
+    rows: list[list[object]] = []
+    for queue in sorted(usage):
+        entry = usage[queue]
+        cards = list(dict.fromkeys([*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending]))
+        if not cards:
+            rows.append([queue, NONE, NONE, 0, 0, 0])
+        for card in sorted(cards):
+            rows.append([
+                queue,
+                card,
+                entry.quota.get(card, NONE),
+                entry.allocated.get(card, 0),
+                entry.inqueue.get(card, 0),
+                entry.pending.get(card, 0),
+            ])
+    return render_table(["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"], rows)

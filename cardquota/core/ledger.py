@@ -1,0 +1,421 @@
+"""The queue ledger: per queue, the cards it may use (quota), holds (allocated), has reserved (inqueue) and
+waits for (pending).
+
+Rules (capacity-card-design.md):
+
+* **quota** — the Queue's ``volcano.sh/card.quota``.
+* a pod's **queue** — annotation ``scheduling.volcano.sh/queue-name``, else its PodGroup's ``spec.queue``
+  (PodGroup named by ``scheduling.k8s.io/group-name`` in the pod's namespace), else ``default``.
+* **allocated** — bound pods (``spec.nodeName`` set) that are not Succeeded/Failed, charged per requested resource
+  to the card type their node offers for it (an ``A|B`` pod is charged to the type it landed on). When the node
+  is unknown or offers no card type for the resource, the pod's card resources are charged to its
+  ``volcano.sh/card.name`` as written.
+* **inqueue** — PodGroups in phase ``Inqueue``: their ``volcano.sh/card.request`` minus what their pods already
+  hold, keyed exactly as in the request (``"A|B"`` stays one key).
+* **pending** — unbound pods that are not Succeeded/Failed, keyed by ``volcano.sh/card.name`` as written.
+
+A pod's "card resources" are the resources some node offers as a card type; when none of a pod's requests is
+such a resource (no node offers its card yet) every extended resource it requests (a name with a ``/``) counts.
+
+The ledger is built from a full list or fed one watch event at a time: each event updates the totals by
+subtracting the object's previous contribution and adding its new one. Only objects whose contribution really
+depends on the changed one are recomputed (pods on a node that changed its card types, pods of a PodGroup that
+changed queue, the PodGroup of a pod whose holdings changed).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+from typing import TypeVar
+
+from cardquota.core import keys
+from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.quantity import whole_units
+from cardquota.core.quota import card_alternatives, card_request
+from cardquota.core.snapshot import (
+    ClusterSnapshot,
+    Kind,
+    NodeRecord,
+    QueueRecord,
+    kind_of,
+    node_record,
+    object_key,
+    queue_record,
+)
+
+INQUEUE_PHASE = "Inqueue"
+IndexKey = TypeVar("IndexKey", str, ObjectKey)
+
+
+class Bucket(StrEnum):
+    ALLOCATED = "allocated"
+    INQUEUE = "inqueue"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one object adds to one queue's bucket."""
+
+    queue: str
+    bucket: Bucket
+    cards: Mapping[str, int]
+    uses_cluster_resources: bool = False
+    """True when the amounts depended on which resources the cluster's nodes offer as cards."""
+    group: ObjectKey | None = None
+    """For a pod: its PodGroup, whose inqueue reservation its allocated cards count against."""
+    card_name: str | None = None
+    """For a pod: its ``volcano.sh/card.name`` as written (decides which card.request key it holds)."""
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    quota: Mapping[str, int]
+    allocated: Mapping[str, int]
+    inqueue: Mapping[str, int]
+    pending: Mapping[str, int]
+
+    def as_json(self) -> dict[str, dict[str, int]]:
+        return {
+            "quota": dict(self.quota),
+            "allocated": dict(self.allocated),
+            "inqueue": dict(self.inqueue),
+            "pending": dict(self.pending),
+        }
+
+
+@dataclass
+class Ledger:
+    """Per-queue card accounting over a :class:`ClusterSnapshot`, kept current one event at a time."""
+
+    snapshot: ClusterSnapshot = field(default_factory=ClusterSnapshot)
+    _pod_charges: dict[ObjectKey, Charge] = field(default_factory=dict)
+    _group_charges: dict[ObjectKey, Charge] = field(default_factory=dict)
+    _totals: dict[str, dict[Bucket, dict[str, int]]] = field(default_factory=dict)
+    _pods_by_node: dict[str, set[ObjectKey]] = field(default_factory=lambda: defaultdict(set))
+    _pods_by_group: dict[ObjectKey, set[ObjectKey]] = field(default_factory=lambda: defaultdict(set))
+    _group_holdings: dict[ObjectKey, dict[tuple[str | None, str], int]] = field(default_factory=dict)
+    """Per PodGroup: cards its bound pods hold, by (pod card.name, card type) — small, whatever the group size."""
+    _cluster_resource_dependents: set[ObjectKey] = field(default_factory=set)
+    _card_resource_refs: dict[str, int] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------------------------------------- building
+
+    @classmethod
+    def build(cls, manifests: Iterable[Manifest]) -> Ledger:
+        """A ledger over a full list of objects (kinds other than Node, Queue, PodGroup and Pod are ignored)."""
+        ledger = cls()
+        for manifest in manifests:
+            ledger.upsert(manifest)
+        return ledger
+
+    def upsert(self, manifest: Manifest) -> None:
+        """Apply an ADDED or MODIFIED object. Raises InputError (with a field path) for a malformed object."""
+        kind = kind_of(manifest)
+        if kind is Kind.NODE:
+            self.upsert_node(node_record(manifest))
+        elif kind is Kind.QUEUE:
+            self.upsert_queue(queue_record(manifest))
+        elif kind is Kind.PODGROUP:
+            self.upsert_podgroup(PodGroup.from_manifest(manifest))
+        elif kind is Kind.POD:
+            self.upsert_pod(Pod.from_manifest(manifest))
+
+    def delete(self, manifest: Manifest) -> None:
+        """Apply a DELETED object (only its kind and identity are read)."""
+        kind = kind_of(manifest)
+        if kind is None:
+            return
+        key = object_key(kind, manifest)
+        if kind is Kind.NODE:
+            self.delete_node(key[1])
+        elif kind is Kind.QUEUE:
+            self.delete_queue(key[1])
+        elif kind is Kind.PODGROUP:
+            self.delete_podgroup(key)
+        else:
+            self.delete_pod(key)
+
+    # ------------------------------------------------------------------------------------------------ events
+
+    def upsert_node(self, record: NodeRecord) -> None:
+        name = record.node.name
+        previous = self.snapshot.nodes.get(name)
+        self.snapshot.nodes[name] = record
+        if previous is not None and previous.cards.types == record.cards.types:
+            return
+        resources_changed = self._count_card_resources(previous, -1) | self._count_card_resources(record, +1)
+        self._after_node_change(name, resources_changed)
+
+    def delete_node(self, name: str) -> None:
+        previous = self.snapshot.nodes.pop(name, None)
+        if previous is None:
+            return
+        self._after_node_change(name, self._count_card_resources(previous, -1))
+
+    def upsert_queue(self, record: QueueRecord) -> None:
+        self.snapshot.queues[record.queue.name] = record
+
+    def delete_queue(self, name: str) -> None:
+        self.snapshot.queues.pop(name, None)
+
+    def upsert_podgroup(self, group: PodGroup) -> None:
+        previous = self.snapshot.podgroups.get(group.key)
+        self.snapshot.podgroups[group.key] = group
+        if previous is None or previous.queue != group.queue:
+            self._recharge_pods(self._pods_by_group.get(group.key, set()))
+        self._recharge_group(group.key)
+
+    def delete_podgroup(self, key: ObjectKey) -> None:
+        if self.snapshot.podgroups.pop(key, None) is None:
+            return
+        self._recharge_pods(self._pods_by_group.get(key, set()))
+        self._recharge_group(key)
+
+    def upsert_pod(self, pod: Pod) -> None:
+        previous = self.snapshot.pods.get(pod.key)
+        if previous is not None:
+            self._unindex_pod(previous)
+        self.snapshot.pods[pod.key] = pod
+        self._index_pod(pod)
+        self._recharge_pods([pod.key])
+
+    def delete_pod(self, key: ObjectKey) -> None:
+        previous = self.snapshot.pods.pop(key, None)
+        if previous is None:
+            return
+        self._unindex_pod(previous)
+        self._recharge_pods([key])
+
+    # ------------------------------------------------------------------------------------------------ queries
+
+    def queue_of(self, pod: Pod) -> str:
+        """The queue a pod is accounted to (see the module rules)."""
+        if pod.queue_annotation:
+            return pod.queue_annotation
+        group_key = _group_key(pod)
+        group = self.snapshot.podgroups.get(group_key) if group_key else None
+        return group.queue if group is not None else keys.DEFAULT_QUEUE
+
+    def queue_names(self) -> list[str]:
+        """Every Queue object, plus any queue that objects are charged to without a Queue object."""
+        return sorted(set(self.snapshot.queues) | set(self._totals))
+
+    def usage(self, queue: str) -> QueueUsage:
+        record = self.snapshot.queues.get(queue)
+        quota = dict(record.quota.values) if record is not None else {}
+        totals = self._totals.get(queue, {})
+        allocated = dict.fromkeys(quota, 0)
+        allocated.update(totals.get(Bucket.ALLOCATED, {}))
+        return QueueUsage(
+            quota=quota,
+            allocated=_sorted(allocated),
+            inqueue=_sorted(totals.get(Bucket.INQUEUE, {})),
+            pending=_sorted(totals.get(Bucket.PENDING, {})),
+        )
+
+    def all_usage(self) -> dict[str, QueueUsage]:
+        return {queue: self.usage(queue) for queue in self.queue_names()}
+
+    def pod_charge(self, key: ObjectKey) -> Charge | None:
+        return self._pod_charges.get(key)
+
+    def group_charge(self, key: ObjectKey) -> Charge | None:
+        return self._group_charges.get(key)
+
+    # ----------------------------------------------------------------------------------------- recomputation
+
+    def _after_node_change(self, name: str, resources_changed: bool) -> None:
+        affected = set(self._pods_by_node.get(name, set()))
+        if resources_changed:
+            affected |= self._cluster_resource_dependents
+        self._recharge_pods(affected)
+
+    def _recharge_pods(self, pod_keys: Iterable[ObjectKey]) -> None:
+        groups_to_recharge: set[ObjectKey] = set()
+        for key in list(pod_keys):
+            old = self._pod_charges.pop(key, None)
+            pod = self.snapshot.pods.get(key)
+            new = self._charge_pod(pod) if pod is not None else None
+            if old == new:
+                if new is not None:
+                    self._pod_charges[key] = new
+                continue
+            for charge, sign in ((old, -1), (new, +1)):
+                if charge is None:
+                    continue
+                self._add_to_totals(charge, sign)
+                if charge.group is not None:
+                    groups_to_recharge.add(charge.group)
+                    if charge.bucket is Bucket.ALLOCATED:
+                        self._add_holdings(charge, sign)
+            self._cluster_resource_dependents.discard(key)
+            if new is not None:
+                self._pod_charges[key] = new
+                if new.uses_cluster_resources:
+                    self._cluster_resource_dependents.add(key)
+        for group_key in groups_to_recharge:
+            self._recharge_group(group_key)
+
+    def _recharge_group(self, key: ObjectKey | None) -> None:
+        if key is None:
+            return
+        old = self._group_charges.pop(key, None)
+        if old is not None:
+            self._add_to_totals(old, -1)
+        group = self.snapshot.podgroups.get(key)
+        new = self._charge_group(group) if group is not None else None
+        if new is not None:
+            self._group_charges[key] = new
+            self._add_to_totals(new, +1)
+
+    def _charge_pod(self, pod: Pod) -> Charge | None:
+        if pod.terminated:
+            return None
+        queue = self.queue_of(pod)
+        cards: dict[str, int] = {}
+        uses_cluster = False
+        if pod.bound:
+            cards = self._cards_on_node(pod)
+        if not cards and pod.card_name is not None:
+            # Unbound (pending), or bound where the node offers no card type for what the pod requests.
+            amount = self._card_amount(pod)
+            uses_cluster = True
+            if amount > 0:
+                cards = {pod.card_name: amount}
+        if not cards:
+            return None
+        return Charge(
+            queue=queue,
+            bucket=Bucket.ALLOCATED if pod.bound else Bucket.PENDING,
+            cards=cards,
+            uses_cluster_resources=uses_cluster,
+            group=_group_key(pod),
+            card_name=pod.card_name,
+        )
+
+    def _cards_on_node(self, pod: Pod) -> dict[str, int]:
+        """A bound pod's requests charged to the card types its node offers for them."""
+        record = self.snapshot.nodes.get(pod.node_name)
+        cards: dict[str, int] = {}
+        if record is None:
+            return cards
+        for resource, amount in pod.requests.items():
+            card = record.cards.type_for_resource(resource)
+            if card is not None and amount > 0:
+                cards[card.name] = cards.get(card.name, 0) + whole_units(amount)
+        return cards
+
+    def _card_amount(self, pod: Pod) -> int:
+        """Whole cards a pod asks for: its requests of resources that nodes offer as cards, else of every
+        extended resource (no node offers its card yet)."""
+        positive = {resource: amount for resource, amount in pod.requests.items() if amount > 0}
+        known = sum((a for r, a in positive.items() if r in self._card_resource_refs), Fraction(0))
+        if known > 0:
+            return whole_units(known)
+        return whole_units(sum((a for r, a in positive.items() if "/" in r), Fraction(0)))
+
+    def _charge_group(self, group: PodGroup) -> Charge | None:
+        if group.phase != INQUEUE_PHASE:
+            return None
+        request = card_request(group.meta.annotations).values
+        if not request:
+            return None
+        held = dict.fromkeys(request, 0)
+        for (card_name, card), amount in self._group_holdings.get(group.key, {}).items():
+            request_key = _request_key_for(card, card_name, request)
+            if request_key is not None:
+                held[request_key] += amount
+        remaining = {name: wanted - held[name] for name, wanted in request.items() if wanted > held[name]}
+        if not remaining:
+            return None
+        return Charge(group.queue, Bucket.INQUEUE, remaining)
+
+    # ------------------------------------------------------------------------------------------ bookkeeping
+
+    def _add_to_totals(self, charge: Charge, sign: int) -> None:
+        buckets = self._totals.setdefault(charge.queue, {})
+        amounts = buckets.setdefault(charge.bucket, {})
+        for card, amount in charge.cards.items():
+            value = amounts.get(card, 0) + sign * amount
+            if value:
+                amounts[card] = value
+            else:
+                amounts.pop(card, None)
+        if not amounts:
+            del buckets[charge.bucket]
+        if not buckets:
+            del self._totals[charge.queue]
+
+    def _add_holdings(self, charge: Charge, sign: int) -> None:
+        assert charge.group is not None
+        holdings = self._group_holdings.setdefault(charge.group, {})
+        for card, amount in charge.cards.items():
+            slot = (charge.card_name, card)
+            value = holdings.get(slot, 0) + sign * amount
+            if value:
+                holdings[slot] = value
+            else:
+                holdings.pop(slot, None)
+        if not holdings:
+            del self._group_holdings[charge.group]
+
+    def _count_card_resources(self, record: NodeRecord | None, sign: int) -> bool:
+        """Reference-count the resources nodes offer as cards; True when the set of such resources changed."""
+        if record is None:
+            return False
+        changed = False
+        for card in record.cards.types.values():
+            count = self._card_resource_refs.get(card.resource, 0) + sign
+            if count > 0:
+                changed |= count == 1 and sign > 0
+                self._card_resource_refs[card.resource] = count
+            else:
+                self._card_resource_refs.pop(card.resource, None)
+                changed = True
+        return changed
+
+    def _index_pod(self, pod: Pod) -> None:
+        if pod.node_name:
+            self._pods_by_node[pod.node_name].add(pod.key)
+        if group_key := _group_key(pod):
+            self._pods_by_group[group_key].add(pod.key)
+
+    def _unindex_pod(self, pod: Pod) -> None:
+        if pod.node_name:
+            _discard(self._pods_by_node, pod.node_name, pod.key)
+        if group_key := _group_key(pod):
+            _discard(self._pods_by_group, group_key, pod.key)
+
+
+def _group_key(pod: Pod) -> ObjectKey | None:
+    return (pod.meta.namespace, pod.group_name) if pod.group_name else None
+
+
+def _request_key_for(card: str, card_name: str | None, request: Mapping[str, int]) -> str | None:
+    """Which key of a card.request a held card counts against: the pod's own card.name when the request uses
+    it, else the first key (in the order written) whose alternatives include the card type."""
+    if card_name is not None and card_name in request and (
+        card == card_name or card in card_alternatives(card_name)
+    ):
+        return card_name
+    for name in request:
+        if card in card_alternatives(name):
+            return name
+    return None
+
+
+def _discard(index: dict[IndexKey, set[ObjectKey]], key: IndexKey, item: ObjectKey) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(item)
+        if not members:
+            del index[key]
+
+
+def _sorted(amounts: Mapping[str, int]) -> dict[str, int]:
+    return dict(sorted(amounts.items()))

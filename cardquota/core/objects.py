@@ -1,0 +1,286 @@
+"""Typed views over Kubernetes manifests (plain dicts as the API server or a YAML file gives them).
+
+Each ``X.from_manifest`` reads only the fields cardquota needs and raises :class:`InputError` naming the field
+path when one of them has the wrong shape. Views are immutable values: a watch event replaces a view whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.errors import InputError
+from cardquota.core.quantity import parse_quantity
+
+Manifest = Mapping[str, Any]
+ObjectKey = tuple[str, str]
+"""(namespace, name); the namespace is "" for cluster-scoped objects."""
+
+TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+RESTART_POLICY_ALWAYS = "Always"
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    kind: str
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+    @property
+    def key(self) -> ObjectKey:
+        return (self.namespace, self.name)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
+    """The identity, labels and annotations of any object, validated."""
+    kind = manifest.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise InputError("missing or non-string 'kind'", where="kind")
+    metadata = _mapping(manifest.get("metadata"), "metadata", required=True)
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{kind} has no metadata.name", where="metadata.name")
+    namespace = metadata.get("namespace", "default" if namespaced else "")
+    if namespace is None:
+        namespace = "default" if namespaced else ""
+    if not isinstance(namespace, str):
+        raise InputError("must be a string", where="metadata.namespace")
+    return ObjectMeta(
+        kind=kind,
+        name=name,
+        namespace=namespace if namespaced else "",
+        labels=_string_map(metadata.get("labels"), "metadata.labels"),
+        annotations=_string_map(metadata.get("annotations"), "metadata.annotations"),
+    )
+
+
+@dataclass(frozen=True)
+class Node:
+    meta: ObjectMeta
+    allocatable: Mapping[str, Fraction]
+    allocatable_text: Mapping[str, str] = field(compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.meta.labels
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> Node:
+        meta = read_meta(manifest, namespaced=False)
+        status = _mapping(manifest.get("status"), "status")
+        raw = _mapping(status.get("allocatable"), "status.allocatable")
+        allocatable = {}
+        text = {}
+        for resource, value in raw.items():
+            path = f'status.allocatable["{resource}"]'
+            if not isinstance(resource, str):
+                raise InputError("resource names must be strings", where=path)
+            allocatable[resource] = _quantity(value, path)
+            text[resource] = str(value)
+        return cls(meta=meta, allocatable=allocatable, allocatable_text=text)
+
+
+@dataclass(frozen=True)
+class Queue:
+    meta: ObjectMeta
+    parent: str
+    state: str
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> Queue:
+        meta = read_meta(manifest, namespaced=False)
+        spec = _mapping(manifest.get("spec"), "spec")
+        status = _mapping(manifest.get("status"), "status")
+        return cls(
+            meta=meta,
+            parent=_optional_string(spec.get("parent"), "spec.parent"),
+            state=_optional_string(status.get("state"), "status.state"),
+        )
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    meta: ObjectMeta
+    queue: str
+    phase: str
+
+    @property
+    def key(self) -> ObjectKey:
+        return self.meta.key
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> PodGroup:
+        meta = read_meta(manifest, namespaced=True)
+        spec = _mapping(manifest.get("spec"), "spec")
+        status = _mapping(manifest.get("status"), "status")
+        return cls(
+            meta=meta,
+            queue=_optional_string(spec.get("queue"), "spec.queue") or keys.DEFAULT_QUEUE,
+            phase=_optional_string(status.get("phase"), "status.phase"),
+        )
+
+
+@dataclass(frozen=True)
+class Pod:
+    meta: ObjectMeta
+    node_name: str
+    phase: str
+    requests: Mapping[str, Fraction]
+    """The pod's effective request per resource (see :func:`effective_requests`)."""
+
+    @property
+    def key(self) -> ObjectKey:
+        return self.meta.key
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in TERMINAL_POD_PHASES
+
+    @property
+    def card_name(self) -> str | None:
+        return self.meta.annotations.get(keys.CARD_NAME)
+
+    @property
+    def group_name(self) -> str | None:
+        return self.meta.annotations.get(keys.GROUP_NAME) or None
+
+    @property
+    def queue_annotation(self) -> str | None:
+        return self.meta.annotations.get(keys.QUEUE_NAME) or None
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> Pod:
+        meta = read_meta(manifest, namespaced=True)
+        spec = _mapping(manifest.get("spec"), "spec")
+        status = _mapping(manifest.get("status"), "status")
+        return cls(
+            meta=meta,
+            node_name=_optional_string(spec.get("nodeName"), "spec.nodeName"),
+            phase=_optional_string(status.get("phase"), "status.phase"),
+            requests=effective_requests(spec, "spec"),
+        )
+
+
+def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Fraction]:
+    """What the scheduler reserves for a pod, per resource, with Kubernetes semantics.
+
+    Regular containers add up; each init container runs alone (alongside the restartable "sidecar" init
+    containers started before it), so the pod needs the larger of the two; sidecars also run beside the regular
+    containers; ``spec.overhead`` is added on top. A container's request falls back to its limit.
+    """
+    containers = _sequence(pod_spec.get("containers"), f"{path}.containers")
+    init_containers = _sequence(pod_spec.get("initContainers"), f"{path}.initContainers")
+    total: dict[str, Fraction] = {}
+    for index, container in enumerate(containers):
+        _add(total, container_requests(container, f"{path}.containers[{index}]"))
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for index, container in enumerate(init_containers):
+        container_path = f"{path}.initContainers[{index}]"
+        requests = container_requests(container, container_path)
+        policy = _optional_string(_mapping(container, container_path).get("restartPolicy"),
+                                  f"{container_path}.restartPolicy")
+        if policy == RESTART_POLICY_ALWAYS:
+            _add(total, requests)
+            _add(sidecars, requests)
+            running_alone = dict(sidecars)
+        else:
+            running_alone = dict(sidecars)
+            _add(running_alone, requests)
+        for resource, amount in running_alone.items():
+            init_peak[resource] = max(init_peak.get(resource, Fraction(0)), amount)
+    for resource, amount in init_peak.items():
+        total[resource] = max(total.get(resource, Fraction(0)), amount)
+    overhead = _mapping(pod_spec.get("overhead"), f"{path}.overhead")
+    _add(total, {name: _quantity(value, f'{path}.overhead["{name}"]') for name, value in overhead.items()})
+    return total
+
+
+def container_requests(container: object, path: str) -> dict[str, Fraction]:
+    """A container's requests, each falling back to the limit of the same resource."""
+    spec = _mapping(container, path, required=True)
+    resources = _mapping(spec.get("resources"), f"{path}.resources")
+    limits = _mapping(resources.get("limits"), f"{path}.resources.limits")
+    requests = _mapping(resources.get("requests"), f"{path}.resources.requests")
+    merged: dict[str, Fraction] = {}
+    for section, values in (("limits", limits), ("requests", requests)):
+        for resource, value in values.items():
+            merged[str(resource)] = _quantity(value, f'{path}.resources.{section}["{resource}"]')
+    return merged
+
+
+def _add(into: dict[str, Fraction], amounts: Mapping[str, Fraction]) -> None:
+    for resource, amount in amounts.items():
+        into[resource] = into.get(resource, Fraction(0)) + amount
+
+
+def _quantity(value: object, path: str) -> Fraction:
+    try:
+        return parse_quantity(value)
+    except InputError as error:
+        raise error.located(path) from None
+
+
+def _mapping(value: object, path: str, *, required: bool = False) -> Mapping[Any, Any]:
+    if value is None:
+        if required:
+            raise InputError("is required", where=path)
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(f"must be a map, not {_type_name(value)}", where=path)
+    return value
+
+
+def _sequence(value: object, path: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise InputError(f"must be a list, not {_type_name(value)}", where=path)
+    return value
+
+
+def _string_map(value: object, path: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for key, item in _mapping(value, path).items():
+        if not isinstance(key, str):
+            raise InputError(f"keys must be strings, not {_type_name(key)}", where=path)
+        if not isinstance(item, str):
+            raise InputError(f"must be a string, not {_type_name(item)} (quote the value)", where=f'{path}["{key}"]')
+        result[key] = item
+    return result
+
+
+def _optional_string(value: object, path: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"must be a string, not {_type_name(value)}", where=path)
+    return value
+
+
+def _type_name(value: object) -> str:
+    names = {dict: "a map", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    for python_type, name in names.items():
+        if isinstance(value, python_type):
+            return name
+    return "null" if value is None else type(value).__name__

@@ -1,0 +1,97 @@
+"""Kubernetes resource quantities (``500m``, ``8``, ``80Gi``, ``1e3``) as exact fractions.
+
+The grammar follows the API server's: an optionally signed decimal number followed by a binary-SI suffix
+(``Ki`` … ``Ei``), a decimal-SI suffix (``n u m k M G T P E``) or a decimal exponent (``e3``, ``E-2``).
+Values are exact :class:`fractions.Fraction` so that sums of milli-quantities never drift.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from cardquota.core.errors import InputError
+
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIXES = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-])?(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+# Far beyond any real resource amount, small enough that arithmetic on parsed values stays cheap.
+MAX_QUANTITY_LENGTH = 64
+MAX_EXPONENT = 30
+
+
+class QuantityError(InputError):
+    """A value that is not a Kubernetes quantity."""
+
+
+def parse_quantity(value: object) -> Fraction:
+    """Parse a quantity as written in a manifest (a string, or a plain YAML/JSON number).
+
+    Raises :class:`QuantityError` (an :class:`InputError`) for anything else; never another exception.
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        if abs(value) >= 10**MAX_EXPONENT:
+            raise QuantityError(f"quantity {value} is out of range")
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value) or abs(value) >= 10**MAX_EXPONENT:
+            raise QuantityError(f"quantity {value!r} is out of range")
+        return Fraction(str(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"{_show(value)} is not a quantity (expected a string such as \"2\" or \"500m\")")
+    if len(value) > MAX_QUANTITY_LENGTH:
+        raise QuantityError(f"quantity {_show(value)} is too long")
+    match = _QUANTITY.fullmatch(value)
+    if match is None:
+        raise QuantityError(f"{_show(value)} is not a quantity (expected e.g. \"2\", \"500m\", \"80Gi\", \"1e3\")")
+    number = Fraction(match["number"])
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY_SUFFIXES:
+        scaled = number * _BINARY_SUFFIXES[suffix]
+    elif suffix in _DECIMAL_SUFFIXES:
+        scaled = number * _DECIMAL_SUFFIXES[suffix]
+    else:
+        exponent = int(suffix[1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(f"quantity {_show(value)} is out of range")
+        scaled = number * Fraction(10) ** exponent
+    if abs(scaled) >= 10**MAX_EXPONENT:
+        raise QuantityError(f"quantity {_show(value)} is out of range")
+    return -scaled if match["sign"] == "-" else scaled
+
+
+def whole_units(amount: Fraction) -> int:
+    """Round a countable amount (cards, pods) up to whole units, as the scheduler does for extended resources."""
+    return math.ceil(amount)
+
+
+def format_quantity(amount: Fraction) -> str:
+    """A compact, exact rendering: integers plainly, other values in milli-units (``1500m``) when exact."""
+    if amount.denominator == 1:
+        return str(amount.numerator)
+    milli = amount * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return str(float(amount))
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

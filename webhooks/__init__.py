@@ -1,0 +1,1 @@
+"""Kopf admission webhooks of cardquota, shipped as ``cardquota.webhooks`` (see ``pyproject.toml``)."""
