@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -63,6 +63,8 @@ def _read(path: str, stdin: BinaryIO | None) -> Iterator[tuple[str, bytes]]:
         except OSError as error:
             raise InputError(f"cannot read: {error.strerror or error}", where="<stdin>") from None
         return
+    if not path:
+        raise InputError("an empty file name was given", where="''")
     target = Path(path)
     try:
         if target.is_dir():
@@ -79,6 +81,8 @@ def _read(path: str, stdin: BinaryIO | None) -> Iterator[tuple[str, bytes]]:
         raise InputError("permission denied", where=path) from None
     except OSError as error:
         raise InputError(f"cannot read: {error.strerror or error}", where=path) from None
+    except ValueError as error:  # e.g. an embedded NUL byte in the path
+        raise InputError(f"is not a usable path: {error}", where=repr(path)) from None
 
 
 def _decode(data: bytes, name: str) -> str:
@@ -94,12 +98,16 @@ def _values(text: str, name: str) -> Iterator[Any]:
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         try:
-            yield json.loads(text)
-            return
+            value = json.loads(text)
         except RecursionError:
             raise InputError(f"is nested more than {MAX_NESTING} levels deep", where=f"{name}: document 1") from None
         except ValueError:
             pass  # not JSON after all (YAML flow style, several documents): read it as YAML
+        else:
+            if _depth(value) > MAX_NESTING:
+                raise InputError(f"is nested more than {MAX_NESTING} levels deep", where=f"{name}: document 1")
+            yield value
+            return
     _check_nesting(text, name)
     index = 0
     try:
@@ -107,8 +115,26 @@ def _values(text: str, name: str) -> Iterator[Any]:
             yield value
     except yaml.YAMLError as error:
         raise InputError(_yaml_problem(error), where=f"{name}: document {index + 1}") from None
-    except (RecursionError, MemoryError, ValueError, OverflowError) as error:
-        raise InputError(f"cannot be read: {type(error).__name__}", where=f"{name}: document {index + 1}") from None
+    except Exception as error:  # PyYAML's constructors raise KeyError, IndexError, … on badly tagged values
+        raise InputError(f"has a value that cannot be read ({type(error).__name__}: {error})",
+                         where=f"{name}: document {index + 1}") from None
+
+
+def _depth(value: object) -> int:
+    """How deeply lists and maps nest in a loaded value (iteratively: no recursion on hostile input)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _check_nesting(text: str, name: str) -> None:
@@ -172,6 +198,8 @@ def _check_metadata(value: Mapping[str, Any], where: str) -> None:
 
 
 def _shape(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "map"
     if isinstance(value, list):
         return "list"
     if isinstance(value, str):

@@ -7,6 +7,7 @@ error (one line; set ``CARDQUOTA_DEBUG=1`` for the traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -41,9 +42,9 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
 
 def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         stderr: TextIO | None = None) -> int:
-    out = stdout if stdout is not None else sys.stdout
-    err = stderr if stderr is not None else sys.stderr
-    parser = build_parser(prog)
+    out = _tolerant(stdout if stdout is not None else sys.stdout)
+    err = _tolerant(stderr if stderr is not None else sys.stderr)
+    parser = build_parser(prog, out, err)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -66,8 +67,21 @@ def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = No
         return EXIT_INTERNAL
 
 
-def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse, writing help and usage errors to the streams the command was given."""
+
+    out: TextIO = sys.stdout
+    err: TextIO = sys.stderr
+
+    def _print_message(self, message: str, file: object = None) -> None:
+        if message:
+            (self.out if file is sys.stdout else self.err).write(message)
+
+
+def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
+    _Parser.out = out if out is not None else sys.stdout
+    _Parser.err = err if err is not None else sys.stderr
+    parser = _Parser(
         prog=prog,
         description="Card-level GPU quotas for Volcano: discover card types and account queue usage.",
     )
@@ -105,9 +119,7 @@ def _add_output(parser: argparse.ArgumentParser) -> None:
 
 def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     nodes: dict[str, NodeCards] = {}
-    for document in _unique(load_paths(args.files), err):
-        if kind_of(document.manifest) is not Kind.NODE:
-            continue
+    for document in _unique(load_paths(args.files), {Kind.NODE}, err):
         cards = _located(document, lambda manifest: node_record(manifest).cards)
         nodes[cards.node] = cards
         for note in cards.notes:
@@ -121,7 +133,7 @@ def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ledger = Ledger()
-    for document in _unique(load_paths(args.files), err):
+    for document in _unique(load_paths(args.files), set(Kind), err):
         _located(document, ledger.upsert)
     for name, record in sorted(ledger.snapshot.queues.items()):
         for violation in record.quota.violations:
@@ -144,12 +156,13 @@ def _located(document: Document, step: Callable[[Manifest], T]) -> T:
         raise error.located(document.source) from None
 
 
-def _unique(documents: list[Document], err: TextIO) -> list[Document]:
-    """Later copies of the same object replace earlier ones, as ``kubectl apply`` would; say so."""
+def _unique(documents: list[Document], kinds: set[Kind], err: TextIO) -> list[Document]:
+    """The documents of the given kinds; later copies of an object replace earlier ones, as ``kubectl apply``
+    would, with a warning."""
     seen: dict[tuple[str, tuple[str, str]], Document] = {}
     for document in documents:
         kind = kind_of(document.manifest)
-        if kind is None:
+        if kind not in kinds:
             continue
         key = (kind.value, _located(document, lambda manifest, k=kind: object_key(k, manifest)))
         if key in seen:
@@ -164,6 +177,15 @@ def _format(args: argparse.Namespace, out: TextIO) -> OutputFormat:
     if args.output is not None:
         return OutputFormat(args.output)
     return OutputFormat.TABLE if out.isatty() else OutputFormat.JSON
+
+
+def _tolerant(stream: TextIO) -> TextIO:
+    """Names from the input may hold characters the terminal cannot encode: escape them, never crash."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(OSError, ValueError):
+            reconfigure(errors="backslashreplace")
+    return stream
 
 
 def _silence_stdout() -> None:

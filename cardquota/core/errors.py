@@ -21,4 +21,6 @@ class InputError(Exception):
         return InputError(self.message, where=combined)
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.message}" if self.where else self.message
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        # Names and values from the input may hold line breaks; an error is always shown on one line.
+        return text.replace("\r", "\\r").replace("\n", "\\n")

@@ -1,0 +1,103 @@
+"""Small builders of Kubernetes manifests for tests: ``node(...)``, ``queue(...)``, ``podgroup(...)``, ``pod(...)``.
+
+Each returns the plain dict a YAML file or the API server would give, with only the fields a test cares about.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Manifest = dict[str, Any]
+
+
+def gpu_labels(product: str, *, prefix: str = "nvidia.com", family: str = "gpu", count: int | None = None,
+               memory: int | None = None, replicas: int | None = None) -> dict[str, str]:
+    """The labels vendor feature discovery writes for one card family."""
+    base = f"{prefix}/{family}"
+    labels = {f"{base}.product": product}
+    for suffix, value in (("count", count), ("memory", memory), ("replicas", replicas)):
+        if value is not None:
+            labels[f"{base}.{suffix}"] = str(value)
+    return labels
+
+
+def node(name: str = "node-1", *, labels: dict[str, str] | None = None,
+         allocatable: dict[str, Any] | None = None) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", **(allocatable or {})}},
+    }
+
+
+def gpu_node(name: str, product: str, gpus: int, *, resource: str = "nvidia.com/gpu", **label_args: Any) -> Manifest:
+    """A node with ``gpus`` whole cards of ``product``."""
+    return node(name, labels=gpu_labels(product, count=gpus, **label_args), allocatable={resource: str(gpus)})
+
+
+def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str | None = None) -> Manifest:
+    metadata: dict[str, Any] = {"name": name}
+    if quota is not None:
+        metadata["annotations"] = {"volcano.sh/card.quota": quota if isinstance(quota, str) else json.dumps(quota)}
+    spec: dict[str, Any] = {"weight": 1}
+    if parent is not None:
+        spec["parent"] = parent
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": metadata, "spec": spec}
+
+
+def podgroup(name: str, *, namespace: str = "default", queue: str | None = "default", phase: str = "Inqueue",
+             request: dict[str, int] | str | None = None) -> Manifest:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if request is not None:
+        metadata["annotations"] = {
+            "volcano.sh/card.request": request if isinstance(request, str) else json.dumps(request)
+        }
+    spec: dict[str, Any] = {"minMember": 1}
+    if queue is not None:
+        spec["queue"] = queue
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": metadata,
+            "spec": spec, "status": {"phase": phase}}
+
+
+def container(name: str = "main", *, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
+              restart_policy: str | None = None) -> Manifest:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    spec: Manifest = {"name": name, "image": "example/app:1", "resources": resources}
+    if restart_policy is not None:
+        spec["restartPolicy"] = restart_policy
+    return spec
+
+
+def pod(name: str, *, namespace: str = "default", card: str | None = None, node_name: str | None = None,
+        phase: str | None = None, group: str | None = None, queue: str | None = None,
+        gpus: int | None = None, resource: str = "nvidia.com/gpu", containers: list[Manifest] | None = None,
+        init_containers: list[Manifest] | None = None, annotations: dict[str, str] | None = None) -> Manifest:
+    """A pod; ``gpus`` adds one container requesting that many of ``resource`` (as a limit, like most users)."""
+    metadata_annotations = dict(annotations or {})
+    if card is not None:
+        metadata_annotations["volcano.sh/card.name"] = card
+    if group is not None:
+        metadata_annotations["scheduling.k8s.io/group-name"] = group
+    if queue is not None:
+        metadata_annotations["scheduling.volcano.sh/queue-name"] = queue
+    if containers is None:
+        containers = [container(requests={"cpu": "1"}, limits={resource: str(gpus)} if gpus else None)]
+    spec: Manifest = {"schedulerName": "volcano", "containers": containers}
+    if init_containers is not None:
+        spec["initContainers"] = init_containers
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    manifest: Manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": metadata_annotations},
+        "spec": spec,
+        "status": {"phase": phase or ("Running" if node_name else "Pending")},
+    }
+    return manifest
