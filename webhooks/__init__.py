@@ -1,1 +1,0 @@
-"""Kopf admission webhooks of cardquota, shipped as ``cardquota.webhooks`` (see ``pyproject.toml``)."""
