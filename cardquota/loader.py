@@ -23,7 +23,6 @@ MAX_NESTING = 500
 """Deeper than any real manifest; guards the YAML composer, which recurses on the C stack."""
 
 _Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Parser: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,7 @@ def _check_nesting(text: str, name: str) -> None:
     depth = 0
     document = 1
     try:
-        for event in yaml.parse(text, Loader=_Parser):
+        for event in yaml.parse(text, Loader=_Loader):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_NESTING:

@@ -148,14 +148,18 @@ class Ledger:
         self.snapshot.nodes[name] = record
         if previous is not None and previous.cards.types == record.cards.types:
             return
-        resources_changed = self._count_card_resources(previous, -1) | self._count_card_resources(record, +1)
-        self._after_node_change(name, resources_changed)
+        before = set(self._card_resource_refs)
+        self._count_card_resources(previous, -1)
+        self._count_card_resources(record, +1)
+        self._after_node_change(name, set(self._card_resource_refs) != before)
 
     def delete_node(self, name: str) -> None:
         previous = self.snapshot.nodes.pop(name, None)
         if previous is None:
             return
-        self._after_node_change(name, self._count_card_resources(previous, -1))
+        before = set(self._card_resource_refs)
+        self._count_card_resources(previous, -1)
+        self._after_node_change(name, set(self._card_resource_refs) != before)
 
     def upsert_queue(self, record: QueueRecord) -> None:
         self.snapshot.queues[record.queue.name] = record
@@ -364,20 +368,16 @@ class Ledger:
         if not holdings:
             del self._group_holdings[charge.group]
 
-    def _count_card_resources(self, record: NodeRecord | None, sign: int) -> bool:
-        """Reference-count the resources nodes offer as cards; True when the set of such resources changed."""
+    def _count_card_resources(self, record: NodeRecord | None, sign: int) -> None:
+        """Reference-count the resources nodes offer as cards (a pod's "card resources" depend on that set)."""
         if record is None:
-            return False
-        changed = False
+            return
         for card in record.cards.types.values():
             count = self._card_resource_refs.get(card.resource, 0) + sign
             if count > 0:
-                changed |= count == 1 and sign > 0
                 self._card_resource_refs[card.resource] = count
             else:
                 self._card_resource_refs.pop(card.resource, None)
-                changed = True
-        return changed
 
     def _index_pod(self, pod: Pod) -> None:
         if pod.node_name:

@@ -7,7 +7,7 @@ path when one of them has the wrong shape. Views are immutable values: a watch e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -66,7 +66,6 @@ def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
 class Node:
     meta: ObjectMeta
     allocatable: Mapping[str, Fraction]
-    allocatable_text: Mapping[str, str] = field(compare=False)
 
     @property
     def name(self) -> str:
@@ -82,14 +81,12 @@ class Node:
         status = _mapping(manifest.get("status"), "status")
         raw = _mapping(status.get("allocatable"), "status.allocatable")
         allocatable = {}
-        text = {}
         for resource, value in raw.items():
             path = f'status.allocatable["{resource}"]'
             if not isinstance(resource, str):
                 raise InputError("resource names must be strings", where=path)
             allocatable[resource] = _quantity(value, path)
-            text[resource] = str(value)
-        return cls(meta=meta, allocatable=allocatable, allocatable_text=text)
+        return cls(meta=meta, allocatable=allocatable)
 
 
 @dataclass(frozen=True)

@@ -82,16 +82,6 @@ def whole_units(amount: Fraction) -> int:
     return math.ceil(amount)
 
 
-def format_quantity(amount: Fraction) -> str:
-    """A compact, exact rendering: integers plainly, other values in milli-units (``1500m``) when exact."""
-    if amount.denominator == 1:
-        return str(amount.numerator)
-    milli = amount * 1000
-    if milli.denominator == 1:
-        return f"{milli.numerator}m"
-    return str(float(amount))
-
-
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

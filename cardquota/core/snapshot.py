@@ -6,7 +6,6 @@ can be fed in as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -66,9 +65,6 @@ class ClusterSnapshot:
     queues: dict[str, QueueRecord] = field(default_factory=dict)
     podgroups: dict[ObjectKey, PodGroup] = field(default_factory=dict)
     pods: dict[ObjectKey, Pod] = field(default_factory=dict)
-
-    def node_cards(self) -> Mapping[str, NodeCards]:
-        return {name: record.cards for name, record in self.nodes.items()}
 
 
 def node_record(manifest: Manifest) -> NodeRecord:

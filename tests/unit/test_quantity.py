@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardquota.core.errors import InputError
-from cardquota.core.quantity import QuantityError, format_quantity, parse_quantity, whole_units
+from cardquota.core.quantity import QuantityError, parse_quantity, whole_units
 
 
 @pytest.mark.parametrize(
@@ -96,11 +96,3 @@ def test_value_matches_decimal_arithmetic(number: Decimal, suffix: str) -> None:
 )
 def test_whole_units_round_up(amount: Fraction, units: int) -> None:
     assert whole_units(amount) == units
-
-
-@pytest.mark.parametrize(
-    ("amount", "text"),
-    [(Fraction(8), "8"), (Fraction(1, 2), "500m"), (Fraction(3, 2), "1500m"), (Fraction(1, 3), "0.3333333333333333")],
-)
-def test_format_quantity(amount: Fraction, text: str) -> None:
-    assert format_quantity(amount) == text
