@@ -29,8 +29,9 @@ demo: $(VENV)/.stamp-runtime ## discover card types and show per-queue usage of 
 	@echo "== per-queue card usage"
 	@$(BIN)/cardquota usage --cluster examples/cluster.yaml -o table
 
-lint: $(VENV)/.stamp-test ## ruff and the import-linter contracts (the core stays pure)
+lint: $(VENV)/.stamp-test ## ruff, mypy --strict and the import-linter contracts (the core stays pure)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 unit: $(VENV)/.stamp-test ## the fast unit tests only

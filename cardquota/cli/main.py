@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import traceback
@@ -162,9 +163,9 @@ def _unique(documents: list[Document], kinds: set[Kind], err: TextIO) -> list[Do
     seen: dict[tuple[str, tuple[str, str]], Document] = {}
     for document in documents:
         kind = kind_of(document.manifest)
-        if kind not in kinds:
+        if kind is None or kind not in kinds:
             continue
-        key = (kind.value, _located(document, lambda manifest, k=kind: object_key(k, manifest)))
+        key = (kind.value, _located(document, functools.partial(object_key, kind)))
         if key in seen:
             err.write(f"warning: {describe(kind, document.manifest)} appears again in {document.source}; "
                       f"it replaces the one in {seen[key].source}\n")
