@@ -6,23 +6,17 @@ document number, in one line.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import yaml
-
 from cardquota.core.errors import InputError
+from cardquota.core.yamltext import load_documents
 
 STDIN = "-"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-MAX_NESTING = 500
-"""Deeper than any real manifest; guards the YAML composer, which recurses on the C stack."""
-
-_Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -46,11 +40,14 @@ def parse_documents(data: bytes, name: str) -> list[Document]:
     """The objects in one file's bytes; ``name`` is used in error messages and sources."""
     text = _decode(data, name)
     documents: list[Document] = []
-    for index, value in enumerate(_values(text, name), start=1):
-        where = f"{name}: document {index}"
-        if value is None:
-            continue
-        documents.extend(_objects(value, where))
+    try:
+        for index, value in load_documents(text):
+            if value is not None:
+                documents.extend(_objects(value, f"{name}: document {index}"))
+    except InputError as error:
+        if error.where.startswith(f"{name}: "):
+            raise  # already located by _objects
+        raise error.located(name) from None
     return documents
 
 
@@ -91,78 +88,6 @@ def _decode(data: bytes, name: str) -> str:
         raise InputError(
             f"is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})", where=name
         ) from None
-
-
-def _values(text: str, name: str) -> Iterator[Any]:
-    stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
-        try:
-            value = json.loads(text)
-        except RecursionError:
-            raise InputError(f"is nested more than {MAX_NESTING} levels deep", where=f"{name}: document 1") from None
-        except ValueError:
-            pass  # not JSON after all (YAML flow style, several documents): read it as YAML
-        else:
-            if _depth(value) > MAX_NESTING:
-                raise InputError(f"is nested more than {MAX_NESTING} levels deep", where=f"{name}: document 1")
-            yield value
-            return
-    _check_nesting(text, name)
-    index = 0
-    try:
-        for index, value in enumerate(yaml.load_all(text, Loader=_Loader), start=1):  # noqa: B007
-            yield value
-    except yaml.YAMLError as error:
-        raise InputError(_yaml_problem(error), where=f"{name}: document {index + 1}") from None
-    except Exception as error:  # PyYAML's constructors raise KeyError, IndexError, … on badly tagged values
-        raise InputError(f"has a value that cannot be read ({type(error).__name__}: {error})",
-                         where=f"{name}: document {index + 1}") from None
-
-
-def _depth(value: object) -> int:
-    """How deeply lists and maps nest in a loaded value (iteratively: no recursion on hostile input)."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _check_nesting(text: str, name: str) -> None:
-    """Reject absurd nesting before composing (the C composer would overflow the stack, not raise)."""
-    depth = 0
-    document = 1
-    try:
-        for event in yaml.parse(text, Loader=_Loader):
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_NESTING:
-                    where = f"{name}: document {document}"
-                    raise InputError(f"is nested more than {MAX_NESTING} levels deep", where=where)
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-            elif isinstance(event, yaml.DocumentEndEvent):
-                document += 1
-    except yaml.YAMLError as error:
-        raise InputError(_yaml_problem(error), where=f"{name}: document {document}") from None
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
-        mark = error.problem_mark
-        problem = error.problem or error.context or "syntax error"
-        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {_one_line(problem)}"
-    if isinstance(error, yaml.reader.ReaderError):
-        return f"invalid character #x{error.character:04x} at position {error.position}: {error.reason}"
-    return f"invalid YAML: {_one_line(str(error))}"
 
 
 def _objects(value: object, where: str) -> list[Document]:
@@ -208,7 +133,3 @@ def _shape(value: object) -> str:
     if isinstance(value, int | float):
         return "number"
     return type(value).__name__
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardquota.core.errors import InputError
-from cardquota.loader import MAX_NESTING, Document, load_paths, parse_documents
+from cardquota.core.yamltext import MAX_NESTING
+from cardquota.loader import Document, load_paths, parse_documents
 
 NAME = "f.yaml"
 NODE_YAML = b"apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
