@@ -11,15 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cardquota.core import keys
-from cardquota.core.violations import Violation, annotation_path
+from cardquota.core.violations import Violation, annotation_path, shown
 
-MAX_CARD_AMOUNT = 10**9
-"""Far above any fleet; keeps a typo such as 1e30 from being treated as a real quota."""
+MAX_CARD_AMOUNT = 2**63 - 1
+"""Amounts must fit in int64, as the scheduler stores them."""
 
 
 @dataclass(frozen=True)
 class CardAmounts:
-    """A parsed card-amount annotation: card type (or ``A|B``) → whole cards, in the order written."""
+    """A parsed card-amount annotation: card type (or ``A|B``) → whole cards, in the order written.
+
+    ``values`` keeps every entry that is valid on its own, so accounting can go on; ``violations`` says what
+    was wrong with the rest (admission denies on any).
+    """
 
     values: Mapping[str, int] = field(default_factory=dict)
     violations: tuple[Violation, ...] = ()
@@ -30,50 +34,100 @@ class CardAmounts:
         return not self.violations
 
 
-def parse_card_amounts(text: str | None, annotation: str) -> CardAmounts:
-    """Parse a JSON object of card type → non-negative integer, as used by card.quota and card.request."""
+def parse_card_amounts(
+    text: str | None, annotation: str, *, alternatives: bool = True, minimum: int = 0
+) -> CardAmounts:
+    """Parse a JSON object of card type → integer ≥ ``minimum`` (card.quota: 0, no ``A|B`` keys; card.request: 1).
+
+    Never raises: invalid JSON, non-objects, duplicate keys, NaN/Infinity, floats, strings, booleans, null,
+    numbers beyond int64, absurd nesting, out-of-range values, empty names and misplaced ``A|B`` keys all become
+    :class:`Violation` values naming the annotation and the card type.
+    """
     if text is None:
         return CardAmounts()
     path = annotation_path(annotation)
+    example = '{"NVIDIA-A100": 4}'
     try:
-        pairs = json.loads(text, object_pairs_hook=_keep_pairs)
-    except (ValueError, RecursionError) as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else "too deeply nested or too large"
-        return CardAmounts(violations=(Violation(path, f"is not valid JSON: {reason}"),), present=True)
+        pairs = json.loads(text, object_pairs_hook=_keep_pairs, parse_constant=_reject_constant)
+    except _NonFiniteNumber as error:
+        return _invalid(path, f"is not valid JSON: {error} is not a number JSON allows")
+    except RecursionError:
+        return _invalid(path, "is not valid JSON: nested too deeply")
+    except ValueError as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else "a number too large to read"
+        return _invalid(path, f"is not valid JSON: {reason}")
     if not isinstance(pairs, _Pairs):
-        return CardAmounts(
-            violations=(Violation(path, 'must be a JSON object such as {"NVIDIA-A100": 4}'),), present=True
-        )
+        return _invalid(path, f"must be a JSON object of card type to number of cards, such as {example}")
     values: dict[str, int] = {}
     violations: list[Violation] = []
+    seen: set[str] = set()
     for name, amount in pairs:
-        if name in values:
-            violations.append(Violation(path, f"card type {name!r} appears more than once"))
-            continue
-        if not name.strip():
-            violations.append(Violation(path, "card type names must not be empty"))
-            continue
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            violations.append(Violation(path, f"{name}: {_json(amount)} is not a whole number of cards"))
-            continue
-        if amount < 0:
-            violations.append(Violation(path, f"{name}: {amount} is negative"))
-            continue
-        if amount > MAX_CARD_AMOUNT:
-            violations.append(Violation(path, f"{name}: {amount} exceeds {MAX_CARD_AMOUNT}"))
-            continue
-        values[name] = amount
+        problem = _entry_problem(name, amount, seen, alternatives=alternatives, minimum=minimum)
+        seen.add(name)
+        if problem is not None:
+            violations.append(Violation(path, problem))
+        else:
+            values[name] = amount  # type: ignore[assignment]  # checked by _entry_problem
     return CardAmounts(values=values, violations=tuple(violations), present=True)
 
 
+def _entry_problem(name: str, amount: object, seen: set[str], *, alternatives: bool, minimum: int) -> str | None:
+    label = shown(name)
+    if name in seen:
+        return f"card type {label} appears more than once"
+    if not name.strip():
+        return "card type names must not be empty"
+    parts = name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
+    if len(parts) > 1 and not alternatives:
+        return (f"{label} lists alternatives; a quota names one card type per key "
+                f"(alternatives belong in {keys.CARD_REQUEST})")
+    if any(not part.strip() for part in parts):
+        return f"{label} has an empty alternative"
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        return f"{label}: {_json(amount)} is not a whole number of cards"
+    if amount < minimum:
+        bound = "negative" if minimum == 0 else f"below {minimum}"
+        return f"{label}: {amount} is {bound}"
+    if amount > MAX_CARD_AMOUNT:
+        return f"{label}: {amount} is too large (the limit is {MAX_CARD_AMOUNT})"
+    return None
+
+
+def _invalid(path: str, message: str) -> CardAmounts:
+    return CardAmounts(violations=(Violation(path, message),), present=True)
+
+
+class _NonFiniteNumber(ValueError):
+    pass
+
+
+def _reject_constant(constant: str) -> object:
+    raise _NonFiniteNumber(constant)
+
+
 def card_quota(annotations: Mapping[str, str]) -> CardAmounts:
-    """A Queue's ``volcano.sh/card.quota``."""
-    return parse_card_amounts(annotations.get(keys.CARD_QUOTA), keys.CARD_QUOTA)
+    """A Queue's ``volcano.sh/card.quota``: one card type per key, quotas ≥ 0."""
+    return parse_card_amounts(annotations.get(keys.CARD_QUOTA), keys.CARD_QUOTA, alternatives=False, minimum=0)
 
 
 def card_request(annotations: Mapping[str, str]) -> CardAmounts:
-    """A PodGroup's or Volcano Job's ``volcano.sh/card.request``."""
-    return parse_card_amounts(annotations.get(keys.CARD_REQUEST), keys.CARD_REQUEST)
+    """A PodGroup's or Volcano Job's ``volcano.sh/card.request``: keys may list ``A|B`` alternatives, amounts ≥ 1."""
+    return parse_card_amounts(annotations.get(keys.CARD_REQUEST), keys.CARD_REQUEST, alternatives=True, minimum=1)
+
+
+def card_name_problem(card_name: str) -> str | None:
+    """What is wrong with a ``volcano.sh/card.name`` value, or None: one type or ``A|B|…`` alternatives."""
+    if not card_name.strip():
+        return "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100"
+    label = json.dumps(card_name)
+    parts = card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
+    if any(not part.strip() for part in parts):
+        return f"{label} has an empty alternative"
+    if any(part != part.strip() or not part.isprintable() for part in parts):
+        return f"{label} has spaces or control characters around a card type"
+    if len(set(parts)) != len(parts):
+        return f"{label} lists a card type twice"
+    return None
 
 
 def card_alternatives(card_name: str) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 
@@ -18,3 +19,9 @@ class Violation:
 
 def annotation_path(name: str) -> str:
     return f'metadata.annotations["{name}"]'
+
+
+def shown(name: str) -> str:
+    """A name from the input as it goes into a message: as is when printable, JSON-escaped otherwise (so a
+    message always stays on one line and shows what was really there)."""
+    return name if name.isprintable() and name.strip() == name and name else json.dumps(name)
