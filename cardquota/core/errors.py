@@ -21,6 +21,12 @@ class InputError(Exception):
         return InputError(self.message, where=combined)
 
     def __str__(self) -> str:
-        text = f"{self.where}: {self.message}" if self.where else self.message
-        # Names and values from the input may hold line breaks; an error is always shown on one line.
-        return text.replace("\r", "\\r").replace("\n", "\\n")
+        return one_line(f"{self.where}: {self.message}" if self.where else self.message)
+
+
+def one_line(text: str) -> str:
+    """Escape every non-printable character (line breaks of any kind included): names and values from the input
+    may hold them, and a message is always shown on one line."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
