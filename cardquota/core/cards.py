@@ -40,6 +40,10 @@ class CardType:
     resource: str
     count: int
     kind: CardKind
+    product: str = ""
+    """The product the type belongs to (``NVIDIA-A100`` for ``NVIDIA-A100/mig-1g.5gb-mixed``)."""
+    product_label: str = ""
+    """The node label that names the product (``nvidia.com/gpu.product``), for node affinity."""
 
     def as_json(self) -> dict[str, str | int]:
         return {"resource": self.resource, "count": self.count, "kind": self.kind.value}
@@ -56,6 +60,11 @@ class CardFamily:
     product: str
     memory_mib: str | None
     replicas: str | None
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """(product, product label key) as card types carry them."""
+        return (self.product, f"{self.base}.product")
 
     @property
     def shared_resources(self) -> frozenset[str]:
@@ -137,12 +146,12 @@ def _family_cards(family: CardFamily, allocatable: Mapping[str, Fraction], notes
         count = _count(allocatable[resource])
         if resource.startswith(mig):
             profile = resource[len(mig):]
-            yield CardType(mig_card_name(family.product, profile), resource, count, CardKind.MIG)
+            yield CardType(mig_card_name(family.product, profile), resource, count, CardKind.MIG, *family.names)
         elif resource.endswith(".shared"):
             if resource in family.shared_resources:
                 name = _mps_name(family, resource, notes)
                 if name is not None:
-                    yield CardType(name, resource, count, CardKind.MPS)
+                    yield CardType(name, resource, count, CardKind.MPS, *family.names)
         else:
             whole_resources.append(resource)
     if not whole_resources:
@@ -151,7 +160,7 @@ def _family_cards(family: CardFamily, allocatable: Mapping[str, Fraction], notes
     if len(whole_resources) > 1:
         others = ", ".join(r for r in whole_resources if r != chosen)
         notes.append(f"{family.product}: whole cards counted from {chosen}; ignored {others}")
-    yield CardType(family.product, chosen, _count(allocatable[chosen]), CardKind.WHOLE)
+    yield CardType(family.product, chosen, _count(allocatable[chosen]), CardKind.WHOLE, *family.names)
 
 
 def _mps_name(family: CardFamily, resource: str, notes: list[str]) -> str | None:

@@ -32,7 +32,6 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import TypeVar
 
-from cardquota.core import keys
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.quantity import whole_units
 from cardquota.core.quota import card_alternatives, card_request
@@ -145,7 +144,7 @@ class Ledger:
     def upsert_node(self, record: NodeRecord) -> None:
         name = record.node.name
         previous = self.snapshot.nodes.get(name)
-        self.snapshot.nodes[name] = record
+        self.snapshot.put_node(record)
         if previous is not None and previous.cards.types == record.cards.types:
             return
         before = set(self._card_resource_refs)
@@ -154,7 +153,7 @@ class Ledger:
         self._after_node_change(name, set(self._card_resource_refs) != before)
 
     def delete_node(self, name: str) -> None:
-        previous = self.snapshot.nodes.pop(name, None)
+        previous = self.snapshot.remove_node(name)
         if previous is None:
             return
         before = set(self._card_resource_refs)
@@ -199,11 +198,7 @@ class Ledger:
 
     def queue_of(self, pod: Pod) -> str:
         """The queue a pod is accounted to (see the module rules)."""
-        if pod.queue_annotation:
-            return pod.queue_annotation
-        group_key = _group_key(pod)
-        group = self.snapshot.podgroups.get(group_key) if group_key else None
-        return group.queue if group is not None else keys.DEFAULT_QUEUE
+        return self.snapshot.queue_of(pod)
 
     def queue_names(self) -> list[str]:
         """Every Queue object, plus any queue that objects are charged to without a Queue object."""

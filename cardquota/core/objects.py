@@ -94,6 +94,8 @@ class Queue:
     meta: ObjectMeta
     parent: str
     state: str
+    dra: Mapping[str, Any]
+    """``spec.dra`` as written (validated by the DRA policy, not here); empty when absent."""
 
     @property
     def name(self) -> str:
@@ -108,6 +110,7 @@ class Queue:
             meta=meta,
             parent=_optional_string(spec.get("parent"), "spec.parent"),
             state=_optional_string(status.get("state"), "status.state"),
+            dra=_mapping(spec.get("dra"), "spec.dra"),
         )
 
 

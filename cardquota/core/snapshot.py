@@ -6,10 +6,13 @@ can be fed in as it is.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from cardquota.core.cards import NodeCards, discover_card_types
+from cardquota.core import keys
+from cardquota.core.cards import CardKind, NodeCards, discover_card_types
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, Node, ObjectKey, Pod, PodGroup, Queue, read_meta
 from cardquota.core.quota import CardAmounts, card_quota
@@ -57,14 +60,87 @@ class QueueRecord:
     quota: CardAmounts
 
 
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One card type across the cluster: its resource, how many cards all nodes offer, and its product."""
+
+    name: str
+    resource: str
+    kind: CardKind
+    product: str
+    product_label: str
+    total: int
+
+
+@dataclass(frozen=True)
+class CardCatalog:
+    """Every card type some node offers, by name."""
+
+    entries: Mapping[str, CatalogEntry] = field(default_factory=dict)
+
+    def get(self, name: str) -> CatalogEntry | None:
+        return self.entries.get(name)
+
+    def resource_of(self, name: str) -> str | None:
+        entry = self.entries.get(name)
+        return entry.resource if entry is not None else None
+
+    def closest(self, name: str) -> str | None:
+        """The discovered type a typo most likely meant (``NVIDIA-A10O`` → ``NVIDIA-A100``)."""
+        matches = difflib.get_close_matches(name, list(self.entries), n=1, cutoff=0.75)
+        return matches[0] if matches else None
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeCards]) -> CardCatalog:
+        entries: dict[str, CatalogEntry] = {}
+        for cards in nodes:
+            for card in cards.types.values():
+                known = entries.get(card.name)
+                total = card.count + (known.total if known is not None else 0)
+                entries[card.name] = CatalogEntry(card.name, card.resource, card.kind, card.product,
+                                                  card.product_label, total)
+        return cls(dict(sorted(entries.items())))
+
+
 @dataclass
 class ClusterSnapshot:
-    """Nodes (with their discovered card types), Queues (with parsed quotas), PodGroups and Pods."""
+    """Nodes (with their discovered card types), Queues (with parsed quotas), PodGroups and Pods.
+
+    ``complete`` says whether the snapshot holds the whole cluster (a webhook after its first full list, the CLI
+    with ``--cluster``): rules that need the cluster only deny on a complete snapshot, and otherwise say they
+    were skipped.
+    """
 
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     queues: dict[str, QueueRecord] = field(default_factory=dict)
     podgroups: dict[ObjectKey, PodGroup] = field(default_factory=dict)
     pods: dict[ObjectKey, Pod] = field(default_factory=dict)
+    complete: bool = False
+    _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
+
+    def put_node(self, record: NodeRecord) -> None:
+        self.nodes[record.node.name] = record
+        self._catalog = None
+
+    def remove_node(self, name: str) -> NodeRecord | None:
+        self._catalog = None
+        return self.nodes.pop(name, None)
+
+    def catalog(self) -> CardCatalog:
+        """The card types the nodes offer (recomputed only after a node changed)."""
+        if self._catalog is None:
+            self._catalog = CardCatalog.of(record.cards for record in self.nodes.values())
+        return self._catalog
+
+    def queue_of(self, pod: Pod) -> str:
+        """A pod's queue: ``scheduling.volcano.sh/queue-name``, else its PodGroup's ``spec.queue``, else default."""
+        if pod.queue_annotation:
+            return pod.queue_annotation
+        group = self.podgroups.get((pod.meta.namespace, pod.group_name)) if pod.group_name else None
+        return group.queue if group is not None else keys.DEFAULT_QUEUE
+
+    def children_of(self, queue: str) -> list[QueueRecord]:
+        return [record for record in self.queues.values() if record.queue.parent == queue]
 
 
 def node_record(manifest: Manifest) -> NodeRecord:

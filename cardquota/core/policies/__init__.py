@@ -1,0 +1,34 @@
+"""Admission policies: one module per admitted kind, each ``admit(obj, old, snapshot, config) -> Verdict``.
+
+``admit`` below picks the policy for an object by API group and kind; objects no rule concerns are allowed with
+no patch and no warning. The CLI (``cardquota check``) and the webhooks call this same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cardquota.core.objects import Manifest
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.verdict import Verdict, allow
+
+Admit = Callable[[Manifest, Manifest | None, ClusterSnapshot, PolicyConfig], Verdict]
+
+
+def policy_for(manifest: Manifest) -> Admit | None:
+    """The policy that admits this object's kind, or None."""
+    from cardquota.core.policies.registry import POLICIES  # the registry imports every policy module
+
+    api_version = manifest.get("apiVersion")
+    kind = manifest.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return None
+    group = api_version.rpartition("/")[0]
+    return POLICIES.get((group, kind))
+
+
+def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    """The verdict on creating (``old`` None) or updating an object."""
+    policy = policy_for(manifest)
+    return policy(manifest, old, snapshot, config) if policy is not None else allow()

@@ -1,0 +1,16 @@
+"""Settings of the admission policies (the same for the CLI and the webhooks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({"volcano"})
+DEFAULT_SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    card_aware_schedulers: frozenset[str] = DEFAULT_CARD_AWARE_SCHEDULERS
+    """``spec.schedulerName`` values that honour card quotas; a card pod with another scheduler is denied."""
+    scheduler_configmap: str = DEFAULT_SCHEDULER_CONFIGMAP
+    """The name of the Volcano scheduler ConfigMap; other ConfigMaps are not examined."""
