@@ -22,12 +22,18 @@ $(VENV)/.stamp-test: pyproject.toml | $(BIN)/python
 	$(PIP) install -e '.[test]'
 	@touch $@ $(VENV)/.stamp-runtime
 
-demo: $(VENV)/.stamp-runtime ## discover card types and show per-queue usage of the bundled example cluster
+demo: $(VENV)/.stamp-runtime ## card types, per-queue usage and admission checks on the bundled example cluster
 	@echo "== card types discovered from examples/cluster.yaml"
 	@$(BIN)/cardquota discover -f examples/cluster.yaml -o table
 	@echo
 	@echo "== per-queue card usage"
 	@$(BIN)/cardquota usage --cluster examples/cluster.yaml -o table
+	@echo
+	@echo "== cardquota check: manifests the admission webhooks accept (some mutated)"
+	@$(BIN)/cardquota check -f examples/check/good.yaml --cluster examples/cluster.yaml -o table
+	@echo
+	@echo "== cardquota check: manifests they refuse, with the message kubectl apply would show (exit 1 expected)"
+	@$(BIN)/cardquota check -f examples/check/bad.yaml --cluster examples/cluster.yaml -o table || [ $$? -eq 1 ]
 
 lint: $(VENV)/.stamp-test ## ruff, mypy --strict and the import-linter contracts (the core stays pure)
 	$(BIN)/ruff check .

@@ -1,7 +1,7 @@
 """Entry points of the ``cardquota`` and ``kubectl-cardquota`` commands.
 
-Exit codes: 0 success; 2 unreadable input or bad usage (one line on stderr, never a traceback); 1 an internal
-error (one line; set ``CARDQUOTA_DEBUG=1`` for the traceback).
+Exit codes: 0 success; 1 ``check`` denied an object, or an internal error (one line; set ``CARDQUOTA_DEBUG=1`` for
+the traceback); 2 unreadable input or bad usage (one line on stderr, never a traceback).
 """
 
 from __future__ import annotations
@@ -17,15 +17,23 @@ from typing import TextIO, TypeVar
 
 from cardquota import __version__
 from cardquota.cli import output
+from cardquota.cli.check import CheckResult, Identity, apply_patch, identity
 from cardquota.cli.output import OutputFormat
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest
+from cardquota.core.policies import admit
+from cardquota.core.policies.config import (
+    DEFAULT_CARD_AWARE_SCHEDULERS,
+    DEFAULT_SCHEDULER_CONFIGMAP,
+    PolicyConfig,
+)
 from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
 from cardquota.loader import Document, load_paths
 
 EXIT_OK = 0
+EXIT_DENIED = 1
 EXIT_INTERNAL = 1
 EXIT_INPUT = 2
 
@@ -110,6 +118,26 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        "repeatable")
     _add_output(usage)
     usage.set_defaults(command=usage_command)
+
+    check = commands.add_parser(
+        "check",
+        help="admit manifests offline, exactly as the admission webhooks would",
+        description="Admit each document of FILE in order, as kubectl apply would send it (an object already in "
+        "the snapshot is an UPDATE); each allowed object, mutated, joins the snapshot for the documents after it. "
+        "Exit 0 when all are allowed, 1 when any is denied, 2 for unreadable input.",
+    )
+    check.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
+                       help="manifests to admit (file, directory or -); repeatable")
+    check.add_argument("--cluster", dest="cluster", action="append", default=[], metavar="CLUSTER",
+                       help="the cluster the manifests are applied to (Nodes, Queues, PodGroups, Pods); without "
+                       "it, rules that need the cluster are skipped with a warning")
+    check.add_argument("--card-aware-scheduler", dest="schedulers", action="append", metavar="NAME",
+                       help=f"a scheduler that enforces card quotas (repeatable; default: "
+                       f"{', '.join(sorted(DEFAULT_CARD_AWARE_SCHEDULERS))})")
+    check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
+                       help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
+    _add_output(check)
+    check.set_defaults(command=check_command)
     return parser
 
 
@@ -148,6 +176,37 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         out.write(output.usage_table(usage))
     return EXIT_OK
+
+
+def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config = PolicyConfig(
+        card_aware_schedulers=frozenset(args.schedulers) if args.schedulers else DEFAULT_CARD_AWARE_SCHEDULERS,
+        scheduler_configmap=args.scheduler_configmap,
+    )
+    ledger = Ledger()
+    existing: dict[Identity, Manifest] = {}
+    for document in load_paths(args.cluster) if args.cluster else []:
+        _located(document, ledger.upsert)
+        existing[identity(document.manifest)] = document.manifest
+    ledger.snapshot.complete = bool(args.cluster)
+    results: list[CheckResult] = []
+    for document in load_paths(args.files):
+        key = identity(document.manifest)
+        verdict = admit(document.manifest, existing.get(key), ledger.snapshot, config)
+        if verdict.allowed:
+            admitted = apply_patch(document.manifest, verdict.patch)
+            _located(Document(admitted, document.source), ledger.upsert)
+            existing[key] = admitted
+        results.append(CheckResult(document, key, verdict))
+    if _format(args, out) is OutputFormat.JSON:
+        output.write_json([result.as_json() for result in results], out)
+    else:
+        out.write(output.check_table(results, color=_use_color(out)))
+    return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED
+
+
+def _use_color(out: TextIO) -> bool:
+    return out.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _located(document: Document, step: Callable[[Manifest], T]) -> T:

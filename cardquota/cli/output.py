@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TextIO
 
+from cardquota.cli.check import CheckResult
 from cardquota.core.cards import NodeCards, cluster_totals
 from cardquota.core.ledger import QueueUsage
 
@@ -81,3 +82,34 @@ def usage_table(usage: Mapping[str, QueueUsage]) -> str:
                 entry.pending.get(card, 0),
             ])
     return render_table(["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"], rows)
+
+
+# --------------------------------------------------------------------------------------------------- check
+
+_GREEN, _RED, _YELLOW, _RESET = "\033[32m", "\033[31m", "\033[33m", "\033[0m"
+
+
+def check_table(results: Sequence[CheckResult], *, color: bool) -> str:
+    """One line per document (ALLOWED/DENIED, the object, the message), warnings and patches indented below."""
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if color else text
+
+    lines = []
+    width = max((len(_object_name(result)) for result in results), default=0)
+    for result in results:
+        verdict = result.verdict
+        status = paint("ALLOWED", _GREEN) if verdict.allowed else paint("DENIED ", _RED)
+        message = verdict.message if not verdict.allowed else ("mutated" if verdict.patch else "ok")
+        lines.append(f"{status}  {_object_name(result).ljust(width)}  {message}".rstrip())
+        for warning in verdict.warnings:
+            lines.append(f"         {paint('warning:', _YELLOW)} {warning}")
+        for op in verdict.patch:
+            lines.append(f"         patch: {op['op']} {op['path']}")
+    allowed = sum(1 for result in results if result.verdict.allowed)
+    lines.append(f"\n{allowed} allowed, {len(results) - allowed} denied")
+    return "\n".join(lines) + "\n"
+
+
+def _object_name(result: CheckResult) -> str:
+    where = f"{result.namespace}/{result.name}" if result.namespace else result.name
+    return f"{result.kind} {where}"

@@ -14,6 +14,7 @@ from typing import Any
 from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.quantity import parse_quantity
+from cardquota.core.violations import type_name
 
 Manifest = Mapping[str, Any]
 ObjectKey = tuple[str, str]
@@ -247,7 +248,7 @@ def _mapping(value: object, path: str, *, required: bool = False) -> Mapping[Any
             raise InputError("is required", where=path)
         return {}
     if not isinstance(value, Mapping):
-        raise InputError(f"must be a map, not {_type_name(value)}", where=path)
+        raise InputError(f"must be a map, not {type_name(value)}", where=path)
     return value
 
 
@@ -255,7 +256,7 @@ def _sequence(value: object, path: str) -> Sequence[Any]:
     if value is None:
         return ()
     if not isinstance(value, list | tuple):
-        raise InputError(f"must be a list, not {_type_name(value)}", where=path)
+        raise InputError(f"must be a list, not {type_name(value)}", where=path)
     return value
 
 
@@ -263,9 +264,9 @@ def _string_map(value: object, path: str) -> dict[str, str]:
     result: dict[str, str] = {}
     for key, item in _mapping(value, path).items():
         if not isinstance(key, str):
-            raise InputError(f"keys must be strings, not {_type_name(key)}", where=path)
+            raise InputError(f"keys must be strings, not {type_name(key)}", where=path)
         if not isinstance(item, str):
-            raise InputError(f"must be a string, not {_type_name(item)} (quote the value)", where=f'{path}["{key}"]')
+            raise InputError(f"must be a string, not {type_name(item)} (quote the value)", where=f'{path}["{key}"]')
         result[key] = item
     return result
 
@@ -274,13 +275,5 @@ def _optional_string(value: object, path: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise InputError(f"must be a string, not {_type_name(value)}", where=path)
+        raise InputError(f"must be a string, not {type_name(value)}", where=path)
     return value
-
-
-def _type_name(value: object) -> str:
-    names = {dict: "a map", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
-    for python_type, name in names.items():
-        if isinstance(value, python_type):
-            return name
-    return "null" if value is None else type(value).__name__

@@ -12,6 +12,7 @@ import re
 from fractions import Fraction
 
 from cardquota.core.errors import InputError
+from cardquota.core.violations import written
 
 _BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL_SUFFIXES = {
@@ -48,19 +49,19 @@ def parse_quantity(value: object) -> Fraction:
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):
         if abs(value) >= 10**MAX_EXPONENT:
-            raise QuantityError(f"quantity {value} is out of range")
+            raise QuantityError(f"quantity {written(value)} is out of range")
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value) or abs(value) >= 10**MAX_EXPONENT:
             raise QuantityError(f"quantity {value!r} is out of range")
         return Fraction(str(value))
     if not isinstance(value, str):
-        raise QuantityError(f"{_show(value)} is not a quantity (expected a string such as \"2\" or \"500m\")")
+        raise QuantityError(f"{written(value)} is not a quantity (expected a string such as \"2\" or \"500m\")")
     if len(value) > MAX_QUANTITY_LENGTH:
-        raise QuantityError(f"quantity {_show(value)} is too long")
+        raise QuantityError(f"quantity {written(value)} is too long")
     match = _QUANTITY.fullmatch(value)
     if match is None:
-        raise QuantityError(f"{_show(value)} is not a quantity (expected e.g. \"2\", \"500m\", \"80Gi\", \"1e3\")")
+        raise QuantityError(f"{written(value)} is not a quantity (expected e.g. \"2\", \"500m\", \"80Gi\", \"1e3\")")
     number = Fraction(match["number"])
     suffix = match["suffix"] or ""
     if suffix in _BINARY_SUFFIXES:
@@ -70,18 +71,13 @@ def parse_quantity(value: object) -> Fraction:
     else:
         exponent = int(suffix[1:])
         if abs(exponent) > MAX_EXPONENT:
-            raise QuantityError(f"quantity {_show(value)} is out of range")
+            raise QuantityError(f"quantity {written(value)} is out of range")
         scaled = number * Fraction(10) ** exponent
     if abs(scaled) >= 10**MAX_EXPONENT:
-        raise QuantityError(f"quantity {_show(value)} is out of range")
+        raise QuantityError(f"quantity {written(value)} is out of range")
     return -scaled if match["sign"] == "-" else scaled
 
 
 def whole_units(amount: Fraction) -> int:
     """Round a countable amount (cards, pods) up to whole units, as the scheduler does for extended resources."""
     return math.ceil(amount)
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

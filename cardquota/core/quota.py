@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cardquota.core import keys
-from cardquota.core.violations import Violation, annotation_path, shown
+from cardquota.core.violations import Violation, annotation_path, shown, written
 
 MAX_CARD_AMOUNT = 2**63 - 1
 """Amounts must fit in int64, as the scheduler stores them."""
@@ -84,7 +84,8 @@ def _entry_problem(name: str, amount: object, seen: set[str], *, alternatives: b
     if any(not part.strip() for part in parts):
         return f"{label} has an empty alternative"
     if isinstance(amount, bool) or not isinstance(amount, int):
-        return f"{label}: {_json(amount)} is not a whole number of cards"
+        value = "an object" if isinstance(amount, _Pairs) else written(amount)
+        return f"{label}: {value} is not a whole number of cards"
     if amount < minimum:
         bound = "negative" if minimum == 0 else f"below {minimum}"
         return f"{label}: {amount} is {bound}"
@@ -141,10 +142,3 @@ class _Pairs(list[tuple[str, object]]):
 
 def _keep_pairs(pairs: list[tuple[str, object]]) -> _Pairs:
     return _Pairs(pairs)
-
-
-def _json(value: object) -> str:
-    if isinstance(value, _Pairs):
-        return "an object"
-    text = json.dumps(value)
-    return text if len(text) <= 30 else text[:27] + "..."

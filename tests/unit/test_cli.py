@@ -400,7 +400,7 @@ BAD_FILES = [
     ("node-label-not-a-string", yaml.safe_dump(node("n1", labels={"nvidia.com/gpu.count": 8})).encode(),
      ['document 1: metadata.labels["nvidia.com/gpu.count"]: must be a string, not a number']),
     ("node-bad-allocatable", yaml.safe_dump(node("n1", allocatable={"nvidia.com/gpu": "lots"})).encode(),
-     ['document 1: status.allocatable["nvidia.com/gpu"]: ', "'lots' is not a quantity"]),
+     ['document 1: status.allocatable["nvidia.com/gpu"]: ', '"lots" is not a quantity']),
 ]
 # A Queue whose card.quota annotation is a map rather than a (JSON) string: malformed metadata, not a bad quota.
 QUEUE_WITH_MAP_ANNOTATION = yaml.safe_dump(
@@ -440,7 +440,7 @@ def test_empty_directory(tmp_path):
     assert line == f"{ERROR_PREFIX}{tmp_path}: directory holds no .yaml, .yml or .json file"
 
 
-@pytest.mark.parametrize(("quantity", "shown"), [("abc", "'abc'"), ("1.5.3", "'1.5.3'"), ("-", "'-'"), (True, "True")])
+@pytest.mark.parametrize(("quantity", "shown"), [("abc", '"abc"'), ("1.5.3", '"1.5.3"'), ("-", '"-"'), (True, "True")])
 def test_pod_with_an_invalid_quantity_names_the_field(tmp_path, quantity, shown):
     bad = pod("p", containers=[container(requests={"cpu": "1"}), container("gpu", limits={"nvidia.com/gpu": quantity})])
     path = write(tmp_path / "c.yaml", queue("q"), bad)

@@ -1,0 +1,134 @@
+"""Volcano Job (``batch.volcano.sh``) admission.
+
+* ``volcano.sh/card.request`` on the Job: the PodGroup rules (it becomes the PodGroup's annotation).
+* each task's pod template: its ``volcano.sh/card.name`` must parse, be covered by the Job's card.request, and
+  the template must request the card type's resource (denials name the task and the expected resource).
+* mutation: a Job with no card.request whose tasks name cards gets one — replicas x cards per pod, per card key —
+  and that request must fit its queue like a written one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.errors import InputError
+from cardquota.core.objects import Manifest, effective_requests, read_meta
+from cardquota.core.policies.cards import (
+    CARD_REQUEST_PATH,
+    card_count,
+    card_name_resource_violations,
+    request_against_queue,
+)
+from cardquota.core.policies.common import read_view
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.podgroup import spec_queue
+from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
+from cardquota.core.violations import Violation, shown
+
+
+def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    meta, violations = read_view(lambda m: read_meta(m, namespaced=True), manifest)
+    if meta is None:
+        return decide(violations)
+    queue_name, queue_violations = spec_queue(manifest)
+    violations.extend(queue_violations)
+    request = card_request(meta.annotations)
+    violations.extend(request.violations)
+    tasks, task_violations = _card_tasks(manifest, snapshot)
+    violations.extend(task_violations)
+    patch: list[PatchOperation] = []
+    wanted: Mapping[str, int] = request.values
+    if request.present:
+        covered = {card for key in request.values for card in card_alternatives(key)}
+        for task in tasks:
+            missing = [card for card in card_alternatives(task.card_name) if card not in covered]
+            if missing and request.ok:
+                violations.append(Violation(
+                    task.card_name_path,
+                    f"task {shown(task.name)} uses {', '.join(map(shown, missing))}, which the Job's "
+                    f"{keys.CARD_REQUEST} does not request",
+                ))
+    elif tasks:
+        wanted = _derived_request(tasks)
+        if wanted:
+            patch = set_annotation(manifest, keys.CARD_REQUEST, json.dumps(wanted, separators=(",", ":")))
+    warnings: list[str] = []
+    if wanted and not queue_violations and request.ok:
+        fit, warnings = request_against_queue(wanted, queue_name, snapshot, CARD_REQUEST_PATH)
+        violations.extend(fit)
+    return decide(violations, warnings, patch)
+
+
+class _CardTask:
+    def __init__(self, name: str, index: int, card_name: str, replicas: int, cards_per_pod: int) -> None:
+        self.name = name
+        self.card_name = card_name
+        self.replicas = replicas
+        self.cards_per_pod = cards_per_pod
+        self.card_name_path = f'spec.tasks[{index}].template.metadata.annotations["{keys.CARD_NAME}"]'
+
+
+def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_CardTask], list[Violation]]:
+    spec = manifest.get("spec")
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    if tasks is None:
+        return [], []
+    if not isinstance(tasks, list):
+        return [], [Violation("spec.tasks", "must be a list")]
+    found: list[_CardTask] = []
+    violations: list[Violation] = []
+    catalog = snapshot.catalog()
+    for index, task in enumerate(tasks):
+        path = f"spec.tasks[{index}]"
+        if not isinstance(task, Mapping):
+            violations.append(Violation(path, "must be a map"))
+            continue
+        raw_name = task.get("name")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"#{index}"
+        template = task.get("template") or {}
+        if not isinstance(template, Mapping):
+            violations.append(Violation(f"{path}.template", "must be a map"))
+            continue
+        annotations = _annotations(template)
+        card_name = annotations.get(keys.CARD_NAME)
+        if not isinstance(card_name, str):
+            continue
+        card_path = f'{path}.template.metadata.annotations["{keys.CARD_NAME}"]'
+        problem = card_name_problem(card_name)
+        if problem is not None:
+            violations.append(Violation(card_path, f"task {shown(name)}: {problem}"))
+            continue
+        replicas = task.get("replicas", 1)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            violations.append(Violation(f"{path}.replicas", "must be a non-negative integer"))
+            continue
+        try:
+            requests = effective_requests(template.get("spec") or {}, f"{path}.template.spec")
+        except InputError as error:
+            violations.append(Violation(error.where, error.message))
+            continue
+        violations.extend(card_name_resource_violations(card_name, requests, catalog, card_path,
+                                                        f"task {shown(name)}'s pod template"))
+        found.append(_CardTask(name, index, card_name, replicas, card_count(requests, card_name, catalog)))
+    return found, violations
+
+
+def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _derived_request(tasks: list[_CardTask]) -> dict[str, int]:
+    """replicas x cards per pod, summed per card key, in task order."""
+    request: dict[str, int] = {}
+    for task in tasks:
+        amount = task.replicas * task.cards_per_pod
+        if amount > 0:
+            request[task.card_name] = request.get(task.card_name, 0) + amount
+    return request

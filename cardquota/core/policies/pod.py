@@ -1,0 +1,191 @@
+"""Pod admission: card pods, mGPU pods and the crossquota scoring strategy. Plain pods are untouched.
+
+A card pod (``volcano.sh/card.name``):
+
+* the name is one type or ``A|B|…`` alternatives, no empty one;
+* the pod requests the card type's resource, and the alternatives share one resource;
+* the pod uses a card-aware scheduler (``spec.schedulerName`` in :attr:`PolicyConfig.card_aware_schedulers`);
+* its queue (``scheduling.volcano.sh/queue-name``, else its PodGroup's, else ``default``) has quota for at least
+  one alternative;
+* mutation on create: a required node-affinity term ``<vendor>/<type>.product In [products]`` added to every
+  term the pod already has (terms are ORed, so adding it to each keeps the user's intent), and for alternatives
+  preferred terms weighted by their order (100, 50, 25, …).
+
+mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.objects import Manifest, Pod
+from cardquota.core.policies.cards import (
+    CARD_NAME_PATH,
+    card_name_resource_violations,
+    card_resources_requested,
+    unknown_type_warnings,
+)
+from cardquota.core.policies.common import read_view, skipped
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.crossquota import scoring_strategy_violations
+from cardquota.core.policies.mgpu import mgpu_violations
+from cardquota.core.quota import card_alternatives, card_name_problem
+from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
+from cardquota.core.verdict import PatchOperation, Verdict, decide, pointer
+from cardquota.core.violations import Violation, shown
+
+DEFAULT_SCHEDULER = "default-scheduler"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+AFFINITY_TYPOS = {
+    "requiredDuringSchedulingIgnoreDuringExecution": REQUIRED,
+    "preferredDuringSchedulingIgnoreDuringExecution": PREFERRED,
+}
+
+
+def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    pod, violations = read_view(Pod.from_manifest, manifest)
+    if pod is None:
+        return decide(violations)
+    violations.extend(mgpu_violations(manifest))
+    violations.extend(scoring_strategy_violations(pod.meta.annotations))
+    warnings = _affinity_typo_warnings(manifest)
+    patch: list[PatchOperation] = []
+    if pod.card_name is not None:
+        card_violations, card_warnings = _card_rules(pod, manifest, snapshot, config)
+        violations.extend(card_violations)
+        warnings.extend(card_warnings)
+        if not card_violations and old is None:
+            patch = _affinity_patch(manifest, pod.card_name, pod, snapshot.catalog())
+    else:
+        warnings.extend(_unnamed_card_warnings(pod, snapshot))
+    return decide(violations, warnings, patch)
+
+
+def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
+                config: PolicyConfig) -> tuple[list[Violation], list[str]]:
+    card_name = pod.card_name or ""
+    problem = card_name_problem(card_name)
+    if problem is not None:
+        return [Violation(CARD_NAME_PATH, problem)], []
+    catalog = snapshot.catalog()
+    alternatives = card_alternatives(card_name)
+    violations = card_name_resource_violations(card_name, pod.requests, catalog, CARD_NAME_PATH, "the pod")
+    scheduler = _scheduler_name(manifest)
+    if scheduler not in config.card_aware_schedulers:
+        aware = ", ".join(sorted(config.card_aware_schedulers))
+        violations.append(Violation(
+            "spec.schedulerName",
+            f"{shown(scheduler)} does not enforce card quotas; a pod with {keys.CARD_NAME} must use {aware}",
+        ))
+    warnings = unknown_type_warnings(alternatives, snapshot)
+    queue_name = snapshot.queue_of(pod)
+    record = snapshot.queues.get(queue_name)
+    if record is None:
+        if snapshot.complete:
+            violations.append(Violation(f'metadata.annotations["{keys.QUEUE_NAME}"]',
+                                        f"queue {shown(queue_name)} does not exist"))
+        else:
+            warnings.append(skipped(f"quota of queue {shown(queue_name)} for {shown(card_name)}"))
+    elif not any(card in record.quota.values for card in alternatives):
+        which = shown(card_name) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
+        violations.append(Violation(CARD_NAME_PATH, f"queue {shown(queue_name)} has no quota for {which}"))
+    return violations, warnings
+
+
+def _scheduler_name(manifest: Manifest) -> str:
+    spec = manifest.get("spec")
+    name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) and name else DEFAULT_SCHEDULER
+
+
+def _unnamed_card_warnings(pod: Pod, snapshot: ClusterSnapshot) -> list[str]:
+    """A pod requesting a card resource without volcano.sh/card.name, in a queue with card quotas."""
+    catalog = snapshot.catalog()
+    known = {entry.resource for entry in catalog.entries.values()}
+    requested = sorted(name for name, amount in pod.requests.items() if amount > 0 and name in known)
+    record = snapshot.queues.get(snapshot.queue_of(pod))
+    if not requested or record is None or not record.quota.values:
+        return []
+    return [f"the pod requests {', '.join(requested)} without {keys.CARD_NAME}: queue {shown(record.queue.name)}'s "
+            "card quota cannot check it before it is scheduled"]
+
+
+def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardCatalog) -> list[PatchOperation]:
+    alternatives = card_alternatives(card_name)
+    label = _product_label(alternatives, pod, catalog)
+    products = list(dict.fromkeys(_product(card, catalog) for card in alternatives))
+    raw_spec = manifest.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    current = spec.get("affinity")
+    if current is not None and not isinstance(current, Mapping):
+        return []
+    affinity = copy.deepcopy(dict(current or {}))
+    if not _merge_node_affinity(affinity, label, products):
+        return []
+    return [PatchOperation(op="replace" if "affinity" in spec else "add", path=pointer("spec", "affinity"),
+                           value=affinity)]
+
+
+def _merge_node_affinity(affinity: dict[str, Any], label: str, products: list[str]) -> bool:
+    """Add the product terms to ``affinity`` in place; False when they are already there (or it is malformed)."""
+    node = affinity.setdefault("nodeAffinity", {})
+    if not isinstance(node, dict):
+        return False
+    required = node.setdefault(REQUIRED, {})
+    if not isinstance(required, dict):
+        return False
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not isinstance(terms, list) or not all(isinstance(term, dict) for term in terms):
+        return False
+    expression = {"key": label, "operator": "In", "values": products}
+    changed = False
+    if not terms:
+        terms.append({"matchExpressions": [expression]})
+        changed = True
+    for term in terms:
+        expressions = term.setdefault("matchExpressions", [])
+        if not isinstance(expressions, list):
+            return False
+        if expression not in expressions:
+            expressions.append(expression)
+            changed = True
+    if len(products) > 1:
+        preferred = node.setdefault(PREFERRED, [])
+        if not isinstance(preferred, list):
+            return False
+        for index, product in enumerate(products):
+            term = {"weight": max(1, round(100 * 0.5**index)),
+                    "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [product]}]}}
+            if term not in preferred:
+                preferred.append(term)
+                changed = True
+    return changed
+
+
+def _product(card_type: str, catalog: CardCatalog) -> str:
+    entry = catalog.get(card_type)
+    return entry.product if entry is not None and entry.product else card_type.split("/", 1)[0]
+
+
+def _product_label(alternatives: tuple[str, ...], pod: Pod, catalog: CardCatalog) -> str:
+    for card in alternatives:
+        entry = catalog.get(card)
+        if entry is not None and entry.product_label:
+            return entry.product_label
+    requested = card_resources_requested(pod.requests, catalog)
+    vendor = next((name.split("/", 1)[0] for name in sorted(requested)), "nvidia.com")
+    return f"{vendor}/gpu.product"
+
+
+def _affinity_typo_warnings(manifest: Manifest) -> list[str]:
+    spec = manifest.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
+    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    if not isinstance(node, Mapping):
+        return []
+    return [f"spec.affinity.nodeAffinity.{typo} is not a Kubernetes field and is ignored (did you mean {right}?)"
+            for typo, right in AFFINITY_TYPOS.items() if typo in node]

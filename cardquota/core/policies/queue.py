@@ -1,0 +1,120 @@
+"""Queue (``scheduling.volcano.sh``) admission: ``volcano.sh/card.quota``, its hierarchy, and ``spec.dra``.
+
+* the quota must parse (see :func:`cardquota.core.quota.card_quota`): any bad entry denies;
+* a child queue's quota per type must not exceed its parent's (a parent with no card quota at all does not
+  manage cards and limits nothing; a type missing from a parent's quota is 0), and a parent must not drop below
+  an existing child;
+* card types no node offers are allowed with a "did you mean" warning; a type whose quotas over all top-level
+  queues exceed the cards in the cluster is allowed with an over-commit warning;
+* mutation: the annotation is rewritten in canonical form (sorted keys, no whitespace) when it differs;
+* ``spec.dra`` is validated by :mod:`cardquota.core.policies.dra`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from cardquota.core import keys
+from cardquota.core.objects import Manifest, Queue
+from cardquota.core.policies.cards import CARD_QUOTA_PATH, unknown_type_warnings
+from cardquota.core.policies.common import read_view, skipped
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.dra import dra_violations
+from cardquota.core.quota import CardAmounts, card_quota
+from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
+from cardquota.core.violations import Violation, shown
+
+ROOT_QUEUE = "root"
+"""Volcano's implicit top of the queue hierarchy."""
+
+
+def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    queue, violations = read_view(Queue.from_manifest, manifest)
+    if queue is None:
+        return decide(violations)
+    quota = card_quota(queue.meta.annotations)
+    violations.extend(quota.violations)
+    warnings: list[str] = []
+    if quota.ok and quota.values:
+        warnings.extend(unknown_type_warnings(list(quota.values), snapshot))
+        warnings.extend(_overcommit_warnings(queue, quota.values, snapshot))
+    hierarchy_violations, hierarchy_warnings = _hierarchy(queue, quota, snapshot)
+    violations.extend(hierarchy_violations)
+    warnings.extend(hierarchy_warnings)
+    dra_problems, dra_warnings = dra_violations(manifest, snapshot)
+    violations.extend(problem for problem in dra_problems if problem not in violations)
+    warnings.extend(warning for warning in dra_warnings if warning not in warnings)
+    return decide(violations, warnings, _canonical_quota_patch(manifest, queue, quota))
+
+
+def canonical_quota(values: Mapping[str, int]) -> str:
+    return json.dumps(dict(sorted(values.items())), separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical_quota_patch(manifest: Manifest, queue: Queue, quota: CardAmounts) -> list[PatchOperation]:
+    if not quota.present or not quota.ok:
+        return []
+    canonical = canonical_quota(quota.values)
+    if queue.meta.annotations.get(keys.CARD_QUOTA) == canonical:
+        return []
+    return set_annotation(manifest, keys.CARD_QUOTA, canonical)
+
+
+def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> tuple[list[Violation], list[str]]:
+    violations: list[Violation] = []
+    warnings: list[str] = []
+    if queue.parent and queue.parent != ROOT_QUEUE and quota.present:
+        parent = snapshot.queues.get(queue.parent)
+        if parent is None:
+            if snapshot.complete:
+                violations.append(Violation("spec.parent", f"parent queue {shown(queue.parent)} does not exist"))
+            else:
+                warnings.append(skipped(f"card quota against parent queue {shown(queue.parent)}"))
+        elif parent.quota.present:
+            for card, amount in quota.values.items():
+                limit = parent.quota.values.get(card, 0)
+                if amount > limit:
+                    violations.append(Violation(
+                        CARD_QUOTA_PATH,
+                        f"{shown(card)} quota {amount} exceeds parent queue {shown(queue.parent)}'s quota of {limit}",
+                    ))
+    if quota.present and quota.ok:
+        for child in snapshot.children_of(queue.name):
+            if child.queue.name == queue.name or not child.quota.present:
+                continue
+            for card, amount in child.quota.values.items():
+                limit = quota.values.get(card, 0)
+                if amount > limit:
+                    violations.append(Violation(
+                        CARD_QUOTA_PATH,
+                        f"{shown(card)} quota {limit} is below child queue {shown(child.queue.name)}'s quota of "
+                        f"{amount}",
+                    ))
+    return violations, warnings
+
+
+def _overcommit_warnings(queue: Queue, values: Mapping[str, int], snapshot: ClusterSnapshot) -> list[str]:
+    """Quotas of all top-level queues together above the cards the nodes offer (children share their parent's)."""
+    if queue.parent and queue.parent != ROOT_QUEUE:
+        return []
+    catalog = snapshot.catalog()
+    if not snapshot.complete or not catalog.entries:
+        return []
+    warnings = []
+    for card, amount in values.items():
+        entry = catalog.get(card)
+        if entry is None:
+            continue
+        others = sum(
+            record.quota.values.get(card, 0)
+            for name, record in snapshot.queues.items()
+            if name != queue.name and (not record.queue.parent or record.queue.parent == ROOT_QUEUE)
+        )
+        if others + amount > entry.total:
+            warnings.append(
+                f"{shown(card)} is over-committed: top-level queues' quotas add up to {others + amount} "
+                f"but the nodes offer {entry.total}"
+            )
+    return warnings

@@ -1,0 +1,414 @@
+"""Queue, PodGroup, Volcano Job and Pod policies: card quotas, card requests and card names."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from builders import container, gpu_labels, gpu_node, node, pod, podgroup, queue
+
+from cardquota.core.ledger import Ledger
+from cardquota.core.policies import admit
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.verdict import Verdict
+
+A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
+MPS = "NVIDIA-A100/mps-80g*1/8"
+MIG = "NVIDIA-A100/mig-1g.5gb-mixed"
+QUOTA = 'metadata.annotations["volcano.sh/card.quota"]'
+REQUEST = 'metadata.annotations["volcano.sh/card.request"]'
+CARD_NAME = 'metadata.annotations["volcano.sh/card.name"]'
+CONFIG = PolicyConfig()
+
+NODES = [
+    gpu_node("a100-1", A100, 8, memory=81920),
+    gpu_node("a100-2", A100, 8, memory=81920),
+    gpu_node("h100-1", H100, 8),
+    node("mps-1", labels=gpu_labels(A100, memory=81920, replicas=8), allocatable={"nvidia.com/gpu.shared": "32"}),
+    node("mig-1", labels=gpu_labels(A100), allocatable={"nvidia.com/mig-1g.5gb": "7"}),
+]
+
+
+def cluster(*objects: dict[str, Any], complete: bool = True, nodes: bool = True) -> ClusterSnapshot:
+    snapshot = Ledger.build([*(NODES if nodes else []), *objects]).snapshot
+    snapshot.complete = complete
+    return snapshot
+
+
+def team_a(**quota: int) -> dict[str, Any]:
+    return queue("team-a", quota or {A100: 10, H100: 5, MPS: 16})
+
+
+def check(manifest: dict[str, Any], snapshot: ClusterSnapshot, old: dict[str, Any] | None = None,
+          config: PolicyConfig = CONFIG) -> Verdict:
+    verdict = admit(manifest, old, snapshot, config)
+    assert "\n" not in verdict.message
+    if not verdict.allowed:
+        assert verdict.message
+        assert not verdict.patch
+    return verdict
+
+
+def denied_with(verdict: Verdict, *fragments: str) -> None:
+    assert not verdict.allowed, verdict
+    for fragment in fragments:
+        assert fragment in verdict.message, (fragment, verdict.message)
+
+
+def patched(manifest: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    return jsonpatch.apply_patch(manifest, [dict(op) for op in verdict.patch])
+
+
+# ---------------------------------------------------------------------------------------------------- Queue
+
+
+def test_canonical_quota_is_allowed_without_patch_or_warning() -> None:
+    verdict = check(queue("q", '{"NVIDIA-A100":4,"NVIDIA-H100":2}'), cluster())
+    assert verdict == Verdict(allowed=True)
+
+
+def test_quota_is_rewritten_in_canonical_form() -> None:
+    manifest = queue("q", '{ "NVIDIA-H100": 2,\n  "NVIDIA-A100": 4 }')
+    verdict = check(manifest, cluster())
+    assert verdict.allowed
+    assert [dict(op) for op in verdict.patch] == [{
+        "op": "replace", "path": "/metadata/annotations/volcano.sh~1card.quota",
+        "value": '{"NVIDIA-A100":4,"NVIDIA-H100":2}',
+    }]
+    assert check(patched(manifest, verdict), cluster()).patch == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("{oops", "is not valid JSON"),
+        ("[]", "must be a JSON object"),
+        ('{"NVIDIA-A100": 1, "NVIDIA-A100": 2}', "card type NVIDIA-A100 appears more than once"),
+        ('{"NVIDIA-A100": NaN}', "NaN is not a number JSON allows"),
+        ('{"NVIDIA-A100": Infinity}', "Infinity is not a number JSON allows"),
+        ('{"NVIDIA-A100": 1.5}', "NVIDIA-A100: 1.5 is not a whole number of cards"),
+        ('{"NVIDIA-A100": "4"}', 'NVIDIA-A100: "4" is not a whole number of cards'),
+        ('{"NVIDIA-A100": true}', "NVIDIA-A100: true is not a whole number of cards"),
+        ('{"NVIDIA-A100": null}', "NVIDIA-A100: null is not a whole number of cards"),
+        ('{"NVIDIA-A100": 99999999999999999999}', "NVIDIA-A100: 99999999999999999999 is too large"),
+        ('{"NVIDIA-A100": ' + "[" * 2000 + "]" * 2000 + "}", "is not valid JSON"),
+        ('{"NVIDIA-A100": -1}', "NVIDIA-A100: -1 is negative"),
+        ('{"": 1}', "card type names must not be empty"),
+        ('{"NVIDIA-A100|NVIDIA-H100": 4}', "NVIDIA-A100|NVIDIA-H100 lists alternatives"),
+    ],
+)
+def test_invalid_quota_is_denied_naming_the_annotation_and_type(text: str, fragment: str) -> None:
+    denied_with(check(queue("q", text), cluster()), QUOTA, fragment)
+
+
+def test_unknown_card_type_warns_with_the_closest_discovered_type() -> None:
+    verdict = check(queue("q", {"NVIDIA-A10O": 2}), cluster())
+    assert verdict.allowed
+    assert verdict.warnings == ("card type NVIDIA-A10O is not offered by any node (did you mean NVIDIA-A100?)",)
+
+
+def test_unknown_types_are_not_judged_without_the_cluster() -> None:
+    assert check(queue("q", {"NVIDIA-A10O": 2}), cluster(complete=False, nodes=False)).warnings == ()
+
+
+def test_overcommit_warns_naming_type_and_both_numbers() -> None:
+    snapshot = cluster(queue("team-b", {H100: 5}))
+    verdict = check(queue("team-a", {H100: 5}), snapshot)
+    assert verdict.allowed
+    assert verdict.warnings == ("NVIDIA-H100 is over-committed: top-level queues' quotas add up to 10 but the nodes "
+                                "offer 8",)
+
+
+def test_updating_a_queue_does_not_count_its_old_quota_twice() -> None:
+    snapshot = cluster(queue("team-a", {H100: 8}))
+    assert check(queue("team-a", {H100: 8}), snapshot, old=queue("team-a", {H100: 8})).warnings == ()
+
+
+def test_child_quota_above_parent_is_denied() -> None:
+    snapshot = cluster(queue("org", {A100: 8}))
+    denied_with(check(queue("team", {A100: 10, H100: 1}, parent="org"), snapshot),
+                "NVIDIA-A100 quota 10 exceeds parent queue org's quota of 8",
+                "NVIDIA-H100 quota 1 exceeds parent queue org's quota of 0")
+
+
+def test_parent_without_card_quota_limits_nothing() -> None:
+    assert check(queue("team", {A100: 10}, parent="org"), cluster(queue("org"))).allowed
+
+
+def test_missing_parent_is_denied_on_a_full_snapshot_and_skipped_otherwise() -> None:
+    denied_with(check(queue("team", {A100: 1}, parent="ghost"), cluster()), "parent queue ghost does not exist")
+    verdict = check(queue("team", {A100: 1}, parent="ghost"), cluster(complete=False))
+    assert verdict.allowed
+    assert any("parent queue ghost" in warning and "not checked" in warning for warning in verdict.warnings)
+
+
+def test_parent_must_not_drop_below_a_child() -> None:
+    snapshot = cluster(queue("org", {A100: 8}), queue("team", {A100: 6}, parent="org"))
+    denied_with(check(queue("org", {A100: 4}), snapshot, old=queue("org", {A100: 8})),
+                "NVIDIA-A100 quota 4 is below child queue team's quota of 6")
+
+
+# ------------------------------------------------------------------------------------------------- PodGroup
+
+
+def group(request: dict[str, int] | str | None, queue_name: str | None = "team-a") -> dict[str, Any]:
+    return podgroup("pg", queue=queue_name, request=request)
+
+
+def test_request_that_fits_the_quota_is_allowed_whatever_the_current_usage() -> None:
+    busy = [pod(f"p{i}", node_name="a100-1", gpus=1, queue="team-a", card=A100) for i in range(10)]
+    assert check(group({A100: 8}), cluster(team_a(), *busy)) == Verdict(allowed=True)
+
+
+def test_podgroup_without_card_request_is_untouched() -> None:
+    assert check(group(None, queue_name="ghost"), cluster()) == Verdict(allowed=True)
+
+
+@pytest.mark.parametrize(
+    ("request_text", "fragment"),
+    [
+        ("{", "is not valid JSON"),
+        ('{"NVIDIA-A100": 0}', "NVIDIA-A100: 0 is below 1"),
+        ('{"NVIDIA-A100||NVIDIA-H100": 2}', "NVIDIA-A100||NVIDIA-H100 has an empty alternative"),
+        ('{"NVIDIA-A100": 2.5}', "NVIDIA-A100: 2.5 is not a whole number of cards"),
+    ],
+)
+def test_request_syntax_errors_are_denied_naming_the_annotation(request_text: str, fragment: str) -> None:
+    denied_with(check(group(request_text), cluster(team_a())), REQUEST, fragment)
+
+
+def test_request_above_quota_can_never_fit() -> None:
+    denied_with(check(group({A100: 12}), cluster(team_a())),
+                "requests 12 NVIDIA-A100 but queue team-a allows at most 10: it can never run")
+
+
+def test_multi_card_request_is_judged_against_the_sum_of_the_alternatives() -> None:
+    snapshot = cluster(queue("team-a", {A100: 5, H100: 3}))
+    assert check(group({f"{A100}|{H100}": 8}), snapshot).allowed
+    denied_with(check(group({f"{A100}|{H100}": 9}), snapshot),
+                "requests 9 of NVIDIA-A100|NVIDIA-H100 but queue team-a allows at most 8 across them "
+                "(NVIDIA-A100 5 + NVIDIA-H100 3)")
+
+
+def test_alternative_without_quota_warns_and_all_without_quota_denies() -> None:
+    snapshot = cluster(queue("team-a", {A100: 5}))
+    verdict = check(group({f"{A100}|{H100}": 2}), snapshot)
+    assert verdict.allowed
+    assert verdict.warnings == ("queue team-a has no quota for NVIDIA-H100: only NVIDIA-A100 of "
+                                "NVIDIA-A100|NVIDIA-H100 can be used",)
+    denied_with(check(group({H100: 1}), snapshot), "queue team-a has no quota for NVIDIA-H100")
+
+
+def test_queue_without_any_card_quota_is_denied() -> None:
+    denied_with(check(group({A100: 1}, "plain"), cluster(queue("plain"))),
+                "queue plain has no card quota (volcano.sh/card.quota)")
+
+
+def test_missing_queue_is_denied_on_a_full_snapshot_and_skipped_otherwise() -> None:
+    denied_with(check(group({A100: 1}, "ghost"), cluster()), "spec.queue: queue ghost does not exist")
+    verdict = check(group({A100: 1}, "ghost"), cluster(complete=False))
+    assert verdict.allowed
+    assert "not checked" in verdict.warnings[0]
+
+
+def test_default_queue_is_used_when_spec_queue_is_unset() -> None:
+    denied_with(check(group({A100: 1}, None), cluster(queue("default"))), "queue default has no card quota")
+
+
+def test_alternatives_on_different_resources_are_denied() -> None:
+    denied_with(check(group({f"{A100}|{MPS}": 2}), cluster(team_a())),
+                "alternatives must share one Kubernetes resource",
+                "NVIDIA-A100 uses nvidia.com/gpu", "NVIDIA-A100/mps-80g*1/8 uses nvidia.com/gpu.shared")
+
+
+# ---------------------------------------------------------------------------------------------- Volcano Job
+
+
+def vcjob(request: dict[str, int] | None, *tasks: dict[str, Any], queue_name: str = "team-a") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "training-job", "namespace": "ml"}
+    if request is not None:
+        metadata["annotations"] = {"volcano.sh/card.request": json.dumps(request)}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata,
+            "spec": {"schedulerName": "volcano", "queue": queue_name, "minAvailable": 1, "tasks": list(tasks)}}
+
+
+def task(name: str, card: str | None, replicas: int = 1, resource: str = "nvidia.com/gpu",
+         amount: int = 1) -> dict[str, Any]:
+    template: dict[str, Any] = {"spec": {"containers": [container(limits={resource: str(amount)})]}}
+    if card is not None:
+        template["metadata"] = {"annotations": {"volcano.sh/card.name": card}}
+    return {"name": name, "replicas": replicas, "template": template}
+
+
+def test_seed_job_example_is_allowed() -> None:
+    assert check(vcjob({A100: 8}, task("worker", A100, replicas=8)), cluster(team_a())) == Verdict(allowed=True)
+
+
+def test_task_card_not_covered_by_the_jobs_request_is_denied_naming_the_task() -> None:
+    denied_with(check(vcjob({A100: 8}, task("worker", f"{A100}|{H100}", replicas=8)), cluster(team_a())),
+                'spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]',
+                "task worker uses NVIDIA-H100, which the Job's volcano.sh/card.request does not request")
+
+
+def test_task_template_must_request_the_card_types_resource() -> None:
+    denied_with(check(vcjob({A100: 8}, task("worker", A100, resource="nvidia.com/gpu.shared")), cluster(team_a())),
+                "NVIDIA-A100 is requested through nvidia.com/gpu, but task worker's pod template requests "
+                "nvidia.com/gpu.shared")
+
+
+def test_job_without_request_gets_one_by_mutation() -> None:
+    job = vcjob(None, task("worker", A100, replicas=4, amount=2), task("ps", None), task("eval", A100))
+    verdict = check(job, cluster(team_a()))
+    assert verdict.allowed
+    assert [dict(op) for op in verdict.patch] == [{
+        "op": "add", "path": "/metadata/annotations", "value": {"volcano.sh/card.request": '{"NVIDIA-A100":9}'},
+    }]
+    assert check(patched(job, verdict), cluster(team_a())).patch == ()
+
+
+def test_derived_request_that_can_never_fit_is_denied() -> None:
+    denied_with(check(vcjob(None, task("worker", A100, replicas=11)), cluster(team_a())),
+                "requests 11 NVIDIA-A100 but queue team-a allows at most 10")
+
+
+def test_task_card_name_syntax_is_checked() -> None:
+    denied_with(check(vcjob({A100: 1}, task("worker", f"{A100}|")), cluster(team_a())),
+                'task worker: "NVIDIA-A100|" has an empty alternative')
+
+
+# ---------------------------------------------------------------------------------------------------- Pod
+
+
+def card_pod(card: str = A100, *, gpus: int = 1, resource: str = "nvidia.com/gpu", queue_name: str = "team-a",
+             scheduler: str | None = "volcano", **kwargs: Any) -> dict[str, Any]:
+    manifest = pod("p", card=card, gpus=gpus, resource=resource, queue=queue_name, **kwargs)
+    if scheduler is None:
+        del manifest["spec"]["schedulerName"]
+    else:
+        manifest["spec"]["schedulerName"] = scheduler
+    return manifest
+
+
+def test_plain_pod_is_untouched() -> None:
+    assert check(pod("web", containers=[container(requests={"cpu": "1"})]), cluster(team_a())) == Verdict(True)
+
+
+def test_card_pod_gets_required_product_affinity() -> None:
+    verdict = check(card_pod(), cluster(team_a()))
+    assert verdict.allowed
+    assert verdict.warnings == ()
+    assert [dict(op) for op in verdict.patch] == [{"op": "add", "path": "/spec/affinity", "value": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100]}]}]}}}}]
+
+
+def test_alternatives_get_preferred_terms_weighted_by_order_and_subcards_use_their_product() -> None:
+    manifest = card_pod(f"{A100}|{H100}")
+    value = check(manifest, cluster(team_a())).patch[0]["value"]
+    node_affinity = value["nodeAffinity"]
+    assert node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"] == [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100, H100]}]
+    assert [(t["weight"], t["preference"]["matchExpressions"][0]["values"])
+            for t in node_affinity["preferredDuringSchedulingIgnoredDuringExecution"]] == [(100, [A100]), (50, [H100])]
+    mps_value = check(card_pod(MPS, resource="nvidia.com/gpu.shared"), cluster(team_a())).patch[0]["value"]
+    assert mps_value["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"][0]["values"] == [A100]
+
+
+def test_affinity_is_merged_into_every_existing_term_without_dropping_anything() -> None:
+    manifest = card_pod()
+    user_terms = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                  {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    manifest["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": user_terms}},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    verdict = check(manifest, cluster(team_a()))
+    [op] = verdict.patch
+    assert op["op"] == "replace"
+    terms = op["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    ours = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100]}
+    assert terms[0]["matchExpressions"] == [user_terms[0]["matchExpressions"][0], ours]
+    assert terms[1]["matchFields"] == user_terms[1]["matchFields"]
+    assert terms[1]["matchExpressions"] == [ours]
+    assert "podAntiAffinity" in op["value"]
+    assert check(patched(manifest, verdict), cluster(team_a())).patch == ()
+
+
+def test_no_mutation_on_update() -> None:
+    assert check(card_pod(), cluster(team_a()), old=card_pod()).patch == ()
+
+
+def test_whole_card_name_on_an_mps_resource_is_denied_naming_the_expected_resource() -> None:
+    denied_with(check(card_pod(A100, resource="nvidia.com/gpu.shared"), cluster(team_a())), CARD_NAME,
+                "NVIDIA-A100 is requested through nvidia.com/gpu, but the pod requests nvidia.com/gpu.shared")
+
+
+def test_resource_rule_works_from_names_alone_without_the_cluster() -> None:
+    denied_with(check(card_pod(A100, resource="nvidia.com/gpu.shared"), cluster(complete=False, nodes=False)),
+                "NVIDIA-A100 is requested through a whole-card resource such as nvidia.com/gpu")
+    assert check(card_pod(MIG, resource="nvidia.com/mig-1g.5gb"), cluster(complete=False, nodes=False)).allowed
+
+
+def test_card_pod_must_use_a_card_aware_scheduler() -> None:
+    denied_with(check(card_pod(scheduler=None), cluster(team_a())),
+                'spec.schedulerName: default-scheduler does not enforce card quotas; a pod with '
+                "volcano.sh/card.name must use volcano")
+    custom = PolicyConfig(card_aware_schedulers=frozenset({"volcano", "volcano-gpu"}))
+    assert check(card_pod(scheduler="volcano-gpu"), cluster(team_a()), config=custom).allowed
+
+
+def test_queue_must_have_quota_for_one_alternative() -> None:
+    snapshot = cluster(team_a(), queue("cpu-only"))
+    denied_with(check(card_pod(queue_name="cpu-only"), snapshot), "queue cpu-only has no quota for NVIDIA-A100")
+    denied_with(check(card_pod("NVIDIA-T4|NVIDIA-L4", queue_name="team-a"), snapshot),
+                "queue team-a has no quota for any of NVIDIA-T4, NVIDIA-L4")
+    assert check(card_pod(f"NVIDIA-T4|{A100}"), snapshot).allowed
+
+
+def test_pod_queue_comes_from_its_podgroup() -> None:
+    snapshot = cluster(team_a(), queue("cpu-only"), podgroup("pg", queue="cpu-only"))
+    denied_with(check(pod("p", card=A100, gpus=1, group="pg"), snapshot), "queue cpu-only has no quota")
+
+
+@pytest.mark.parametrize("card", ["", f"{A100}||{H100}", f"{A100}|", " NVIDIA-A100"])
+def test_card_name_syntax_is_denied(card: str) -> None:
+    denied_with(check(card_pod(card), cluster(team_a())), CARD_NAME)
+
+
+def test_alternatives_mixing_whole_and_mps_are_denied() -> None:
+    denied_with(check(card_pod(f"{A100}|{MPS}"), cluster(team_a())), "alternatives must share one Kubernetes resource")
+
+
+def test_seed_affinity_typo_is_pointed_out() -> None:
+    manifest = card_pod()
+    manifest["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoreDuringExecution": {}}}
+    verdict = check(manifest, cluster(team_a()))
+    assert verdict.allowed
+    assert verdict.warnings == (
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoreDuringExecution is not a Kubernetes field and is "
+        "ignored (did you mean requiredDuringSchedulingIgnoredDuringExecution?)",
+    )
+
+
+def test_gpu_pod_without_card_name_in_a_card_queue_gets_a_warning() -> None:
+    verdict = check(pod("p", gpus=1, queue="team-a"), cluster(team_a()))
+    assert verdict.allowed
+    assert verdict.warnings == ("the pod requests nvidia.com/gpu without volcano.sh/card.name: queue team-a's card "
+                                "quota cannot check it before it is scheduled",)
+
+
+def test_malformed_pod_is_denied_not_raised() -> None:
+    manifest = pod("p", card=A100, containers=[container(limits={"nvidia.com/gpu": "lots"})])
+    denied_with(check(manifest, cluster(team_a())), 'spec.containers[0].resources.limits["nvidia.com/gpu"]')
+
+
+def test_kinds_no_rule_concerns_are_allowed_untouched() -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
+    assert check(deployment, cluster()) == Verdict(allowed=True)
+    other_queue = queue("q", "{bad")
+    other_queue["apiVersion"] = "kueue.x-k8s.io/v1beta1"
+    assert check(other_queue, cluster()) == Verdict(allowed=True)
