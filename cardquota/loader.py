@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from cardquota.core.errors import InputError
+from cardquota.core.violations import type_name
 from cardquota.core.yamltext import load_documents
 
 STDIN = "-"
@@ -92,7 +93,7 @@ def _decode(data: bytes, name: str) -> str:
 
 def _objects(value: object, where: str) -> list[Document]:
     if not isinstance(value, Mapping):
-        raise InputError(f"is not a Kubernetes object (a {_shape(value)}, not a map)", where=where)
+        raise InputError(f"is not a Kubernetes object ({type_name(value)}, not a map)", where=where)
     api_version, kind = value.get("apiVersion"), value.get("kind")
     if not isinstance(api_version, str) or not api_version or not isinstance(kind, str) or not kind:
         raise InputError("is not a Kubernetes object (it needs string apiVersion and kind)", where=where)
@@ -103,7 +104,7 @@ def _objects(value: object, where: str) -> list[Document]:
     if items is None:
         return []
     if not isinstance(items, list):
-        raise InputError(f"items must be a list, not a {_shape(items)}", where=where)
+        raise InputError(f"items must be a list, not {type_name(items)}", where=where)
     item_kind = kind.removesuffix("List")
     documents: list[Document] = []
     for position, item in enumerate(items):
@@ -119,17 +120,3 @@ def _check_metadata(value: Mapping[str, Any], where: str) -> None:
     metadata = value.get("metadata")
     if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
         raise InputError(f"{value['kind']} has no metadata.name", where=where)
-
-
-def _shape(value: object) -> str:
-    if isinstance(value, Mapping):
-        return "map"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return type(value).__name__

@@ -6,14 +6,10 @@ no patch and no warning. The CLI (``cardquota check``) and the webhooks call thi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from cardquota.core.objects import Manifest
-from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, allow
-
-Admit = Callable[[Manifest, Manifest | None, ClusterSnapshot, PolicyConfig], Verdict]
 
 
 def policy_for(manifest: Manifest) -> Admit | None:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cardquota.core.objects import Manifest
+    from cardquota.core.snapshot import ClusterSnapshot
+    from cardquota.core.verdict import Verdict
 
 DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({"volcano"})
 DEFAULT_SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
@@ -14,3 +21,7 @@ class PolicyConfig:
     """``spec.schedulerName`` values that honour card quotas; a card pod with another scheduler is denied."""
     scheduler_configmap: str = DEFAULT_SCHEDULER_CONFIGMAP
     """The name of the Volcano scheduler ConfigMap; other ConfigMaps are not examined."""
+
+
+Admit = Callable[["Manifest", "Manifest | None", "ClusterSnapshot", PolicyConfig], "Verdict"]
+"""The signature of every policy: ``admit(obj, old, snapshot, config) -> Verdict``."""

@@ -28,7 +28,7 @@ from cardquota.core.errors import InputError, one_line
 from cardquota.core.policies.common import skipped
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.snapshot import ClusterSnapshot
-from cardquota.core.violations import Violation, shown
+from cardquota.core.violations import Violation, shown, type_name, written
 
 DRA_PATH = "spec.dra"
 CAPABILITY, DESERVED, GUARANTEE = "capability", "deserved", "guarantee"
@@ -83,7 +83,7 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
         return [], []
     violations: list[Violation] = []
     if not isinstance(dra, Mapping):
-        return [Violation(DRA_PATH, f"must be a map of capability, deserved and guarantee, not {_kind(dra)}")], []
+        return [Violation(DRA_PATH, f"must be a map of capability, deserved and guarantee, not {type_name(dra)}")], []
     for key in dra:
         if key not in SECTIONS:
             violations.append(Violation(
@@ -114,7 +114,7 @@ def read_quotas(section: object, path: str, violations: list[Violation] | None =
     if section is None:
         return {}
     if not isinstance(section, Mapping):
-        problems.append(Violation(path, f"must be a map of DeviceClass name to quota, not {_kind(section)}"))
+        problems.append(Violation(path, f"must be a map of DeviceClass name to quota, not {type_name(section)}"))
         return {}
     quotas: Quotas = {}
     for name, entry in section.items():
@@ -132,7 +132,7 @@ def read_quotas(section: object, path: str, violations: list[Violation] | None =
 def device_class_problem(name: object) -> str | None:
     """What is wrong with a DeviceClass name (a DNS subdomain: lowercase RFC 1123, at most 253 characters)."""
     if not isinstance(name, str):
-        return f"DeviceClass names must be strings, not {_kind(name)} {_name(name)}"
+        return f"DeviceClass names must be strings, not {type_name(name)} {_name(name)}"
     if not name:
         return "DeviceClass names must not be empty"
     if len(name) > MAX_DNS_SUBDOMAIN:
@@ -146,7 +146,8 @@ def device_class_problem(name: object) -> str | None:
 def _read_entry(device_class: str, entry: object, path: str, problems: list[Violation]) -> DeviceQuota | None:
     label = f"DeviceClass {device_class}"
     if not isinstance(entry, Mapping):
-        problems.append(Violation(path, f"{label}: must be a map with count and optional capacity, not {_kind(entry)}"))
+        problems.append(Violation(path, f"{label}: must be a map with count and optional capacity, "
+                                        f"not {type_name(entry)}"))
         return None
     for key in entry:
         if key not in ENTRY_FIELDS:
@@ -158,18 +159,19 @@ def _read_entry(device_class: str, entry: object, path: str, problems: list[Viol
     if count is None:
         problems.append(Violation(count_path, f"{label}: count is required (the number of devices)"))
     elif isinstance(count, bool) or not isinstance(count, int):
-        problems.append(Violation(count_path, f"{label}: count must be a whole number, not {_written(count)}"))
+        problems.append(Violation(count_path, f"{label}: count must be a whole number, not {written(count)}"))
     elif count < 0:
-        problems.append(Violation(count_path, f"{label}: count {_written(count)} is negative"))
+        problems.append(Violation(count_path, f"{label}: count {written(count)} is negative"))
     elif count > MAX_COUNT:
-        problems.append(Violation(count_path, f"{label}: count {_written(count)} is too large (at most {MAX_COUNT})"))
+        problems.append(Violation(count_path, f"{label}: count {written(count)} is too large (at most {MAX_COUNT})"))
     else:
         quota.count = Value(Fraction(count), str(count))
     capacity = entry.get(CAPACITY)
     capacity_path = f"{path}.{CAPACITY}"
     if capacity is not None and not isinstance(capacity, Mapping):
         problems.append(Violation(capacity_path,
-                                  f"{label}: capacity must be a map of dimension to quantity, not {_kind(capacity)}"))
+                                  f"{label}: capacity must be a map of dimension to quantity, "
+                                  f"not {type_name(capacity)}"))
     elif capacity is not None:
         for dimension, amount in capacity.items():
             dimension_path = capacity_path + _index(dimension)
@@ -188,17 +190,17 @@ def _read_entry(device_class: str, entry: object, path: str, problems: list[Viol
 def _read_quantity(amount: object) -> Value | str:
     """The value, or what is wrong with it."""
     if isinstance(amount, bool) or not isinstance(amount, str | int | float):
-        return f"must be a quantity such as \"80Gi\", not {_kind(amount)}"
+        return f"must be a quantity such as \"80Gi\", not {type_name(amount)}"
     if isinstance(amount, int) and not isinstance(amount, bool) and amount.bit_length() > _HUGE_BITS:
-        return f"{_written(amount)} is out of range"  # before parse_quantity, whose message would print it whole
+        return f"{written(amount)} is out of range"  # before parse_quantity, whose message would print it whole
     try:
         parsed = parse_quantity(amount)
     except InputError as error:
         return error.message
-    written = amount if isinstance(amount, str) else _written(amount)
+    as_written = amount if isinstance(amount, str) else written(amount)
     if parsed < 0:
-        return f"{written} is negative"
-    return Value(parsed, written)
+        return f"{as_written} is negative"
+    return Value(parsed, as_written)
 
 
 def _order_violations(sections: Mapping[str, Quotas]) -> list[Violation]:
@@ -321,35 +323,4 @@ def _field(key: object) -> str:
 
 
 def _name(key: object) -> str:
-    return shown(key) if isinstance(key, str) else _written(key)
-
-
-def _written(value: object) -> str:
-    """A scalar as the manifest wrote it (JSON), kept short."""
-    if isinstance(value, Mapping):
-        return "a map"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _HUGE_BITS:
-        return "a number too large to show"  # str() of an int this long may even raise
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "a map"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
+    return shown(key) if isinstance(key, str) else written(key)

@@ -15,30 +15,26 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
-from cardquota.core.objects import Manifest, effective_requests, read_meta
+from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.cards import (
     CARD_REQUEST_PATH,
     card_count,
     card_name_resource_violations,
     request_against_queue,
 )
-from cardquota.core.policies.common import read_view
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.policies.podgroup import spec_queue
-from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.policies.podgroup import read_request_header
+from cardquota.core.quota import card_alternatives, card_name_problem
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import Violation, shown
 
 
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
-    meta, violations = read_view(lambda m: read_meta(m, namespaced=True), manifest)
-    if meta is None:
-        return decide(violations)
-    queue_name, queue_violations = spec_queue(manifest)
-    violations.extend(queue_violations)
-    request = card_request(meta.annotations)
-    violations.extend(request.violations)
+    header = read_request_header(manifest)
+    if isinstance(header, Verdict):
+        return header
+    request, violations = header.request, header.violations
     tasks, task_violations = _card_tasks(manifest, snapshot)
     violations.extend(task_violations)
     patch: list[PatchOperation] = []
@@ -58,8 +54,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         if wanted:
             patch = set_annotation(manifest, keys.CARD_REQUEST, json.dumps(wanted, separators=(",", ":")))
     warnings: list[str] = []
-    if wanted and not queue_violations and request.ok:
-        fit, warnings = request_against_queue(wanted, queue_name, snapshot, CARD_REQUEST_PATH)
+    if wanted and header.queue_ok and request.ok:
+        fit, warnings = request_against_queue(wanted, header.queue, snapshot, CARD_REQUEST_PATH)
         violations.extend(fit)
     return decide(violations, warnings, patch)
 

@@ -4,30 +4,50 @@ together, the scheduler's enqueue rule). Current usage never denies: that is pen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cardquota.core import keys
-from cardquota.core.objects import Manifest, read_meta
+from cardquota.core.objects import Manifest, ObjectMeta, read_meta
 from cardquota.core.policies.cards import CARD_REQUEST_PATH, request_against_queue
 from cardquota.core.policies.common import read_view
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.quota import card_request
+from cardquota.core.quota import CardAmounts, card_request
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
 from cardquota.core.violations import Violation
 
 
-def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+@dataclass
+class RequestHeader:
+    """What a PodGroup and a Volcano Job share: identity, queue and card.request, with what was wrong reading them."""
+
+    meta: ObjectMeta
+    queue: str
+    queue_ok: bool
+    request: CardAmounts
+    violations: list[Violation]
+
+
+def read_request_header(manifest: Manifest) -> RequestHeader | Verdict:
+    """The header, or the denial when the object's metadata cannot be read at all."""
     meta, violations = read_view(lambda m: read_meta(m, namespaced=True), manifest)
     if meta is None:
         return decide(violations)
     queue_name, queue_violations = spec_queue(manifest)
-    violations.extend(queue_violations)
     request = card_request(meta.annotations)
-    violations.extend(request.violations)
+    return RequestHeader(meta, queue_name, not queue_violations, request,
+                         [*violations, *queue_violations, *request.violations])
+
+
+def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    header = read_request_header(manifest)
+    if isinstance(header, Verdict):
+        return header
     warnings: list[str] = []
-    if request.values and not queue_violations:
-        fit, warnings = request_against_queue(request.values, queue_name, snapshot, CARD_REQUEST_PATH)
-        violations.extend(fit)
-    return decide(violations, warnings)
+    if header.request.values and header.queue_ok:
+        fit, warnings = request_against_queue(header.request.values, header.queue, snapshot, CARD_REQUEST_PATH)
+        header.violations.extend(fit)
+    return decide(header.violations, warnings)
 
 
 def spec_queue(manifest: Manifest) -> tuple[str, list[Violation]]:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from cardquota.core.policies import Admit, job, node, pod, podgroup, queue, schedconf
+from cardquota.core.policies import job as job_policy
+from cardquota.core.policies import node as node_policy
+from cardquota.core.policies import pod as pod_policy
+from cardquota.core.policies import podgroup as podgroup_policy
+from cardquota.core.policies import queue as queue_policy
+from cardquota.core.policies import schedconf as schedconf_policy
+from cardquota.core.policies.config import Admit
 
 POLICIES: dict[tuple[str, str], Admit] = {
-    ("scheduling.volcano.sh", "Queue"): queue.admit,
-    ("scheduling.volcano.sh", "PodGroup"): podgroup.admit,
-    ("batch.volcano.sh", "Job"): job.admit,
-    ("", "Pod"): pod.admit,
-    ("", "Node"): node.admit,
-    ("", "ConfigMap"): schedconf.admit,
+    ("scheduling.volcano.sh", "Queue"): queue_policy.admit,
+    ("scheduling.volcano.sh", "PodGroup"): podgroup_policy.admit,
+    ("batch.volcano.sh", "Job"): job_policy.admit,
+    ("", "Pod"): pod_policy.admit,
+    ("", "Node"): node_policy.admit,
+    ("", "ConfigMap"): schedconf_policy.admit,
 }
