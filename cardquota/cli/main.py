@@ -1,7 +1,7 @@
 """Entry points of the ``cardquota`` and ``kubectl-cardquota`` commands.
 
-Exit codes: 0 success; 1 ``check`` denied an object, or an internal error (one line; set ``CARDQUOTA_DEBUG=1`` for
-the traceback); 2 unreadable input or bad usage (one line on stderr, never a traceback).
+Exit codes: 0 success; 1 ``check`` denied an object; 2 unreadable input or bad usage (one line on stderr, never a
+traceback); 3 an internal error (one line; set ``CARDQUOTA_DEBUG=1`` for the traceback).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from cardquota.loader import Document, load_paths
 
 EXIT_OK = 0
 EXIT_DENIED = 1
-EXIT_INTERNAL = 1
 EXIT_INPUT = 2
+EXIT_INTERNAL = 3
 
 T = TypeVar("T")
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
