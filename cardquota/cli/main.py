@@ -138,6 +138,17 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     _add_output(check)
     check.set_defaults(command=check_command)
+
+    operator = commands.add_parser(
+        "operator",
+        help="run the admission webhooks (and the cache's watch handlers) against the cluster",
+        description="Run the HTTPS admission server for Queues, PodGroups, Volcano Jobs, Pods, Nodes and the "
+        "scheduler ConfigMap, fed by an in-memory cluster cache. Every option also reads CARDQUOTA_<OPTION>.",
+    )
+    from cardquota.operator.settings import add_arguments  # the operator's dependencies load only when asked
+
+    add_arguments(operator)
+    operator.set_defaults(command=operator_command)
     return parser
 
 
@@ -175,6 +186,25 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         output.write_json(output.usage_json(usage), out)
     else:
         out.write(output.usage_table(usage))
+    return EXIT_OK
+
+
+def operator_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import asyncio
+
+    from cardquota.operator.main import configure_logging, run
+    from cardquota.operator.settings import from_arguments
+
+    try:
+        settings = from_arguments(args)
+    except ValueError as error:
+        raise InputError(str(error), where="--failure-mode") from None
+    configure_logging(settings.log_format)
+    try:
+        asyncio.run(run(settings))
+    except FileNotFoundError as error:
+        raise InputError(f"no serving certificate: {error.filename} (mount one there, or use --dev)",
+                         where="--cert-dir") from None
     return EXIT_OK
 
 

@@ -16,8 +16,9 @@ import json
 from collections.abc import Mapping
 
 from cardquota.core import keys
+from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
-from cardquota.core.policies.cards import CARD_QUOTA_PATH, unknown_type_warnings
+from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
 from cardquota.core.policies.common import read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import dra_violations
@@ -118,3 +119,19 @@ def _overcommit_warnings(queue: Queue, values: Mapping[str, int], snapshot: Clus
                 f"but the nodes offer {entry.total}"
             )
     return warnings
+
+
+def delete_warnings(name: str, ledger: Ledger) -> list[str]:
+    """Deleting a queue that still holds, reserves or waits for cards strands that work: say what it has."""
+    if name not in ledger.queue_names():
+        return []
+    usage = ledger.usage(name)
+    parts = [
+        f"{label} {format_amounts({card: amount for card, amount in amounts.items() if amount > 0})}"
+        for label, amounts in (("allocated", usage.allocated), ("inqueue", usage.inqueue), ("pending", usage.pending))
+        if any(amount > 0 for amount in amounts.values())
+    ]
+    if not parts:
+        return []
+    return [f"queue {shown(name)} still has card work ({'; '.join(parts)}); deleting it leaves that work without "
+            "a queue"]

@@ -1,0 +1,71 @@
+"""The in-memory cluster cache the webhooks read: a Ledger (nodes' card types, queues, podgroups, pods) kept
+current by watch events, so no API call is ever made on the admission hot path.
+
+Events can arrive twice or out of order (a full list taken at start-up, then the watch stream's own initial
+listing): an event older than what the cache holds (by ``metadata.resourceVersion``) is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cardquota.core.errors import InputError
+from cardquota.core.ledger import Ledger
+from cardquota.core.snapshot import kind_of, object_key
+
+DELETED = "DELETED"
+
+
+@dataclass
+class ClusterCache:
+    ledger: Ledger = field(default_factory=Ledger)
+    versions: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    rejected: int = 0
+    """Events whose object could not be read (logged by the caller; the API server should never send one)."""
+
+    @property
+    def ready(self) -> bool:
+        """True once the first full list has arrived."""
+        return self.ledger.snapshot.complete
+
+    def load(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+        """A full list: the cache now reflects the whole cluster."""
+        for manifest in manifests:
+            self.apply("ADDED", manifest)
+        self.ledger.snapshot.complete = True
+
+    def apply(self, event_type: str | None, manifest: Mapping[str, Any]) -> bool:
+        """Apply one watch event; False when it was stale, of a kind not cached, or unreadable."""
+        kind = kind_of(manifest)
+        if kind is None:
+            return False
+        try:
+            namespace, name = object_key(kind, manifest)
+        except InputError:
+            self.rejected += 1
+            return False
+        identity = (kind.value, namespace, name)
+        version = _version(manifest)
+        known = self.versions.get(identity)
+        if version is not None and known is not None and version < known:
+            return False
+        try:
+            if event_type == DELETED:
+                self.ledger.delete(manifest)
+                self.versions.pop(identity, None)
+            else:
+                self.ledger.upsert(manifest)
+                if version is not None:
+                    self.versions[identity] = version
+        except InputError:
+            self.rejected += 1
+            return False
+        return True
+
+
+def _version(manifest: Mapping[str, Any]) -> int | None:
+    metadata = manifest.get("metadata")
+    value = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return int(value) if isinstance(value, str) and value.isdigit() else None

@@ -1,0 +1,101 @@
+"""``cardquota operator``: the admission server and the watch handlers feeding its cache, in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from cardquota.kube import Connection, api_client, list_all_async
+from cardquota.operator.cache import ClusterCache
+from cardquota.operator.settings import LogFormat, Settings
+from cardquota.operator.watch import register
+from cardquota.webhooks.admission import Admission
+from cardquota.webhooks.server import build_app, serve
+from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
+
+log = logging.getLogger("cardquota.operator")
+CERT_CHECK_SECONDS = 60.0
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                 "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(log_format: LogFormat) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
+def dev_certificates(directory: Path) -> KeyPair:
+    """A throwaway CA (its certificate written as ``ca.crt`` for curl/kubectl) and a localhost certificate."""
+    ca = new_ca("cardquota-dev-ca")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(ca.cert_pem)
+    return new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
+
+
+def certificate_files(directory: Path) -> KeyPair:
+    """The serving certificate mounted in ``directory`` (``tls.crt`` / ``tls.key``, e.g. from a Secret)."""
+    return KeyPair((directory / "tls.crt").read_bytes(), (directory / "tls.key").read_bytes())
+
+
+async def watch_certificate_files(source: Path, tls: ReloadableContext) -> None:
+    """Reload the serving certificate in place when the mounted files change (rotation without restart)."""
+    while True:
+        await asyncio.sleep(CERT_CHECK_SECONDS)
+        try:
+            pair = certificate_files(source)
+            if pair != tls.loaded:
+                tls.install(pair)
+                log.info("serving certificate reloaded from %s", source)
+        except (OSError, ValueError) as error:
+            log.warning("serving certificate in %s not reloaded: %s", source, error)
+
+
+async def run(settings: Settings, *, connection: Connection | None = None,
+              stop: asyncio.Event | None = None, started: asyncio.Event | None = None) -> None:
+    cache = ClusterCache()
+    admission = Admission(cache, settings.policy, settings.failure_modes)
+    cert_dir = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
+    tls = ReloadableContext(cert_dir / "live")
+    tls.install(dev_certificates(cert_dir) if settings.dev else certificate_files(cert_dir))
+    runner = await serve(build_app(admission), settings.host, settings.port, tls.context)
+    tasks = [] if settings.dev else [asyncio.create_task(watch_certificate_files(cert_dir, tls))]
+    registry = kopf.OperatorRegistry()
+    register(registry, cache)
+    if connection is not None:
+        @kopf.on.login(registry=registry, id="login")
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
+                                       token=connection.token or None)
+    try:
+        cache.load(await list_all_async(api_client(connection)))
+        log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods",
+                 len(cache.ledger.snapshot.nodes), len(cache.ledger.snapshot.queues),
+                 len(cache.ledger.snapshot.podgroups), len(cache.ledger.snapshot.pods))
+        if started is not None:
+            started.set()
+        kopf_settings = kopf.OperatorSettings()
+        kopf_settings.posting.enabled = False
+        await kopf.operator(registry=registry, settings=kopf_settings, clusterwide=True, standalone=True,
+                            stop_flag=stop)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await runner.cleanup()

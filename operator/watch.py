@@ -1,0 +1,28 @@
+"""Kopf watch handlers that keep the cluster cache current (``<kind>_event``, one per cached kind)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from cardquota.operator.cache import ClusterCache
+
+
+def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
+    """Handlers for nodes, queues, podgroups and pods; each feeds its events to ``cache``."""
+
+    def feed(kind: str, api_version: str) -> Any:
+        def handler(event: dict[str, Any], **_: Any) -> None:
+            manifest = event.get("object")
+            if isinstance(manifest, dict):
+                cache.apply(event.get("type"), {"apiVersion": api_version, "kind": kind, **manifest})
+        handler.__name__ = f"{kind.lower()}_event"
+        return handler
+
+    kopf.on.event("v1", "nodes", registry=registry, id="node_event")(feed("Node", "v1"))
+    kopf.on.event("v1", "pods", registry=registry, id="pod_event")(feed("Pod", "v1"))
+    kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues", registry=registry,
+                  id="queue_event")(feed("Queue", "scheduling.volcano.sh/v1beta1"))
+    kopf.on.event("scheduling.volcano.sh", "v1beta1", "podgroups", registry=registry,
+                  id="podgroup_event")(feed("PodGroup", "scheduling.volcano.sh/v1beta1"))

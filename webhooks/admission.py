@@ -1,0 +1,76 @@
+"""Admission of one AdmissionRequest: the kind's policy over the cache, with the kind's failure mode.
+
+Never raises: a policy that fails, or a cache that has not loaded yet, is answered per kind — fail-open (allowed
+with a warning saying cardquota could not check) or fail-closed (denied with the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.verdict import Verdict, allow, deny
+from cardquota.core.violations import Violation
+from cardquota.operator.cache import ClusterCache
+from cardquota.webhooks import job, node, pod, podgroup, queue, schedconf
+from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.webhooks.review import AdmissionRequest
+
+log = logging.getLogger("cardquota.webhooks")
+
+ADMITTED: dict[tuple[str, str], AdmittedKind] = {
+    module.WEBHOOK.key: module.WEBHOOK for module in (queue, podgroup, job, pod, node, schedconf)
+}
+
+
+class Admission:
+    def __init__(self, cache: ClusterCache, policy: PolicyConfig,
+                 failure_modes: Mapping[str, FailureMode] | None = None,
+                 kinds: Iterable[AdmittedKind] = ADMITTED.values()) -> None:
+        self.cache = cache
+        self.policy = policy
+        self.failure_modes = dict(failure_modes or {})
+        self.kinds = {kind.key: kind for kind in kinds}
+
+    def review(self, request: AdmissionRequest, *, mutating: bool) -> Verdict:
+        """The verdict for the validating (``mutating=False``) or mutating webhook. The mutating one only
+        patches (it lets denials through for the validating one to refuse with the message, and leaves warnings
+        to it, so kubectl shows each once); the validating one never patches."""
+        admitted = self.kinds.get((request.group, request.kind))
+        if admitted is None or request.operation == "CONNECT":
+            return allow()
+        if request.operation == "DELETE":
+            return self._delete(admitted, request) if not mutating else allow()
+        if not self.cache.ready:
+            return self.cannot_check(request, "its cluster snapshot is still loading; retry in a few seconds")
+        try:
+            verdict = admitted.admit(request.policy_object() or {}, request.policy_old_object(),
+                                     self.cache.ledger.snapshot, self.policy)
+        except Exception as error:  # a bug in a policy: answered per failure mode, never a 500
+            log.exception("policy for %s failed (%s, uid %s)", request.identity, request.operation, request.uid)
+            return self.cannot_check(request, f"internal error ({type(error).__name__}: {error})")
+        if mutating:
+            return allow(patch=verdict.patch) if verdict.allowed else allow()
+        return Verdict(verdict.allowed, verdict.message, verdict.violations, verdict.warnings)
+
+    def _delete(self, admitted: AdmittedKind, request: AdmissionRequest) -> Verdict:
+        if admitted.on_delete is None or not self.cache.ready:
+            return allow()
+        try:
+            return allow(warnings=admitted.on_delete(request.name, self.cache.ledger))
+        except Exception:
+            log.exception("delete warnings for %s failed", request.identity)
+            return allow()
+
+    def failure_mode(self, request: AdmissionRequest) -> FailureMode:
+        admitted = self.kinds.get((request.group, request.kind))
+        default = admitted.failure_mode if admitted is not None else FailureMode.OPEN
+        return self.failure_modes.get(request.kind, default)
+
+    def cannot_check(self, request: AdmissionRequest, reason: str) -> Verdict:
+        """The answer when the policy cannot run, per the kind's failure mode."""
+        sentence = f"cardquota could not check {request.identity}: {reason}"
+        if self.failure_mode(request) is FailureMode.OPEN:
+            return allow(warnings=[f"{sentence}; it was let through unchecked"])
+        return deny([Violation("object", sentence)])

@@ -1,0 +1,6 @@
+"""Volcano Job webhook: card.request and task rules, card.request added by mutation; fail-closed."""
+
+from cardquota.core.policies import job
+from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+
+WEBHOOK = AdmittedKind("batch.volcano.sh", "Job", job.admit, FailureMode.CLOSED)

@@ -1,0 +1,7 @@
+"""Pod webhook: card name, mGPU and crossquota rules, product node affinity by mutation; fail-open (a bug here
+must never stop workloads)."""
+
+from cardquota.core.policies import pod
+from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+
+WEBHOOK = AdmittedKind("", "Pod", pod.admit, FailureMode.OPEN)

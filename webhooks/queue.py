@@ -1,0 +1,6 @@
+"""Queue webhook: card quota and DRA rules; fail-closed; a warning when a queue with card work is deleted."""
+
+from cardquota.core.policies import queue
+from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+
+WEBHOOK = AdmittedKind("scheduling.volcano.sh", "Queue", queue.admit, FailureMode.CLOSED, queue.delete_warnings)
