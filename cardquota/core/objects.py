@@ -243,6 +243,8 @@ def _quantity(value: object, path: str) -> Fraction:
 
 
 def _mapping(value: object, path: str, *, required: bool = False) -> Mapping[Any, Any]:
+    if type(value) is dict:  # what JSON and YAML give: skip the slower abstract-class check
+        return value
     if value is None:
         if required:
             raise InputError("is required", where=path)

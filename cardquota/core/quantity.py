@@ -7,6 +7,7 @@ Values are exact :class:`fractions.Fraction` so that sums of milli-quantities ne
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -57,6 +58,12 @@ def parse_quantity(value: object) -> Fraction:
         return Fraction(str(value))
     if not isinstance(value, str):
         raise QuantityError(f"{written(value)} is not a quantity (expected a string such as \"2\" or \"500m\")")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """Quantities repeat endlessly ("1", "500m", "8Gi") and Fractions are immutable: parse each text once."""
     if len(value) > MAX_QUANTITY_LENGTH:
         raise QuantityError(f"quantity {written(value)} is too long")
     match = _QUANTITY.fullmatch(value)

@@ -15,3 +15,13 @@ def test_bench_runs_and_reports_every_figure() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("cluster: 12 nodes, 200 pods")
     assert [line.split(".")[0] for line in lines[1:]] == ["1", "2", "3", "4"]
+
+
+def test_webhook_bench_runs_against_both_servers() -> None:
+    result = subprocess.run([sys.executable, "bench/webhook.py", "--clients", "4", "--requests", "3"], cwd=REPO,
+                            capture_output=True, text=True, check=True, timeout=180)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("12 AdmissionReview requests per server, 4 concurrent clients")
+    assert "no-op aiohttp server" in lines[1]
+    assert "cardquota webhooks" in lines[2]
+    assert lines[3].strip().startswith("p99 ratio")

@@ -72,8 +72,10 @@ class _Container:
 
 def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
     """Every mGPU rule the pod breaks; empty for a pod with no mGPU request and no container-multiple-gpu."""
-    containers, shape = _containers(pod)
     annotation = _multiple_gpu_annotation(pod)
+    if annotation is None and not _mentions_mgpu(pod):
+        return []  # the admission hot path: most pods have nothing to do with mGPU
+    containers, shape = _containers(pod)
     if annotation is None:
         return [problem for container in containers for problem in _normal_container(container)]
     violations = list(shape)
@@ -100,6 +102,22 @@ def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
 
 
 # --- reading the pod ---------------------------------------------------------------------------------------------
+
+
+def _mentions_mgpu(pod: Mapping[str, Any]) -> bool:
+    """Whether any container names an mGPU resource in its requests or limits (a cheap scan, no parsing)."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if not isinstance(containers, list | tuple):
+        return False
+    for container in containers:
+        resources = container.get("resources") if isinstance(container, Mapping) else None
+        if not isinstance(resources, Mapping):
+            continue
+        for section in (resources.get("requests"), resources.get("limits")):
+            if isinstance(section, Mapping) and (MGPU_CORE in section or MGPU_MEMORY in section):
+                return True
+    return False
 
 
 def _containers(pod: Mapping[str, Any]) -> tuple[list[_Container], list[Violation]]:

@@ -1,0 +1,145 @@
+"""Admission latency over HTTPS on loopback: this server against a no-op aiohttp server, in one run.
+
+    python bench/webhook.py [--clients 50] [--requests 40]
+
+Each server runs in its own process (so the load generator does not share its event loop); 50 concurrent clients
+with keep-alive connections (as the API server uses) send AdmissionReview requests for Pods — half plain pods,
+half card pods (which get a patch) — to /validate and /mutate. The no-op server parses the review and answers
+``allowed: true`` with the uid. Prints p50/p99 of each and the p99 ratio (target: at most 1.3 at 50 clients).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synthetic import cluster  # noqa: E402
+
+from cardquota.core.policies.config import PolicyConfig  # noqa: E402
+from cardquota.operator.cache import ClusterCache  # noqa: E402
+from cardquota.webhooks.admission import Admission  # noqa: E402
+from cardquota.webhooks.server import build_app  # noqa: E402
+from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert  # noqa: E402
+
+
+def noop_app() -> web.Application:
+    async def answer(request: web.Request) -> web.Response:
+        review = json.loads(await request.read())
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": {"uid": review["request"]["uid"], "allowed": True}})
+
+    app = web.Application()
+    app.router.add_post("/validate", answer)
+    app.router.add_post("/mutate", answer)
+    return app
+
+
+def our_app() -> web.Application:
+    cache = ClusterCache()
+    cache.load(cluster(nodes=200, pods=3000))
+    return build_app(Admission(cache, PolicyConfig()))
+
+
+def serve(kind: str, pair: KeyPair, directory: str, ports: Any) -> None:
+    async def main() -> None:
+        tls = ReloadableContext(Path(directory) / kind)
+        tls.install(pair)
+        runner = web.AppRunner(our_app() if kind == "ours" else noop_app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls.context)
+        await site.start()
+        ports.put(runner.addresses[0][1])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def pod_review(index: int) -> bytes:
+    card = index % 2 == 1
+    annotations = {"volcano.sh/card.name": "NVIDIA-A100|NVIDIA-H100", "scheduling.k8s.io/group-name": "pg-1"} \
+        if card else {}
+    limits = {"nvidia.com/gpu": "1"} if card else {"cpu": "500m"}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"generateName": "worker-", "namespace": "ml", "annotations": annotations},
+           "spec": {"schedulerName": "volcano",
+                    "containers": [{"name": "main", "image": "app:1", "resources": {"limits": limits}}]}}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE", "namespace": "ml", "name": "", "object": pod}}).encode()
+
+
+async def drive(port: int, ca: KeyPair, clients: int, requests: int) -> list[float]:
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    bodies = [pod_review(i) for i in range(64)]
+    latencies: list[float] = []
+    connector = aiohttp.TCPConnector(ssl=context, limit=clients)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def client(offset: int) -> None:
+            for i in range(requests):
+                path = "/mutate" if i % 2 else "/validate"
+                start = time.perf_counter()
+                async with session.post(f"https://localhost:{port}{path}", data=bodies[(offset + i) % 64],
+                                        headers={"Content-Type": "application/json"}) as response:
+                    await response.read()
+                    assert response.status == 200
+                latencies.append(time.perf_counter() - start)
+
+        await asyncio.gather(*(client(c) for c in range(clients)))  # warm-up round
+        latencies.clear()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+    return latencies
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=40, help="requests per client (after a warm-up round)")
+    args = parser.parse_args()
+    ca = new_ca()
+    pair = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        context = multiprocessing.get_context("spawn")
+        for kind in ("noop", "ours"):
+            ports = context.Queue()
+            process = context.Process(target=serve, args=(kind, pair, directory, ports), daemon=True)
+            process.start()
+            try:
+                port = ports.get(timeout=60)
+                results[kind] = asyncio.run(drive(port, ca, args.clients, args.requests))
+            finally:
+                process.terminate()
+                process.join()
+    total = args.clients * args.requests
+    print(f"{total} AdmissionReview requests per server, {args.clients} concurrent clients, HTTPS on loopback")
+    for kind, label in (("noop", "no-op aiohttp server"), ("ours", "cardquota webhooks")):
+        values = results[kind]
+        print(f"  {label:22} p50 {percentile(values, 0.5) * 1e3:6.2f} ms   p99 {percentile(values, 0.99) * 1e3:6.2f} ms"
+              f"   mean {statistics.fmean(values) * 1e3:6.2f} ms")
+    ratio = percentile(results["ours"], 0.99) / percentile(results["noop"], 0.99)
+    p50_ratio = percentile(results["ours"], 0.5) / percentile(results["noop"], 0.5)
+    print(f"  p99 ratio {ratio:.2f} (target <= 1.3)   p50 ratio {p50_ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
