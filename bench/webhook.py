@@ -28,13 +28,13 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic import cluster  # noqa: E402
+from synthetic import cluster
 
-from cardquota.core.policies.config import PolicyConfig  # noqa: E402
-from cardquota.operator.cache import ClusterCache  # noqa: E402
-from cardquota.webhooks.admission import Admission  # noqa: E402
-from cardquota.webhooks.server import build_app  # noqa: E402
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert  # noqa: E402
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.operator.cache import ClusterCache
+from cardquota.webhooks.admission import Admission
+from cardquota.webhooks.server import build_app
+from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 
 
 def noop_app() -> web.Application:
