@@ -1,0 +1,100 @@
+"""The cluster cache against kmock: the initial full list through the kube module, then Kopf watch events that
+change verdicts (a Queue created in the API makes a PodGroup for it admissible)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import kopf
+import pytest
+from builders import gpu_node, podgroup, queue
+
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.kube import Connection, api_client, list_all_async
+from cardquota.operator.cache import ClusterCache
+from cardquota.operator.watch import register
+from cardquota.webhooks.admission import Admission
+from cardquota.webhooks.review import read_review
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+
+QUEUES = "scheduling.volcano.sh/v1beta1/queues"
+PODGROUPS = "scheduling.volcano.sh/v1beta1/podgroups"
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def cluster(kmock: Any) -> Any:
+    kmock.resources.load_bundled()
+    for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
+        kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
+            "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
+            "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
+    kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
+    return kmock
+
+
+def podgroup_review(queue_name: str) -> Any:
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+        "operation": "CREATE", "namespace": "ml", "name": "pg",
+        "object": podgroup("pg", namespace="ml", queue=queue_name, request={"NVIDIA-A100": 4})}}
+    return read_review(json.dumps(body).encode())
+
+
+async def test_initial_list_then_watch_events_change_verdicts(cluster: Any) -> None:
+    connection = Connection(host=str(cluster.url).rstrip("/"), insecure=True)
+    cache = ClusterCache()
+    cache.load(await list_all_async(api_client(connection)))
+    assert cache.ready
+    assert set(cache.ledger.snapshot.nodes) == {"a100-1"}
+    admission = Admission(cache, PolicyConfig())
+    before = admission.review(podgroup_review("team-z"), mutating=False)
+    assert not before.allowed
+    assert "queue team-z does not exist" in before.message
+
+    registry = kopf.OperatorRegistry()
+    register(registry, cache)
+
+    @kopf.on.login(registry=registry, id="login")
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=connection.host, insecure=True)
+
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False
+    settings.persistence.consistency_timeout = 0.5
+    stop = asyncio.Event()
+    operator = asyncio.create_task(kopf.operator(registry=registry, settings=settings, clusterwide=True,
+                                                 standalone=True, stop_flag=stop))
+    try:
+        url = f"{connection.host}/apis/{QUEUES}"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json=queue("team-z", {"NVIDIA-A100": 8})) as response:
+                assert response.status < 300, await response.text()
+            await eventually(lambda: "team-z" in cache.ledger.snapshot.queues)
+            assert admission.review(podgroup_review("team-z"), mutating=False).allowed
+            patch = {"metadata": {"annotations": {"volcano.sh/card.quota": '{"NVIDIA-A100":2}'}}}
+            async with session.patch(f"{url}/team-z", json=patch,
+                                     headers={"Content-Type": "application/merge-patch+json"}) as response:
+                assert response.status < 300, await response.text()
+        await eventually(lambda: dict(cache.ledger.snapshot.queues["team-z"].quota.values) == {"NVIDIA-A100": 2})
+        later = admission.review(podgroup_review("team-z"), mutating=False)
+        assert not later.allowed
+        assert "requests 4 NVIDIA-A100 but queue team-z allows at most 2" in later.message
+    finally:
+        stop.set()
+        await asyncio.wait_for(operator, timeout=15)
