@@ -50,15 +50,67 @@ def api_client(connection: Connection | None = None) -> client.ApiClient:
 class KubeError(RuntimeError):
     """The API server answered with an error, or could not be reached."""
 
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
-def _get(api: client.ApiClient, path: str) -> Mapping[str, Any]:
-    method, url, headers, body, post = api.param_serialize("GET", path, auth_settings=["BearerToken"])
-    response = api.call_api(method, url, header_params=headers, body=body, post_params=post)
+
+NOT_FOUND = 404
+CONFLICT = 409
+
+
+def _request(api: client.ApiClient, method: str, path: str, body: object = None,
+             content_type: str = "application/json") -> Mapping[str, Any]:
+    headers = {"Content-Type": content_type} if body is not None else None
+    method, url, header_params, serialized, post = api.param_serialize(
+        method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post)
     data = response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status < 300:
-        raise KubeError(f"GET {path}: HTTP {response.status}: {data[:200]!r}")
-    document: Mapping[str, Any] = json.loads(data)
+        raise KubeError(f"{method} {path}: HTTP {response.status}: {data[:200]!r}", response.status)
+    document: Mapping[str, Any] = json.loads(data) if data else {}
     return document
+
+
+def _get(api: client.ApiClient, path: str) -> Mapping[str, Any]:
+    return _request(api, "GET", path)
+
+
+def read_secret(api: client.ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
+    try:
+        return _get(api, f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return None
+        raise
+
+
+def write_secret(api: client.ApiClient, secret: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
+    """Create the Secret, or update it with a merge patch that carries the resourceVersion read (a precondition:
+    a concurrent writer makes this fail with a conflict instead of being overwritten)."""
+    metadata = secret["metadata"]
+    base = f"/api/v1/namespaces/{metadata['namespace']}/secrets"
+    if create:
+        return _request(api, "POST", base, secret)
+    return _request(api, "PATCH", f"{base}/{metadata['name']}", secret, "application/merge-patch+json")
+
+
+def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str) -> bool:
+    """Set ``clientConfig.caBundle`` of every webhook of a Validating/MutatingWebhookConfiguration; False when the
+    configuration does not exist (not installed yet)."""
+    path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{name}"
+    try:
+        configuration = _get(api, path)
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return False
+        raise
+    webhooks = configuration.get("webhooks") or []
+    operations = [{"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": ca_bundle}
+                  for index, _ in enumerate(webhooks)]
+    if operations:
+        _request(api, "PATCH", path, operations, "application/json-patch+json")
+    return True
 
 
 def list_all(api: client.ApiClient) -> list[Mapping[str, Any]]:

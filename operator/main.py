@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import kopf
 
 from cardquota.kube import Connection, api_client, list_all_async
 from cardquota.operator.cache import ClusterCache
+from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import register
 from cardquota.webhooks.admission import Admission
@@ -66,15 +68,28 @@ async def watch_certificate_files(source: Path, tls: ReloadableContext) -> None:
             log.warning("serving certificate in %s not reloaded: %s", source, error)
 
 
-async def run(settings: Settings, *, connection: Connection | None = None,
-              stop: asyncio.Event | None = None, started: asyncio.Event | None = None) -> None:
+async def run(settings: Settings, *, connection: Connection | None = None, stop: asyncio.Event | None = None,
+              started: asyncio.Event | None = None, on_listening: Callable[[int], None] | None = None) -> None:
+    """Serve admissions until ``stop`` is set; ``started`` is set once the cluster snapshot has loaded, and
+    ``on_listening`` gets the port the server bound (useful with port 0)."""
     cache = ClusterCache()
     admission = Admission(cache, settings.policy, settings.failure_modes)
     cert_dir = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
     tls = ReloadableContext(cert_dir / "live")
-    tls.install(dev_certificates(cert_dir) if settings.dev else certificate_files(cert_dir))
+    api = None if settings.dev else api_client(connection)
+    tasks: list[asyncio.Task[None]] = []
+    if settings.dev:
+        tls.install(dev_certificates(cert_dir))
+    elif (cert_dir / "tls.crt").exists():  # mounted by the deployment (e.g. cert-manager): follow the files
+        tls.install(certificate_files(cert_dir))
+        tasks.append(asyncio.create_task(watch_certificate_files(cert_dir, tls)))
+    else:  # managed: a CA and serving certificate in a Secret, caBundle patched, renewed before expiry
+        assert api is not None
+        tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving)
+        tasks.append(asyncio.create_task(keep_certificates(api, settings, tls)))
     runner = await serve(build_app(admission), settings.host, settings.port, tls.context)
-    tasks = [] if settings.dev else [asyncio.create_task(watch_certificate_files(cert_dir, tls))]
+    if on_listening is not None:
+        on_listening(runner.addresses[0][1])
     registry = kopf.OperatorRegistry()
     register(registry, cache)
     if connection is not None:
@@ -83,7 +98,7 @@ async def run(settings: Settings, *, connection: Connection | None = None,
             return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
                                        token=connection.token or None)
     try:
-        cache.load(await list_all_async(api_client(connection)))
+        cache.load(await list_all_async(api if api is not None else api_client(connection)))
         log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods",
                  len(cache.ledger.snapshot.nodes), len(cache.ledger.snapshot.queues),
                  len(cache.ledger.snapshot.podgroups), len(cache.ledger.snapshot.pods))

@@ -1,0 +1,124 @@
+"""The webhook's certificates kept in a Secret: ensured at start, renewed before expiry, ``caBundle`` in sync.
+
+Every replica runs this; they agree through the Secret: a write carries the resourceVersion it read, so when two
+replicas race, the loser gets a conflict, re-reads, and uses what the winner wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from cardquota.kube import CONFLICT, KubeError, patch_ca_bundle, read_secret, write_secret
+from cardquota.operator.settings import Settings
+from cardquota.webhooks.tls import (
+    KeyPair,
+    ReloadableContext,
+    new_ca,
+    new_serving_cert,
+    renewal_reason,
+    service_dns_names,
+)
+
+log = logging.getLogger("cardquota.certificates")
+SECRET_TYPE = "kubernetes.io/tls"
+CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+CA_RENEW_BEFORE = datetime.timedelta(days=90)
+CHECK_INTERVAL_SECONDS = 3600.0
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: KeyPair
+    serving: KeyPair
+
+
+def plan(ca: KeyPair | None, serving: KeyPair | None, dns_names: list[str],
+         now: datetime.datetime | None = None) -> tuple[Certificates, str | None]:
+    """What the Secret should hold, and why it changed (None when it did not)."""
+    if ca is None or renewal_reason(ca, ca, [], now=now, renew_before=CA_RENEW_BEFORE) is not None:
+        fresh_ca = new_ca(now=now)
+        why = "no CA yet" if ca is None else "the CA is expiring or unreadable"
+        return Certificates(fresh_ca, new_serving_cert(fresh_ca, dns_names, now=now)), why
+    reason = "no serving certificate yet" if serving is None else renewal_reason(serving, ca, dns_names, now=now)
+    if reason is not None:
+        return Certificates(ca, new_serving_cert(ca, dns_names, now=now)), f"serving certificate: {reason}"
+    assert serving is not None
+    return Certificates(ca, serving), None
+
+
+def decode(secret: Mapping[str, Any] | None) -> tuple[KeyPair | None, KeyPair | None]:
+    data = (secret or {}).get("data") or {}
+
+    def pair(cert: str, key: str) -> KeyPair | None:
+        if cert not in data or key not in data:
+            return None
+        try:
+            return KeyPair(base64.b64decode(data[cert]), base64.b64decode(data[key]))
+        except ValueError:
+            return None
+
+    return pair(CA_CERT, CA_KEY), pair(TLS_CERT, TLS_KEY)
+
+
+def secret_body(settings: Settings, certificates: Certificates,
+                existing: Mapping[str, Any] | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": settings.tls_secret, "namespace": settings.namespace,
+                                "labels": {"app.kubernetes.io/name": "cardquota",
+                                           "app.kubernetes.io/component": "webhook-tls"}}
+    if existing is not None:
+        metadata["resourceVersion"] = (existing.get("metadata") or {}).get("resourceVersion")
+    encoded = {name: base64.b64encode(value).decode("ascii") for name, value in (
+        (CA_CERT, certificates.ca.cert_pem), (CA_KEY, certificates.ca.key_pem),
+        (TLS_CERT, certificates.serving.cert_pem), (TLS_KEY, certificates.serving.key_pem))}
+    return {"apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE, "metadata": metadata, "data": encoded}
+
+
+def ensure_certificates(api: client.ApiClient, settings: Settings,
+                        now: datetime.datetime | None = None) -> Certificates:
+    """Read the Secret, issue what is missing or expiring, write it back, and sync the webhooks' caBundle."""
+    names = service_dns_names(settings.service, settings.namespace)
+    for _ in range(3):
+        existing = read_secret(api, settings.namespace, settings.tls_secret)
+        certificates, reason = plan(*decode(existing), names, now=now)
+        if reason is None:
+            break
+        try:
+            write_secret(api, secret_body(settings, certificates, existing), create=existing is None)
+            log.info("TLS Secret %s/%s written: %s", settings.namespace, settings.tls_secret, reason)
+            break
+        except KubeError as error:
+            if error.status != CONFLICT:
+                raise
+            log.info("TLS Secret %s/%s changed meanwhile (another replica); reading it again",
+                     settings.namespace, settings.tls_secret)
+    else:
+        raise KubeError(f"could not settle the TLS Secret {settings.namespace}/{settings.tls_secret}")
+    bundle = base64.b64encode(certificates.ca.cert_pem).decode("ascii")
+    for kind, name in zip(WEBHOOK_KINDS, settings.webhook_configurations, strict=True):
+        if not patch_ca_bundle(api, kind, name, bundle):
+            log.warning("%s %s not found: its caBundle was not set (install the manifests)", kind, name)
+    return certificates
+
+
+async def keep_certificates(api: client.ApiClient, settings: Settings, tls: ReloadableContext,
+                            interval: float = CHECK_INTERVAL_SECONDS) -> None:
+    """Renew before expiry and reload the live SSL context in place (no restart, no failed request)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            certificates = await asyncio.to_thread(ensure_certificates, api, settings)
+        except KubeError as error:
+            log.warning("certificate check failed, will retry: %s", error)
+            continue
+        if certificates.serving != tls.loaded:
+            tls.install(certificates.serving)
+            log.info("serving certificate reloaded from Secret %s/%s", settings.namespace, settings.tls_secret)
