@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography import x509
 from kubernetes import client
 
 from cardquota.kube import CONFLICT, KubeError, patch_ca_bundle, read_secret, write_secret
@@ -30,6 +31,7 @@ from cardquota.webhooks.tls import (
 log = logging.getLogger("cardquota.certificates")
 SECRET_TYPE = "kubernetes.io/tls"
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+PREVIOUS_CA_CERT = "ca-previous.crt"
 CA_RENEW_BEFORE = datetime.timedelta(days=90)
 CHECK_INTERVAL_SECONDS = 3600.0
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
@@ -39,23 +41,43 @@ WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration
 class Certificates:
     ca: KeyPair
     serving: KeyPair
+    previous_ca: bytes = b""
+    """The CA certificate this one replaced, kept in the caBundle while it is valid, so replicas still serving a
+    certificate it signed keep working until they reload."""
+
+    def ca_bundle(self, now: datetime.datetime | None = None) -> bytes:
+        bundle = self.ca.cert_pem
+        if self.previous_ca and _still_valid(self.previous_ca, now):
+            bundle += self.previous_ca
+        return bundle
 
 
-def plan(ca: KeyPair | None, serving: KeyPair | None, dns_names: list[str],
+def plan(ca: KeyPair | None, serving: KeyPair | None, dns_names: list[str], previous_ca: bytes = b"",
          now: datetime.datetime | None = None) -> tuple[Certificates, str | None]:
     """What the Secret should hold, and why it changed (None when it did not)."""
     if ca is None or renewal_reason(ca, ca, [], now=now, renew_before=CA_RENEW_BEFORE) is not None:
         fresh_ca = new_ca(now=now)
         why = "no CA yet" if ca is None else "the CA is expiring or unreadable"
-        return Certificates(fresh_ca, new_serving_cert(fresh_ca, dns_names, now=now)), why
+        retired = ca.cert_pem if ca is not None and _still_valid(ca.cert_pem, now) else b""
+        return Certificates(fresh_ca, new_serving_cert(fresh_ca, dns_names, now=now), retired), why
     reason = "no serving certificate yet" if serving is None else renewal_reason(serving, ca, dns_names, now=now)
     if reason is not None:
-        return Certificates(ca, new_serving_cert(ca, dns_names, now=now)), f"serving certificate: {reason}"
+        renewed = new_serving_cert(ca, dns_names, now=now)
+        return Certificates(ca, renewed, previous_ca), f"serving certificate: {reason}"
     assert serving is not None
-    return Certificates(ca, serving), None
+    return Certificates(ca, serving, previous_ca), None
 
 
-def decode(secret: Mapping[str, Any] | None) -> tuple[KeyPair | None, KeyPair | None]:
+def _still_valid(cert_pem: bytes, now: datetime.datetime | None) -> bool:
+    try:
+        expiry = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+    except ValueError:
+        return False
+    return expiry > (now or datetime.datetime.now(datetime.UTC))
+
+
+def decode(secret: Mapping[str, Any] | None) -> tuple[KeyPair | None, KeyPair | None, bytes]:
+    """(CA, serving certificate, previous CA certificate) from the Secret; what cannot be read is missing."""
     data = (secret or {}).get("data") or {}
 
     def pair(cert: str, key: str) -> KeyPair | None:
@@ -66,7 +88,11 @@ def decode(secret: Mapping[str, Any] | None) -> tuple[KeyPair | None, KeyPair | 
         except ValueError:
             return None
 
-    return pair(CA_CERT, CA_KEY), pair(TLS_CERT, TLS_KEY)
+    try:
+        previous = base64.b64decode(data.get(PREVIOUS_CA_CERT, ""))
+    except ValueError:
+        previous = b""
+    return pair(CA_CERT, CA_KEY), pair(TLS_CERT, TLS_KEY), previous
 
 
 def secret_body(settings: Settings, certificates: Certificates,
@@ -78,7 +104,8 @@ def secret_body(settings: Settings, certificates: Certificates,
         metadata["resourceVersion"] = (existing.get("metadata") or {}).get("resourceVersion")
     encoded = {name: base64.b64encode(value).decode("ascii") for name, value in (
         (CA_CERT, certificates.ca.cert_pem), (CA_KEY, certificates.ca.key_pem),
-        (TLS_CERT, certificates.serving.cert_pem), (TLS_KEY, certificates.serving.key_pem))}
+        (TLS_CERT, certificates.serving.cert_pem), (TLS_KEY, certificates.serving.key_pem),
+        (PREVIOUS_CA_CERT, certificates.previous_ca)) if value}
     return {"apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE, "metadata": metadata, "data": encoded}
 
 
@@ -88,7 +115,8 @@ def ensure_certificates(api: client.ApiClient, settings: Settings,
     names = service_dns_names(settings.service, settings.namespace)
     for _ in range(3):
         existing = read_secret(api, settings.namespace, settings.tls_secret)
-        certificates, reason = plan(*decode(existing), names, now=now)
+        ca, serving, previous_ca = decode(existing)
+        certificates, reason = plan(ca, serving, names, previous_ca, now=now)
         if reason is None:
             break
         try:
@@ -102,7 +130,7 @@ def ensure_certificates(api: client.ApiClient, settings: Settings,
                      settings.namespace, settings.tls_secret)
     else:
         raise KubeError(f"could not settle the TLS Secret {settings.namespace}/{settings.tls_secret}")
-    bundle = base64.b64encode(certificates.ca.cert_pem).decode("ascii")
+    bundle = base64.b64encode(certificates.ca_bundle(now)).decode("ascii")
     for kind, name in zip(WEBHOOK_KINDS, settings.webhook_configurations, strict=True):
         if not patch_ca_bundle(api, kind, name, bundle):
             log.warning("%s %s not found: its caBundle was not set (install the manifests)", kind, name)

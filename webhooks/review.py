@@ -38,8 +38,10 @@ class AdmissionRequest:
 
     @property
     def identity(self) -> str:
-        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.kind} {where or '(unnamed)'}"
+        """``Pod ml/web-*`` for messages and logs (a generated name shows its prefix)."""
+        completed = self.policy_object() or self.policy_old_object() or {}
+        name = completed.get("metadata", {}).get("name") or self.name or "(unnamed)"
+        return f"{self.kind} {self.namespace}/{name}" if self.namespace else f"{self.kind} {name}"
 
     def policy_object(self) -> Mapping[str, Any] | None:
         """The object as a policy reads it: the name and namespace filled from the request (pods created by

@@ -1,0 +1,158 @@
+"""Pure parts of the operator: the certificate plan, settings from CLI and environment, JSON logs, AdmissionReview
+translation."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import json
+import logging
+import re
+
+import pytest
+
+from cardquota.core.verdict import Verdict, allow, deny
+from cardquota.core.violations import Violation
+from cardquota.operator.certificates import decode, plan, secret_body
+from cardquota.operator.main import JsonFormatter
+from cardquota.operator.settings import LogFormat, Settings, add_arguments, from_arguments, parse_failure_modes
+from cardquota.webhooks.kinds import FailureMode
+from cardquota.webhooks.review import MalformedReview, read_review, response
+from cardquota.webhooks.tls import new_ca, new_serving_cert, renewal_reason, service_dns_names
+
+NAMES = service_dns_names("cardquota", "cardquota-system")
+NOW = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
+
+
+def test_service_dns_names() -> None:
+    assert NAMES == ["cardquota", "cardquota.cardquota-system", "cardquota.cardquota-system.svc",
+                     "cardquota.cardquota-system.svc.cluster.local"]
+
+
+def test_plan_issues_everything_when_nothing_exists_and_nothing_when_all_is_good() -> None:
+    certificates, reason = plan(None, None, NAMES, now=NOW)
+    assert reason == "no CA yet"
+    assert renewal_reason(certificates.serving, certificates.ca, NAMES, now=NOW) is None
+    same, reason = plan(certificates.ca, certificates.serving, NAMES, now=NOW)
+    assert reason is None
+    assert same == certificates
+
+
+@pytest.mark.parametrize(
+    ("change", "reason_start"),
+    [
+        ("expiring", "serving certificate: expires"),
+        ("names", "serving certificate: names"),
+        ("other-ca", "serving certificate: not issued by the current CA"),
+    ],
+)
+def test_plan_renews_the_serving_certificate(change: str, reason_start: str) -> None:
+    ca = new_ca(now=NOW)
+    if change == "expiring":
+        serving = new_serving_cert(ca, NAMES, days=10, now=NOW)
+    elif change == "names":
+        serving = new_serving_cert(ca, ["other"], now=NOW)
+    else:
+        serving = new_serving_cert(new_ca(now=NOW), NAMES, now=NOW)
+    renewed, reason = plan(ca, serving, NAMES, now=NOW)
+    assert reason is not None
+    assert reason.startswith(reason_start)
+    assert renewed.ca == ca
+    assert renewal_reason(renewed.serving, ca, NAMES, now=NOW) is None
+
+
+def test_ca_rotation_keeps_the_previous_ca_in_the_bundle_while_it_is_valid() -> None:
+    old = new_ca(days=60, now=NOW)  # inside the 90-day renewal window
+    serving = new_serving_cert(old, NAMES, days=50, now=NOW)
+    rotated, reason = plan(old, serving, NAMES, now=NOW)
+    assert reason == "the CA is expiring or unreadable"
+    assert rotated.ca != old
+    assert rotated.previous_ca == old.cert_pem
+    assert rotated.ca_bundle(NOW) == rotated.ca.cert_pem + old.cert_pem
+    assert rotated.ca_bundle(NOW + datetime.timedelta(days=61)) == rotated.ca.cert_pem
+    ca, serving_back, previous = decode(secret_body(Settings(), rotated, None))
+    assert (ca, serving_back, previous) == (rotated.ca, rotated.serving, old.cert_pem)
+
+
+def test_secret_body_is_a_tls_secret_with_labels_and_the_read_version() -> None:
+    certificates, _ = plan(None, None, NAMES, now=NOW)
+    body = secret_body(Settings(), certificates, {"metadata": {"resourceVersion": "42"}})
+    assert body["type"] == "kubernetes.io/tls"
+    assert body["metadata"]["resourceVersion"] == "42"
+    assert body["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook-tls"
+    assert base64.b64decode(body["data"]["tls.crt"]) == certificates.serving.cert_pem
+    assert "ca-previous.crt" not in body["data"]
+
+
+def test_decode_tolerates_missing_and_garbled_data() -> None:
+    assert decode(None) == (None, None, b"")
+    assert decode({"data": {"tls.crt": "%%%", "tls.key": "x", "ca.crt": "AAAA"}}) == (None, None, b"")
+
+
+def settings_from(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, env or {})
+    return from_arguments(parser.parse_args(argv), env or {})
+
+
+def test_settings_defaults() -> None:
+    settings = settings_from([])
+    assert settings == Settings()
+    assert settings.policy.card_aware_schedulers == frozenset({"volcano"})
+
+
+def test_settings_from_environment_and_command_line() -> None:
+    env = {"CARDQUOTA_NAMESPACE": "gpu-system", "CARDQUOTA_PORT": "8443", "CARDQUOTA_SCHEDULERS": "volcano,vc-gpu",
+           "CARDQUOTA_FAILURE_MODES": "Pod=closed", "CARDQUOTA_LOG_FORMAT": "json"}
+    settings = settings_from(["--failure-mode", "Queue=open", "--service", "cq"], env)
+    assert settings.namespace == "gpu-system"
+    assert settings.port == 8443
+    assert settings.service == "cq"
+    assert settings.schedulers == frozenset({"volcano", "vc-gpu"})
+    assert dict(settings.failure_modes) == {"Pod": FailureMode.CLOSED, "Queue": FailureMode.OPEN}
+    assert settings.log_format is LogFormat.JSON
+
+
+@pytest.mark.parametrize("item", ["Pod", "Pod=sometimes", "Deployment=open", "=open"])
+def test_bad_failure_modes_are_refused_naming_the_item(item: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"{item!r}: expected KIND=open|closed")):
+        parse_failure_modes([item])
+
+
+def test_json_log_lines_are_json_with_the_exception() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord("cardquota", logging.ERROR, __file__, 1, "policy %s failed", ("Pod ml/p",),
+                                   sys.exc_info())
+    line = json.loads(JsonFormatter().format(record))
+    assert line["level"] == "ERROR"
+    assert line["message"] == "policy Pod ml/p failed"
+    assert "RuntimeError: boom" in line["exception"]
+
+
+def test_response_shapes() -> None:
+    ok = response("u1", allow(warnings=["w" * 300]), with_patch=True)["response"]
+    assert ok == {"uid": "u1", "allowed": True, "warnings": ["w" * 255 + "…"]}
+    denied = response("u2", deny([Violation("spec.x", "bad")]), with_patch=True)["response"]
+    assert denied == {"uid": "u2", "allowed": False,
+                      "status": {"code": 403, "reason": "Forbidden", "message": "spec.x: bad"}}
+    patched = response("u3", Verdict(True, patch=({"op": "add", "path": "/a", "value": 1},)), with_patch=True)
+    assert patched["response"]["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(patched["response"]["patch"])) == [{"op": "add", "path": "/a", "value": 1}]
+    assert "patch" not in response("u3", Verdict(True, patch=({"op": "add", "path": "/a", "value": 1},)),
+                                   with_patch=False)["response"]
+
+
+def test_generated_names_and_request_namespace_reach_the_policy() -> None:
+    body = {"kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": "ml", "name": "", "object": {"metadata": {"generateName": "web-"}}}}
+    request = read_review(json.dumps(body).encode())
+    assert request.policy_object() == {"metadata": {"generateName": "web-", "name": "web-*", "namespace": "ml"}}
+    assert request.identity == "Pod ml/web-*"
+    with pytest.raises(MalformedReview):
+        read_review(b'{"kind": "AdmissionReview", "request": {"uid": 5}}')
