@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import kopf
 import pytest
-from builders import gpu_node, podgroup, queue
+from builders import podgroup, queue
+from polling import eventually
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.kube import Connection, api_client, list_all_async
@@ -29,23 +29,8 @@ QUEUES = "scheduling.volcano.sh/v1beta1/queues"
 PODGROUPS = "scheduling.volcano.sh/v1beta1/podgroups"
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
-@pytest.fixture
-async def cluster(kmock: Any) -> Any:
-    kmock.resources.load_bundled()
-    for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
-        kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
-            "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
-            "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
-    kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
-    return kmock
 
 
 def podgroup_review(queue_name: str) -> Any:
@@ -56,8 +41,8 @@ def podgroup_review(queue_name: str) -> Any:
     return read_review(json.dumps(body).encode())
 
 
-async def test_initial_list_then_watch_events_change_verdicts(cluster: Any) -> None:
-    connection = Connection(host=str(cluster.url).rstrip("/"), insecure=True)
+async def test_initial_list_then_watch_events_change_verdicts(volcano_kmock: Any) -> None:
+    connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)
     cache = ClusterCache()
     cache.load(await list_all_async(api_client(connection)))
     assert cache.ready

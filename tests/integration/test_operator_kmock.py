@@ -10,14 +10,14 @@ import json
 import logging
 import ssl
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from builders import gpu_node, podgroup, queue
+from builders import podgroup, queue
 from cryptography import x509
+from polling import eventually
 
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates
@@ -33,29 +33,15 @@ SETTINGS = Settings(namespace="cardquota-system", service="cardquota")
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1"
 
 
-@pytest.fixture
-async def cluster(kmock: Any) -> Any:
-    kmock.resources.load_bundled()
-    for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
-        kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
-            "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
-            "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
-    kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
-    return kmock
 
 
-async def call(cluster: Any, method: str, path: str, body: object = None) -> Any:
-    url = f"{str(cluster.url).rstrip('/')}{path}"
+async def call(volcano_kmock: Any, method: str, path: str, body: object = None) -> Any:
+    url = f"{str(volcano_kmock.url).rstrip('/')}{path}"
     async with aiohttp.ClientSession() as session, session.request(method, url, json=body) as response:
         assert response.status < 300, await response.text()
         return await response.json()
 
 
-async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 def webhook_configuration(kind: str, name: str, count: int) -> dict[str, Any]:
@@ -66,17 +52,17 @@ def webhook_configuration(kind: str, name: str, count: int) -> dict[str, Any]:
 
 
 async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
-    cluster: Any, caplog: pytest.LogCaptureFixture
+    volcano_kmock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    await call(cluster, "POST", f"{WEBHOOKS}/validatingwebhookconfigurations",
+    await call(volcano_kmock, "POST", f"{WEBHOOKS}/validatingwebhookconfigurations",
                webhook_configuration("ValidatingWebhookConfiguration", "cardquota-validating", 2))
-    await call(cluster, "POST", f"{WEBHOOKS}/mutatingwebhookconfigurations",
+    await call(volcano_kmock, "POST", f"{WEBHOOKS}/mutatingwebhookconfigurations",
                webhook_configuration("MutatingWebhookConfiguration", "cardquota-mutating", 1))
-    api = api_client(Connection(host=str(cluster.url).rstrip("/"), insecure=True))
+    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
 
     first = await asyncio.to_thread(ensure_certificates, api, SETTINGS)
-    secret = await call(cluster, "GET", "/api/v1/namespaces/cardquota-system/secrets/cardquota-webhook-tls")
+    secret = await call(volcano_kmock, "GET", "/api/v1/namespaces/cardquota-system/secrets/cardquota-webhook-tls")
     assert secret["type"] == "kubernetes.io/tls"
     assert sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert base64.b64decode(secret["data"]["tls.crt"]) == first.serving.cert_pem
@@ -84,7 +70,7 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
     bundle = base64.b64encode(first.ca.cert_pem).decode()
     for plural, name, count in (("validatingwebhookconfigurations", "cardquota-validating", 2),
                                 ("mutatingwebhookconfigurations", "cardquota-mutating", 1)):
-        configuration = await call(cluster, "GET", f"{WEBHOOKS}/{plural}/{name}")
+        configuration = await call(volcano_kmock, "GET", f"{WEBHOOKS}/{plural}/{name}")
         assert [w["clientConfig"]["caBundle"] for w in configuration["webhooks"]] == [bundle] * count
 
     again = await asyncio.to_thread(ensure_certificates, api, SETTINGS)
@@ -94,18 +80,18 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
     renewed = await asyncio.to_thread(ensure_certificates, api, SETTINGS, later)
     assert renewed.ca == first.ca
     assert renewed.serving != first.serving
-    stored = await call(cluster, "GET", "/api/v1/namespaces/cardquota-system/secrets/cardquota-webhook-tls")
+    stored = await call(volcano_kmock, "GET", "/api/v1/namespaces/cardquota-system/secrets/cardquota-webhook-tls")
     assert base64.b64decode(stored["data"]["tls.crt"]) == renewed.serving.cert_pem
     assert x509.load_pem_x509_certificate(renewed.serving.cert_pem).not_valid_after_utc > later
     assert "PRIVATE KEY" not in caplog.text
     assert "PRIVATE KEY" not in repr(renewed)
 
 
-async def test_operator_run_answers_over_https_and_follows_the_cluster(cluster: Any, tmp_path: Path) -> None:
+async def test_operator_run_answers_over_https_and_follows_the_cluster(volcano_kmock: Any, tmp_path: Path) -> None:
     settings = Settings(host="127.0.0.1", port=0, dev=True, cert_dir=str(tmp_path))
     stop, started = asyncio.Event(), asyncio.Event()
     ports: list[int] = []
-    connection = Connection(host=str(cluster.url).rstrip("/"), insecure=True)
+    connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)
     task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started,
                                    on_listening=ports.append))
     try:
@@ -127,7 +113,7 @@ async def test_operator_run_answers_over_https_and_follows_the_cluster(cluster: 
         denied = await verdict()
         assert denied["allowed"] is False
         assert "queue team-z does not exist" in denied["status"]["message"]
-        await call(cluster, "POST", "/apis/scheduling.volcano.sh/v1beta1/queues", queue("team-z", {"NVIDIA-A100": 8}))
+        await call(volcano_kmock, "POST", "/apis/scheduling.volcano.sh/v1beta1/queues", queue("team-z", {"NVIDIA-A100": 8}))
 
         async def allowed() -> bool:
             return (await verdict())["allowed"] is True

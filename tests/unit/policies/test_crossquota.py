@@ -8,6 +8,7 @@ import pytest
 from builders import node
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import manifest_values
 
 from cardquota.core.policies.crossquota import (
     ANNOTATION_QUOTA_PERCENTAGE_PREFIX,
@@ -236,16 +237,8 @@ def test_nodes_without_readable_annotations_have_no_violations(manifest: dict[st
 # --- properties ---------------------------------------------------------------------------------------------------
 
 RESOURCES = ["cpu", "memory", "pods", "nvidia.com/gpu", "ephemeral-storage", "", "hugepages-1Gi"]
-anything = st.one_of(
-    st.text(max_size=12),
-    st.sampled_from(["1", "0", "-1", "64", "100", "100.5", "1e9999", "NaN", "inf", "512Gi", "1e40", "5e1", " 1"]),
-    st.integers(min_value=-(10**40), max_value=10**40),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.booleans(),
-    st.none(),
-    st.lists(st.integers(), max_size=2),
-    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-)
+anything = manifest_values(["1", "0", "-1", "64", "100", "100.5", "1e9999", "NaN", "inf", "512Gi", "1e40", "5e1",
+                            " 1"])
 annotation_names = st.one_of(
     st.builds(lambda prefix, resource: prefix + resource,
               st.sampled_from([ANNOTATION_QUOTA_PREFIX, ANNOTATION_QUOTA_PERCENTAGE_PREFIX]),

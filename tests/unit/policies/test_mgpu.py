@@ -9,6 +9,7 @@ import pytest
 from builders import container, pod
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import manifest_values
 
 from cardquota.core.policies.mgpu import CONTAINER_MULTIPLE_GPU, MGPU_CORE, MGPU_MEMORY, mgpu_violations
 from cardquota.core.violations import Violation
@@ -280,16 +281,7 @@ def test_non_mgpu_pods_are_untouched_whatever_else_is_malformed() -> None:
 
 SAMPLE_VALUES = ["100", "200", "50", "-20", "6k", "0", "256", "1024", "1e3", "0.5", "1Gi", "130", "128", "+1",
                  "1e40", "", " ", "NaN", "1..2", "5e-3"]
-values = st.one_of(
-    st.sampled_from(SAMPLE_VALUES),
-    st.text(max_size=12),
-    st.integers(min_value=-(10**40), max_value=10**40),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.booleans(),
-    st.none(),
-    st.lists(st.integers(), max_size=2),
-    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-)
+values = manifest_values(SAMPLE_VALUES)
 resource_maps = st.one_of(
     st.dictionaries(st.sampled_from([MGPU_CORE, MGPU_MEMORY, "cpu"]), values, max_size=3),
     values,
