@@ -113,7 +113,8 @@ async def test_operator_run_answers_over_https_and_follows_the_cluster(volcano_k
         denied = await verdict()
         assert denied["allowed"] is False
         assert "queue team-z does not exist" in denied["status"]["message"]
-        await call(volcano_kmock, "POST", "/apis/scheduling.volcano.sh/v1beta1/queues", queue("team-z", {"NVIDIA-A100": 8}))
+        await call(volcano_kmock, "POST", "/apis/scheduling.volcano.sh/v1beta1/queues",
+                   queue("team-z", {"NVIDIA-A100": 8}))
 
         async def allowed() -> bool:
             return (await verdict())["allowed"] is True
