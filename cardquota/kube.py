@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client, config
+
+T = TypeVar("T")
 
 # (API path prefix, plural, kind, apiVersion) of everything the cache holds.
 CACHED_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
@@ -125,3 +129,74 @@ def list_all(api: client.ApiClient) -> list[Mapping[str, Any]]:
 
 async def list_all_async(api: client.ApiClient) -> list[Mapping[str, Any]]:
     return await asyncio.to_thread(list_all, api)
+
+
+RETRYABLE = frozenset({409, 410, 429, 500, 502, 503, 504})
+RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+def with_retries(action: Callable[[], T], *, delays: Sequence[float] = RETRY_DELAYS,
+                 sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run ``action``, retrying with backoff on conflicts, throttling, server errors and lost connections."""
+    for delay in delays:
+        try:
+            return action()
+        except KubeError as error:
+            if error.status not in RETRYABLE:
+                raise
+        except (OSError, urllib3.exceptions.HTTPError):
+            pass
+        sleep(delay)
+    return action()
+
+
+def queue_path(name: str) -> str:
+    return f"/apis/scheduling.volcano.sh/v1beta1/queues/{name}"
+
+
+def node_path(name: str) -> str:
+    return f"/api/v1/nodes/{name}"
+
+
+def patch_annotations(api: client.ApiClient, path: str, changes: Mapping[str, str | None]) -> bool:
+    """Merge-patch annotations only (null removes one), with retries; False when the object is gone (a deletion
+    mid-flight is not an error)."""
+    body = {"metadata": {"annotations": dict(changes)}}
+    try:
+        with_retries(lambda: _request(api, "PATCH", path, body, "application/merge-patch+json"))
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+def create_event(api: client.ApiClient, namespace: str, event: Mapping[str, Any]) -> None:
+    with_retries(lambda: _request(api, "POST", f"/api/v1/namespaces/{namespace}/events", event))
+
+
+def lease_path(namespace: str, name: str = "") -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{base}/{name}" if name else base
+
+
+def read_lease(api: client.ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
+    try:
+        return _get(api, lease_path(namespace, name))
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return None
+        raise
+
+
+def create_lease(api: client.ApiClient, namespace: str, lease: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _request(api, "POST", lease_path(namespace), lease)
+
+
+def update_lease(api: client.ApiClient, namespace: str, name: str, spec: Mapping[str, Any],
+                 resource_version: str | None) -> Mapping[str, Any]:
+    """Merge-patch a Lease's spec; with ``resource_version`` a precondition, so a competing holder loses."""
+    body: dict[str, Any] = {"spec": dict(spec)}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    return _request(api, "PATCH", lease_path(namespace, name), body, "application/merge-patch+json")

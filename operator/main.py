@@ -16,6 +16,9 @@ import kopf
 from cardquota.kube import Connection, api_client, list_all_async
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
+from cardquota.operator.controller import Publisher
+from cardquota.operator.leader import LeaderElection
+from cardquota.operator.metrics import metrics_app, serve_metrics
 from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import register
 from cardquota.webhooks.admission import Admission
@@ -97,8 +100,13 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         def login(**_: Any) -> kopf.ConnectionInfo:
             return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
                                        token=connection.token or None)
+    api = api if api is not None else api_client(connection)
+    leader = LeaderElection(api, settings.namespace)
+    publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
+    metrics_runner = await serve_metrics(metrics_app(cache, publisher), settings.host, settings.metrics_port)
+    tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
     try:
-        cache.load(await list_all_async(api if api is not None else api_client(connection)))
+        cache.load(await list_all_async(api))
         log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods",
                  len(cache.ledger.snapshot.nodes), len(cache.ledger.snapshot.queues),
                  len(cache.ledger.snapshot.podgroups), len(cache.ledger.snapshot.pods))
@@ -114,3 +122,4 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await runner.cleanup()
+        await metrics_runner.cleanup()

@@ -37,6 +37,10 @@ class Settings:
     """Serve a self-signed certificate on localhost and manage no Secret or webhook configuration."""
     log_format: LogFormat = LogFormat.TEXT
     webhook_configurations: tuple[str, ...] = ("cardquota-validating", "cardquota-mutating")
+    publish_window: float = 1.0
+    """Seconds between annotation writes: a burst of events costs at most one patch per queue per window."""
+    metrics_port: int = 8080
+    """Plain-HTTP port of /metrics, /healthz and /readyz (0: any free port)."""
 
     @property
     def policy(self) -> PolicyConfig:
@@ -82,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | 
                         help="folder for the serving certificate files (default: a temporary folder)")
     parser.add_argument("--dev", action="store_true", default=env.get("CARDQUOTA_DEV") == "1",
                         help="local development: self-signed certificate for localhost, no Secret, no API writes")
+    parser.add_argument("--publish-window", type=float, default=float(default("PUBLISH_WINDOW", 1.0)),
+                        help="seconds between annotation writes (at most one patch per queue per window)")
+    parser.add_argument("--metrics-port", type=int, default=int(default("METRICS_PORT", 8080)),
+                        help="plain-HTTP port for /metrics, /healthz and /readyz")
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat],
                         default=default("LOG_FORMAT", defaults.log_format.value),
                         help="json for machines, text for humans")
@@ -103,4 +111,6 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         cert_dir=args.cert_dir,
         dev=args.dev,
         log_format=LogFormat(args.log_format),
+        publish_window=args.publish_window,
+        metrics_port=args.metrics_port,
     )

@@ -7,6 +7,7 @@ from typing import Any
 import kopf
 
 from cardquota.operator.cache import ClusterCache
+from cardquota.operator.metrics import EVENTS_PROCESSED
 
 
 def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
@@ -17,6 +18,7 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
             manifest = event.get("object")
             if isinstance(manifest, dict):
                 cache.apply(event.get("type"), {"apiVersion": api_version, "kind": kind, **manifest})
+                EVENTS_PROCESSED.labels(kind=kind).inc()
         handler.__name__ = f"{kind.lower()}_event"
         return handler
 

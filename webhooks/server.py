@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from cardquota.operator.metrics import Timer
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import MalformedReview, read_review, response
 
@@ -56,8 +57,10 @@ async def _review(admission: Admission, request: web.Request, *, mutating: bool)
         review = read_review(body)
     except MalformedReview as error:
         return _bad_request(str(error))
+    timer = Timer()
     try:
         verdict = admission.review(review, mutating=mutating)
+        timer.observe(review.kind, "allowed" if verdict.allowed else "denied")
         return web.json_response(response(review.uid, verdict, with_patch=mutating))
     except Exception as error:  # nothing here should fail; if it does, still answer, per the kind's failure mode
         log.exception("could not answer the review of %s (uid %s)", review.identity, review.uid)

@@ -101,6 +101,10 @@ class Ledger:
     """Per PodGroup: cards its bound pods hold, by (pod card.name, card type) — small, whatever the group size."""
     _cluster_resource_dependents: set[ObjectKey] = field(default_factory=set)
     _card_resource_refs: dict[str, int] = field(default_factory=dict)
+    touched_queues: set[str] = field(default_factory=set)
+    """Queues whose usage or quota may have changed since the publisher last drained this set."""
+    touched_nodes: set[str] = field(default_factory=set)
+    """Nodes whose card types may have changed since the publisher last drained this set."""
 
     # ----------------------------------------------------------------------------------------------- building
 
@@ -145,6 +149,7 @@ class Ledger:
         name = record.node.name
         previous = self.snapshot.nodes.get(name)
         self.snapshot.put_node(record)
+        self.touched_nodes.add(name)
         if previous is not None and previous.cards.types == record.cards.types:
             return
         before = set(self._card_resource_refs)
@@ -162,9 +167,11 @@ class Ledger:
 
     def upsert_queue(self, record: QueueRecord) -> None:
         self.snapshot.queues[record.queue.name] = record
+        self.touched_queues.add(record.queue.name)
 
     def delete_queue(self, name: str) -> None:
         self.snapshot.queues.pop(name, None)
+        self.touched_queues.discard(name)
 
     def upsert_podgroup(self, group: PodGroup) -> None:
         previous = self.snapshot.podgroups.get(group.key)
@@ -337,6 +344,7 @@ class Ledger:
     # ------------------------------------------------------------------------------------------ bookkeeping
 
     def _add_to_totals(self, charge: Charge, sign: int) -> None:
+        self.touched_queues.add(charge.queue)
         buckets = self._totals.setdefault(charge.queue, {})
         amounts = buckets.setdefault(charge.bucket, {})
         for card, amount in charge.cards.items():

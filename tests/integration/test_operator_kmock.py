@@ -88,7 +88,7 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
 
 
 async def test_operator_run_answers_over_https_and_follows_the_cluster(volcano_kmock: Any, tmp_path: Path) -> None:
-    settings = Settings(host="127.0.0.1", port=0, dev=True, cert_dir=str(tmp_path))
+    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path))
     stop, started = asyncio.Event(), asyncio.Event()
     ports: list[int] = []
     connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)

@@ -1,0 +1,139 @@
+"""The controller: publishes node card types and queue card usage as annotations, and why work waits as events.
+
+Watch events only mark queues and nodes as touched (in the ledger); every window (1 s by default) the leader
+writes what changed — at most one patch per queue per window however many pod events arrived, never a patch that
+changes nothing. On start, and whenever leadership is gained, everything is reconciled once, which corrects
+annotations left stale by a previous run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from cardquota.core.events import CardEvent, pod_event, podgroup_event
+from cardquota.core.ledger import Bucket
+from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
+from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
+from cardquota.operator.cache import ClusterCache
+
+log = logging.getLogger("cardquota.controller")
+DEFAULT_WINDOW = 1.0
+
+
+@dataclass
+class PublisherStats:
+    patches: dict[tuple[str, str], int] = field(default_factory=dict)
+    patch_errors: int = 0
+    events: int = 0
+
+
+class Publisher:
+    def __init__(self, cache: ClusterCache, api: client.ApiClient, *, window: float = DEFAULT_WINDOW,
+                 is_leader: Callable[[], bool] = lambda: True, component: str = "cardquota") -> None:
+        self.cache = cache
+        self.api = api
+        self.window = window
+        self.is_leader = is_leader
+        self.component = component
+        self.stats = PublisherStats()
+        self._written: dict[tuple[str, str], dict[str, str | None]] = {}
+        self._events: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._was_leader = False
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.window)
+            try:
+                await self.flush()
+            except Exception:  # a bad round must not stop the controller; the next one retries
+                log.exception("publishing failed; retrying next window")
+
+    async def flush(self) -> None:
+        ledger = self.cache.ledger
+        if not self.cache.ready or not self.is_leader():
+            self._was_leader = False
+            return
+        if not self._was_leader:  # just started or just elected: reconcile everything once
+            ledger.touched_queues.update(ledger.queue_names())
+            ledger.touched_nodes.update(ledger.snapshot.nodes)
+            self._events.clear()
+            self._was_leader = True
+        queues, ledger.touched_queues = ledger.touched_queues, set()
+        nodes, ledger.touched_nodes = ledger.touched_nodes, set()
+        for name in sorted(queues):
+            record = ledger.snapshot.queues.get(name)
+            if record is not None:
+                await self._publish("Queue", name, queue_path(name), record.queue.meta.annotations,
+                                    queue_annotations(ledger.usage(name)))
+        for name in sorted(nodes):
+            node = ledger.snapshot.nodes.get(name)
+            if node is not None:
+                await self._publish("Node", name, node_path(name), node.node.meta.annotations,
+                                    node_annotations(node.cards))
+        await self._emit_events(queues)
+
+    async def _publish(self, kind: str, name: str, path: str, current: Mapping[str, str],
+                       desired: Mapping[str, str | None]) -> None:
+        key = (kind, name)
+        known = {**current, **{k: v for k, v in self._written.get(key, {}).items() if v is not None}}
+        for removed in (k for k, v in self._written.get(key, {}).items() if v is None):
+            known.pop(removed, None)
+        changes = annotation_changes(known, desired)
+        if not changes:
+            return
+        try:
+            if await asyncio.to_thread(patch_annotations, self.api, path, changes):
+                self._written.setdefault(key, {}).update(changes)
+                self.stats.patches[key] = self.stats.patches.get(key, 0) + 1
+        except KubeError as error:
+            self.stats.patch_errors += 1
+            log.warning("annotating %s %s failed: %s", kind, name, error)
+
+    async def _emit_events(self, queues: set[str]) -> None:
+        """Events for PodGroups and unbound pods of the touched queues, each emitted once per distinct message."""
+        ledger = self.cache.ledger
+        snapshot = ledger.snapshot
+        found: list[CardEvent] = []
+        for group in snapshot.podgroups.values():
+            if group.queue in queues and (event := podgroup_event(group, ledger)) is not None:
+                found.append(event)
+        for key, pod in snapshot.pods.items():
+            charge = ledger.pod_charge(key)
+            if pod.bound or pod.card_name is None:
+                continue
+            if (charge is not None and charge.bucket is Bucket.PENDING and charge.queue not in queues):
+                continue
+            if (event := pod_event(pod, ledger)) is not None:
+                found.append(event)
+        for event in found:
+            identity = (event.kind, event.namespace, event.name)
+            if self._events.get(identity) == (event.reason, event.message):
+                continue
+            self._events[identity] = (event.reason, event.message)
+            try:
+                await asyncio.to_thread(create_event, self.api, event.namespace, kubernetes_event(event,
+                                                                                                self.component))
+                self.stats.events += 1
+            except KubeError as error:
+                log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
+
+
+def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | None = None) -> dict[str, Any]:
+    moment = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api_version = "scheduling.volcano.sh/v1beta1" if event.kind == "PodGroup" else "v1"
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
+        "involvedObject": {"apiVersion": api_version, "kind": event.kind, "namespace": event.namespace,
+                           "name": event.name},
+        "reason": event.reason, "message": event.message, "type": event.type,
+        "source": {"component": component}, "reportingComponent": component,
+        "firstTimestamp": moment, "lastTimestamp": moment, "count": 1,
+    }

@@ -1,0 +1,101 @@
+"""Prometheus metrics on a plain-HTTP port: the seed's queue card gauges, read from the ledger at scrape time, and
+the operator's own counters and webhook latency; with /healthz and /readyz for the kubelet."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from cardquota.operator.cache import ClusterCache
+from cardquota.operator.controller import Publisher
+
+REGISTRY = CollectorRegistry()
+WEBHOOK_SECONDS = Histogram("cardquota_webhook_duration_seconds", "Admission review latency in the server",
+                            ["kind", "verdict"], registry=REGISTRY,
+                            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+EVENTS_PROCESSED = Counter("cardquota_watch_events_total", "Watch events applied to the cache", ["kind"],
+                           registry=REGISTRY)
+
+
+class QueueCardCollector(Collector):
+    def __init__(self, cache: ClusterCache, publisher: Publisher | None) -> None:
+        self.cache = cache
+        self.publisher = publisher
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["queue_name", "card_name"]
+        deserved = GaugeMetricFamily("volcano_queue_card_deserved", "Deserved cards per queue (its quota)",
+                                     labels=labels)
+        capacity = GaugeMetricFamily("volcano_queue_card_capacity", "Card capacity per queue (its quota)",
+                                     labels=labels)
+        allocated = GaugeMetricFamily("volcano_queue_card_allocated", "Cards held by bound pods", labels=labels)
+        requested = GaugeMetricFamily("volcano_queue_card_request",
+                                      "Cards requested: allocated + inqueue + pending", labels=labels)
+        ledger = self.cache.ledger
+        for queue in ledger.queue_names():
+            usage = ledger.usage(queue)
+            for card, amount in usage.quota.items():
+                deserved.add_metric([queue, card], amount)
+                capacity.add_metric([queue, card], amount)
+            for card, amount in usage.allocated.items():
+                allocated.add_metric([queue, card], amount)
+            totals: dict[str, int] = {}
+            for bucket in (usage.allocated, usage.inqueue, usage.pending):
+                for card, amount in bucket.items():
+                    totals[card] = totals.get(card, 0) + amount
+            for card, amount in totals.items():
+                requested.add_metric([queue, card], amount)
+        yield from (deserved, capacity, allocated, requested)
+        if self.publisher is not None:
+            patches = GaugeMetricFamily("cardquota_annotation_patches", "Annotation patches written",
+                                        labels=["kind"])
+            for kind in ("Queue", "Node"):
+                patches.add_metric([kind], sum(n for (k, _), n in self.publisher.stats.patches.items() if k == kind))
+            yield patches
+            yield GaugeMetricFamily("cardquota_patch_errors", "Annotation patches that failed after retries",
+                                    value=self.publisher.stats.patch_errors)
+            yield GaugeMetricFamily("cardquota_events_emitted", "Kubernetes events emitted",
+                                    value=self.publisher.stats.events)
+
+
+def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.Application:
+    registry = CollectorRegistry()
+    registry.register(QueueCardCollector(cache, publisher))
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(registry) + generate_latest(REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.json_response({"ready": cache.ready}, status=200 if cache.ready else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def serve_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+class Timer:
+    """Measure one admission for the latency histogram."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def observe(self, kind: str, verdict: str) -> None:
+        WEBHOOK_SECONDS.labels(kind=kind, verdict=verdict).observe(time.perf_counter() - self.start)
