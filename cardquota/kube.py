@@ -136,13 +136,13 @@ RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 def with_retries(action: Callable[[], T], *, delays: Sequence[float] = RETRY_DELAYS,
-                 sleep: Callable[[float], None] = time.sleep) -> T:
+                 sleep: Callable[[float], None] = time.sleep, retryable: frozenset[int] = RETRYABLE) -> T:
     """Run ``action``, retrying with backoff on conflicts, throttling, server errors and lost connections."""
     for delay in delays:
         try:
             return action()
         except KubeError as error:
-            if error.status not in RETRYABLE:
+            if error.status not in retryable:
                 raise
         except (OSError, urllib3.exceptions.HTTPError):
             pass
@@ -172,7 +172,9 @@ def patch_annotations(api: client.ApiClient, path: str, changes: Mapping[str, st
 
 
 def create_event(api: client.ApiClient, namespace: str, event: Mapping[str, Any]) -> None:
-    with_retries(lambda: _request(api, "POST", f"/api/v1/namespaces/{namespace}/events", event))
+    """Create an event (a 409 means it exists already: creating is not retried on conflicts)."""
+    with_retries(lambda: _request(api, "POST", f"/api/v1/namespaces/{namespace}/events", event),
+                 retryable=RETRYABLE - {CONFLICT})
 
 
 def lease_path(namespace: str, name: str = "") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +131,7 @@ def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | 
     api_version = "scheduling.volcano.sh/v1beta1" if event.kind == "PodGroup" else "v1"
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
+        "metadata": {"name": f"{event.name}.{uuid.uuid4().hex[:16]}", "namespace": event.namespace},
         "involvedObject": {"apiVersion": api_version, "kind": event.kind, "namespace": event.namespace,
                            "name": event.name},
         "reason": event.reason, "message": event.message, "type": event.type,
