@@ -191,6 +191,8 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
     """
     containers = _sequence(pod_spec.get("containers"), f"{path}.containers")
     init_containers = _sequence(pod_spec.get("initContainers"), f"{path}.initContainers")
+    if len(containers) == 1 and not init_containers and not pod_spec.get("overhead"):
+        return container_requests(containers[0], f"{path}.containers[0]")  # the common pod: nothing to add up
     total: dict[str, Fraction] = {}
     for index, container in enumerate(containers):
         _add(total, container_requests(container, f"{path}.containers[{index}]"))
@@ -263,6 +265,8 @@ def _sequence(value: object, path: str) -> Sequence[Any]:
 
 
 def _string_map(value: object, path: str) -> dict[str, str]:
+    if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
+        return dict(value)  # the common case: one check, one copy
     result: dict[str, str] = {}
     for key, item in _mapping(value, path).items():
         if not isinstance(key, str):

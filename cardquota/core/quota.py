@@ -6,9 +6,11 @@ ledger can keep accounting while the admission policies turn the same violations
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from cardquota.core import keys
 from cardquota.core.violations import Violation, annotation_path, shown, written
@@ -68,7 +70,7 @@ def parse_card_amounts(
             violations.append(Violation(path, problem))
         else:
             values[name] = amount  # type: ignore[assignment]  # checked by _entry_problem
-    return CardAmounts(values=values, violations=tuple(violations), present=True)
+    return CardAmounts(values=MappingProxyType(values), violations=tuple(violations), present=True)
 
 
 def _entry_problem(name: str, amount: object, seen: set[str], *, alternatives: bool, minimum: int) -> str | None:
@@ -108,12 +110,19 @@ def _reject_constant(constant: str) -> object:
 
 def card_quota(annotations: Mapping[str, str]) -> CardAmounts:
     """A Queue's ``volcano.sh/card.quota``: one card type per key, quotas ≥ 0."""
-    return parse_card_amounts(annotations.get(keys.CARD_QUOTA), keys.CARD_QUOTA, alternatives=False, minimum=0)
+    return _parsed(annotations.get(keys.CARD_QUOTA), keys.CARD_QUOTA, False, 0)
 
 
 def card_request(annotations: Mapping[str, str]) -> CardAmounts:
     """A PodGroup's or Volcano Job's ``volcano.sh/card.request``: keys may list ``A|B`` alternatives, amounts ≥ 1."""
-    return parse_card_amounts(annotations.get(keys.CARD_REQUEST), keys.CARD_REQUEST, alternatives=True, minimum=1)
+    return _parsed(annotations.get(keys.CARD_REQUEST), keys.CARD_REQUEST, True, 1)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parsed(text: str | None, annotation: str, alternatives: bool, minimum: int) -> CardAmounts:
+    """The ledger re-reads a PodGroup's request whenever its pods change: parse each text once (results are
+    immutable)."""
+    return parse_card_amounts(text, annotation, alternatives=alternatives, minimum=minimum)
 
 
 def card_name_problem(card_name: str) -> str | None:

@@ -16,7 +16,7 @@ CORE = REPO / "cardquota" / "core"
 # Pure computation only: no files, network, processes, clocks or threads in the core.
 ALLOWED_STDLIB = {
     "__future__", "collections", "dataclasses", "enum", "fractions", "json", "math", "re", "typing", "decimal",
-    "functools", "itertools", "operator", "difflib", "yaml", "ipaddress", "string", "copy", "warnings",
+    "functools", "itertools", "operator", "difflib", "yaml", "ipaddress", "string", "copy", "warnings", "types",
 }
 
 
