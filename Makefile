@@ -50,6 +50,7 @@ test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e t
 bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/webhook.py
+	$(BIN)/python bench/ledger.py
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .hypothesis .pytest_cache .ruff_cache build *.egg-info

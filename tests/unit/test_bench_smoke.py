@@ -25,3 +25,12 @@ def test_webhook_bench_runs_against_both_servers() -> None:
     assert "no-op aiohttp server" in lines[1]
     assert "cardquota webhooks" in lines[2]
     assert lines[3].strip().startswith("p99 ratio")
+
+
+def test_ledger_bench_reports_both_ratios() -> None:
+    result = subprocess.run([sys.executable, "bench/ledger.py", "--pods", "500", "--nodes", "20", "--repeats", "1"],
+                            cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("snapshot: 20 nodes, 500 pods")
+    assert lines[1].startswith("1. full build:")
+    assert lines[2].startswith("2. one pod event:")
