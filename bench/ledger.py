@@ -10,38 +10,16 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic import cluster, pod
+from synthetic import cluster
+from timing import best_of, pod_event_seconds
 
 from cardquota.core.ledger import Ledger
-
-
-def best_of(repeats: int, action: object) -> float:
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        action()  # type: ignore[operator]
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def event_cost(ledger: Ledger, nodes: int, groups: int, events: int) -> float:
-    samples = []
-    for index in range(events):
-        manifest = pod(index, (index * 7) % nodes, groups)
-        start = time.perf_counter()
-        ledger.upsert(manifest)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -60,8 +38,8 @@ def main() -> None:
     big = Ledger.build(objects)
     small = Ledger.build(cluster(max(3, args.nodes // 1000), 100))
     events = min(2000, args.pods)
-    big_event = event_cost(big, args.nodes, groups, events)
-    small_event = event_cost(small, max(3, args.nodes // 1000), max(1, 100 // 8), min(events, 100))
+    big_event = pod_event_seconds(big, args.nodes, groups, events)
+    small_event = pod_event_seconds(small, max(3, args.nodes // 1000), max(1, 100 // 8), min(events, 100))
     print(f"2. one pod event: {big_event / small_event:5.2f}x a 100-pod ledger   ({big_event * 1e6:.0f} us vs "
           f"{small_event * 1e6:.0f} us; target <= 1.5)")
 

@@ -11,17 +11,15 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic import cluster, pod
+from synthetic import cluster
+from timing import best_of, pod_event_seconds
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Node, Pod, PodGroup, Queue
@@ -31,25 +29,8 @@ VIEWS = {"Node": Node.from_manifest, "Pod": Pod.from_manifest, "PodGroup": PodGr
          "Queue": Queue.from_manifest}
 
 
-def best_of(repeats: int, action: Callable[[], object]) -> float:
-    """The fastest of several runs: the least disturbed by the rest of the machine."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
-def per_event_seconds(ledger: Ledger, nodes: int, groups: int, events: int) -> float:
-    """Median cost of one pod update (re-binding an existing pod), over ``events`` events."""
-    samples = []
-    for index in range(events):
-        manifest = pod(index, (index * 7) % nodes, groups)
-        start = time.perf_counter()
-        ledger.upsert(manifest)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -73,13 +54,13 @@ def main() -> None:
 
     groups = max(1, args.pods // 8)
     ledger = Ledger.build(objects)
-    event = per_event_seconds(ledger, nodes, groups, min(2000, args.pods))
+    event = pod_event_seconds(ledger, nodes, groups, min(2000, args.pods))
     print(f"3. one pod event:    {event / build:9.2e} of a full rebuild ({event * 1e6:.0f} µs; "
           f"{build / event:,.0f} events cost one rebuild)")
 
     big_objects = cluster(nodes * 10, args.pods * 10)
     big_ledger = Ledger.build(big_objects)
-    big_event = per_event_seconds(big_ledger, nodes * 10, groups * 10, min(2000, args.pods))
+    big_event = pod_event_seconds(big_ledger, nodes * 10, groups * 10, min(2000, args.pods))
     print(f"4. O(1) per event:   {big_event / event:6.2f}x per-event cost at 10x the cluster size "
           f"({big_event * 1e6:.0f} µs vs {event * 1e6:.0f} µs)")
 
