@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 
@@ -78,12 +78,14 @@ class NodeCards:
     node: str
     types: Mapping[str, CardType]
     notes: tuple[str, ...] = ()
+    by_resource: Mapping[str, CardType] = field(init=False, compare=False, repr=False)
+    """Card type per resource name (each resource offers one type), for the ledger's hot path."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_resource", {card.resource: card for card in self.types.values()})
 
     def type_for_resource(self, resource: str) -> CardType | None:
-        for card in self.types.values():
-            if card.resource == resource:
-                return card
-        return None
+        return self.by_resource.get(resource)
 
     def as_json(self) -> dict[str, dict[str, str | int]]:
         return {name: self.types[name].as_json() for name in sorted(self.types)}

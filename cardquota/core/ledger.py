@@ -310,8 +310,9 @@ class Ledger:
         cards: dict[str, int] = {}
         if record is None:
             return cards
+        by_resource = record.cards.by_resource
         for resource, amount in pod.requests.items():
-            card = record.cards.type_for_resource(resource)
+            card = by_resource.get(resource)
             if card is not None and amount > 0:
                 cards[card.name] = cards.get(card.name, 0) + whole_units(amount)
         return cards
@@ -320,10 +321,11 @@ class Ledger:
         """Whole cards a pod asks for: its requests of resources that nodes offer as cards, else of every
         extended resource (no node offers its card yet)."""
         positive = {resource: amount for resource, amount in pod.requests.items() if amount > 0}
-        known = sum((a for r, a in positive.items() if r in self._card_resource_refs), Fraction(0))
-        if known > 0:
-            return whole_units(known)
-        return whole_units(sum((a for r, a in positive.items() if "/" in r), Fraction(0)))
+        known = [a for r, a in positive.items() if r in self._card_resource_refs]
+        if known:
+            return whole_units(known[0] if len(known) == 1 else sum(known, Fraction(0)))
+        extended = [a for r, a in positive.items() if "/" in r]
+        return whole_units(extended[0] if len(extended) == 1 else sum(extended, Fraction(0)))
 
     def _charge_group(self, group: PodGroup) -> Charge | None:
         if group.phase != INQUEUE_PHASE:

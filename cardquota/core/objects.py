@@ -7,7 +7,7 @@ path when one of them has the wrong shape. Views are immutable values: a watch e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -144,10 +144,21 @@ class Pod:
     phase: str
     requests: Mapping[str, Fraction]
     """The pod's effective request per resource (see :func:`effective_requests`)."""
+    # Read on every ledger event: derived once, here, rather than looked up each time.
+    key: ObjectKey = field(init=False, compare=False)
+    card_name: str | None = field(init=False, compare=False)
+    """``volcano.sh/card.name`` as written."""
+    group_name: str | None = field(init=False, compare=False)
+    """``scheduling.k8s.io/group-name``, None when unset or empty."""
+    queue_annotation: str | None = field(init=False, compare=False)
+    """``scheduling.volcano.sh/queue-name``, None when unset or empty."""
 
-    @property
-    def key(self) -> ObjectKey:
-        return self.meta.key
+    def __post_init__(self) -> None:
+        annotations = self.meta.annotations
+        object.__setattr__(self, "key", self.meta.key)
+        object.__setattr__(self, "card_name", annotations.get(keys.CARD_NAME))
+        object.__setattr__(self, "group_name", annotations.get(keys.GROUP_NAME) or None)
+        object.__setattr__(self, "queue_annotation", annotations.get(keys.QUEUE_NAME) or None)
 
     @property
     def bound(self) -> bool:
@@ -156,18 +167,6 @@ class Pod:
     @property
     def terminated(self) -> bool:
         return self.phase in TERMINAL_POD_PHASES
-
-    @property
-    def card_name(self) -> str | None:
-        return self.meta.annotations.get(keys.CARD_NAME)
-
-    @property
-    def group_name(self) -> str | None:
-        return self.meta.annotations.get(keys.GROUP_NAME) or None
-
-    @property
-    def queue_annotation(self) -> str | None:
-        return self.meta.annotations.get(keys.QUEUE_NAME) or None
 
     @classmethod
     def from_manifest(cls, manifest: Manifest) -> Pod:

@@ -140,6 +140,7 @@ def card_name_problem(card_name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def card_alternatives(card_name: str) -> tuple[str, ...]:
     """``"NVIDIA-A100|NVIDIA-H100"`` → ``("NVIDIA-A100", "NVIDIA-H100")``, most preferred first."""
     return tuple(part.strip() for part in card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR) if part.strip())
