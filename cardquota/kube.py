@@ -36,6 +36,14 @@ class Connection:
     token: str = ""
 
 
+class KubeError(RuntimeError):
+    """The API server answered with an error, or could not be reached."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def api_client(connection: Connection | None = None) -> client.ApiClient:
     if connection is not None and connection.host:
         configuration = client.Configuration()
@@ -47,16 +55,11 @@ def api_client(connection: Connection | None = None) -> client.ApiClient:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as error:
+            raise KubeError(f"no Kubernetes configuration (not in a cluster, no usable kubeconfig): {error}") from None
     return client.ApiClient()
-
-
-class KubeError(RuntimeError):
-    """The API server answered with an error, or could not be reached."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 NOT_FOUND = 404

@@ -199,12 +199,20 @@ def operator_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         settings = from_arguments(args)
     except ValueError as error:
         raise InputError(str(error), where="--failure-mode") from None
+    import urllib3
+
+    from cardquota.kube import KubeError
+
     configure_logging(settings.log_format)
     try:
         asyncio.run(run(settings))
     except FileNotFoundError as error:
         raise InputError(f"no serving certificate: {error.filename} (mount one there, or use --dev)",
                          where="--cert-dir") from None
+    except KubeError as error:
+        raise InputError(str(error), where="cluster") from None
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise InputError(f"the Kubernetes API is not reachable: {error}", where="cluster") from None
     return EXIT_OK
 
 

@@ -156,3 +156,18 @@ def test_generated_names_and_request_namespace_reach_the_policy() -> None:
     assert request.identity == "Pod ml/web-*"
     with pytest.raises(MalformedReview):
         read_review(b'{"kind": "AdmissionReview", "request": {"uid": 5}}')
+
+
+def test_operator_without_a_cluster_says_so_in_one_line(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from cardquota.cli.main import run as cli
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    code = cli("cardquota", ["operator", "--dev", "--port", "0", "--metrics-port", "0", "--host", "127.0.0.1",
+                             "--cert-dir", str(tmp_path)], stdout=out, stderr=err)
+    assert code == 2
+    assert err.getvalue().count("\n") == 1
+    assert err.getvalue().startswith("cardquota: error: cluster: no Kubernetes configuration")
