@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from cryptography import x509
 from kubernetes import client
 
@@ -144,7 +145,7 @@ async def keep_certificates(api: client.ApiClient, settings: Settings, tls: Relo
         await asyncio.sleep(interval)
         try:
             certificates = await asyncio.to_thread(ensure_certificates, api, settings)
-        except KubeError as error:
+        except (KubeError, OSError, urllib3.exceptions.HTTPError) as error:
             log.warning("certificate check failed, will retry: %s", error)
             continue
         if certificates.serving != tls.loaded:

@@ -11,6 +11,7 @@ import os
 import uuid
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from cardquota.kube import CONFLICT, KubeError, create_lease, read_lease, update_lease
@@ -76,6 +77,9 @@ class LeaderElection:
         except KubeError as error:
             if error.status != CONFLICT:
                 log.warning("leader election round failed: %s", error)
+            return self._became(False)
+        except (OSError, urllib3.exceptions.HTTPError) as error:  # API unreachable: stop writing until it is back
+            log.warning("leader election round failed, API unreachable: %s", error)
             return self._became(False)
 
     def _became(self, leading: bool) -> bool:

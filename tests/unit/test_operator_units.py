@@ -171,3 +171,18 @@ def test_operator_without_a_cluster_says_so_in_one_line(tmp_path, monkeypatch: p
     assert code == 2
     assert err.getvalue().count("\n") == 1
     assert err.getvalue().startswith("cardquota: error: cluster: no Kubernetes configuration")
+
+
+def test_an_unreachable_api_server_ends_leadership() -> None:
+    import urllib3
+
+    from cardquota.operator.leader import LeaderElection
+
+    class Unreachable:
+        def param_serialize(self, *args: object, **kwargs: object) -> None:
+            raise urllib3.exceptions.MaxRetryError(None, "/apis", "connection refused")  # type: ignore[arg-type]
+
+    election = LeaderElection(Unreachable(), "ns", identity="me")  # type: ignore[arg-type]
+    election.leading = True
+    assert election.try_acquire() is False
+    assert election.leading is False
