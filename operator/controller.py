@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,13 +20,14 @@ from typing import Any
 from kubernetes import client
 
 from cardquota.core.events import CardEvent, pod_event, podgroup_event
-from cardquota.core.ledger import Bucket
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
 from cardquota.operator.cache import ClusterCache
 
 log = logging.getLogger("cardquota.controller")
 DEFAULT_WINDOW = 1.0
+EVENT_INTERVAL = 60.0
+"""At most one event per object per interval, even when its message keeps changing (usage moves)."""
 
 
 @dataclass
@@ -37,7 +39,8 @@ class PublisherStats:
 
 class Publisher:
     def __init__(self, cache: ClusterCache, api: client.ApiClient, *, window: float = DEFAULT_WINDOW,
-                 is_leader: Callable[[], bool] = lambda: True, component: str = "cardquota") -> None:
+                 is_leader: Callable[[], bool] = lambda: True, component: str = "cardquota",
+                 event_interval: float = EVENT_INTERVAL, clock: Callable[[], float] = time.monotonic) -> None:
         self.cache = cache
         self.api = api
         self.window = window
@@ -45,7 +48,10 @@ class Publisher:
         self.component = component
         self.stats = PublisherStats()
         self._written: dict[tuple[str, str], dict[str, str | None]] = {}
-        self._events: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._events: dict[tuple[str, str, str], tuple[str, str, float]] = {}
+        self.event_interval = event_interval
+        self.clock = clock
+        self._deferred: set[str] = set()
         self._was_leader = False
 
     async def run(self) -> None:
@@ -98,33 +104,39 @@ class Publisher:
             log.warning("annotating %s %s failed: %s", kind, name, error)
 
     async def _emit_events(self, queues: set[str]) -> None:
-        """Events for PodGroups and unbound pods of the touched queues, each emitted once per distinct message."""
+        """Events for PodGroups and unbound card pods of the touched queues: once per distinct message, and at
+        most one per object per ``event_interval``. A queue whose message was held back is looked at again on
+        the next windows, so the message still goes out once the interval has passed."""
         ledger = self.cache.ledger
         snapshot = ledger.snapshot
-        found: list[CardEvent] = []
+        candidates = queues | self._deferred
+        self._deferred = set()
+        by_queue: dict[str, list[CardEvent]] = {queue: [] for queue in candidates}
         for group in snapshot.podgroups.values():
-            if group.queue in queues and (event := podgroup_event(group, ledger)) is not None:
-                found.append(event)
-        for key, pod in snapshot.pods.items():
-            charge = ledger.pod_charge(key)
-            if pod.bound or pod.card_name is None:
-                continue
-            if (charge is not None and charge.bucket is Bucket.PENDING and charge.queue not in queues):
-                continue
-            if (event := pod_event(pod, ledger)) is not None:
-                found.append(event)
-        for event in found:
-            identity = (event.kind, event.namespace, event.name)
-            if self._events.get(identity) == (event.reason, event.message):
-                continue
-            self._events[identity] = (event.reason, event.message)
-            try:
-                await asyncio.to_thread(create_event, self.api, event.namespace, kubernetes_event(event,
-                                                                                                self.component))
-                self.stats.events += 1
-            except KubeError as error:
-                log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
-
+            if group.queue in by_queue and (event := podgroup_event(group, ledger)) is not None:
+                by_queue[group.queue].append(event)
+        for queue in candidates:
+            for key in ledger.pending_pods(queue):
+                pod = snapshot.pods.get(key)
+                if pod is not None and (event := pod_event(pod, ledger)) is not None:
+                    by_queue[queue].append(event)
+        now = self.clock()
+        for queue, events in by_queue.items():
+            for event in events:
+                identity = (event.kind, event.namespace, event.name)
+                last = self._events.get(identity)
+                if last is not None and last[:2] == (event.reason, event.message):
+                    continue  # nothing new to say
+                if last is not None and now - last[2] < self.event_interval:
+                    self._deferred.add(queue)  # something new, but said something too recently: later
+                    continue
+                self._events[identity] = (event.reason, event.message, now)
+                try:
+                    await asyncio.to_thread(create_event, self.api, event.namespace,
+                                            kubernetes_event(event, self.component))
+                    self.stats.events += 1
+                except KubeError as error:
+                    log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
 
 def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | None = None) -> dict[str, Any]:
     moment = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")

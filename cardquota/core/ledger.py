@@ -101,6 +101,7 @@ class Ledger:
     """Per PodGroup: cards its bound pods hold, by (pod card.name, card type) — small, whatever the group size."""
     _cluster_resource_dependents: set[ObjectKey] = field(default_factory=set)
     _card_resource_refs: dict[str, int] = field(default_factory=dict)
+    _pending_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
     touched_queues: set[str] = field(default_factory=set)
     """Queues whose usage or quota may have changed since the publisher last drained this set."""
     touched_nodes: set[str] = field(default_factory=set)
@@ -230,6 +231,19 @@ class Ledger:
     def pod_charge(self, key: ObjectKey) -> Charge | None:
         return self._pod_charges.get(key)
 
+    def pending_pods(self, queue: str) -> set[ObjectKey]:
+        """The unbound card pods charged to ``queue`` (the pods its events are about)."""
+        return set(self._pending_by_queue.get(queue, ()))
+
+    def _index_pending(self, queue: str, key: ObjectKey, sign: int) -> None:
+        members = self._pending_by_queue.setdefault(queue, set())
+        if sign > 0:
+            members.add(key)
+        else:
+            members.discard(key)
+            if not members:
+                del self._pending_by_queue[queue]
+
     def group_charge(self, key: ObjectKey) -> Charge | None:
         return self._group_charges.get(key)
 
@@ -255,6 +269,8 @@ class Ledger:
                 if charge is None:
                     continue
                 self._add_to_totals(charge, sign)
+                if charge.bucket is Bucket.PENDING:
+                    self._index_pending(charge.queue, key, sign)
                 if charge.group is not None:
                     groups_to_recharge.add(charge.group)
                     if charge.bucket is Bucket.ALLOCATED:

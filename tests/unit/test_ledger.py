@@ -390,6 +390,7 @@ class IncrementalLedger(RuleBasedStateMachine):
         assert _state(self.ledger) == _state(rebuilt)
         assert self.ledger._totals == rebuilt._totals  # internal counters too: nothing left behind at zero
         assert self.ledger._group_holdings == rebuilt._group_holdings
+        assert self.ledger._pending_by_queue == rebuilt._pending_by_queue
 
 
 IncrementalLedger.TestCase.settings = settings(
