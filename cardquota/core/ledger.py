@@ -47,6 +47,7 @@ from cardquota.core.snapshot import (
 )
 
 INQUEUE_PHASE = "Inqueue"
+BUILD_ORDER = (Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
 IndexKey = TypeVar("IndexKey", str, ObjectKey)
 
 
@@ -105,16 +106,33 @@ class Ledger:
     touched_queues: set[str] = field(default_factory=set)
     """Queues whose usage or quota may have changed since the publisher last drained this set."""
     touched_nodes: set[str] = field(default_factory=set)
+    _deferred_groups: set[ObjectKey] | None = field(default=None, repr=False)
     """Nodes whose card types may have changed since the publisher last drained this set."""
 
     # ----------------------------------------------------------------------------------------------- building
 
     @classmethod
     def build(cls, manifests: Iterable[Manifest]) -> Ledger:
-        """A ledger over a full list of objects (kinds other than Node, Queue, PodGroup and Pod are ignored)."""
+        """A ledger over a full list of objects (kinds other than Node, Queue, PodGroup and Pod are ignored).
+
+        The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
+        charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
+        """
         ledger = cls()
+        by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
         for manifest in manifests:
-            ledger.upsert(manifest)
+            kind = kind_of(manifest)
+            if kind is not None:
+                by_kind[kind].append(manifest)
+        ledger._deferred_groups = set()
+        try:
+            for kind in BUILD_ORDER:
+                for manifest in by_kind[kind]:
+                    ledger.upsert(manifest)
+        finally:
+            deferred, ledger._deferred_groups = ledger._deferred_groups, None
+        for group_key in deferred:
+            ledger._recharge_group(group_key)
         return ledger
 
     def upsert(self, manifest: Manifest) -> None:
@@ -280,6 +298,9 @@ class Ledger:
                 self._pod_charges[key] = new
                 if new.uses_cluster_resources:
                     self._cluster_resource_dependents.add(key)
+        if self._deferred_groups is not None:  # a full build: once per group, at the end
+            self._deferred_groups |= groups_to_recharge
+            return
         for group_key in groups_to_recharge:
             self._recharge_group(group_key)
 

@@ -227,7 +227,10 @@ def container_requests(container: object, path: str) -> dict[str, Fraction]:
     merged: dict[str, Fraction] = {}
     for section, values in (("limits", limits), ("requests", requests)):
         for resource, value in values.items():
-            merged[str(resource)] = _quantity(value, f'{path}.resources.{section}["{resource}"]')
+            try:
+                merged[str(resource)] = parse_quantity(value)
+            except InputError as error:  # the field path is only built when it is needed
+                raise error.located(f'{path}.resources.{section}["{resource}"]') from None
     return merged
 
 
