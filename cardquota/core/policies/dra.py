@@ -229,16 +229,13 @@ def _order_violations(sections: Mapping[str, Quotas]) -> list[Violation]:
 
 def _above(lower_name: str, upper_name: str, device_class: str, lower: DeviceQuota,
            upper: DeviceQuota) -> list[Violation]:
-    violations = []
-    for dimension, value, bound in _pairs(lower, upper):
-        if value.amount > bound.amount:
-            what = _metric(dimension)
-            violations.append(Violation(
-                f"{DRA_PATH}.{lower_name}{_index(device_class)}{_suffix(dimension)}",
-                f"DeviceClass {device_class}: {lower_name} {what} {value.written} is above {upper_name} {what} "
-                f"{bound.written} (each must be guarantee <= deserved <= capability)",
-            ))
-    return violations
+    return [
+        Violation(f"{DRA_PATH}.{lower_name}{_index(device_class)}{_suffix(dimension)}",
+                  f"DeviceClass {device_class}: {lower_name} {_metric(dimension)} {value.written} is above "
+                  f"{upper_name} {_metric(dimension)} {bound.written} "
+                  "(each must be guarantee <= deserved <= capability)")
+        for dimension, value, bound in _exceeding(lower, upper)
+    ]
 
 
 def _parent_violations(parent: str, capability: Quotas,
@@ -257,14 +254,13 @@ def _parent_violations(parent: str, capability: Quotas,
         limit = limits.get(device_class)
         if limit is None:
             continue
-        for dimension, value, bound in _pairs(quota, limit):
-            if value.amount > bound.amount:
-                what = _metric(dimension)
-                violations.append(Violation(
-                    f"{DRA_PATH}.{CAPABILITY}{_index(device_class)}{_suffix(dimension)}",
-                    f"DeviceClass {device_class}: capability {what} {value.written} is above parent queue "
-                    f"{shown(parent)}'s capability {what} {bound.written}",
-                ))
+        for dimension, value, bound in _exceeding(quota, limit):
+            what = _metric(dimension)
+            violations.append(Violation(
+                f"{DRA_PATH}.{CAPABILITY}{_index(device_class)}{_suffix(dimension)}",
+                f"DeviceClass {device_class}: capability {what} {value.written} is above parent queue "
+                f"{shown(parent)}'s capability {what} {bound.written}",
+            ))
     return violations, []
 
 
@@ -278,23 +274,23 @@ def _child_violations(name: str, capability: Quotas, snapshot: ClusterSnapshot) 
             child_quota = child_capability.get(device_class)
             if child_quota is None:
                 continue
-            for dimension, value, needed in _pairs(quota, child_quota):
-                if value.amount < needed.amount:
-                    what = _metric(dimension)
-                    violations.append(Violation(
-                        f"{DRA_PATH}.{CAPABILITY}{_index(device_class)}{_suffix(dimension)}",
-                        f"DeviceClass {device_class}: capability {what} {value.written} is below child queue "
-                        f"{shown(child.queue.name)}'s capability {what} {needed.written}",
-                    ))
+            for dimension, needed, value in _exceeding(child_quota, quota):
+                what = _metric(dimension)
+                violations.append(Violation(
+                    f"{DRA_PATH}.{CAPABILITY}{_index(device_class)}{_suffix(dimension)}",
+                    f"DeviceClass {device_class}: capability {what} {value.written} is below child queue "
+                    f"{shown(child.queue.name)}'s capability {what} {needed.written}",
+                ))
     return violations
 
 
-def _pairs(first: DeviceQuota, second: DeviceQuota) -> Iterator[tuple[str | None, Value, Value]]:
-    """(dimension or None for the count, first's value, second's value) for each bound both set."""
-    other = dict(second.metrics())
-    for dimension, value in first.metrics():
+def _exceeding(lower: DeviceQuota, upper: DeviceQuota) -> Iterator[tuple[str | None, Value, Value]]:
+    """(dimension or None for the count, lower's value, upper's value) for each bound both set where the lower
+    one is above the upper one — the one comparison behind the order, parent and child rules."""
+    other = dict(upper.metrics())
+    for dimension, value in lower.metrics():
         bound = other.get(dimension)
-        if bound is not None:
+        if bound is not None and value.amount > bound.amount:
             yield dimension, value, bound
 
 
