@@ -79,7 +79,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     admission = Admission(cache, settings.policy, settings.failure_modes)
     cert_dir = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
     tls = ReloadableContext(cert_dir / "live")
-    api = None if settings.dev else api_client(connection)
+    api = api_client(connection)
     tasks: list[asyncio.Task[None]] = []
     if settings.dev:
         tls.install(dev_certificates(cert_dir))
@@ -87,7 +87,6 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         tls.install(certificate_files(cert_dir))
         tasks.append(asyncio.create_task(watch_certificate_files(cert_dir, tls)))
     else:  # managed: a CA and serving certificate in a Secret, caBundle patched, renewed before expiry
-        assert api is not None
         tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving)
         tasks.append(asyncio.create_task(keep_certificates(api, settings, tls)))
     runner = await serve(build_app(admission), settings.host, settings.port, tls.context)
@@ -100,7 +99,6 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         def login(**_: Any) -> kopf.ConnectionInfo:
             return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
                                        token=connection.token or None)
-    api = api if api is not None else api_client(connection)
     leader = LeaderElection(api, settings.namespace)
     publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
     metrics_runner = await serve_metrics(metrics_app(cache, publisher), settings.host, settings.metrics_port)

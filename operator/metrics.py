@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
+from cardquota.operator.health import add_health_routes
 
 REGISTRY = CollectorRegistry()
 WEBHOOK_SECONDS = Histogram("cardquota_webhook_duration_seconds", "Admission review latency in the server",
@@ -71,16 +72,9 @@ def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.
         body = generate_latest(registry) + generate_latest(REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        return web.json_response({"ready": cache.ready}, status=200 if cache.ready else 503)
-
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    add_health_routes(app, lambda: cache.ready)
     return app
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable
 
 from aiohttp import web
 
+from cardquota.operator.health import add_health_routes
 from cardquota.operator.metrics import Timer
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import MalformedReview, read_review, response
@@ -23,7 +23,7 @@ MAX_BODY = 16 * 2**20
 """The API server sends objects up to ~3 MiB; a larger body is not an AdmissionReview."""
 
 
-def build_app(admission: Admission, ready: Callable[[], bool] | None = None) -> web.Application:
+def build_app(admission: Admission) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
 
     async def validate(request: web.Request) -> web.Response:
@@ -32,19 +32,11 @@ def build_app(admission: Admission, ready: Callable[[], bool] | None = None) -> 
     async def mutate(request: web.Request) -> web.Response:
         return await _review(admission, request, mutating=True)
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        is_ready = admission.cache.ready if ready is None else ready()
-        return web.json_response({"ready": is_ready}, status=200 if is_ready else 503)
-
     app.router.add_post("/validate", validate)
     app.router.add_post("/validate/{kind}", validate)
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/mutate/{kind}", mutate)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    add_health_routes(app, lambda: admission.cache.ready)
     return app
 
 
