@@ -89,9 +89,16 @@ class Publisher:
     async def _publish(self, kind: str, name: str, path: str, current: Mapping[str, str],
                        desired: Mapping[str, str | None]) -> None:
         key = (kind, name)
-        known = {**current, **{k: v for k, v in self._written.get(key, {}).items() if v is not None}}
-        for removed in (k for k, v in self._written.get(key, {}).items() if v is None):
-            known.pop(removed, None)
+        # What we wrote but the watch has not shown yet: counted as done, so it is not written twice. Once the
+        # cache shows it, it is forgotten, so a later edit by anyone else is seen and corrected.
+        in_flight = {k: v for k, v in self._written.get(key, {}).items() if current.get(k) != v}
+        self._written[key] = in_flight
+        known = dict(current)
+        for annotation, value in in_flight.items():
+            if value is None:
+                known.pop(annotation, None)
+            else:
+                known[annotation] = value
         changes = annotation_changes(known, desired)
         if not changes:
             return

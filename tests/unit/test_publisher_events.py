@@ -43,3 +43,34 @@ async def test_events_are_not_repeated_and_are_rate_limited(monkeypatch: pytest.
     cache.apply("MODIFIED", pod("busy", node_name="a", gpus=1, queue="team-a", annotations={"touch": "2"}))
     await publisher.flush()
     assert len(sent) == 2  # same message: nothing new to say, however long it has been
+
+
+async def test_an_annotation_edited_by_someone_else_is_corrected(monkeypatch: pytest.MonkeyPatch) -> None:
+    patches: list[dict[str, Any]] = []
+    def record(api: object, path: str, changes: dict[str, Any]) -> bool:
+        if "/queues/" in path:
+            patches.append(dict(changes))
+        return True
+
+    monkeypatch.setattr(controller, "patch_annotations", record)
+    monkeypatch.setattr(controller, "create_event", lambda *args: None)
+    cache = ClusterCache()
+    team = queue("team-a", {"NVIDIA-A100": 4})
+    cache.load([gpu_node("a", "NVIDIA-A100", 8), team])
+    publisher = Publisher(cache, api=None)  # type: ignore[arg-type]
+    await publisher.flush()
+    assert patches[-1]["volcano.sh/card.usage"] == "NVIDIA-A100 0/4"
+    await publisher.flush()
+    assert len(patches) == 1  # written, not yet echoed by the watch: not written again
+
+    echoed = queue("team-a", {"NVIDIA-A100": 4})
+    echoed["metadata"]["annotations"].update(patches[0])
+    cache.apply("MODIFIED", echoed)  # the watch shows our write
+    await publisher.flush()
+    assert len(patches) == 1
+
+    edited = queue("team-a", {"NVIDIA-A100": 4})
+    edited["metadata"]["annotations"].update({**patches[0], "volcano.sh/card.usage": "hand-edited"})
+    cache.apply("MODIFIED", edited)  # someone else changes it
+    await publisher.flush()
+    assert patches[-1] == {"volcano.sh/card.usage": "NVIDIA-A100 0/4"}
