@@ -25,12 +25,14 @@ changed queue, the PodGroup of a pod whose holdings changed).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.quantity import whole_units
@@ -57,9 +59,8 @@ class Bucket(StrEnum):
     PENDING = "pending"
 
 
-@dataclass(frozen=True)
-class Charge:
-    """What one object adds to one queue's bucket."""
+class Charge(NamedTuple):
+    """What one object adds to one queue's bucket (a named tuple: the ledger makes one per pod event)."""
 
     queue: str
     bucket: Bucket
@@ -119,20 +120,30 @@ class Ledger:
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
         """
         ledger = cls()
-        by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
-        for manifest in manifests:
-            kind = kind_of(manifest)
-            if kind is not None:
-                by_kind[kind].append(manifest)
-        ledger._deferred_groups = set()
-        try:
-            for kind in BUILD_ORDER:
-                for manifest in by_kind[kind]:
-                    ledger.upsert(manifest)
-        finally:
-            deferred, ledger._deferred_groups = ledger._deferred_groups, None
-        for group_key in deferred:
-            ledger._recharge_group(group_key)
+        with _cyclic_collector_paused():
+            by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
+            for manifest in manifests:
+                kind = kind_of(manifest)
+                if kind is not None:
+                    by_kind[kind].append(manifest)
+            ledger._deferred_groups = set()
+            try:
+                for manifest in by_kind[Kind.NODE]:
+                    ledger.upsert_node(node_record(manifest))
+                for manifest in by_kind[Kind.QUEUE]:
+                    ledger.upsert_queue(queue_record(manifest))
+                for manifest in by_kind[Kind.PODGROUP]:
+                    ledger.upsert_podgroup(PodGroup.from_manifest(manifest))
+                pods = ledger.snapshot.pods
+                for pod in [Pod.from_manifest(manifest) for manifest in by_kind[Kind.POD]]:
+                    if pod.key in pods:  # listed twice: the later one replaces the earlier, as an update would
+                        ledger.upsert_pod(pod)
+                    else:
+                        ledger._add_pod(pod)
+            finally:
+                deferred, ledger._deferred_groups = ledger._deferred_groups, None
+            for group_key in deferred:
+                ledger._recharge_group(group_key)
         return ledger
 
     def upsert(self, manifest: Manifest) -> None:
@@ -273,35 +284,53 @@ class Ledger:
             affected |= self._cluster_resource_dependents
         self._recharge_pods(affected)
 
+    def _add_pod(self, pod: Pod) -> None:
+        """Add a pod the ledger has never seen (the full build's path: no previous charge to take back)."""
+        key = pod.key
+        self.snapshot.pods[key] = pod
+        self._index_pod(pod)
+        charge = self._charge_pod(pod)
+        if charge is not None:
+            self._pod_charges[key] = charge
+            self._apply_pod_charge(key, charge, +1)
+            if charge.group is not None:
+                self._after_pod_charges((charge.group,))
+
     def _recharge_pods(self, pod_keys: Iterable[ObjectKey]) -> None:
         groups_to_recharge: set[ObjectKey] = set()
         for key in list(pod_keys):
             old = self._pod_charges.pop(key, None)
             pod = self.snapshot.pods.get(key)
             new = self._charge_pod(pod) if pod is not None else None
-            if old == new:
-                if new is not None:
-                    self._pod_charges[key] = new
-                continue
-            for charge, sign in ((old, -1), (new, +1)):
-                if charge is None:
-                    continue
-                self._add_to_totals(charge, sign)
-                if charge.bucket is Bucket.PENDING:
-                    self._index_pending(charge.queue, key, sign)
-                if charge.group is not None:
-                    groups_to_recharge.add(charge.group)
-                    if charge.bucket is Bucket.ALLOCATED:
-                        self._add_holdings(charge, sign)
-            self._cluster_resource_dependents.discard(key)
             if new is not None:
                 self._pod_charges[key] = new
-                if new.uses_cluster_resources:
-                    self._cluster_resource_dependents.add(key)
-        if self._deferred_groups is not None:  # a full build: once per group, at the end
-            self._deferred_groups |= groups_to_recharge
+            if old == new:
+                continue
+            self._cluster_resource_dependents.discard(key)
+            for charge, sign in ((old, -1), (new, +1)):
+                if charge is not None:
+                    self._apply_pod_charge(key, charge, sign)
+                    if charge.group is not None:
+                        groups_to_recharge.add(charge.group)
+        self._after_pod_charges(groups_to_recharge)
+
+    def _apply_pod_charge(self, key: ObjectKey, charge: Charge, sign: int) -> None:
+        """Add (+1) or take back (-1) a pod's charge, with the indexes that follow from it."""
+        self._add_to_totals(charge, sign)
+        if charge.bucket is Bucket.PENDING:
+            self._index_pending(charge.queue, key, sign)
+        elif charge.group is not None:
+            self._add_holdings(charge, sign)
+        if sign > 0 and charge.uses_cluster_resources:
+            self._cluster_resource_dependents.add(key)
+
+    def _after_pod_charges(self, groups: Iterable[ObjectKey]) -> None:
+        """Recompute the reservations of the PodGroups whose pods' charges changed (once per group, at the end
+        of a full build)."""
+        if self._deferred_groups is not None:
+            self._deferred_groups.update(groups)
             return
-        for group_key in groups_to_recharge:
+        for group_key in groups:
             self._recharge_group(group_key)
 
     def _recharge_group(self, key: ObjectKey | None) -> None:
@@ -319,7 +348,7 @@ class Ledger:
     def _charge_pod(self, pod: Pod) -> Charge | None:
         if pod.terminated:
             return None
-        queue = self.queue_of(pod)
+        queue = self.snapshot.queue_of(pod)
         cards: dict[str, int] = {}
         uses_cluster = False
         if pod.bound:
@@ -332,14 +361,8 @@ class Ledger:
                 cards = {pod.card_name: amount}
         if not cards:
             return None
-        return Charge(
-            queue=queue,
-            bucket=Bucket.ALLOCATED if pod.bound else Bucket.PENDING,
-            cards=cards,
-            uses_cluster_resources=uses_cluster,
-            group=_group_key(pod),
-            card_name=pod.card_name,
-        )
+        bucket = Bucket.ALLOCATED if pod.bound else Bucket.PENDING
+        return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)
 
     def _cards_on_node(self, pod: Pod) -> dict[str, int]:
         """A bound pod's requests charged to the card types its node offers for them."""
@@ -347,10 +370,10 @@ class Ledger:
         cards: dict[str, int] = {}
         if record is None:
             return cards
-        by_resource = record.cards.by_resource
-        for resource, amount in pod.requests.items():
-            card = by_resource.get(resource)
-            if card is not None and amount > 0:
+        requests = pod.requests
+        for resource, card in record.cards.by_resource.items():  # a node offers few card resources
+            amount = requests.get(resource)
+            if amount is not None and amount.numerator > 0:  # a Fraction's sign is its numerator's
                 cards[card.name] = cards.get(card.name, 0) + whole_units(amount)
         return cards
 
@@ -424,18 +447,14 @@ class Ledger:
     def _index_pod(self, pod: Pod) -> None:
         if pod.node_name:
             self._pods_by_node[pod.node_name].add(pod.key)
-        if group_key := _group_key(pod):
+        if group_key := pod.group_key:
             self._pods_by_group[group_key].add(pod.key)
 
     def _unindex_pod(self, pod: Pod) -> None:
         if pod.node_name:
             _discard(self._pods_by_node, pod.node_name, pod.key)
-        if group_key := _group_key(pod):
+        if group_key := pod.group_key:
             _discard(self._pods_by_group, group_key, pod.key)
-
-
-def _group_key(pod: Pod) -> ObjectKey | None:
-    return (pod.meta.namespace, pod.group_name) if pod.group_name else None
 
 
 def _request_key_for(card: str, card_name: str | None, request: Mapping[str, int]) -> str | None:
@@ -449,6 +468,23 @@ def _request_key_for(card: str, card_name: str | None, request: Mapping[str, int
         if card in card_alternatives(name):
             return name
     return None
+
+
+@contextlib.contextmanager
+def _cyclic_collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a full build allocates its views.
+
+    Views hold no reference cycles, so each automatic collection during a build would walk the whole growing heap
+    (the manifests and the views so far) and free nothing. The collector resumes as it was afterwards (callers that
+    keep the ledger for long, such as the operator, then move it out of the collector's way with ``gc.freeze``).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _discard(index: dict[IndexKey, set[ObjectKey]], key: IndexKey, item: ObjectKey) -> None:

@@ -7,9 +7,10 @@ path when one of them has the wrong shape. Views are immutable values: a watch e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
@@ -20,12 +21,15 @@ Manifest = Mapping[str, Any]
 ObjectKey = tuple[str, str]
 """(namespace, name); the namespace is "" for cluster-scoped objects."""
 
+NO_STRINGS: Mapping[str, str] = MappingProxyType({})
+"""The labels or annotations of an object that has none (shared: most objects have no labels or no annotations)."""
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 RESTART_POLICY_ALWAYS = "Always"
 
 
-@dataclass(frozen=True)
-class ObjectMeta:
+class ObjectMeta(NamedTuple):
+    """An object's identity, labels and annotations (a named tuple: one is built per watch event, cheaply)."""
+
     kind: str
     name: str
     namespace: str
@@ -55,11 +59,11 @@ def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
     if not isinstance(namespace, str):
         raise InputError("must be a string", where="metadata.namespace")
     return ObjectMeta(
-        kind=kind,
-        name=name,
-        namespace=namespace if namespaced else "",
-        labels=_string_map(metadata.get("labels"), "metadata.labels"),
-        annotations=_string_map(metadata.get("annotations"), "metadata.annotations"),
+        kind,
+        name,
+        namespace if namespaced else "",
+        _string_map(metadata.get("labels"), "metadata.labels"),
+        _string_map(metadata.get("annotations"), "metadata.annotations"),
     )
 
 
@@ -137,28 +141,39 @@ class PodGroup:
         )
 
 
-@dataclass(frozen=True)
-class Pod:
+class Pod(NamedTuple):
+    """A pod as the ledger and the rules see it (a named tuple: the ledger builds one per pod event, cheaply).
+
+    Build one with :meth:`from_manifest` or :meth:`of`; the fields after ``requests`` are derived from ``meta``.
+    """
+
     meta: ObjectMeta
     node_name: str
     phase: str
     requests: Mapping[str, Fraction]
     """The pod's effective request per resource (see :func:`effective_requests`)."""
-    # Read on every ledger event: derived once, here, rather than looked up each time.
-    key: ObjectKey = field(init=False, compare=False)
-    card_name: str | None = field(init=False, compare=False)
+    key: ObjectKey
+    card_name: str | None
     """``volcano.sh/card.name`` as written."""
-    group_name: str | None = field(init=False, compare=False)
-    """``scheduling.k8s.io/group-name``, None when unset or empty."""
-    queue_annotation: str | None = field(init=False, compare=False)
+    group_key: ObjectKey | None
+    """The PodGroup named by ``scheduling.k8s.io/group-name`` (in the pod's namespace); None when unset or empty."""
+    queue_annotation: str | None
     """``scheduling.volcano.sh/queue-name``, None when unset or empty."""
 
-    def __post_init__(self) -> None:
-        annotations = self.meta.annotations
-        object.__setattr__(self, "key", self.meta.key)
-        object.__setattr__(self, "card_name", annotations.get(keys.CARD_NAME))
-        object.__setattr__(self, "group_name", annotations.get(keys.GROUP_NAME) or None)
-        object.__setattr__(self, "queue_annotation", annotations.get(keys.QUEUE_NAME) or None)
+    @classmethod
+    def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction]) -> Pod:
+        annotations = meta.annotations
+        group_name = annotations.get(keys.GROUP_NAME)
+        return cls(
+            meta,
+            node_name,
+            phase,
+            requests,
+            (meta.namespace, meta.name),
+            annotations.get(keys.CARD_NAME),
+            (meta.namespace, group_name) if group_name else None,
+            annotations.get(keys.QUEUE_NAME) or None,
+        )
 
     @property
     def bound(self) -> bool:
@@ -173,11 +188,11 @@ class Pod:
         meta = read_meta(manifest, namespaced=True)
         spec = _mapping(manifest.get("spec"), "spec")
         status = _mapping(manifest.get("status"), "status")
-        return cls(
-            meta=meta,
-            node_name=_optional_string(spec.get("nodeName"), "spec.nodeName"),
-            phase=_optional_string(status.get("phase"), "status.phase"),
-            requests=effective_requests(spec, "spec"),
+        return cls.of(
+            meta,
+            _optional_string(spec.get("nodeName"), "spec.nodeName"),
+            _optional_string(status.get("phase"), "status.phase"),
+            effective_requests(spec, "spec"),
         )
 
 
@@ -221,14 +236,21 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
 def container_requests(container: object, path: str) -> dict[str, Fraction]:
     """A container's requests, each falling back to the limit of the same resource."""
     spec = _mapping(container, path, required=True)
-    resources = _mapping(spec.get("resources"), f"{path}.resources")
-    limits = _mapping(resources.get("limits"), f"{path}.resources.limits")
-    requests = _mapping(resources.get("requests"), f"{path}.resources.requests")
+    resources = spec.get("resources")
     merged: dict[str, Fraction] = {}
-    for section, values in (("limits", limits), ("requests", requests)):
+    if resources is None:
+        return merged
+    if type(resources) is not dict:
+        resources = _mapping(resources, f"{path}.resources")
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if values is None:
+            continue
+        if type(values) is not dict:
+            values = _mapping(values, f"{path}.resources.{section}")
         for resource, value in values.items():
             try:
-                merged[str(resource)] = parse_quantity(value)
+                merged[resource if type(resource) is str else str(resource)] = parse_quantity(value)
             except InputError as error:  # the field path is only built when it is needed
                 raise error.located(f'{path}.resources.{section}["{resource}"]') from None
     return merged
@@ -266,7 +288,9 @@ def _sequence(value: object, path: str) -> Sequence[Any]:
     return value
 
 
-def _string_map(value: object, path: str) -> dict[str, str]:
+def _string_map(value: object, path: str) -> Mapping[str, str]:
+    if value is None:
+        return NO_STRINGS
     if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
         return dict(value)  # the common case: one check, one copy
     result: dict[str, str] = {}

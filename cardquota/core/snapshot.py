@@ -136,7 +136,7 @@ class ClusterSnapshot:
         """A pod's queue: ``scheduling.volcano.sh/queue-name``, else its PodGroup's ``spec.queue``, else default."""
         if pod.queue_annotation:
             return pod.queue_annotation
-        group = self.podgroups.get((pod.meta.namespace, pod.group_name)) if pod.group_name else None
+        group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
         return group.queue if group is not None else keys.DEFAULT_QUEUE
 
     def children_of(self, queue: str) -> list[QueueRecord]:

@@ -391,6 +391,8 @@ class IncrementalLedger(RuleBasedStateMachine):
         assert self.ledger._totals == rebuilt._totals  # internal counters too: nothing left behind at zero
         assert self.ledger._group_holdings == rebuilt._group_holdings
         assert self.ledger._pending_by_queue == rebuilt._pending_by_queue
+        assert self.ledger._pod_charges == rebuilt._pod_charges
+        assert self.ledger._cluster_resource_dependents == rebuilt._cluster_resource_dependents
 
 
 IncrementalLedger.TestCase.settings = settings(
@@ -405,3 +407,11 @@ def test_build_order_does_not_matter(objects: list, random: Any) -> None:
     shuffled = list(objects)
     random.shuffle(shuffled)
     assert _state(Ledger.build(objects)) == _state(Ledger.build(shuffled))
+
+
+@given(st.lists(any_manifest, max_size=25))
+def test_build_of_a_list_with_repeated_objects_keeps_the_last_of_each(objects: list) -> None:
+    last = {_identity(manifest): manifest for manifest in objects}
+    built = Ledger.build(objects)
+    assert _state(built) == _state(Ledger.build(last.values()))
+    assert built._pod_charges == Ledger.build(last.values())._pod_charges
