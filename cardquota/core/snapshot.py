@@ -7,6 +7,7 @@ can be fed in as it is.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,10 +37,15 @@ def kind_of(manifest: Manifest) -> Kind | None:
     api_version = manifest.get("apiVersion")
     if not isinstance(kind, str) or not isinstance(api_version, str):
         return None
-    group = api_version.rpartition("/")[0]
+    return _accounted_kind(api_version, kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _accounted_kind(api_version: str, kind: str) -> Kind | None:
+    """(Cached: a list or a watch stream repeats a handful of apiVersion/kind pairs.)"""
     if kind in (Kind.NODE, Kind.POD) and api_version == "v1":
         return Kind(kind)
-    if kind in (Kind.QUEUE, Kind.PODGROUP) and group == VOLCANO_SCHEDULING_GROUP:
+    if kind in (Kind.QUEUE, Kind.PODGROUP) and api_version.rpartition("/")[0] == VOLCANO_SCHEDULING_GROUP:
         return Kind(kind)
     return None
 
