@@ -4,12 +4,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
+IMAGE ?= cardquota:dev
+KIND_CLUSTER ?= cardquota
+DOCKER ?= docker
+KIND ?= kind
+KUBECTL ?= kubectl
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint unit bench clean
+.PHONY: help demo test lint unit bench image deploy undeploy e2e kind-up kind-down clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || { echo "cannot create $(VENV): install Python's venv module (Debian: apt-get install python3-venv)"; exit 1; }
@@ -51,6 +56,32 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/webhook.py
 	$(BIN)/python bench/ledger.py
+
+image: ## build the container image (IMAGE=cardquota:dev; skipped, with a message, where no Docker daemon is usable)
+	@if ! $(DOCKER) info >/dev/null 2>&1; then \
+		echo "make image: skipped: no usable Docker daemon ('$(DOCKER) info' failed)"; exit 0; fi; \
+	$(DOCKER) build -t $(IMAGE) .
+
+kind-up: ## create the kind cluster (KIND_CLUSTER=cardquota) if absent and load the image into it
+	@command -v $(KIND) >/dev/null || { echo "make kind-up: '$(KIND)' not found (https://kind.sigs.k8s.io)"; exit 1; }
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make kind-up: no usable Docker daemon"; exit 1; }
+	@$(KIND) get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)' || $(KIND) create cluster --name $(KIND_CLUSTER) --wait 180s
+	@$(MAKE) --no-print-directory image
+	$(KIND) load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+
+kind-down: ## delete the kind cluster
+	$(KIND) delete cluster --name $(KIND_CLUSTER)
+
+deploy: ## install the CRDs and cardquota (manifests/overlays/dev) into the current kubectl context
+	$(KUBECTL) apply -f crds/
+	$(KUBECTL) apply -k manifests/overlays/dev
+	$(KUBECTL) -n cardquota-system rollout status deployment/cardquota --timeout=180s
+
+undeploy: ## remove cardquota (the CRDs stay: they hold your queues; kubectl delete -f crds/ removes them)
+	$(KUBECTL) delete -k manifests/overlays/dev --ignore-not-found
+
+e2e: $(VENV)/.stamp-test ## end-to-end tests: a throw-away kind cluster (or the cluster KUBECONFIG names)
+	CARDQUOTA_E2E=1 $(BIN)/pytest tests/e2e -v $(PYTEST_ARGS)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .hypothesis .pytest_cache .ruff_cache build *.egg-info

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cardquota.operator.cache import ClusterCache
@@ -28,7 +28,7 @@ class QueueCardCollector(Collector):
         self.cache = cache
         self.publisher = publisher
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         labels = ["queue_name", "card_name"]
         deserved = GaugeMetricFamily("volcano_queue_card_deserved", "Deserved cards per queue (its quota)",
                                      labels=labels)
@@ -37,31 +37,35 @@ class QueueCardCollector(Collector):
         allocated = GaugeMetricFamily("volcano_queue_card_allocated", "Cards held by bound pods", labels=labels)
         requested = GaugeMetricFamily("volcano_queue_card_request",
                                       "Cards requested: allocated + inqueue + pending", labels=labels)
+        inqueue = GaugeMetricFamily("cardquota_queue_card_inqueue",
+                                    "Cards reserved by Inqueue PodGroups and not yet held by their pods", labels=labels)
+        pending = GaugeMetricFamily("cardquota_queue_card_pending", "Cards wanted by unbound pods", labels=labels)
         ledger = self.cache.ledger
         for queue in ledger.queue_names():
             usage = ledger.usage(queue)
             for card, amount in usage.quota.items():
                 deserved.add_metric([queue, card], amount)
                 capacity.add_metric([queue, card], amount)
-            for card, amount in usage.allocated.items():
-                allocated.add_metric([queue, card], amount)
+            for family, bucket in ((allocated, usage.allocated), (inqueue, usage.inqueue), (pending, usage.pending)):
+                for card, amount in bucket.items():
+                    family.add_metric([queue, card], amount)
             totals: dict[str, int] = {}
             for bucket in (usage.allocated, usage.inqueue, usage.pending):
                 for card, amount in bucket.items():
                     totals[card] = totals.get(card, 0) + amount
             for card, amount in totals.items():
                 requested.add_metric([queue, card], amount)
-        yield from (deserved, capacity, allocated, requested)
+        yield from (deserved, capacity, allocated, requested, inqueue, pending)
         if self.publisher is not None:
-            patches = GaugeMetricFamily("cardquota_annotation_patches", "Annotation patches written",
-                                        labels=["kind"])
+            patches = CounterMetricFamily("cardquota_annotation_patches", "Annotation patches written",
+                                          labels=["kind"])
             for kind in ("Queue", "Node"):
                 patches.add_metric([kind], sum(n for (k, _), n in self.publisher.stats.patches.items() if k == kind))
             yield patches
-            yield GaugeMetricFamily("cardquota_patch_errors", "Annotation patches that failed after retries",
-                                    value=self.publisher.stats.patch_errors)
-            yield GaugeMetricFamily("cardquota_events_emitted", "Kubernetes events emitted",
-                                    value=self.publisher.stats.events)
+            yield CounterMetricFamily("cardquota_patch_errors", "Annotation patches that failed after retries",
+                                      value=self.publisher.stats.patch_errors)
+            yield CounterMetricFamily("cardquota_events_emitted", "Kubernetes events emitted",
+                                      value=self.publisher.stats.events)
 
 
 def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.Application:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.verdict import PatchOperation, Verdict
+from cardquota.core.yamltext import MAX_NESTING, json_nesting_exceeds
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNING_LENGTH = 256
@@ -53,6 +54,8 @@ class AdmissionRequest:
 
 
 def read_review(body: bytes) -> AdmissionRequest:
+    if json_nesting_exceeds(body):
+        raise MalformedReview(f"the body nests more than {MAX_NESTING} levels deep")
     try:
         review = json.loads(body)
     except (ValueError, RecursionError) as error:

@@ -14,8 +14,11 @@ from types import MappingProxyType
 
 from cardquota.core import keys
 from cardquota.core.violations import Violation, annotation_path, shown, written
+from cardquota.core.yamltext import json_nesting_exceeds
 
 MAX_CARD_AMOUNT = 2**63 - 1
+MAX_CARD_JSON_NESTING = 32
+"""A card annotation is one flat object; anything nested deeper than this is refused before parsing."""
 """Amounts must fit in int64, as the scheduler stores them."""
 
 
@@ -49,6 +52,8 @@ def parse_card_amounts(
         return CardAmounts()
     path = annotation_path(annotation)
     example = '{"NVIDIA-A100": 4}'
+    if json_nesting_exceeds(text, MAX_CARD_JSON_NESTING):
+        return _invalid(path, "is not valid JSON: nested too deeply")
     try:
         pairs = json.loads(text, object_pairs_hook=_keep_pairs, parse_constant=_reject_constant)
     except _NonFiniteNumber as error:

@@ -55,6 +55,8 @@ _NOT_JSON = object()
 
 
 def _json(text: str) -> Any:
+    if json_nesting_exceeds(text):
+        raise InputError(f"is nested more than {MAX_NESTING} levels deep", where="document 1")
     try:
         value = json.loads(text)
     except RecursionError:
@@ -64,6 +66,37 @@ def _json(text: str) -> Any:
     if depth(value) > MAX_NESTING:
         raise InputError(f"is nested more than {MAX_NESTING} levels deep", where="document 1")
     return value
+
+
+def json_nesting_exceeds(text: str | bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether JSON text nests arrays/objects more than ``limit`` levels deep (brackets inside strings do not count).
+
+    Checked on the text, before parsing: json.loads recurses once per level, so whether it fails on deep input
+    depends on the interpreter's recursion limit, which any imported library may have raised.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if text.count("[") + text.count("{") <= limit:  # the common case, at C speed
+        return False
+    level = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            level += 1
+            if level > limit:
+                return True
+        elif char in "]}":
+            level -= 1
+    return False
 
 
 def depth(value: object) -> int:

@@ -61,4 +61,6 @@ async def test_metrics_expose_queue_card_gauges() -> None:
     assert f"volcano_queue_card_capacity{{{labels}}} 10.0" in text
     assert f"volcano_queue_card_deserved{{{labels}}} 10.0" in text
     assert f"volcano_queue_card_request{{{labels}}} 5.0" in text
+    assert f"cardquota_queue_card_pending{{{labels}}} 2.0" in text
+    assert "cardquota_queue_card_inqueue{" not in text  # no Inqueue PodGroup: no sample
     assert "cardquota_webhook_duration_seconds" in text

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardquota.core.errors import InputError
-from cardquota.core.yamltext import MAX_NESTING
+from cardquota.core.yamltext import MAX_NESTING, depth, json_nesting_exceeds
 from cardquota.loader import Document, load_paths, parse_documents
 
 NAME = "f.yaml"
@@ -450,3 +450,34 @@ def test_valid_objects_round_trip_through_yaml_and_json(manifests):
 
 def test_no_paths_give_no_documents():
     assert load_paths([], stdin=io.BytesIO(NODE_YAML)) == []
+
+
+_json_values = st.recursive(
+    st.one_of(st.integers(), st.text(alphabet='[]{}"\\ab', max_size=6), st.none()),
+    lambda children: st.one_of(st.lists(children, max_size=3),
+                               st.dictionaries(st.text(alphabet='[]{}"\\ab', max_size=4), children, max_size=3)),
+    max_leaves=40,
+)
+
+
+@given(_json_values, st.integers(0, 12))
+def test_json_nesting_is_measured_on_the_text_as_json_loads_would_see_it(value, limit):
+    """Brackets inside strings (escaped quotes and backslashes included) never count."""
+    assert json_nesting_exceeds(json.dumps(value), limit) == (depth(value) > limit)
+
+
+def test_deep_json_is_refused_whatever_the_interpreter_recursion_limit():
+    """Libraries raise sys.setrecursionlimit (a CEL interpreter does): the verdict must not depend on it."""
+    import sys
+
+    from cardquota.core.quota import card_quota
+    text = '{"NVIDIA-A100": ' + "[" * 2000 + "]" * 2000 + "}"
+    original = sys.getrecursionlimit()
+    try:
+        for limit in (1000, 10_000):
+            sys.setrecursionlimit(limit)
+            (violation,) = card_quota({"volcano.sh/card.quota": text + " " * limit}).violations  # uncached text
+            assert violation.message == "is not valid JSON: nested too deeply"
+    finally:
+        sys.setrecursionlimit(original)
+    assert json_nesting_exceeds(text.encode(), MAX_NESTING)

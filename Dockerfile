@@ -1,0 +1,31 @@
+# cardquota: the admission webhooks and controllers in one process (`cardquota operator`).
+#
+#   make image                      # docker build -t cardquota:dev .
+#   docker build --build-arg PYTHON_VERSION=3.12 -t cardquota:dev .
+#
+# Two stages: the first builds the wheel, the second installs only it (and its dependencies) into a slim Python
+# base. The image runs as a non-root user with no writable path but /tmp (mount an emptyDir there with a read-only
+# root filesystem, as manifests/base does).
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY cardquota ./cardquota
+COPY operator ./operator
+COPY webhooks ./webhooks
+RUN python -m pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /dist .
+
+FROM python:${PYTHON_VERSION}-slim
+LABEL org.opencontainers.image.title="cardquota" \
+      org.opencontainers.image.description="Card-level GPU quota admission webhooks and controllers for Volcano"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY --from=build /dist/*.whl /tmp/
+RUN python -m pip install /tmp/*.whl && rm -f /tmp/*.whl \
+    && useradd --uid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin cardquota
+USER 65532:65532
+EXPOSE 9443 8080
+ENTRYPOINT ["cardquota", "operator"]

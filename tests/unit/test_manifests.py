@@ -1,0 +1,555 @@
+"""The deployment as shipped: every YAML under manifests/ and crds/, the Dockerfile, the Makefile and the Grafana
+dashboard hold the invariants a cluster admin relies on — checked offline against the code they deploy, so the
+manifests cannot drift from the operator (ports, names, failure modes, metric names, webhook routes)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+from builders import container, pod, podgroup
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes import client
+
+from cardquota.core.ledger import Ledger
+from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
+from cardquota.core.policies.pod import admit as admit_pod
+from cardquota.core.policies.schedconf import admit as admit_schedconf
+from cardquota.kube import CACHED_RESOURCES
+from cardquota.loader import load_paths
+from cardquota.operator.cache import ClusterCache
+from cardquota.operator.controller import Publisher
+from cardquota.operator.metrics import REGISTRY, QueueCardCollector
+from cardquota.operator.settings import Settings
+from cardquota.webhooks.admission import ADMITTED
+from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+NAMESPACE = "cardquota-system"
+PROTECTED_NAMESPACES = ("kube-system", NAMESPACE)
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+KUSTOMIZE_FILES = {"kustomization.yaml"}
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [document for document in yaml.safe_load_all(path.read_text()) if document]
+
+
+def _yaml_files() -> list[Path]:
+    return sorted([*MANIFESTS.rglob("*.yaml"), *(REPO / "crds").rglob("*.yaml")])
+
+
+def _objects(folder: Path) -> list[dict[str, Any]]:
+    return [document for path in sorted(folder.glob("*.yaml")) if path.name not in KUSTOMIZE_FILES
+            for document in _documents(path)]
+
+
+BASE = _objects(MANIFESTS / "base")
+
+
+def _one(kind: str, objects: list[dict[str, Any]] = BASE) -> dict[str, Any]:
+    found = [obj for obj in objects if obj["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def _webhooks(kind: str) -> list[dict[str, Any]]:
+    hooks: list[dict[str, Any]] = _one(kind)["webhooks"]
+    return hooks
+
+
+ALL_WEBHOOKS = [*_webhooks("ValidatingWebhookConfiguration"), *_webhooks("MutatingWebhookConfiguration")]
+CONTAINER = _one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def _walk(value: Any) -> Iterator[Any]:
+    yield value
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _walk(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk(item)
+
+
+# ----------------------------------------------------------------------------------------------- every file
+
+
+@pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_yaml_file_parses_into_named_kubernetes_objects(path: Path) -> None:
+    documents = _documents(path)
+    assert documents, f"{path} is empty"
+    for document in documents:
+        assert document.get("apiVersion"), f"{path}: a document without apiVersion"
+        assert document.get("kind"), f"{path}: a document without kind"
+        if path.name not in KUSTOMIZE_FILES:
+            assert document["metadata"]["name"], f"{path}: a {document['kind']} without a name"
+
+
+def test_namespaced_objects_live_in_the_operator_namespace() -> None:
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration",
+                      "MutatingWebhookConfiguration"}
+    for obj in BASE:
+        expected = None if obj["kind"] in cluster_scoped else NAMESPACE
+        assert obj["metadata"].get("namespace") == expected, f"{obj['kind']} {obj['metadata']['name']}"
+
+
+# ------------------------------------------------------------------------------------------------------ RBAC
+
+
+def _rules(kind: str) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = _one(kind)["rules"]
+    return rules
+
+
+def _grants(kind: str) -> dict[tuple[str, str, str], set[str]]:
+    """(apiGroup, resource, resourceName or "") -> verbs."""
+    grants: dict[tuple[str, str, str], set[str]] = {}
+    for rule in _rules(kind):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for name in rule.get("resourceNames") or [""]:
+                    grants.setdefault((group, resource, name), set()).update(rule["verbs"])
+    return grants
+
+
+def test_rbac_has_no_wildcard_anywhere() -> None:
+    for kind in ("ClusterRole", "Role"):
+        for rule in _rules(kind):
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert "*" not in (rule.get(field) or []), f"{kind} {field} has a wildcard"
+                assert not any("*" in str(item) for item in rule.get(field) or []), f"{kind} {field}"
+
+
+def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
+    settings = Settings()
+    expected: dict[tuple[str, str, str], set[str]] = {}
+    for prefix, plural, _, _ in CACHED_RESOURCES:  # the initial full list, then Kopf's watches
+        group = "" if prefix == "/api/v1" else prefix.split("/")[2]
+        expected[(group, plural, "")] = {"list", "watch"}
+    expected[("", "nodes", "")].add("patch")  # volcano.sh/card.types
+    expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage
+    expected[("", "events", "")] = {"create"}
+    expected[("apiextensions.k8s.io", "customresourcedefinitions", "")] = {"list", "watch"}
+    for resource in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        for name in settings.webhook_configurations:
+            expected[("admissionregistration.k8s.io", resource, name)] = {"get", "patch"}
+    assert _grants("ClusterRole") == expected
+
+
+def test_the_namespaced_role_covers_only_the_tls_secret_and_the_lease() -> None:
+    role = _one("Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert _grants("Role") == {
+        ("", "secrets", ""): {"create"},
+        ("", "secrets", Settings().tls_secret): {"get", "patch"},
+        ("coordination.k8s.io", "leases", ""): {"create"},
+        ("coordination.k8s.io", "leases", "cardquota-controller"): {"get", "patch"},
+    }
+
+
+def test_bindings_give_the_roles_to_the_deployment_service_account() -> None:
+    account = _one("ServiceAccount")["metadata"]["name"]
+    assert _one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == account
+    for binding, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        obj = _one(binding)
+        assert obj["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role,
+                                  "name": _one(role)["metadata"]["name"]}
+        assert obj["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+
+
+# -------------------------------------------------------------------------------------------------- webhooks
+
+
+def _admitted_kind(hook: dict[str, Any]) -> AdmittedKind:
+    (rule,) = hook["rules"]
+    group, resource = rule["apiGroups"][0], rule["resources"][0]
+    kinds = {(kind.group, f"{kind.kind.lower()}s"): kind for kind in ADMITTED.values()}
+    return kinds[(group, resource)]
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A LabelSelector against a label set (matchLabels and the In/NotIn/Exists/DoesNotExist expressions)."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        present = key in labels
+        if not {"In": present and labels[key] in values, "NotIn": not present or labels[key] not in values,
+                "Exists": present, "DoesNotExist": not present}[operator]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
+def test_every_webhook_has_the_safe_settings(hook: dict[str, Any]) -> None:
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["sideEffects"] == "None"
+    assert hook["timeoutSeconds"] == 5
+    for namespace in PROTECTED_NAMESPACES:
+        assert not _selects(hook["namespaceSelector"], {"kubernetes.io/metadata.name": namespace}), namespace
+    assert _selects(hook["namespaceSelector"], {"kubernetes.io/metadata.name": "volcano-system"})
+
+
+@pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
+def test_failure_policy_follows_the_kinds_failure_mode(hook: dict[str, Any]) -> None:
+    mode = _admitted_kind(hook).failure_mode
+    assert hook["failurePolicy"] == {FailureMode.OPEN: "Ignore", FailureMode.CLOSED: "Fail"}[mode]
+
+
+@pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
+def test_every_webhook_calls_the_operator_service_on_a_served_route(hook: dict[str, Any]) -> None:
+    service = _one("Service")
+    reference = hook["clientConfig"]["service"]
+    assert (reference["name"], reference["namespace"]) == (service["metadata"]["name"], NAMESPACE)
+    assert reference["name"] == Settings().service
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == reference["port"]]
+    assert port["targetPort"] == "webhook"
+    validating = hook in _webhooks("ValidatingWebhookConfiguration")
+    assert re.fullmatch(r"/(validate|mutate)/[a-z]+", reference["path"])
+    assert reference["path"].startswith("/validate/" if validating else "/mutate/")
+    assert "caBundle" not in hook["clientConfig"], "the operator sets the caBundle; a stale one must not ship"
+
+
+def test_every_admitted_kind_is_validated_and_the_mutating_kinds_are_mutated() -> None:
+    validated = {_admitted_kind(hook).kind for hook in _webhooks("ValidatingWebhookConfiguration")}
+    mutated = {_admitted_kind(hook).kind for hook in _webhooks("MutatingWebhookConfiguration")}
+    assert validated == {kind.kind for kind in ADMITTED.values()}
+    # The policies that return patches: canonical card.quota, card.request from the tasks, the pod's affinity.
+    assert mutated == {"Queue", "Job", "Pod"}
+
+
+def test_the_webhook_configuration_names_are_the_ones_the_operator_patches() -> None:
+    names = (_one("ValidatingWebhookConfiguration")["metadata"]["name"],
+             _one("MutatingWebhookConfiguration")["metadata"]["name"])
+    assert names == Settings().webhook_configurations
+
+
+def test_queue_deletions_are_reviewed_and_pods_only_on_create() -> None:
+    operations = {(hook["name"].split(".")[0], hook["name"].split(".")[1]): hook["rules"][0]["operations"]
+                  for hook in ALL_WEBHOOKS}
+    assert "DELETE" in operations[("queues", "validate")]
+    assert operations[("pods", "validate")] == ["CREATE"]
+    assert operations[("pods", "mutate")] == ["CREATE"]
+    assert operations[("nodes", "validate")] == ["UPDATE"]
+
+
+# ----------------------------------------------------------------------------------- matchConditions (CEL)
+
+CEL = celpy.Environment()
+
+
+def _condition(hook_name: str) -> Any:
+    (hook,) = [hook for hook in ALL_WEBHOOKS if hook["name"] == hook_name]
+    (condition,) = hook["matchConditions"]
+    return CEL.program(CEL.compile(condition["expression"]))
+
+
+def _matches(program: Any, obj: Mapping[str, Any]) -> bool:
+    return bool(program.evaluate({"object": celpy.json_to_cel(dict(obj))}))
+
+
+VALIDATE_PODS = _condition("pods.validate.cardquota.io")
+MUTATE_PODS = _condition("pods.mutate.cardquota.io")
+EXAMPLE_SNAPSHOT = Ledger.build(d.manifest for d in load_paths([str(REPO / "examples" / "cluster.yaml")])).snapshot
+
+
+@pytest.mark.parametrize(("manifest", "validated", "mutated"), [
+    (pod("plain", containers=[container(requests={"cpu": "1", "memory": "1Gi"})]), False, False),
+    (pod("no-resources", containers=[{"name": "c", "image": "i"}]), False, False),
+    (pod("other-annotation", annotations={"team": "a"}), False, False),
+    (pod("card", card="NVIDIA-A100", gpus=1), True, True),
+    (pod("gpu-without-card-name", gpus=1), True, False),
+    (pod("gpu-in-init-container", init_containers=[container(limits={"nvidia.com/gpu": "1"})]), True, False),
+    (pod("mgpu", containers=[container(limits={"vke.volcengine.com/mgpu-core": "50"})]), True, False),
+    (pod("mgpu-annotation", annotations={"vke.volcengine.com/container-multiple-gpu": "1"}), True, False),
+    (pod("crossquota", annotations={"volcano.sh/crossquota-scoring-strategy": "most-allocated"}), True, False),
+], ids=lambda value: value["metadata"]["name"] if isinstance(value, dict) else str(value))
+def test_pod_match_conditions_let_through_exactly_the_pods_cardquota_acts_on(
+    manifest: dict[str, Any], validated: bool, mutated: bool,
+) -> None:
+    assert _matches(VALIDATE_PODS, manifest) is validated
+    assert _matches(MUTATE_PODS, manifest) is mutated
+
+
+_resources = st.dictionaries(
+    st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "vke.volcengine.com/mgpu-core",
+                     "vke.volcengine.com/mgpu-memory", "example.com/fpga", "hugepages-2Mi"]),
+    st.sampled_from(["0", "1", "2", "100", "1Gi"]), max_size=3)
+_annotations = st.dictionaries(
+    st.sampled_from(["volcano.sh/card.name", "volcano.sh/crossquota-scoring-strategy", "team",
+                     "vke.volcengine.com/container-multiple-gpu", "scheduling.volcano.sh/queue-name"]),
+    st.sampled_from(["NVIDIA-A100", "NVIDIA-A100|NVIDIA-H100", "bogus", "most-allocated", "1", "default", ""]),
+    max_size=3)
+
+
+@given(annotations=_annotations, requests=_resources, limits=_resources, init=st.one_of(st.none(), _resources))
+def test_a_pod_the_match_condition_skips_is_one_the_pod_policy_leaves_alone(
+    annotations: dict[str, str], requests: dict[str, str], limits: dict[str, str], init: dict[str, str] | None,
+) -> None:
+    """Soundness of the filter: whenever the API server would not call the webhook, the pod policy would have
+    allowed the pod unchanged, without a warning."""
+    manifest = pod("p", annotations=annotations, containers=[container(requests=requests, limits=limits)],
+                   init_containers=None if init is None else [container(limits=init)])
+    verdict = admit_pod(manifest, None, EXAMPLE_SNAPSHOT, PolicyConfig())
+    if not _matches(VALIDATE_PODS, manifest):
+        assert (verdict.allowed, verdict.warnings, verdict.patch) == (True, (), ()), verdict
+    if not _matches(MUTATE_PODS, manifest):
+        assert not verdict.patch
+
+
+def test_node_match_condition_only_sends_crossquota_annotated_nodes() -> None:
+    program = _condition("nodes.validate.cardquota.io")
+    node = {"metadata": {"name": "n", "annotations": {"volcano.sh/card.types": "{}"}}}
+    assert not _matches(program, node)
+    assert not _matches(program, {"metadata": {"name": "n"}})
+    node["metadata"]["annotations"]["volcano.sh/crossquota-cpu"] = "8"
+    assert _matches(program, node)
+
+
+def test_the_scheduler_configmap_webhook_sees_only_the_scheduler_configmap() -> None:
+    program = _condition("schedulerconfig.validate.cardquota.io")
+    assert _matches(program, {"metadata": {"name": DEFAULT_SCHEDULER_CONFIGMAP}})
+    assert not _matches(program, {"metadata": {"name": "kube-root-ca.crt"}})
+
+
+# ------------------------------------------------------------------------------------- Deployment, Service
+
+
+def test_deployment_runs_two_hardened_replicas_with_probes_and_resources() -> None:
+    deployment = _one("Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = CONTAINER["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    # A read-only root filesystem: the serving certificate files go to an emptyDir at /tmp.
+    (mount,) = CONTAINER["volumeMounts"]
+    assert mount["mountPath"] == "/tmp"
+    assert "emptyDir" in next(volume for volume in spec["volumes"] if volume["name"] == mount["name"])
+    assert CONTAINER["resources"]["requests"]
+    assert CONTAINER["resources"]["limits"]["memory"]
+    assert CONTAINER["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert CONTAINER["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_ports_match_the_operator_settings_and_the_service() -> None:
+    settings = Settings()
+    ports = {port["name"]: port["containerPort"] for port in CONTAINER["ports"]}
+    assert ports == {"webhook": settings.port, "metrics": settings.metrics_port}
+    env = {item["name"]: item.get("value") for item in CONTAINER["env"]}
+    assert env["CARDQUOTA_PORT"] == str(settings.port)
+    assert env["CARDQUOTA_METRICS_PORT"] == str(settings.metrics_port)
+    assert env["CARDQUOTA_SERVICE"] == settings.service == _one("Service")["metadata"]["name"]
+    service_targets = {port["targetPort"] for port in _one("Service")["spec"]["ports"]}
+    assert service_targets == set(ports)
+
+
+def test_service_and_disruption_budget_select_the_deployment_pods() -> None:
+    labels = _one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert _selects(_one("Deployment")["spec"]["selector"], labels)
+    assert _selects({"matchLabels": _one("Service")["spec"]["selector"]}, labels)
+    budget = _one("PodDisruptionBudget")["spec"]
+    assert _selects(budget["selector"], labels)
+    assert budget["minAvailable"] == 1
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_standard() -> None:
+    assert _one("Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# ------------------------------------------------------------------------------------ image, Dockerfile, make
+
+
+def _kustomization(folder: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((MANIFESTS / folder / "kustomization.yaml").read_text())
+    return document
+
+
+def test_image_names_and_tags_are_consistent() -> None:
+    assert CONTAINER["image"] == "cardquota"  # the name every overlay's `images` entry rewrites
+    (base,) = _kustomization("base")["images"]
+    assert (base["name"], base["newTag"]) == ("cardquota", VERSION)
+    (production,) = _kustomization("overlays/production")["images"]
+    assert (production["name"], production["newTag"]) == ("cardquota", VERSION)
+    (dev,) = _kustomization("overlays/dev")["images"]
+    makefile = (REPO / "Makefile").read_text()
+    image = re.search(r"^IMAGE \?= (\S+)$", makefile, re.MULTILINE)
+    assert image is not None
+    assert f"{dev['newName']}:{dev['newTag']}" == image.group(1)
+    assert "imagePullPolicy\n      value: Never" in (MANIFESTS / "overlays/dev/kustomization.yaml").read_text()
+
+
+def test_dockerfile_runs_the_operator_as_a_non_root_user() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:\$\{PYTHON_VERSION\}-slim$", dockerfile, re.MULTILINE)
+    user = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)
+    assert user
+    assert user[-1].split(":")[0].isdigit()
+    assert user[-1].split(":")[0] != "0"
+    runs_as = _one("Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    assert int(user[-1].split(":")[0]) == runs_as
+    assert re.findall(r"^ENTRYPOINT (.+)$", dockerfile, re.MULTILINE)[-1] == '["cardquota", "operator"]'
+    assert "PYTHONDONTWRITEBYTECODE=1" in dockerfile  # nothing written next to the code on a read-only root
+    ignored = (REPO / ".dockerignore").read_text()
+    for copied in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE):
+        for path in copied.split():
+            assert f"!{path}" in ignored or f"!{path}/" in ignored, f"{path} is copied but .dockerignore drops it"
+
+
+def test_makefile_offers_the_deployment_targets_with_help_as_default() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^\.DEFAULT_GOAL := help$", makefile, re.MULTILINE)
+    documented = set(re.findall(r"^([a-z0-9-]+):.*## ", makefile, re.MULTILINE))
+    assert documented >= {"help", "demo", "test", "lint", "bench", "image", "deploy", "undeploy", "e2e", "kind-up",
+                          "kind-down"}
+    assert "apply -k manifests/overlays/dev" in makefile
+
+
+def test_make_image_skips_with_a_message_without_docker(tmp_path: Path) -> None:
+    result = subprocess.run(["make", "--no-print-directory", "image", "DOCKER=/nonexistent/docker"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "make image: skipped: no usable Docker daemon" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------- CRDs
+
+
+def _crd(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((REPO / "crds" / f"{name}.yaml").read_text())
+    return document
+
+
+def _schema(crd: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize(("crd_name", "kind"), [
+    ("podgroups.scheduling.volcano.sh", "PodGroup"), ("jobs.batch.volcano.sh", "Job"),
+])
+def test_podgroup_and_job_crds_accept_the_bundled_examples(crd_name: str, kind: str) -> None:
+    crd = _crd(crd_name)
+    group, version = crd["spec"]["group"], crd["spec"]["versions"][0]["name"]
+    files = [str(REPO / "examples" / "cluster.yaml"), *map(str, sorted((REPO / "examples" / "check").glob("*.yaml")))]
+    examples = [dict(d.manifest) for d in load_paths(files) if d.manifest["kind"] == kind
+                and d.manifest["apiVersion"] == f"{group}/{version}"]
+    assert examples
+    validator = jsonschema.Draft7Validator(_schema(crd))
+    for manifest in examples:
+        assert [error.message for error in validator.iter_errors(manifest)] == []
+
+
+def test_the_podgroup_crd_rejects_a_negative_min_member() -> None:
+    manifest = podgroup("pg")
+    manifest["spec"]["minMember"] = -1
+    assert list(jsonschema.Draft7Validator(_schema(_crd("podgroups.scheduling.volcano.sh"))).iter_errors(manifest))
+
+
+def test_the_scheduler_configmap_example_enables_the_card_plugins_and_passes_the_policy() -> None:
+    (document,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap.yaml")
+    assert document["metadata"]["name"] == DEFAULT_SCHEDULER_CONFIGMAP
+    config = yaml.safe_load(document["data"]["volcano-scheduler.conf"])
+    plugins = {plugin["name"] for tier in config["tiers"] for plugin in tier["plugins"]}
+    assert {"capacity-card", "crossquota", "predicates"} <= plugins
+    verdict = admit_schedconf(document, None, EXAMPLE_SNAPSHOT, PolicyConfig())
+    assert verdict.allowed, verdict.message
+    assert not verdict.warnings
+
+
+# ---------------------------------------------------------------------------------------- Grafana dashboard
+
+
+def _exported_metric_names() -> set[str]:
+    """Every sample name /metrics can show (a Publisher is attached, so the controller's counters appear)."""
+    cache = ClusterCache()
+    cache.load(d.manifest for d in load_paths([str(REPO / "examples" / "cluster.yaml")]))
+    collector = QueueCardCollector(cache, Publisher(cache, client.ApiClient()))
+    names = {sample.name for family in collector.collect() for sample in family.samples}
+    for family in REGISTRY.collect():
+        names |= {family.name, f"{family.name}_total", f"{family.name}_bucket", f"{family.name}_count",
+                  f"{family.name}_sum"}
+    return names
+
+
+def test_every_dashboard_expression_names_an_exported_metric() -> None:
+    dashboard = json.loads((MANIFESTS / "components" / "grafana" / "dashboard.json").read_text())
+    exported = _exported_metric_names()
+    expressions = [value["expr"] for value in _walk(dashboard) if isinstance(value, Mapping) and "expr" in value]
+    queries = [value for value in _walk(dashboard["templating"]) if isinstance(value, str)
+               and value.startswith("label_values(")]
+    assert expressions
+    assert queries
+    for expression in [*expressions, *queries]:
+        names = set(re.findall(r"\b((?:volcano|cardquota)_[a-z_]+)\b", expression))
+        assert names, expression
+        assert names <= exported, f"{expression}: {sorted(names - exported)} not exported"
+    shown = {name for expression in expressions for name in re.findall(r"\b(?:volcano|cardquota)_[a-z_]+", expression)}
+    for wanted in ("volcano_queue_card_deserved", "volcano_queue_card_allocated", "cardquota_queue_card_inqueue",
+                   "cardquota_queue_card_pending", "cardquota_webhook_duration_seconds_bucket"):
+        assert wanted in shown
+    assert any('verdict="denied"' in expression for expression in expressions)
+
+
+def test_queue_gauges_are_never_summed_across_replicas() -> None:
+    """Every replica exports the queue gauges from its own cache: summing them would multiply the usage."""
+    dashboard = json.loads((MANIFESTS / "components" / "grafana" / "dashboard.json").read_text())
+    for value in _walk(dashboard):
+        if isinstance(value, Mapping) and "expr" in value and "_queue_card_" in value["expr"]:
+            assert "sum" not in value["expr"], value["expr"]
+
+
+# ------------------------------------------------------------------------------------------------ kustomize
+
+KUBECTL = shutil.which("kubectl")
+
+
+def _render(overlay: str) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    result = subprocess.run([KUBECTL, "kustomize", str(MANIFESTS / "overlays" / overlay)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [document for document in yaml.safe_load_all(result.stdout) if document]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
+@pytest.mark.parametrize("overlay", ["dev", "production"])
+def test_overlays_render_with_kustomize(overlay: str) -> None:
+    rendered = _render(overlay)
+    kinds = {obj["kind"] for obj in rendered}
+    assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                     "Deployment", "PodDisruptionBudget", "Service", "ValidatingWebhookConfiguration",
+                     "MutatingWebhookConfiguration"}
+    (deployment,) = [obj for obj in rendered if obj["kind"] == "Deployment"]
+    operator = deployment["spec"]["template"]["spec"]["containers"][0]
+    if overlay == "dev":
+        assert (operator["image"], operator["imagePullPolicy"]) == ("cardquota:dev", "Never")
+        assert "ServiceMonitor" not in kinds
+    else:
+        assert operator["image"].endswith(f"/cardquota:{VERSION}")
+        assert "ServiceMonitor" in kinds
+        (dashboard,) = [obj for obj in rendered if obj["kind"] == "ConfigMap"]
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        json.loads(dashboard["data"]["cardquota.json"])
+    for obj in rendered:
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "cardquota"
+        if obj["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration",
+                               "MutatingWebhookConfiguration"}:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
