@@ -74,6 +74,7 @@ kind-down: ## delete the kind cluster
 
 deploy: ## install the CRDs and cardquota (manifests/overlays/dev) into the current kubectl context
 	$(KUBECTL) apply -f crds/
+	$(KUBECTL) wait --for condition=established --timeout=60s -f crds/
 	$(KUBECTL) apply -k manifests/overlays/dev
 	$(KUBECTL) -n cardquota-system rollout status deployment/cardquota --timeout=180s
 
