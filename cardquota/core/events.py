@@ -17,11 +17,20 @@ from dataclasses import dataclass
 from cardquota.core import keys
 from cardquota.core.ledger import Bucket, Ledger
 from cardquota.core.objects import Pod, PodGroup
-from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.quota import card_name_problem, card_request
+from cardquota.core.scheduling.capacity_card import (
+    EMPTY_CAPABILITY,
+    INSUFFICIENT_SCALAR,
+    REQUEST_FAILED,
+    insufficient,
+    job_enqueue_refusal,
+    task_allocate_refusal,
+)
+from cardquota.core.scheduling.refusal import Refusal
 
-INSUFFICIENT_QUOTA = "InsufficientScalarQuota"
-EMPTY_CAPABILITY = "EmptyQueueCapability"
-REQUEST_FAILED = "GetTaskRequestResourceFailed"
+INSUFFICIENT_QUOTA = INSUFFICIENT_SCALAR
+__all__ = ["EMPTY_CAPABILITY", "INSUFFICIENT_QUOTA", "REQUEST_FAILED", "CardEvent", "insufficient", "pod_event",
+           "podgroup_event"]
 NOT_YET_INQUEUE = frozenset({"", "Pending"})
 
 
@@ -40,24 +49,9 @@ def podgroup_event(group: PodGroup, ledger: Ledger) -> CardEvent | None:
     if group.phase not in NOT_YET_INQUEUE:
         return None
     request = card_request(group.meta.annotations).values
-    if not request:
-        return None
-    quota = _quota(ledger, group.queue)
-    if not quota:
-        return _event("PodGroup", group.meta.namespace, group.meta.name, EMPTY_CAPABILITY,
-                      f"Queue {group.queue} has no card capability ({keys.CARD_QUOTA}), so card requests in it "
-                      "cannot be enqueued")
     usage = ledger.usage(group.queue)
-    for key, wanted in request.items():
-        alternatives = card_alternatives(key)
-        used = sum(usage.allocated.get(card, 0) + usage.inqueue.get(card, 0) for card in alternatives)
-        if len(alternatives) > 1:
-            used += usage.inqueue.get(key, 0)
-        capability = sum(quota.get(card, 0) for card in alternatives)
-        if used + wanted > capability:
-            return _event("PodGroup", group.meta.namespace, group.meta.name, INSUFFICIENT_QUOTA,
-                          insufficient(group.queue, key, wanted, used + wanted, capability))
-    return None
+    refusal = job_enqueue_refusal(group.queue, request, _quota(ledger, group.queue), usage.allocated, usage.inqueue)
+    return _event("PodGroup", group.meta.namespace, group.meta.name, refusal)
 
 
 def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
@@ -68,29 +62,12 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     charge = ledger.pod_charge(pod.key)
     if problem is not None or charge is None or charge.bucket is not Bucket.PENDING:
         reason = problem or "it requests no card resource for that card type"
-        return _event("Pod", pod.meta.namespace, pod.meta.name, REQUEST_FAILED,
-                      f"Failed to read the card request of {keys.CARD_NAME} {pod.card_name!r}: {reason}")
+        return _event("Pod", pod.meta.namespace, pod.meta.name, Refusal(
+            REQUEST_FAILED, f"Failed to read the card request of {keys.CARD_NAME} {pod.card_name!r}: {reason}"))
     queue = ledger.queue_of(pod)
-    quota = _quota(ledger, queue)
-    if not quota:
-        return _event("Pod", pod.meta.namespace, pod.meta.name, EMPTY_CAPABILITY,
-                      f"Queue {queue} has no card capability ({keys.CARD_QUOTA}), so card pods in it cannot be "
-                      "allocated")
-    wanted = charge.cards.get(pod.card_name, 0)
-    allocated = ledger.usage(queue).allocated
-    alternatives = card_alternatives(pod.card_name)
-    if any(allocated.get(card, 0) + wanted <= quota.get(card, 0) for card in alternatives):
-        return None
-    first = alternatives[0]
-    return _event("Pod", pod.meta.namespace, pod.meta.name, INSUFFICIENT_QUOTA,
-                  insufficient(queue, pod.card_name, wanted, allocated.get(first, 0) + wanted, quota.get(first, 0)))
-
-
-def insufficient(queue: str, card: str, requested: int, total: int, capability: int) -> str:
-    """The seed's wording: ``Queue team-a has insufficient NVIDIA-A100 quota: requested 4, total would be 12, but
-    capability is 10``."""
-    return (f"Queue {queue} has insufficient {card} quota: requested {requested}, total would be {total}, but "
-            f"capability is {capability}")
+    refusal = task_allocate_refusal(queue, pod.card_name, charge.cards.get(pod.card_name, 0), _quota(ledger, queue),
+                                    ledger.usage(queue).allocated)
+    return _event("Pod", pod.meta.namespace, pod.meta.name, refusal)
 
 
 def _quota(ledger: Ledger, queue: str) -> Mapping[str, int]:
@@ -98,5 +75,5 @@ def _quota(ledger: Ledger, queue: str) -> Mapping[str, int]:
     return record.quota.values if record is not None else {}
 
 
-def _event(kind: str, namespace: str, name: str, reason: str, message: str) -> CardEvent:
-    return CardEvent(kind, namespace, name, reason, message)
+def _event(kind: str, namespace: str, name: str, refusal: Refusal | None) -> CardEvent | None:
+    return None if refusal is None else CardEvent(kind, namespace, name, refusal.reason, refusal.message)

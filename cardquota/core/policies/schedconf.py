@@ -374,6 +374,14 @@ def go_regex_problem(pattern: str) -> str | None:
     return None
 
 
+def compile_go_regex(pattern: str) -> re.Pattern[str] | None:
+    """``pattern`` (Go syntax) compiled for Python's re, or None when Go would reject it."""
+    if go_regex_problem(pattern) is not None:
+        return None
+    translated = _python_spelling(pattern)
+    return re.compile(translated[0]) if isinstance(translated, tuple) else None
+
+
 def _python_spelling(pattern: str) -> tuple[str, bool] | str:
     """(the pattern spelled for Python's re, whether anything changed), or what Go would not support."""
     out: list[str] = []

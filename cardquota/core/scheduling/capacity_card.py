@@ -1,0 +1,164 @@
+"""capacity-card (capacity-card-design.md, "Main Workflows" and "Implementation Details").
+
+* **Job enqueue, job mode**: per key of the job's card request, ``allocated + inqueue - elastic + request`` must fit
+  the queue's capability; an ``A|B`` key adds up the alternatives on both sides (different tasks of one job may use
+  different types).
+* **Task allocation, task mode**: ``allocated + request`` must fit the capability of at least one alternative
+  (one task uses one type).
+* **CPU/memory**: ``allocated + request`` within the queue's ``spec.capability`` cpu and memory (a queue without
+  them has none), skipped for card tasks when ``cardUnlimitedCpuMemory`` is on.
+* **Node order**: for a multi-card task, ``100 * 0.5^index * nodeOrderWeight`` for the first alternative the node
+  offers (index in the task's list); 0 for single-type tasks and nodes offering none.
+* **Queue share**: ``max(allocated / deserved)`` over the resources with a deserved amount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.errors import InputError
+from cardquota.core.policies.schedconf import read_bool, read_number
+from cardquota.core.quantity import parse_quantity
+from cardquota.core.quota import card_alternatives
+from cardquota.core.scheduling.refusal import Refusal
+
+PLUGIN = "capacity-card"
+INSUFFICIENT_SCALAR = "InsufficientScalarQuota"
+INSUFFICIENT_CPU = "InsufficientCPUQuota"
+INSUFFICIENT_MEMORY = "InsufficientMemoryQuota"
+EMPTY_CAPABILITY = "EmptyQueueCapability"
+REQUEST_FAILED = "GetTaskRequestResourceFailed"
+BASE_SCORE = 100.0
+CPU_MEMORY = ("cpu", "memory")
+
+
+@dataclass(frozen=True)
+class CapacityCardConfig:
+    card_unlimited_cpu_memory: bool = False
+    node_order_weight: float = 1.0
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> CapacityCardConfig:
+        """The plugin's arguments as the scheduler ConfigMap writes them (validated there; bad values → defaults)."""
+        unlimited = read_bool(arguments.get("cardUnlimitedCpuMemory"))
+        weight = read_number(arguments.get("nodeOrderWeight"))
+        return cls(card_unlimited_cpu_memory=bool(unlimited),
+                   node_order_weight=float(weight) if weight is not None and weight > 0 else 1.0)
+
+
+def insufficient(queue: str, card: str, requested: int, total: int, capability: int) -> str:
+    """The seed's wording: ``Queue team-a has insufficient NVIDIA-A100 quota: requested 4, total would be 12, but
+    capability is 10``."""
+    return (f"Queue {queue} has insufficient {card} quota: requested {requested}, total would be {total}, but "
+            f"capability is {capability}")
+
+
+def empty_capability(queue: str, what: str) -> Refusal:
+    return Refusal(EMPTY_CAPABILITY, f"Queue {queue} has no card capability ({keys.CARD_QUOTA}), so {what}")
+
+
+def job_enqueue_refusal(queue: str, request: Mapping[str, int], capability: Mapping[str, int],
+                        allocated: Mapping[str, int], inqueue: Mapping[str, int],
+                        elastic: Mapping[str, int] | None = None) -> Refusal | None:
+    """Job mode: None when every key of ``request`` fits, else the first key that does not."""
+    if not request:
+        return None
+    if not capability:
+        return empty_capability(queue, "card requests in it cannot be enqueued")
+    elastic = elastic or {}
+    for key, wanted in request.items():
+        alternatives = card_alternatives(key)
+        used = sum(allocated.get(card, 0) + inqueue.get(card, 0) - elastic.get(card, 0) for card in alternatives)
+        if len(alternatives) > 1:
+            used += inqueue.get(key, 0)  # reservations kept under the A|B key itself
+        limit = sum(capability.get(card, 0) for card in alternatives)
+        if used + wanted > limit:
+            return Refusal(INSUFFICIENT_SCALAR, insufficient(queue, key, wanted, used + wanted, limit))
+    return None
+
+
+def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: Mapping[str, int],
+                          allocated: Mapping[str, int]) -> Refusal | None:
+    """Task mode: None when one alternative of ``card_name`` fits ``wanted`` more cards, else why not."""
+    if not capability:
+        return empty_capability(queue, "card pods in it cannot be allocated")
+    alternatives = card_alternatives(card_name)
+    if any(allocated.get(card, 0) + wanted <= capability.get(card, 0) for card in alternatives):
+        return None
+    first = alternatives[0]
+    return Refusal(INSUFFICIENT_SCALAR,
+                   insufficient(queue, card_name, wanted, allocated.get(first, 0) + wanted, capability.get(first, 0)))
+
+
+def fitting_alternatives(card_name: str, wanted: int, capability: Mapping[str, int],
+                         allocated: Mapping[str, int]) -> tuple[str, ...]:
+    """The alternatives (in preference order) whose quota still has room for ``wanted`` cards."""
+    return tuple(card for card in card_alternatives(card_name)
+                 if allocated.get(card, 0) + wanted <= capability.get(card, 0))
+
+
+def queue_capability(queue_spec: Mapping[str, Any]) -> dict[str, Fraction] | None:
+    """``spec.capability`` cpu and memory (cores, bytes); None when the queue sets neither. Unreadable amounts are
+    left out (the Queue policy refuses them at admission)."""
+    raw = queue_spec.get("capability") if isinstance(queue_spec, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    capability: dict[str, Fraction] = {}
+    for resource in CPU_MEMORY:
+        if resource in raw:
+            try:
+                capability[resource] = parse_quantity(raw[resource])
+            except InputError:
+                continue
+    return capability or None
+
+
+def cpu_memory_refusal(queue: str, request: Mapping[str, Fraction], capability: Mapping[str, Fraction] | None,
+                       allocated: Mapping[str, Fraction], *, uses_cards: bool,
+                       config: CapacityCardConfig) -> Refusal | None:
+    """The queue's CPU/memory quota (capability; unset means 0), skipped for card tasks when
+    ``cardUnlimitedCpuMemory`` is on."""
+    if uses_cards and config.card_unlimited_cpu_memory:
+        return None
+    wants = {resource: request.get(resource, Fraction(0)) for resource in CPU_MEMORY}
+    if not any(wants.values()):
+        return None
+    if capability is None:
+        return Refusal(EMPTY_CAPABILITY, f"Queue {queue} has no cpu/memory capability (spec.capability), so "
+                                         "tasks requesting cpu or memory in it cannot be allocated")
+    for resource, reason in (("cpu", INSUFFICIENT_CPU), ("memory", INSUFFICIENT_MEMORY)):
+        limit = capability.get(resource, Fraction(0))
+        total = allocated.get(resource, Fraction(0)) + wants[resource]
+        if wants[resource] and total > limit:
+            return Refusal(reason, f"Queue {queue} has insufficient {resource} quota: requested "
+                                   f"{_amount(resource, wants[resource])}, total would be {_amount(resource, total)}, "
+                                   f"but capability is {_amount(resource, limit)}")
+    return None
+
+
+def node_order_score(card_name: str | None, node_card_types: Collection[str], config: CapacityCardConfig) -> float:
+    """``100 * 0.5^index * nodeOrderWeight`` for the first of the task's alternatives the node offers; 0 for a
+    single-type task (no preference to express) and for a node offering none of them."""
+    if not card_name or keys.CARD_ALTERNATIVE_SEPARATOR not in card_name:
+        return 0.0
+    for index, card in enumerate(card_alternatives(card_name)):
+        if card in node_card_types:
+            return BASE_SCORE * 0.5**index * config.node_order_weight
+    return 0.0
+
+
+def queue_share(allocated: Mapping[str, float], deserved: Mapping[str, float]) -> float:
+    """``max(allocated[r] / deserved[r])`` over the resources with a positive deserved amount (0 when none)."""
+    shares = [allocated.get(resource, 0.0) / amount for resource, amount in deserved.items() if amount > 0]
+    return max(shares, default=0.0)
+
+
+def _amount(resource: str, value: Fraction) -> str:
+    if resource == "memory":
+        gib = value / 2**30
+        return f"{float(gib):g}Gi"
+    return f"{float(value):g}"
