@@ -29,6 +29,8 @@ from cardquota.core.policies.config import (
     DEFAULT_SCHEDULER_CONFIGMAP,
     PolicyConfig,
 )
+from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.scheduling.simulate import simulate
 from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
 from cardquota.loader import Document, load_paths
 
@@ -139,6 +141,26 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     _add_output(check)
     check.set_defaults(command=check_command)
 
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay a workload through enqueue and allocate: where each pod would go, and why not",
+        description="Replay the workload (PodGroups, Pods, Volcano Jobs) on the cluster snapshot with the "
+        "scheduler rules (capacity-card, crossquota, mGPU, DRA queue quota) and Volcano's gang semantics: each pod's "
+        "node and card type (GPU indexes for mGPU), each PodGroup's phase, and the reason for everything not "
+        "placed. Exit 0 when everything is placed, 1 when something is not, 2 for unreadable input.",
+    )
+    simulate.add_argument("--cluster", dest="cluster", action="append", required=True, metavar="CLUSTER",
+                          help="the cluster: Nodes, Queues, PodGroups, Pods (and the scheduler ConfigMap, "
+                          "ResourceClaims); repeatable")
+    simulate.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
+                          help="the workload, in submission order (file, directory or -); repeatable")
+    simulate.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
+                          help="the Volcano scheduler ConfigMap to read the plugins' arguments from, when the "
+                          "cluster or workload holds it (default: %(default)s; otherwise the plugins' defaults, "
+                          "crossquota and mGPU off)")
+    _add_output(simulate)
+    simulate.set_defaults(command=simulate_command)
+
     operator = commands.add_parser(
         "operator",
         help="run the admission webhooks (and the cache's watch handlers) against the cluster",
@@ -241,6 +263,24 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         out.write(output.check_table(results, color=_use_color(out)))
     return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED
+
+
+def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    cluster = load_paths(args.cluster)
+    workload = load_paths(args.files)
+    checker = Ledger()
+    for document in [*cluster, *workload]:
+        if kind_of(document.manifest) is not None:
+            _located(document, checker.upsert)  # malformed objects are reported here, located
+    manifests = [document.manifest for document in [*cluster, *workload]]
+    config = SchedulerConfig.from_manifests(manifests, args.scheduler_configmap)
+    result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config)
+    if _format(args, out) is OutputFormat.JSON:
+        output.write_json(result.as_json(), out)
+    else:
+        out.write(output.simulation_table(result))
+    placed = all(outcome.node is not None for outcome in result.placements.values())
+    return EXIT_OK if placed else EXIT_DENIED
 
 
 def _use_color(out: TextIO) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from cardquota.cli.check import CheckResult
 from cardquota.core.cards import NodeCards, cluster_totals
 from cardquota.core.ledger import QueueUsage
+from cardquota.core.scheduling.simulate import Simulation
 
 NONE = "-"
 
@@ -82,6 +83,22 @@ def usage_table(usage: Mapping[str, QueueUsage]) -> str:
                 entry.pending.get(card, 0),
             ])
     return render_table(["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"], rows)
+
+
+# ------------------------------------------------------------------------------------------------ simulate
+
+
+def simulation_table(result: Simulation) -> str:
+    pods = [[name, outcome.node or NONE, outcome.card_type or NONE,
+             ";".join(f"{c}={','.join(i)}" for c, i in outcome.gpu_indexes.items()) or NONE,
+             outcome.reason or ""] for name, outcome in result.placements.items()]
+    groups = [[name, outcome.phase, outcome.reason or ""] for name, outcome in result.podgroups.items()]
+    usage = {queue: QueueUsage(**amounts) for queue, amounts in result.queues.items()}
+    parts = [render_table(["POD", "NODE", "CARD-TYPE", "GPU-INDEXES", "REASON"], pods)]
+    if groups:
+        parts.append(render_table(["PODGROUP", "PHASE", "REASON"], groups))
+    parts.append(usage_table(usage))
+    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------- check

@@ -1,0 +1,448 @@
+"""A scheduling session: the cluster as the scheduler sees it in one cycle, and the plugins' rules applied to it.
+
+The same object answers the extender's verbs and runs ``cardquota simulate``: card usage comes from the
+:class:`Ledger` (so the numbers match ``kubectl get queue`` and the events), CPU/memory and DRA usage per queue and
+resource usage per node are added up from the bound pods, and every allocation in the session updates them.
+
+Rules per step (each one the design's, from :mod:`capacity_card`, :mod:`crossquota`, :mod:`mgpu`, :mod:`dra`):
+
+* ``enqueue_refusal`` — a PodGroup's card.request in job mode;
+* ``task_refusal`` — the task's queue: card quota in task mode, CPU/memory unless ``cardUnlimitedCpuMemory``,
+  the DRA quota up the queue hierarchy;
+* ``node_refusal`` — the plugins' node filters: the card type the node offers for the task's card resource is one
+  of its alternatives with quota left, crossquota for CPU pods on GPU nodes, the mGPU filter and allocation;
+* ``fit_refusal`` — what Volcano's own predicates check (``simulate`` only): resources, node selector, required
+  node affinity, taints;
+* ``score`` — capacity-card node order + crossquota score + mGPU allocation score.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.quota import card_alternatives, card_request
+from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
+from cardquota.core.scheduling.refusal import Refusal
+from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.yamltext import load_one
+
+CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
+UNSCHEDULABLE = "Unschedulable"
+RESOURCE_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The plugins' arguments from ``volcano-scheduler.conf`` (crossquota and mGPU only when enabled there)."""
+
+    capacity_card: capacity_card.CapacityCardConfig = field(default_factory=capacity_card.CapacityCardConfig)
+    crossquota: crossquota.CrossQuotaConfig | None = None
+    mgpu: mgpu.MGPUConfig = field(default_factory=mgpu.MGPUConfig)
+
+    @classmethod
+    def from_conf(cls, text: str) -> SchedulerConfig:
+        """From the text of ``volcano-scheduler.conf`` (raises InputError when it is not YAML)."""
+        conf = load_one(text)
+        plugins: dict[str, Mapping[str, Any]] = {}
+        for tier in (conf or {}).get("tiers") or [] if isinstance(conf, Mapping) else []:
+            for plugin in (tier or {}).get("plugins") or [] if isinstance(tier, Mapping) else []:
+                if isinstance(plugin, Mapping) and isinstance(plugin.get("name"), str):
+                    arguments = plugin.get("arguments")
+                    plugins[plugin["name"]] = arguments if isinstance(arguments, Mapping) else {}
+        return cls(
+            capacity_card=capacity_card.CapacityCardConfig.from_arguments(plugins.get(capacity_card.PLUGIN, {})),
+            crossquota=(crossquota.CrossQuotaConfig.from_arguments(plugins[crossquota.PLUGIN])
+                        if crossquota.PLUGIN in plugins else None),
+            mgpu=mgpu.MGPUConfig.from_arguments(plugins.get("predicates", {})),
+        )
+
+    @classmethod
+    def from_manifests(cls, manifests: Iterable[Manifest], configmap: str) -> SchedulerConfig:
+        """From the scheduler ConfigMap among ``manifests``; the defaults when there is none."""
+        for manifest in manifests:
+            if manifest.get("kind") == "ConfigMap" and (manifest.get("metadata") or {}).get("name") == configmap:
+                text = (manifest.get("data") or {}).get("volcano-scheduler.conf")
+                if isinstance(text, str):
+                    return cls.from_conf(text)
+        return cls()
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    card_type: str | None
+    annotations: Mapping[str, str]
+    """What the pod gets on allocation (the mGPU result annotations), empty when nothing."""
+
+
+class Session:
+    def __init__(self, manifests: Iterable[Manifest], config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        accounted: list[Manifest] = []
+        self.nodes: dict[str, Manifest] = {}
+        self.pods: dict[ObjectKey, Manifest] = {}
+        self.queue_specs: dict[str, Mapping[str, Any]] = {}
+        self.claims: dict[ObjectKey, dra.DeviceAmounts] = {}
+        self.claim_templates: dict[ObjectKey, dra.DeviceAmounts] = {}
+        for manifest in manifests:
+            kind = kind_of(manifest)
+            if kind is not None:
+                accounted.append(manifest)
+            name = (manifest.get("metadata") or {}).get("name", "")
+            namespace = (manifest.get("metadata") or {}).get("namespace") or "default"
+            if kind is Kind.NODE:
+                self.nodes[name] = manifest
+            elif kind is Kind.POD:
+                self.pods[(namespace, name)] = manifest
+            elif kind is Kind.QUEUE:
+                spec = manifest.get("spec")
+                self.queue_specs[name] = spec if isinstance(spec, Mapping) else {}
+            elif manifest.get("kind") == "ResourceClaim":
+                self.claims[(namespace, name)] = dra.claim_amounts(manifest.get("spec") or {})
+            elif manifest.get("kind") == "ResourceClaimTemplate":
+                self.claim_templates[(namespace, name)] = dra.claim_amounts(
+                    ((manifest.get("spec") or {}).get("spec")) or {})
+        self.ledger = Ledger.build(accounted)
+        self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
+        self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
+        self.queue_used: dict[str, dict[str, Fraction]] = {}
+        self.queue_dra: dict[str, dra.DeviceAmounts] = {}
+        for key, pod in self.ledger.snapshot.pods.items():
+            if pod.bound and not pod.terminated:
+                self._charge(key, pod, +1)
+
+    # ------------------------------------------------------------------------------------------------ facts
+
+    @property
+    def parents(self) -> dict[str, str]:
+        return {name: record.queue.parent for name, record in self.ledger.snapshot.queues.items()}
+
+    def view(self, key: ObjectKey) -> Pod:
+        return self.ledger.snapshot.pods[key]
+
+    def queue_of(self, key: ObjectKey) -> str:
+        return self.ledger.queue_of(self.view(key))
+
+    def quota(self, queue: str) -> Mapping[str, int]:
+        record = self.ledger.snapshot.queues.get(queue)
+        return record.quota.values if record is not None else {}
+
+    def cards_wanted(self, key: ObjectKey) -> int:
+        """Whole cards the pod asks for (as the ledger counts them: its card resources)."""
+        charge = self.ledger.pod_charge(key)
+        return sum(charge.cards.values()) if charge is not None else 0
+
+    def node_card_type(self, key: ObjectKey, node: str) -> str | None:
+        """The card type ``node`` offers for the pod's card resource (None when it offers none it asks for)."""
+        record = self.ledger.snapshot.nodes.get(node)
+        if record is None:
+            return None
+        for resource, amount in self.view(key).requests.items():
+            card = record.cards.by_resource.get(resource)
+            if card is not None and amount > 0:
+                return card.name
+        return None
+
+    def dra_request(self, key: ObjectKey) -> dra.DeviceAmounts:
+        spec = self.pods[key].get("spec") or {}
+        parts = []
+        for claim in spec.get("resourceClaims") or []:
+            if not isinstance(claim, Mapping):
+                continue
+            if isinstance(claim.get("resourceClaimName"), str):
+                parts.append(self.claims.get((key[0], claim["resourceClaimName"]), {}))
+            elif isinstance(claim.get("resourceClaimTemplateName"), str):
+                parts.append(self.claim_templates.get((key[0], claim["resourceClaimTemplateName"]), {}))
+        return dra.total(parts)
+
+    # ------------------------------------------------------------------------------------------------ rules
+
+    def enqueue_refusal(self, group: PodGroup) -> Refusal | None:
+        """capacity-card job mode for a PodGroup's ``volcano.sh/card.request``."""
+        request = card_request(group.meta.annotations).values
+        usage = self.ledger.usage(group.queue)
+        return capacity_card.job_enqueue_refusal(group.queue, request, self.quota(group.queue), usage.allocated,
+                                                 usage.inqueue)
+
+    def task_refusal(self, key: ObjectKey) -> Refusal | None:
+        """The queue-level checks of one task (the scheduler's AllocatableFn)."""
+        pod = self.view(key)
+        queue = self.queue_of(key)
+        wanted = self.cards_wanted(key)
+        if pod.card_name is not None:
+            if wanted == 0:
+                return Refusal(capacity_card.REQUEST_FAILED, f"Failed to read the card request of {keys.CARD_NAME} "
+                                                             f"{pod.card_name!r}: it requests no card resource")
+            refusal = capacity_card.task_allocate_refusal(queue, pod.card_name, wanted, self.quota(queue),
+                                                          self.ledger.usage(queue).allocated)
+            if refusal is not None:
+                return refusal
+        spec = self.queue_specs.get(queue)
+        if spec is not None:  # a queue that exists: its cpu/memory capability applies
+            refusal = capacity_card.cpu_memory_refusal(
+                queue, pod.requests, capacity_card.queue_capability(spec), self.queue_used.get(queue, {}),
+                uses_cards=wanted > 0, config=self.config.capacity_card)
+            if refusal is not None:
+                return refusal
+        request = self.dra_request(key)
+        if request:
+            return dra.quota_refusal(queue, request, self.queue_dra, self.queue_specs, self.parents)
+        return None
+
+    def node_refusal(self, key: ObjectKey, node: str) -> Refusal | None:
+        """The plugins' node filters for one task on one node."""
+        pod = self.view(key)
+        if pod.card_name is not None:
+            card_type = self.node_card_type(key, node)
+            alternatives = card_alternatives(pod.card_name)
+            if card_type is None or card_type not in alternatives:
+                offered = f"offers {card_type}" if card_type else "offers no card type for the pod's card resource"
+                return Refusal(CARD_TYPE_MISMATCH, f"node {node} {offered}, not one of {pod.card_name}")
+            queue = self.queue_of(key)
+            wanted = self.cards_wanted(key)
+            allocated = self.ledger.usage(queue).allocated
+            capability = self.quota(queue)
+            if card_type not in capacity_card.fitting_alternatives(pod.card_name, wanted, capability, allocated):
+                return Refusal(capacity_card.INSUFFICIENT_SCALAR, capacity_card.insufficient(
+                    queue, card_type, wanted, allocated.get(card_type, 0) + wanted, capability.get(card_type, 0)))
+        refusal = self._crossquota_refusal(key, node)
+        if refusal is not None:
+            return refusal
+        mgpu_result = self._mgpu(key, node)
+        return mgpu_result if isinstance(mgpu_result, Refusal) else None
+
+    def fit_refusal(self, key: ObjectKey, node: str) -> Refusal | None:
+        """What Volcano's own predicates would check: resources left, node selector, required node affinity,
+        taints (``simulate`` replaces the whole scheduler; the extender leaves these to Volcano)."""
+        manifest = self.nodes[node]
+        pod_spec = self.pods[key].get("spec") or {}
+        labels = (manifest.get("metadata") or {}).get("labels") or {}
+        selector = pod_spec.get("nodeSelector") or {}
+        if any(labels.get(name) != value for name, value in selector.items()):
+            return Refusal(UNSCHEDULABLE, "node(s) didn't match Pod's node selector")
+        if not _required_affinity_matches(pod_spec, labels):
+            return Refusal(UNSCHEDULABLE, "node(s) didn't match Pod's node affinity")
+        taint = _untolerated_taint(pod_spec, manifest)
+        if taint is not None:
+            return Refusal(UNSCHEDULABLE, f"node(s) had untolerated taint {{{taint}}}")
+        record = self.ledger.snapshot.nodes[node]
+        used = self.node_used.get(node, {})
+        for resource, amount in self.view(key).requests.items():
+            if amount > 0 and used.get(resource, Fraction(0)) + amount > record.node.allocatable.get(resource, 0):
+                return Refusal(UNSCHEDULABLE, f"Insufficient {resource}")
+        pods = record.node.allocatable.get("pods")
+        if pods is not None and len(self.node_pods.get(node, ())) + 1 > pods:
+            return Refusal(UNSCHEDULABLE, "Too many pods")
+        return None
+
+    def score(self, key: ObjectKey, node: str) -> float:
+        pod = self.view(key)
+        record = self.ledger.snapshot.nodes.get(node)
+        types = record.cards.types if record is not None else {}
+        total = capacity_card.node_order_score(pod.card_name, types, self.config.capacity_card)
+        total += self._crossquota_score(key, node)
+        mgpu_result = self._mgpu(key, node)
+        if isinstance(mgpu_result, mgpu.Allocation):
+            total += mgpu_result.score
+        return total
+
+    # -------------------------------------------------------------------------------------------- allocation
+
+    def add_pending(self, manifest: Manifest) -> ObjectKey:
+        """A pod the session has not seen (a workload's), as an unbound pod."""
+        spec = dict(manifest.get("spec") or {})
+        spec.pop("nodeName", None)
+        pending = {**manifest, "spec": spec, "status": {"phase": "Pending"}}
+        self.ledger.upsert(pending)
+        key = Pod.from_manifest(pending).key
+        self.pods[key] = pending
+        return key
+
+    def set_phase(self, manifest: Manifest, phase: str) -> None:
+        """Move a PodGroup (its manifest) to ``phase`` in the session (Inqueue reserves its card.request)."""
+        self.ledger.upsert({**manifest, "status": {**(manifest.get("status") or {}), "phase": phase}})
+
+    def allocate(self, key: ObjectKey, node: str) -> Placement:
+        """Bind the pod to ``node`` in the session: usage moves, the mGPU cards are taken."""
+        mgpu_result = self._mgpu(key, node)
+        annotations: dict[str, str] = {}
+        if isinstance(mgpu_result, mgpu.Allocation):
+            model = self._mgpu_model(node)
+            if model is not None:
+                annotations = mgpu.result_annotations(mgpu_result, model, self.config.mgpu)
+        card_type = self.node_card_type(key, node)
+        manifest = self.pods[key]
+        metadata = dict(manifest.get("metadata") or {})
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+        bound = {**manifest, "metadata": metadata, "spec": {**(manifest.get("spec") or {}), "nodeName": node},
+                 "status": {"phase": "Running"}}
+        self.ledger.upsert(bound)
+        self.pods[key] = bound
+        self._charge(key, self.view(key), +1)
+        return Placement(node, card_type, annotations)
+
+    def deallocate(self, key: ObjectKey) -> None:
+        """Undo :meth:`allocate` (or release a bound pod): the pod is unbound again."""
+        pod = self.ledger.snapshot.pods.get(key)
+        if pod is None or not pod.bound:
+            return
+        self._charge(key, pod, -1)
+        manifest = self.pods[key]
+        spec = dict(manifest.get("spec") or {})
+        spec.pop("nodeName", None)
+        metadata = dict(manifest.get("metadata") or {})
+        metadata["annotations"] = {name: value for name, value in (metadata.get("annotations") or {}).items()
+                                   if not name.startswith(mgpu.GPU_INDEX_PREFIX) and name != mgpu.ASSUMED}
+        pending = {**manifest, "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
+        self.ledger.upsert(pending)
+        self.pods[key] = pending
+
+    def remove(self, key: ObjectKey) -> None:
+        self.deallocate(key)
+        self.pods.pop(key, None)
+        self.ledger.delete_pod(key)
+
+    def no_node_reason(self, refusals: Iterable[Refusal], nodes: int) -> str:
+        """kube-scheduler's summary: ``0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 ...``."""
+        counts = Counter(refusal.message for refusal in refusals)
+        parts = ", ".join(f"{count} {message}" for message, count in
+                          sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        return f"0/{nodes} nodes are available: {parts}" if parts else f"0/{nodes} nodes are available"
+
+    # ------------------------------------------------------------------------------------------- internals
+
+    def _charge(self, key: ObjectKey, pod: Pod, sign: int) -> None:
+        node = pod.node_name
+        used = self.node_used.setdefault(node, {})
+        for resource, amount in pod.requests.items():
+            used[resource] = used.get(resource, Fraction(0)) + sign * amount
+        members = self.node_pods.setdefault(node, set())
+        if sign > 0:
+            members.add(key)
+        else:
+            members.discard(key)
+        queue = self.ledger.queue_of(pod)
+        queue_used = self.queue_used.setdefault(queue, {})
+        for resource in capacity_card.CPU_MEMORY:
+            queue_used[resource] = queue_used.get(resource, Fraction(0)) + sign * pod.requests.get(resource, 0)
+        claims = self.dra_request(key) if key in self.pods else {}
+        for name in dra.ancestry(queue, self.parents):
+            held = self.queue_dra.setdefault(name, {})
+            for device_class, device_amount in claims.items():
+                held.setdefault(device_class, dra.DeviceAmount()).add(device_amount, sign)
+
+    def _crossquota_inputs(self, key: ObjectKey, node: str
+                           ) -> tuple[crossquota.CrossQuotaConfig, dict[str, Fraction], dict[str, Fraction]] | None:
+        config = self.config.crossquota
+        if config is None:
+            return None
+        record = self.ledger.snapshot.nodes.get(node)
+        pod = self.view(key)
+        if record is None or not crossquota.is_gpu_node(record.node.allocatable, config):
+            return None
+        if not crossquota.is_cpu_pod(pod.requests, config):
+            return None
+        quota = crossquota.node_quota(record.node.meta.annotations, record.node.allocatable, config)
+        used: dict[str, Fraction] = {}
+        for other in self.node_pods.get(node, ()):
+            other_pod = self.ledger.snapshot.pods.get(other)
+            if other_pod is not None and crossquota.is_cpu_pod(other_pod.requests, config):
+                for resource, amount in other_pod.requests.items():
+                    used[resource] = used.get(resource, Fraction(0)) + amount
+        return config, quota, used
+
+    def _crossquota_refusal(self, key: ObjectKey, node: str) -> Refusal | None:
+        inputs = self._crossquota_inputs(key, node)
+        if inputs is None:
+            return None
+        config, quota, used = inputs
+        return crossquota.predicate_refusal(node, self.view(key).requests, used, quota, config)
+
+    def _crossquota_score(self, key: ObjectKey, node: str) -> float:
+        inputs = self._crossquota_inputs(key, node)
+        if inputs is None:
+            return 0.0
+        config, quota, used = inputs
+        pod = self.view(key)
+        return crossquota.score(crossquota.scoring_strategy(pod.meta.annotations), pod.requests, used, quota, config)
+
+    def _mgpu_model(self, node: str) -> mgpu.MGPUNode | None:
+        return mgpu.node_model(self.nodes[node], (self.pods[k] for k in self.node_pods.get(node, ()) if k in self.pods))
+
+    def _mgpu(self, key: ObjectKey, node: str) -> mgpu.Allocation | Refusal | None:
+        """The mGPU allocation of the pod on the node (None when mGPU is off or the pod asks for none)."""
+        if not self.config.mgpu.enabled:
+            return None
+        shares = mgpu.pod_shares(self.pods[key])
+        if isinstance(shares, Refusal):
+            return shares
+        if not shares:
+            return None
+        model = self._mgpu_model(node)
+        if model is None:
+            return Refusal(mgpu.MGPU_UNSCHEDULABLE, f"node {node} offers no mGPU")
+        refusal = mgpu.filter_refusal(self.pods[key], shares, model)
+        if refusal is not None:
+            return refusal
+        allocation = mgpu.allocate(shares, model, self.config.mgpu)
+        if allocation is None:
+            return Refusal(mgpu.MGPU_UNSCHEDULABLE, f"no combination of node {node}'s cards has room for the pod's "
+                                                    "mGPU containers")
+        return allocation
+
+
+def _required_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(affinity, Mapping):
+        return True
+    terms = affinity.get("nodeSelectorTerms") or []
+    return any(all(_expression_matches(e, labels) for e in (term or {}).get("matchExpressions") or [])
+               for term in terms if isinstance(term, Mapping)) if terms else True
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = expression.get("key"), expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    value = labels.get(str(key))
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+def _untolerated_taint(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if not isinstance(taint, Mapping) or taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(toleration, taint) for toleration in tolerations):
+            return f"{taint.get('key')}: {taint.get('value', '')}" if taint.get("value") else str(taint.get("key"))
+    return None
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration.get("key") == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", "")

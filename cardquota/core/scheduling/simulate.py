@@ -1,0 +1,176 @@
+"""``cardquota simulate``: a workload replayed through enqueue and allocate on a cluster snapshot (pure).
+
+Gang semantics as Volcano's: each PodGroup (a Volcano Job becomes one, with its tasks' pods) is enqueued first
+(capacity-card job mode); an Inqueue group then places its pods in order — a pod goes to the feasible node with
+the highest score (ties: the node name) — and keeps the placements only when at least ``minMember`` pods were
+placed; otherwise they are undone and the group stays Inqueue. A pod without a PodGroup is its own group of one.
+Everything runs in document order, so the result is deterministic for a given input.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.objects import Manifest, ObjectKey, PodGroup
+from cardquota.core.scheduling import mgpu
+from cardquota.core.scheduling.refusal import Refusal
+from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.core.snapshot import Kind, kind_of
+
+VOLCANO_JOB_API = "batch.volcano.sh/"
+PODGROUP_API = "scheduling.volcano.sh/v1beta1"
+
+
+@dataclass
+class PodOutcome:
+    node: str | None = None
+    card_type: str | None = None
+    gpu_indexes: dict[str, list[str]] = field(default_factory=dict)
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"node": self.node, "cardType": self.card_type}
+        if self.gpu_indexes:
+            result["gpuIndexes"] = self.gpu_indexes
+        if self.reason is not None:
+            result["reason"] = self.reason
+        return result
+
+
+@dataclass
+class GroupOutcome:
+    phase: str
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"phase": self.phase} | ({"reason": self.reason} if self.reason else {})
+
+
+@dataclass
+class Simulation:
+    placements: dict[str, PodOutcome]
+    podgroups: dict[str, GroupOutcome]
+    queues: dict[str, dict[str, dict[str, int]]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"placements": {name: outcome.as_json() for name, outcome in self.placements.items()},
+                "podgroups": {name: outcome.as_json() for name, outcome in self.podgroups.items()},
+                "queues": self.queues}
+
+
+def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
+    """The workload with every Volcano Job replaced by its PodGroup and its tasks' pods (as the job controller
+    would create them: ``<job>-<task>-<index>``, named in the group's ``scheduling.k8s.io/group-name``)."""
+    expanded: list[Manifest] = []
+    for manifest in workload:
+        if manifest.get("kind") != "Job" or not str(manifest.get("apiVersion", "")).startswith(VOLCANO_JOB_API):
+            expanded.append(manifest)
+            continue
+        metadata = manifest.get("metadata") or {}
+        spec = manifest.get("spec") or {}
+        name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
+        tasks = [task for task in spec.get("tasks") or [] if isinstance(task, Mapping)]
+        replicas = sum(int(task.get("replicas") or 0) for task in tasks)
+        group_annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k == keys.CARD_REQUEST}
+        expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
+                         "metadata": {"name": name, "namespace": namespace, "annotations": group_annotations},
+                         "spec": {"queue": spec.get("queue") or keys.DEFAULT_QUEUE,
+                                  "minMember": int(spec.get("minAvailable") or replicas or 1)},
+                         "status": {"phase": "Pending"}})
+        for task_index, task in enumerate(tasks):
+            template = copy.deepcopy(task.get("template") or {})
+            pod_metadata = template.get("metadata") or {}
+            pod_spec = template.get("spec") or {}
+            pod_spec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
+            task_name = task.get("name") or f"task{task_index}"
+            for index in range(int(task.get("replicas") or 0)):
+                annotations = {**(pod_metadata.get("annotations") or {}), keys.GROUP_NAME: name}
+                expanded.append({"apiVersion": "v1", "kind": "Pod",
+                                 "metadata": {**pod_metadata, "name": f"{name}-{task_name}-{index}",
+                                              "namespace": namespace, "annotations": annotations},
+                                 "spec": copy.deepcopy(pod_spec)})
+    return expanded
+
+
+def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: SchedulerConfig | None = None
+             ) -> Simulation:
+    workload = expand_volcano_jobs(workload)
+    groups = [m for m in workload if kind_of(m) is Kind.PODGROUP]
+    session = Session([*cluster, *groups], config)
+    pods: list[ObjectKey] = [session.add_pending(m) for m in workload if kind_of(m) is Kind.POD]
+    placements: dict[str, PodOutcome] = {}
+    podgroups: dict[str, GroupOutcome] = {}
+    members: dict[ObjectKey, list[ObjectKey]] = {}
+    for key in pods:
+        group_key = session.view(key).group_key
+        members.setdefault(group_key if group_key is not None and group_key in session.ledger.snapshot.podgroups
+                           else key, []).append(key)
+    for manifest in groups:
+        group = PodGroup.from_manifest(manifest)
+        name = _name(group.key)
+        refusal = session.enqueue_refusal(group)
+        if refusal is not None:
+            podgroups[name] = GroupOutcome("Pending", refusal.message)
+            for key in members.pop(group.key, []):
+                placements[_name(key)] = PodOutcome(reason=f"PodGroup {name} is not enqueued: {refusal.message}")
+            continue
+        session.set_phase(manifest, "Inqueue")
+        minimum = max(1, int((manifest.get("spec") or {}).get("minMember") or 1))
+        outcome = _place_gang(session, members.pop(group.key, []), minimum, placements)
+        podgroups[name] = outcome
+        session.set_phase(manifest, outcome.phase)
+    for keys_of_unit in members.values():  # pods without a PodGroup in the snapshot: groups of one
+        _place_gang(session, keys_of_unit, 1, placements)
+    queues = {queue: usage.as_json() for queue, usage in session.ledger.all_usage().items()}
+    return Simulation(placements, podgroups, queues)
+
+
+def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
+                placements: dict[str, PodOutcome]) -> GroupOutcome:
+    placed: list[ObjectKey] = []
+    first_failure: str | None = None
+    for key in pod_keys:
+        outcome = place(session, key)
+        placements[_name(key)] = outcome
+        if outcome.node is not None:
+            placed.append(key)
+        elif first_failure is None:
+            first_failure = f"pod {_name(key)}: {outcome.reason}"
+    if len(placed) >= minimum:
+        return GroupOutcome("Running")
+    for key in placed:  # the gang cannot start: nothing it took is kept
+        session.deallocate(key)
+        placements[_name(key)] = PodOutcome(reason=f"gang of {minimum} not satisfied ({len(placed)} placed)")
+    reason = f"{len(placed)}/{minimum} pods could be placed; {first_failure or 'no pods'}"
+    return GroupOutcome("Inqueue", reason)
+
+
+def place(session: Session, key: ObjectKey) -> PodOutcome:
+    """The best node for one pod now, allocated in the session; or why there is none."""
+    refusal = session.task_refusal(key)
+    if refusal is not None:
+        return PodOutcome(reason=refusal.message)
+    refusals: list[Refusal] = []
+    best: tuple[float, str] | None = None
+    for node in sorted(session.nodes):
+        refusal = session.fit_refusal(key, node) or session.node_refusal(key, node)
+        if refusal is not None:
+            refusals.append(refusal)
+            continue
+        score = session.score(key, node)
+        if best is None or score > best[0]:
+            best = (score, node)
+    if best is None:
+        return PodOutcome(reason=session.no_node_reason(refusals, len(session.nodes)))
+    placement = session.allocate(key, best[1])
+    indexes = {name.removeprefix(mgpu.GPU_INDEX_PREFIX): value.split(",")
+               for name, value in placement.annotations.items() if name.startswith(mgpu.GPU_INDEX_PREFIX)}
+    return PodOutcome(node=placement.node, card_type=placement.card_type, gpu_indexes=indexes)
+
+
+def _name(key: ObjectKey) -> str:
+    return f"{key[0]}/{key[1]}"
