@@ -1,0 +1,154 @@
+"""``cardquota simulate``: the seeds' examples end to end, gang semantics, reasons, determinism, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from builders import gpu_labels, node, pod, podgroup, queue
+
+from cardquota.cli.main import run
+from cardquota.core.scheduling.capacity_card import CapacityCardConfig
+from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.scheduling.simulate import simulate
+
+A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
+REPO = Path(__file__).resolve().parents[3]
+UNLIMITED = SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=True))
+
+
+def gpu_node(name: str, product: str, gpus: int, *, resource: str = "nvidia.com/gpu", **labels: Any) -> dict:
+    return node(name, labels=gpu_labels(product, count=gpus, **labels), allocatable={resource: str(gpus)})
+
+
+def volcano_job(name: str, card_name: str, replicas: int, *, request: dict[str, int], queue_name: str,
+                min_available: int, resource: str = "nvidia.com/gpu") -> dict:
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ml", "annotations": {"volcano.sh/card.request":
+                                                                          json.dumps(request)}},
+            "spec": {"schedulerName": "volcano", "queue": queue_name, "minAvailable": min_available,
+                     "tasks": [{"name": "worker", "replicas": replicas, "template": {
+                         "metadata": {"annotations": {"volcano.sh/card.name": card_name}},
+                         "spec": {"containers": [{"name": "w", "resources": {"limits": {resource: "1"}}}]}}}]}}
+
+
+def test_example_1_four_a100_tasks_on_two_nodes_of_four() -> None:
+    cluster = [gpu_node("a1", A100, 4), gpu_node("a2", A100, 4), queue("team-a", {A100: 5})]
+    result = simulate(cluster, [volcano_job("training", A100, 4, request={A100: 4}, queue_name="team-a",
+                                            min_available=4)], UNLIMITED)
+    assert result.podgroups["ml/training"].phase == "Running"
+    assert all(outcome.node in {"a1", "a2"} for outcome in result.placements.values())
+    assert len(result.placements) == 4
+    assert result.queues["team-a"]["allocated"] == {A100: 4}
+
+
+def test_example_2_multi_card_prefers_a100_then_takes_h100_when_its_quota_is_spent() -> None:
+    cluster = [gpu_node("a1", A100, 8), gpu_node("h1", H100, 8), queue("team-a", {A100: 2, H100: 4})]
+    result = simulate(cluster, [volcano_job("flex", f"{A100}|{H100}", 4, request={f"{A100}|{H100}": 4},
+                                            queue_name="team-a", min_available=1)], UNLIMITED)
+    types = [outcome.card_type for outcome in result.placements.values()]
+    assert types == [A100, A100, H100, H100]
+    assert result.queues["team-a"]["allocated"] == {A100: 2, H100: 2}
+
+
+def test_example_3_sixteen_mps_pods_share_four_cards() -> None:
+    mps = "NVIDIA-A100/mps-80g*1/8"
+    cluster = [gpu_node("mps1", A100, 32, resource="nvidia.com/gpu.shared", memory=81920, replicas=8),
+               queue("inference", {mps: 32})]
+    result = simulate(cluster, [volcano_job("serve", mps, 16, request={mps: 16}, queue_name="inference",
+                                            min_available=16, resource="nvidia.com/gpu.shared")], UNLIMITED)
+    assert result.podgroups["ml/serve"].phase == "Running"
+    assert {outcome.card_type for outcome in result.placements.values()} == {mps}
+    assert result.queues["inference"]["allocated"] == {mps: 16}
+
+
+def test_a_job_beyond_its_queue_is_refused_at_enqueue_with_the_event_sentence() -> None:
+    cluster = [gpu_node("a1", A100, 8), queue("team-a", {A100: 5})]
+    result = simulate(cluster, [volcano_job("big", A100, 6, request={A100: 6}, queue_name="team-a",
+                                            min_available=6)], UNLIMITED)
+    reason = "Queue team-a has insufficient NVIDIA-A100 quota: requested 6, total would be 6, but capability is 5"
+    assert result.podgroups["ml/big"].as_json() == {"phase": "Pending", "reason": reason}
+    assert all(outcome.node is None for outcome in result.placements.values())
+
+
+def test_a_gang_that_cannot_start_keeps_nothing() -> None:
+    """minMember 3 but only 2 cards exist: the 2 placements are undone, the group stays Inqueue."""
+    cluster = [gpu_node("a1", A100, 2), queue("q", {A100: 8})]
+    workload = [podgroup("g", namespace="ml", queue="q", phase="Pending", request={A100: 3}),
+                *[pod(f"p{i}", namespace="ml", card=A100, gpus=1, group="g") for i in range(3)]]
+    workload[0]["spec"]["minMember"] = 3
+    for manifest in workload[1:]:
+        manifest["spec"]["containers"][0]["resources"].pop("requests")
+    result = simulate(cluster, workload, UNLIMITED)
+    outcome = result.podgroups["ml/g"]
+    assert outcome.phase == "Inqueue"
+    assert outcome.reason is not None
+    assert outcome.reason.startswith("2/3 pods could be placed; pod ml/p2: 0/1 nodes are available: 1 Insufficient "
+                                     "nvidia.com/gpu")
+    assert result.queues["q"]["allocated"] == {A100: 0}
+    assert result.queues["q"]["inqueue"] == {A100: 3}
+
+
+def test_pods_that_fit_nowhere_get_the_scheduler_style_summary() -> None:
+    cluster = [gpu_node("a1", A100, 1), gpu_node("h1", H100, 4), node("cpu1"), queue("q", {A100: 4})]
+    workload = [pod("p", namespace="ml", card=A100, gpus=2, queue="q")]
+    workload[0]["spec"]["containers"][0]["resources"].pop("requests")
+    result = simulate(cluster, workload, UNLIMITED)
+    assert result.placements["ml/p"].reason == (
+        "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node h1 offers NVIDIA-H100, not one of NVIDIA-A100")
+
+
+def test_cpu_and_memory_quota_apply_unless_card_tasks_are_unlimited() -> None:
+    cluster = [gpu_node("a1", A100, 8), queue("q", {A100: 4})]
+    workload = [pod("p", namespace="ml", card=A100, gpus=1, queue="q")]  # requests 1 cpu; the queue sets none
+    refused = simulate(cluster, workload, SchedulerConfig())
+    assert refused.placements["ml/p"].reason == ("Queue q has no cpu/memory capability (spec.capability), so tasks "
+                                                 "requesting cpu or memory in it cannot be allocated")
+    assert simulate(cluster, workload, UNLIMITED).placements["ml/p"].node == "a1"
+
+
+def test_node_affinity_taints_and_selectors_are_respected() -> None:
+    tainted = gpu_node("a0", A100, 8)
+    tainted["spec"] = {"taints": [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]}
+    cluster = [tainted, gpu_node("a1", A100, 8), queue("q", {A100: 4})]
+    workload = [pod("p", namespace="ml", card=A100, gpus=1, queue="q")]
+    workload[0]["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                                     "values": [A100]}]}]}}}
+    assert simulate(cluster, workload, UNLIMITED).placements["ml/p"].node == "a1"
+    workload[0]["spec"]["nodeSelector"] = {"zone": "nowhere"}
+    assert "didn't match Pod's node selector" in (simulate(cluster, workload, UNLIMITED).placements["ml/p"].reason
+                                                   or "")
+
+
+def test_mgpu_pods_get_gpu_indexes_when_enabled() -> None:
+    mgpu_node = node("m1", allocatable={"vke.volcengine.com/mgpu-core": "400",
+                                        "vke.volcengine.com/mgpu-memory": "98304"})
+    workload = [pod("p", namespace="ml", containers=[{"name": "c", "resources": {"requests": {
+        "vke.volcengine.com/mgpu-core": "30", "vke.volcengine.com/mgpu-memory": "4096"}}}])]
+    conf = yaml.safe_dump({"actions": "allocate", "tiers": [{"plugins": [
+        {"name": "capacity-card", "arguments": {"cardUnlimitedCpuMemory": True}},
+        {"name": "predicates", "arguments": {"predicate.MGPUEnable": True}}]}]})
+    result = simulate([mgpu_node, queue("default", {})], workload, SchedulerConfig.from_conf(conf))
+    assert result.placements["ml/p"].node == "m1"
+    assert result.placements["ml/p"].gpu_indexes == {"c": ["0"]}
+
+
+def test_simulation_is_deterministic_and_the_cli_prints_the_contract(tmp_path: Path) -> None:
+    cluster, workload = REPO / "examples" / "cluster.yaml", REPO / "examples" / "simulate" / "workload.yaml"
+    outputs = []
+    for _ in range(2):
+        out = tmp_path / "out.json"
+        with out.open("w") as stream:
+            code = run("cardquota", ["simulate", "--cluster", str(cluster), "-f", str(workload), "-o", "json"],
+                       stdout=stream)
+        outputs.append(out.read_text())
+    assert outputs[0] == outputs[1]
+    document = json.loads(outputs[0])
+    assert set(document) == {"placements", "podgroups", "queues"}
+    assert document["placements"]["team-a/flexible-training-worker-0"] == {"node": "gpu-a100-01",
+                                                                           "cardType": A100}
+    assert document["podgroups"]["team-b/too-big"]["phase"] == "Pending"
+    assert code == 0  # the refused PodGroup has no pods; every pod was placed
