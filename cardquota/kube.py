@@ -103,8 +103,8 @@ def write_secret(api: client.ApiClient, secret: Mapping[str, Any], *, create: bo
 
 
 def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str) -> bool:
-    """Set ``clientConfig.caBundle`` of every webhook of a Validating/MutatingWebhookConfiguration; False when the
-    configuration does not exist (not installed yet)."""
+    """Set ``clientConfig.caBundle`` of every webhook of a Validating/MutatingWebhookConfiguration that does not
+    carry it yet (no write when all do); False when the configuration does not exist (not installed yet)."""
     path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{name}"
     try:
         configuration = _get(api, path)
@@ -114,7 +114,8 @@ def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str)
         raise
     webhooks = configuration.get("webhooks") or []
     operations = [{"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": ca_bundle}
-                  for index, _ in enumerate(webhooks)]
+                  for index, webhook in enumerate(webhooks)
+                  if (webhook.get("clientConfig") or {}).get("caBundle") != ca_bundle]
     if operations:
         _request(api, "PATCH", path, operations, "application/json-patch+json")
     return True
@@ -159,6 +160,10 @@ def queue_path(name: str) -> str:
 
 def node_path(name: str) -> str:
     return f"/api/v1/nodes/{name}"
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
 
 def patch_annotations(api: client.ApiClient, path: str, changes: Mapping[str, str | None]) -> bool:

@@ -34,7 +34,9 @@ SECRET_TYPE = "kubernetes.io/tls"
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
 PREVIOUS_CA_CERT = "ca-previous.crt"
 CA_RENEW_BEFORE = datetime.timedelta(days=90)
-CHECK_INTERVAL_SECONDS = 3600.0
+CHECK_INTERVAL_SECONDS = 60.0
+"""Renewal and the webhook configurations' caBundle are checked this often (a configuration applied again, or
+applied after the operator started, gets its caBundle within a minute; reads only, unless something changed)."""
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 

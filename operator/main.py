@@ -18,7 +18,7 @@ from cardquota.operator.cache import ClusterCache
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher
 from cardquota.operator.leader import LeaderElection
-from cardquota.operator.metrics import metrics_app, serve_metrics
+from cardquota.operator.metrics import metrics_app, serve_http
 from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import register
 from cardquota.webhooks.admission import Admission
@@ -43,6 +43,7 @@ def configure_logging(log_format: LogFormat) -> None:
     handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON
                          else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    logging.getLogger("kopf").setLevel(logging.WARNING)  # Kopf logs every handled watch event at INFO
 
 
 def dev_certificates(directory: Path) -> KeyPair:
@@ -101,7 +102,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
                                        token=connection.token or None)
     leader = LeaderElection(api, settings.namespace)
     publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
-    metrics_runner = await serve_metrics(metrics_app(cache, publisher), settings.host, settings.metrics_port)
+    metrics_runner = await serve_http(metrics_app(cache, publisher), settings.host, settings.metrics_port)
     tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
     try:
         cache.load(await list_all_async(api))
@@ -112,6 +113,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
             started.set()
         kopf_settings = kopf.OperatorSettings()
         kopf_settings.posting.enabled = False
+        kopf_settings.scanning.disabled = True  # the resources are fixed: no CRD or namespace watch (no RBAC for it)
         await kopf.operator(registry=registry, settings=kopf_settings, clusterwide=True, standalone=True,
                             stop_flag=stop)
     finally:

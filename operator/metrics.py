@@ -73,8 +73,7 @@ def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.
     registry.register(QueueCardCollector(cache, publisher))
 
     async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(registry) + generate_latest(REGISTRY)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return metrics_response(registry)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -82,7 +81,14 @@ def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.
     return app
 
 
-async def serve_metrics(app: web.Application, host: str, port: int) -> web.AppRunner:
+def metrics_response(*registries: CollectorRegistry) -> web.Response:
+    """The given registries and the process-wide one, in the Prometheus text format."""
+    body = b"".join(generate_latest(registry) for registry in (*registries, REGISTRY))
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def serve_http(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Serve a plain-HTTP app (metrics and health, the extender); the caller stops it with ``runner.cleanup()``."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

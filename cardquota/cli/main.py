@@ -161,6 +161,24 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
+    extender = commands.add_parser(
+        "extender",
+        help="serve the Volcano scheduler's extender plugin: the card, crossquota, mGPU and DRA rules",
+        description="Serve the verbs of Volcano's extender plugin (onSessionOpen, predicate, prioritize, "
+        "jobEnqueueable, queueOverused, jobReady, allocateFunc, deallocateFunc) over HTTP with the design's rules, "
+        "so a stock Volcano scheduler enforces them. mGPU results are patched onto the pods.",
+    )
+    extender.add_argument("--host", default=os.environ.get("CARDQUOTA_HOST", "0.0.0.0"),
+                          help="address to listen on (env CARDQUOTA_HOST)")
+    extender.add_argument("--port", type=int, default=int(os.environ.get("CARDQUOTA_EXTENDER_PORT", "8713")),
+                          help="HTTP port (env CARDQUOTA_EXTENDER_PORT; default 8713)")
+    extender.add_argument("--scheduler-conf", metavar="FILE", default=os.environ.get("CARDQUOTA_SCHEDULER_CONF"),
+                          help="volcano-scheduler.conf, for the plugins' arguments (the scheduler ConfigMap "
+                          "mounted as a file; env CARDQUOTA_SCHEDULER_CONF); default: the plugins' defaults")
+    extender.add_argument("--no-patch", action="store_true",
+                          help="do not patch mGPU results onto pods (no Kubernetes API access needed)")
+    extender.set_defaults(command=extender_command)
+
     operator = commands.add_parser(
         "operator",
         help="run the admission webhooks (and the cache's watch handlers) against the cluster",
@@ -208,6 +226,38 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         output.write_json(output.usage_json(usage), out)
     else:
         out.write(output.usage_table(usage))
+    return EXIT_OK
+
+
+def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import asyncio
+    import logging
+
+    from cardquota.core.scheduling.extender import Extender
+    from cardquota.operator.extender import api_pod_patcher, run_extender
+
+    config = SchedulerConfig()
+    if args.scheduler_conf:
+        try:
+            with open(args.scheduler_conf, encoding="utf-8") as conf:
+                config = SchedulerConfig.from_conf(conf.read())
+        except OSError as error:
+            raise InputError(f"cannot read it: {error.strerror}", where=args.scheduler_conf) from None
+        except InputError as error:
+            raise error.located(args.scheduler_conf) from None
+    patcher = None
+    if not args.no_patch:
+        from cardquota.kube import KubeError, api_client
+
+        try:
+            patcher = api_pod_patcher(api_client())
+        except KubeError as error:
+            err.write(f"warning: mGPU results will not be patched onto pods: {error}\n")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run_extender(Extender(config), args.host, args.port, patcher))
+    except OSError as error:
+        raise InputError(f"cannot listen: {error.strerror}", where=f"{args.host}:{args.port}") from None
     return EXIT_OK
 
 

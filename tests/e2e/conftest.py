@@ -19,7 +19,7 @@ import pytest
 from e2e.cluster import Kubectl, until
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("IMAGE", "cardquota:dev")
+IMAGE = "cardquota:dev"  # what manifests/overlays/dev deploys (imagePullPolicy Never)
 
 
 def _works(command: list[str]) -> bool:

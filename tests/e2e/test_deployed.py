@@ -7,6 +7,7 @@ check the wiring (API server → webhook → policy → answer), not a second co
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import jsonpatch
@@ -22,6 +23,19 @@ from cardquota.core.snapshot import ClusterSnapshot
 A100 = "NVIDIA-A100"
 NAMESPACE = "cardquota-e2e"
 QUEUE = "e2e-team-a"
+
+
+def _clean(kubectl: Kubectl) -> None:
+    kubectl.run("delete", "namespace", NAMESPACE, "--wait", "--ignore-not-found", "--timeout=120s")
+    kubectl.run("delete", "queue", QUEUE, "e2e-bad", "--ignore-not-found")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def clean_slate(kubectl: Kubectl) -> Iterator[None]:
+    """Nothing left from an earlier run on the same cluster (the KUBECONFIG mode), nothing left behind."""
+    _clean(kubectl)
+    yield
+    _clean(kubectl)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +104,7 @@ def test_a_card_pod_gets_node_affinity_and_usage_moves_when_it_binds(
     manifest = pod("trainer-0", namespace=namespace, card=A100, queue=QUEUE, gpus=1)
     manifest["spec"]["schedulerName"] = "volcano"  # no Volcano here: the pod waits until the test binds it
     manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.10"
+    manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m"}  # room on a 2-CPU kind node
     kubectl.apply(manifest)
     stored = kubectl.get("pod", "trainer-0", namespace)
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][

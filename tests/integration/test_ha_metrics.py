@@ -14,7 +14,7 @@ from builders import gpu_node, pod, queue
 from cardquota.kube import Connection, api_client
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.leader import LEASE_SECONDS, LeaderElection
-from cardquota.operator.metrics import metrics_app, serve_metrics
+from cardquota.operator.metrics import metrics_app, serve_http
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -45,7 +45,7 @@ async def test_metrics_expose_queue_card_gauges() -> None:
     cache = ClusterCache()
     cache.load([gpu_node("a", "NVIDIA-A100", 8), queue("team-a", {"NVIDIA-A100": 10}),
                 pod("p", node_name="a", gpus=3, queue="team-a"), pod("w", gpus=2, card="NVIDIA-A100", queue="team-a")])
-    runner = await serve_metrics(metrics_app(cache), "127.0.0.1", 0)
+    runner = await serve_http(metrics_app(cache), "127.0.0.1", 0)
     port = runner.addresses[0][1]
     try:
         async with aiohttp.ClientSession() as session:

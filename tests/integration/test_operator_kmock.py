@@ -76,6 +76,15 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
     again = await asyncio.to_thread(ensure_certificates, api, SETTINGS)
     assert again == first
 
+    # Applied again (as kubectl apply of the manifests would): the next check puts the caBundle back.
+    path = f"{WEBHOOKS}/validatingwebhookconfigurations/cardquota-validating"
+    await call(volcano_kmock, "PATCH", path, {"webhooks": webhook_configuration(
+        "ValidatingWebhookConfiguration", "cardquota-validating", 2)["webhooks"]})
+    assert "caBundle" not in (await call(volcano_kmock, "GET", path))["webhooks"][0]["clientConfig"]
+    await asyncio.to_thread(ensure_certificates, api, SETTINGS)
+    restored = await call(volcano_kmock, "GET", path)
+    assert [w["clientConfig"]["caBundle"] for w in restored["webhooks"]] == [bundle] * 2
+
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=340)
     renewed = await asyncio.to_thread(ensure_certificates, api, SETTINGS, later)
     assert renewed.ca == first.ca

@@ -142,7 +142,6 @@ def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
     expected[("", "nodes", "")].add("patch")  # volcano.sh/card.types
     expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage
     expected[("", "events", "")] = {"create"}
-    expected[("apiextensions.k8s.io", "customresourcedefinitions", "")] = {"list", "watch"}
     for resource in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
         for name in settings.webhook_configurations:
             expected[("admissionregistration.k8s.io", resource, name)] = {"get", "patch"}

@@ -40,6 +40,7 @@ CONF_PATH = f"data[{json.dumps(CONF_KEY)}]"
 
 CAPACITY_CARD = "capacity-card"
 CROSSQUOTA = "crossquota"
+EXTENDER = "extender"
 PREDICATES = "predicates"
 CONFLICTS_WITH_CAPACITY_CARD = ("capacity", "proportion")
 """Plugins that manage queue capacity themselves: enabling one beside capacity-card makes two plugins disagree."""
@@ -329,7 +330,52 @@ def _prefixed_problem(prefix: str, key: str, check: Check, value: object) -> str
     return check(value)
 
 
+_GO_DURATION = re.compile(r"[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)")
+EXTENDER_VERBS = ("onSessionOpenVerb", "onSessionCloseVerb", "predicateVerb", "prioritizeVerb", "preemptableVerb",
+                  "reclaimableVerb", "queueOverusedVerb", "jobEnqueueableVerb", "jobEnqueuedVerb", "jobReadyVerb",
+                  "allocateFuncVerb", "deallocateFuncVerb")
+
+
+def _is_url(value: object) -> str | None:
+    if not isinstance(value, str) or not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+        return (f"must be an http(s) URL such as http://cardquota-extender.cardquota-system.svc:8713, not "
+                f"{written(value)}")
+    return None
+
+
+def _is_go_duration(value: object) -> str | None:
+    """Go's time.ParseDuration: ``500ms``, ``1s``, ``1m30s`` (the scheduler silently uses 1s for anything else)."""
+    if isinstance(value, str) and _GO_DURATION.fullmatch(value):
+        return None
+    return f"must be a Go duration such as 500ms or 2s, not {written(value)} (the scheduler would use 1s)"
+
+
+def _is_verb(value: object) -> str | None:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.~-]+(/[A-Za-z0-9_.~-]+)*", value):
+        return f"must be a URL path segment such as predicate, not {written(value)}"
+    return None
+
+
+def _is_resource_name_list(value: object) -> str | None:
+    """``managedResources`` must be a YAML list: a plain string makes the scheduler exit at start."""
+    if isinstance(value, str):
+        return (f"must be a YAML list of resource names such as [nvidia.com/gpu], not the string {written(value)} "
+                "(the scheduler exits on a string)")
+    if not isinstance(value, list) or not value:
+        return f"must be a non-empty YAML list of resource names, not {written(value)}"
+    for item in value:
+        if not isinstance(item, str) or not is_resource_name(item):
+            return f"lists {written(item)}, which is not {RESOURCE_NAME_EXAMPLES}"
+    return None
+
+
 PLUGIN_ARGUMENTS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
+    EXTENDER: (
+        {"extender.urlPrefix": _is_url, "extender.httpTimeout": _is_go_duration, "extender.ignorable": _is_bool,
+         "extender.managedResources": _is_resource_name_list,
+         **{f"extender.{verb}": _is_verb for verb in EXTENDER_VERBS}},
+        {},
+    ),
     CAPACITY_CARD: ({"cardUnlimitedCpuMemory": _is_bool, "nodeOrderWeight": _number_in(0, above=True)}, {}),
     CROSSQUOTA: (
         {"gpu-resource-names": _is_regex_list, "quota-resources": _is_resource_list,

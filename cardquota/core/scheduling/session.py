@@ -256,6 +256,14 @@ class Session:
 
     # -------------------------------------------------------------------------------------------- allocation
 
+    def add_node(self, manifest: Manifest) -> None:
+        """A node the session has not seen (raises InputError when it cannot be read)."""
+        self.ledger.upsert(manifest)
+        name = str((manifest.get("metadata") or {}).get("name", ""))
+        self.nodes[name] = manifest
+        self.node_used.setdefault(name, {})
+        self.node_pods.setdefault(name, set())
+
     def add_pending(self, manifest: Manifest) -> ObjectKey:
         """A pod the session has not seen (a workload's), as an unbound pod."""
         spec = dict(manifest.get("spec") or {})

@@ -1,0 +1,121 @@
+"""``cardquota extender``: the Volcano scheduler's ``extender`` plugin served over HTTP.
+
+Each verb is ``POST /<verb>`` with a JSON body and is answered 200 with a JSON object, always — a body that is not
+JSON, an unknown verb or a failure inside gets the verb's abstaining answer (see
+:mod:`cardquota.core.scheduling.extender`), logged. The handlers do no I/O: the scheduler's 1 s timeout is spent
+on the rules only. After ``allocateFunc`` places an mGPU pod, its result annotations are patched onto the pod in
+the background (merge patch, with retries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import Histogram
+
+from cardquota.core.objects import Manifest
+from cardquota.core.scheduling.extender import Extender
+from cardquota.core.yamltext import json_nesting_exceeds
+from cardquota.operator.health import add_health_routes
+from cardquota.operator.metrics import REGISTRY, metrics_response
+
+log = logging.getLogger("cardquota.extender")
+DEFAULT_PORT = 8713
+VERB_SECONDS = Histogram("cardquota_extender_duration_seconds", "Extender verb latency in the server", ["verb"],
+                         registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+PodPatcher = Callable[[Manifest, dict[str, str]], Coroutine[Any, Any, None]]
+
+ABSTAIN: dict[str, dict[str, Any]] = {
+    "onsessionopen": {}, "onsessionclose": {},
+    "predicate": {"status": "", "code": 0},
+    "prioritize": {"nodeScore": {}, "errorMessage": ""},
+    "jobenqueueable": {"status": 0},
+    "queueoverused": {"overused": False},
+    "jobready": {"status": True},
+    "allocatefunc": {"errorMessage": ""},
+    "deallocatefunc": {"errorMessage": ""},
+}
+"""Per verb (lower case), the answer that never blocks the scheduler."""
+
+
+def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None) -> web.Application:
+    background: set[asyncio.Task[None]] = set()
+    verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+        "onsessionopen": extender.on_session_open,
+        "onsessionclose": extender.on_session_close,
+        "predicate": extender.predicate,
+        "prioritize": extender.prioritize,
+        "jobenqueueable": extender.job_enqueueable,
+        "queueoverused": extender.queue_overused,
+        "jobready": extender.job_ready,
+        "deallocatefunc": extender.deallocate_func,
+    }
+
+    async def handle(request: web.Request) -> web.Response:
+        verb = request.match_info["verb"].lower()
+        started = time.perf_counter()
+        try:
+            body = await request.read()
+            if json_nesting_exceeds(body):
+                raise ValueError("the body nests too deeply")
+            payload = json.loads(body) if body else {}
+            if not isinstance(payload, dict):
+                raise ValueError("the body is not a JSON object")
+            if verb == "allocatefunc":
+                answer, pod, annotations = extender.allocate_func(payload)
+                if pod is not None and annotations and patch_pod is not None:
+                    task = asyncio.create_task(patch_pod(pod, annotations))
+                    background.add(task)
+                    task.add_done_callback(background.discard)
+            elif verb in verbs:
+                answer = verbs[verb](payload)
+            else:
+                answer = {"errorMessage": f"cardquota serves no verb {request.match_info['verb']!r}"}
+        except Exception as error:  # never a 500: the scheduler treats transport errors per `ignorable`
+            log.exception("extender verb %s failed: %s", verb, error)
+            answer = dict(ABSTAIN.get(verb, {}))
+        VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
+        return web.json_response(answer)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return metrics_response()
+
+    app = web.Application(client_max_size=64 * 2**20)  # onSessionOpen carries the whole cluster
+    app.router.add_get("/metrics", metrics)
+    add_health_routes(app, lambda: True)
+    app.router.add_post("/{verb}", handle)
+    return app
+
+
+def api_pod_patcher(api: Any) -> PodPatcher:
+    """Patch result annotations onto a pod through the Kubernetes API (in a thread: the client blocks)."""
+    from cardquota.kube import KubeError, patch_annotations, pod_path
+
+    async def patch(pod: Manifest, annotations: dict[str, str]) -> None:
+        metadata = pod.get("metadata") or {}
+        path = pod_path(str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+        try:
+            await asyncio.to_thread(patch_annotations, api, path, dict(annotations))
+        except KubeError as error:
+            log.warning("could not patch the mGPU result onto %s: %s", path, error)
+
+    return patch
+
+
+async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodPatcher | None,
+                       stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (forever when None)."""
+    from cardquota.operator.metrics import serve_http
+
+    runner = await serve_http(build_extender_app(extender, patch_pod), host, port)
+    log.info("extender listening on http://%s:%s", host, port)
+    try:
+        await (stop or asyncio.Event()).wait()
+    finally:
+        await runner.cleanup()
