@@ -77,8 +77,11 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None) 
                 answer = verbs[verb](payload)
             else:
                 answer = {"errorMessage": f"cardquota serves no verb {request.match_info['verb']!r}"}
-        except Exception as error:  # never a 500: the scheduler treats transport errors per `ignorable`
-            log.exception("extender verb %s failed: %s", verb, error)
+        except ValueError as error:  # not JSON, or not an object: the scheduler sent something else
+            log.warning("extender verb %s: unreadable body (%s); abstaining", verb, error)
+            answer = dict(ABSTAIN.get(verb, {}))
+        except Exception:  # never a 500: the scheduler treats transport errors per `ignorable`
+            log.exception("extender verb %s failed; abstaining", verb)
             answer = dict(ABSTAIN.get(verb, {}))
         VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
         return web.json_response(answer)

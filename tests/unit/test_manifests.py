@@ -26,6 +26,8 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.policies.schedconf import admit as admit_schedconf
+from cardquota.core.policies.schedconf import conf_violations
+from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import CACHED_RESOURCES
 from cardquota.loader import load_paths
 from cardquota.operator.cache import ClusterCache
@@ -552,3 +554,49 @@ def test_overlays_render_with_kustomize(overlay: str) -> None:
         if obj["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration",
                                "MutatingWebhookConfiguration"}:
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+
+
+# ------------------------------------------------------------------------------------------------- extender
+
+EXTENDER = _objects(MANIFESTS / "components" / "extender")
+
+
+def test_the_extender_runs_one_replica_on_the_port_the_example_configmap_calls() -> None:
+    deployment = _one("Deployment", EXTENDER)
+    assert deployment["spec"]["replicas"] == 1
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["cardquota", "extender"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    service = _one("Service", EXTENDER)
+    (port,) = service["spec"]["ports"]
+    assert int(env["CARDQUOTA_EXTENDER_PORT"]) == port["port"] == container["ports"][0]["containerPort"]
+    assert _selects({"matchLabels": service["spec"]["selector"]}, deployment["spec"]["template"]["metadata"]["labels"])
+    (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
+    conf = yaml.safe_load(example["data"]["volcano-scheduler.conf"])
+    (plugin,) = [p for tier in conf["tiers"] for p in tier["plugins"] if p["name"] == "extender"]
+    url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port['port']}"
+    assert plugin["arguments"]["extender.urlPrefix"] == url
+    assert isinstance(plugin["arguments"]["extender.managedResources"], list)
+    assert admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig()).allowed
+    mounted = (MANIFESTS / "components" / "extender" / "volcano-scheduler.conf").read_text()
+    assert conf_violations(mounted) == []
+    assert SchedulerConfig.from_conf(mounted).mgpu.enabled
+    assert env["CARDQUOTA_SCHEDULER_CONF"].endswith("/volcano-scheduler.conf")
+
+
+def test_the_extender_may_only_patch_pods() -> None:
+    (rule,) = _one("ClusterRole", EXTENDER)["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
+
+
+def test_a_managed_resources_string_is_refused_since_it_makes_the_scheduler_exit() -> None:
+    (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
+    broken = yaml.safe_load(example["data"]["volcano-scheduler.conf"])
+    for tier in broken["tiers"]:
+        for plugin in tier["plugins"]:
+            if plugin["name"] == "extender":
+                plugin["arguments"]["extender.managedResources"] = "nvidia.com/gpu"
+    example["data"]["volcano-scheduler.conf"] = yaml.safe_dump(broken)
+    verdict = admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig())
+    assert not verdict.allowed
+    assert "the scheduler exits on a string" in verdict.message

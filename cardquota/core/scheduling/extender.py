@@ -126,8 +126,8 @@ class Extender:
         if session is None or key is None or node is None:
             return {"status": "", "code": CODE_PASS}
         name = str(node["metadata"].get("name", ""))
-        if name not in session.nodes:
-            session.add_node(node)
+        if not _known(session, node):
+            return {"status": "", "code": CODE_PASS}
         refusal = session.task_refusal(key) or session.node_refusal(key, name)
         if refusal is None:
             return {"status": "", "code": CODE_PASS}
@@ -144,9 +144,7 @@ class Extender:
             if session is None or key is None:
                 scores[name] = 0.0
                 continue
-            if name not in session.nodes:
-                session.add_node(node)
-            scores[name] = session.score(key, name)
+            scores[name] = session.score(key, name) if _known(session, node) else 0.0
         return {"nodeScore": scores, "errorMessage": ""}
 
     def job_enqueueable(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,6 +213,17 @@ class Extender:
         except InputError:
             return self.session, None
         return self.session, key
+
+
+def _known(session: Session, node: Manifest) -> bool:
+    """Whether the session holds the node, adding it when it can be read (a node the snapshot lacked)."""
+    name = str(node["metadata"].get("name", ""))
+    if name not in session.nodes:
+        try:
+            session.add_node(node)
+        except InputError:
+            return False
+    return True
 
 
 def _values(value: object) -> list[Any]:
