@@ -115,6 +115,9 @@ class Session:
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
         self.queue_dra: dict[str, dra.DeviceAmounts] = {}
+        self._nodes_by_card_type: dict[str, list[str]] | None = None
+        self.releases = 0
+        """Counts the pods unbound or removed, and nodes added: what can make a node fit a pod it refused."""
         for key, pod in self.ledger.snapshot.pods.items():
             if pod.bound and not pod.terminated:
                 self._charge(key, pod, +1)
@@ -243,6 +246,26 @@ class Session:
             return Refusal(UNSCHEDULABLE, "Too many pods")
         return None
 
+    def preference_groups(self, key: ObjectKey) -> list[list[str]] | None:
+        """For a card pod whose score depends on nothing but the card type a node offers (no crossquota, no mGPU):
+        the candidate nodes, grouped by alternative in the pod's order (so by falling score), each sorted by name.
+        None when the score may differ otherwise, and every node must be scored."""
+        pod = self.view(key)
+        if pod.card_name is None:
+            return None
+        crossquota_config = self.config.crossquota
+        if crossquota_config is not None and crossquota.is_cpu_pod(pod.requests, crossquota_config):
+            return None
+        if self.config.mgpu.enabled and mgpu.pod_shares(self.pods[key]):
+            return None
+        if self._nodes_by_card_type is None:
+            self._nodes_by_card_type = {}
+            for name in sorted(self.nodes):
+                record = self.ledger.snapshot.nodes.get(name)
+                for card in record.cards.types if record is not None else ():
+                    self._nodes_by_card_type.setdefault(card, []).append(name)
+        return [self._nodes_by_card_type.get(card, []) for card in dict.fromkeys(card_alternatives(pod.card_name))]
+
     def score(self, key: ObjectKey, node: str) -> float:
         pod = self.view(key)
         record = self.ledger.snapshot.nodes.get(node)
@@ -261,6 +284,8 @@ class Session:
         self.ledger.upsert(manifest)
         name = str((manifest.get("metadata") or {}).get("name", ""))
         self.nodes[name] = manifest
+        self._nodes_by_card_type = None
+        self.releases += 1
         self.node_used.setdefault(name, {})
         self.node_pods.setdefault(name, set())
 
@@ -302,6 +327,7 @@ class Session:
         pod = self.ledger.snapshot.pods.get(key)
         if pod is None or not pod.bound:
             return
+        self.releases += 1
         self._charge(key, pod, -1)
         manifest = self.pods[key]
         spec = dict(manifest.get("spec") or {})

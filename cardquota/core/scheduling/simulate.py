@@ -10,6 +10,7 @@ Everything runs in document order, so the result is deterministic for a given in
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,7 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     pods: list[ObjectKey] = [session.add_pending(m) for m in workload if kind_of(m) is Kind.POD]
     placements: dict[str, PodOutcome] = {}
     podgroups: dict[str, GroupOutcome] = {}
+    memo = RefusalMemo()
     members: dict[ObjectKey, list[ObjectKey]] = {}
     for key in pods:
         group_key = session.view(key).group_key
@@ -120,21 +122,21 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
             continue
         session.set_phase(manifest, "Inqueue")
         minimum = max(1, int((manifest.get("spec") or {}).get("minMember") or 1))
-        outcome = _place_gang(session, members.pop(group.key, []), minimum, placements)
+        outcome = _place_gang(session, members.pop(group.key, []), minimum, placements, memo)
         podgroups[name] = outcome
         session.set_phase(manifest, outcome.phase)
     for keys_of_unit in members.values():  # pods without a PodGroup in the snapshot: groups of one
-        _place_gang(session, keys_of_unit, 1, placements)
+        _place_gang(session, keys_of_unit, 1, placements, memo)
     queues = {queue: usage.as_json() for queue, usage in session.ledger.all_usage().items()}
     return Simulation(placements, podgroups, queues)
 
 
 def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
-                placements: dict[str, PodOutcome]) -> GroupOutcome:
+                placements: dict[str, PodOutcome], memo: RefusalMemo) -> GroupOutcome:
     placed: list[ObjectKey] = []
     first_failure: str | None = None
     for key in pod_keys:
-        outcome = place(session, key)
+        outcome = place(session, key, memo)
         placements[_name(key)] = outcome
         if outcome.node is not None:
             placed.append(key)
@@ -149,15 +151,50 @@ def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
     return GroupOutcome("Inqueue", reason)
 
 
-def place(session: Session, key: ObjectKey) -> PodOutcome:
+class RefusalMemo:
+    """Node refusals already found for pods of the same shape (spec, annotations, queue), valid until something is
+    released: allocations only ever fill nodes and queues, so a node that refused a shape keeps refusing it."""
+
+    def __init__(self) -> None:
+        self._refused: dict[str, tuple[int, dict[str, Refusal]]] = {}
+
+    def refusals(self, session: Session, key: ObjectKey) -> dict[str, Refusal]:
+        manifest = session.pods[key]
+        spec = {name: value for name, value in (manifest.get("spec") or {}).items() if name != "nodeName"}
+        shape = json.dumps([spec, (manifest.get("metadata") or {}).get("annotations"), session.queue_of(key)],
+                           sort_keys=True, default=str)
+        releases, refused = self._refused.get(shape, (-1, {}))
+        if releases != session.releases:
+            refused = {}
+            self._refused[shape] = (session.releases, refused)
+        return refused
+
+
+def place(session: Session, key: ObjectKey, memo: RefusalMemo | None = None) -> PodOutcome:
     """The best node for one pod now, allocated in the session; or why there is none."""
     refusal = session.task_refusal(key)
     if refusal is not None:
         return PodOutcome(reason=refusal.message)
+    known = (memo or RefusalMemo()).refusals(session, key)
+
+    def refusal_on(node: str) -> Refusal | None:
+        found = known.get(node)
+        if found is None:
+            found = session.fit_refusal(key, node) or session.node_refusal(key, node)
+            if found is not None:
+                known[node] = found
+        return found
+
+    for group in session.preference_groups(key) or []:
+        # Scores fall from one group to the next and are equal within one: the first node that fits wins, as a
+        # full scan would choose it (highest score, then the node name).
+        for node in group:
+            if refusal_on(node) is None:
+                return _placed(session, key, node)
     refusals: list[Refusal] = []
     best: tuple[float, str] | None = None
     for node in sorted(session.nodes):
-        refusal = session.fit_refusal(key, node) or session.node_refusal(key, node)
+        refusal = refusal_on(node)
         if refusal is not None:
             refusals.append(refusal)
             continue
@@ -166,7 +203,11 @@ def place(session: Session, key: ObjectKey) -> PodOutcome:
             best = (score, node)
     if best is None:
         return PodOutcome(reason=session.no_node_reason(refusals, len(session.nodes)))
-    placement = session.allocate(key, best[1])
+    return _placed(session, key, best[1])
+
+
+def _placed(session: Session, key: ObjectKey, node: str) -> PodOutcome:
+    placement = session.allocate(key, node)
     indexes = {name.removeprefix(mgpu.GPU_INDEX_PREFIX): value.split(",")
                for name, value in placement.annotations.items() if name.startswith(mgpu.GPU_INDEX_PREFIX)}
     return PodOutcome(node=placement.node, card_type=placement.card_type, gpu_indexes=indexes)

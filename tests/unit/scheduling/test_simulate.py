@@ -6,13 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from builders import gpu_labels, node, pod, podgroup, queue
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cardquota.cli.main import run
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
-from cardquota.core.scheduling.session import SchedulerConfig
-from cardquota.core.scheduling.simulate import simulate
+from cardquota.core.scheduling.refusal import Refusal
+from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.core.scheduling.simulate import RefusalMemo, simulate
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 REPO = Path(__file__).resolve().parents[3]
@@ -152,3 +156,48 @@ def test_simulation_is_deterministic_and_the_cli_prints_the_contract(tmp_path: P
                                                                            "cardType": A100}
     assert document["podgroups"]["team-b/too-big"]["phase"] == "Pending"
     assert code == 0  # the refused PodGroup has no pods; every pod was placed
+
+
+_products = st.sampled_from([A100, H100])
+_workload = st.lists(st.tuples(st.sampled_from([A100, H100, f"{A100}|{H100}", f"{H100}|{A100}"]),
+                               st.integers(1, 3), st.sampled_from(["q1", "q2"]), st.booleans()),
+                     min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.lists(st.tuples(_products, st.integers(0, 4)), min_size=1, max_size=5), workload=_workload,
+       quotas=st.tuples(st.integers(0, 8), st.integers(0, 8)))
+def test_the_shortcuts_choose_what_a_full_scan_would(nodes: list[tuple[str, int]],
+                                                     workload: list[tuple[str, int, str, bool]],
+                                                     quotas: tuple[int, int]) -> None:
+    """Preference groups (first fitting node of the best card type) and the refusal memo give exactly the result
+    of scoring every node for every pod."""
+    cluster = [gpu_node(f"n{index}", product, gpus) for index, (product, gpus) in enumerate(nodes)]
+    cluster += [queue("q1", {A100: quotas[0], H100: quotas[1]}), queue("q2", {A100: quotas[1]})]
+    pods = []
+    for index, (card, gpus, queue_name, with_affinity) in enumerate(workload):
+        manifest = pod(f"p{index}", namespace="ml", card=card, gpus=gpus, queue=queue_name)
+        manifest["spec"]["containers"][0]["resources"].pop("requests")
+        if with_affinity:
+            manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n0"}
+        pods.append(manifest)
+    fast = simulate(cluster, pods, UNLIMITED).as_json()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Session, "preference_groups", lambda self, key: None)
+        patch.setattr(RefusalMemo, "refusals", lambda self, session, key: {})
+        full = simulate(cluster, pods, UNLIMITED).as_json()
+    assert fast == full
+
+
+def test_the_refusal_memo_is_shared_by_pods_of_one_shape_and_forgotten_once_something_is_released() -> None:
+    session = Session([gpu_node("a1", A100, 1), queue("q", {A100: 4})], UNLIMITED)
+    first = session.add_pending(pod("first", namespace="ml", card=A100, gpus=1, queue="q"))
+    twin = session.add_pending(pod("twin", namespace="ml", card=A100, gpus=1, queue="q"))
+    other = session.add_pending(pod("other", namespace="ml", card=A100, gpus=2, queue="q"))
+    memo = RefusalMemo()
+    memo.refusals(session, first)["a1"] = Refusal("Unschedulable", "Insufficient nvidia.com/gpu")
+    assert "a1" in memo.refusals(session, twin)
+    assert memo.refusals(session, other) == {}
+    session.allocate(first, "a1")
+    session.deallocate(first)
+    assert memo.refusals(session, twin) == {}
