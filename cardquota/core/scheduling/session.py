@@ -118,6 +118,8 @@ class Session:
         self._nodes_by_card_type: dict[str, list[str]] | None = None
         self.releases = 0
         """Counts the pods unbound or removed, and nodes added: what can make a node fit a pod it refused."""
+        self.version = 0
+        """Counts every change of the session (any allocation, release, pod, node or phase added or changed)."""
         for key, pod in self.ledger.snapshot.pods.items():
             if pod.bound and not pod.terminated:
                 self._charge(key, pod, +1)
@@ -281,6 +283,7 @@ class Session:
 
     def add_node(self, manifest: Manifest) -> None:
         """A node the session has not seen (raises InputError when it cannot be read)."""
+        self.version += 1
         self.ledger.upsert(manifest)
         name = str((manifest.get("metadata") or {}).get("name", ""))
         self.nodes[name] = manifest
@@ -291,6 +294,7 @@ class Session:
 
     def add_pending(self, manifest: Manifest) -> ObjectKey:
         """A pod the session has not seen (a workload's), as an unbound pod."""
+        self.version += 1
         spec = dict(manifest.get("spec") or {})
         spec.pop("nodeName", None)
         pending = {**manifest, "spec": spec, "status": {"phase": "Pending"}}
@@ -301,10 +305,12 @@ class Session:
 
     def set_phase(self, manifest: Manifest, phase: str) -> None:
         """Move a PodGroup (its manifest) to ``phase`` in the session (Inqueue reserves its card.request)."""
+        self.version += 1
         self.ledger.upsert({**manifest, "status": {**(manifest.get("status") or {}), "phase": phase}})
 
     def allocate(self, key: ObjectKey, node: str) -> Placement:
         """Bind the pod to ``node`` in the session: usage moves, the mGPU cards are taken."""
+        self.version += 1
         mgpu_result = self._mgpu(key, node)
         annotations: dict[str, str] = {}
         if isinstance(mgpu_result, mgpu.Allocation):
@@ -324,6 +330,7 @@ class Session:
 
     def deallocate(self, key: ObjectKey) -> None:
         """Undo :meth:`allocate` (or release a bound pod): the pod is unbound again."""
+        self.version += 1
         pod = self.ledger.snapshot.pods.get(key)
         if pod is None or not pod.bound:
             return
@@ -340,6 +347,7 @@ class Session:
         self.pods[key] = pending
 
     def remove(self, key: ObjectKey) -> None:
+        self.version += 1
         self.deallocate(key)
         self.pods.pop(key, None)
         self.ledger.delete_pod(key)

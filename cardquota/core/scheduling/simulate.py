@@ -152,22 +152,37 @@ def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
 
 
 class RefusalMemo:
-    """Node refusals already found for pods of the same shape (spec, annotations, queue), valid until something is
-    released: allocations only ever fill nodes and queues, so a node that refused a shape keeps refusing it."""
+    """What earlier pods of the same shape (spec, annotations, queue) found, reused only where it is exact:
+
+    * the nodes that refused the shape, skipped while nothing has been released (allocations only ever fill nodes
+      and queues, so such a node still refuses);
+    * the reason nothing fits, reused while the session has not changed at all since.
+    """
 
     def __init__(self) -> None:
-        self._refused: dict[str, tuple[int, dict[str, Refusal]]] = {}
+        self._refused: dict[str, tuple[int, set[str]]] = {}
+        self._reasons: dict[str, tuple[int, str]] = {}
 
-    def refusals(self, session: Session, key: ObjectKey) -> dict[str, Refusal]:
+    @staticmethod
+    def shape(session: Session, key: ObjectKey) -> str:
         manifest = session.pods[key]
         spec = {name: value for name, value in (manifest.get("spec") or {}).items() if name != "nodeName"}
-        shape = json.dumps([spec, (manifest.get("metadata") or {}).get("annotations"), session.queue_of(key)],
-                           sort_keys=True, default=str)
-        releases, refused = self._refused.get(shape, (-1, {}))
+        return json.dumps([spec, (manifest.get("metadata") or {}).get("annotations"), session.queue_of(key)],
+                          sort_keys=True, default=str)
+
+    def refused(self, session: Session, shape: str) -> set[str]:
+        releases, nodes = self._refused.get(shape, (-1, set()))
         if releases != session.releases:
-            refused = {}
-            self._refused[shape] = (session.releases, refused)
-        return refused
+            nodes = set()
+            self._refused[shape] = (session.releases, nodes)
+        return nodes
+
+    def reason(self, session: Session, shape: str) -> str | None:
+        version, reason = self._reasons.get(shape, (-1, ""))
+        return reason if version == session.version else None
+
+    def remember_reason(self, session: Session, shape: str, reason: str) -> None:
+        self._reasons[shape] = (session.version, reason)
 
 
 def place(session: Session, key: ObjectKey, memo: RefusalMemo | None = None) -> PodOutcome:
@@ -175,26 +190,25 @@ def place(session: Session, key: ObjectKey, memo: RefusalMemo | None = None) -> 
     refusal = session.task_refusal(key)
     if refusal is not None:
         return PodOutcome(reason=refusal.message)
-    known = (memo or RefusalMemo()).refusals(session, key)
-
-    def refusal_on(node: str) -> Refusal | None:
-        found = known.get(node)
-        if found is None:
-            found = session.fit_refusal(key, node) or session.node_refusal(key, node)
-            if found is not None:
-                known[node] = found
-        return found
-
+    memo = memo or RefusalMemo()
+    shape = memo.shape(session, key)
+    known_reason = memo.reason(session, shape)
+    if known_reason is not None:
+        return PodOutcome(reason=known_reason)
+    refused = memo.refused(session, shape)
     for group in session.preference_groups(key) or []:
         # Scores fall from one group to the next and are equal within one: the first node that fits wins, as a
         # full scan would choose it (highest score, then the node name).
         for node in group:
-            if refusal_on(node) is None:
+            if node in refused:
+                continue
+            if session.fit_refusal(key, node) is None and session.node_refusal(key, node) is None:
                 return _placed(session, key, node)
+            refused.add(node)
     refusals: list[Refusal] = []
     best: tuple[float, str] | None = None
     for node in sorted(session.nodes):
-        refusal = refusal_on(node)
+        refusal = session.fit_refusal(key, node) or session.node_refusal(key, node)
         if refusal is not None:
             refusals.append(refusal)
             continue
@@ -202,7 +216,9 @@ def place(session: Session, key: ObjectKey, memo: RefusalMemo | None = None) -> 
         if best is None or score > best[0]:
             best = (score, node)
     if best is None:
-        return PodOutcome(reason=session.no_node_reason(refusals, len(session.nodes)))
+        reason = session.no_node_reason(refusals, len(session.nodes))
+        memo.remember_reason(session, shape, reason)
+        return PodOutcome(reason=reason)
     return _placed(session, key, best[1])
 
 

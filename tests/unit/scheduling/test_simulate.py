@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from cardquota.cli.main import run
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
-from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.scheduling.simulate import RefusalMemo, simulate
 
@@ -160,23 +159,28 @@ def test_simulation_is_deterministic_and_the_cli_prints_the_contract(tmp_path: P
 
 _products = st.sampled_from([A100, H100])
 _workload = st.lists(st.tuples(st.sampled_from([A100, H100, f"{A100}|{H100}", f"{H100}|{A100}"]),
-                               st.integers(1, 3), st.sampled_from(["q1", "q2"]), st.booleans()),
+                               st.integers(1, 3), st.sampled_from(["q1", "q2"]), st.booleans(),
+                               st.sampled_from([None, "g0", "g1"])),
                      min_size=1, max_size=25)
 
 
 @settings(max_examples=60, deadline=None)
 @given(nodes=st.lists(st.tuples(_products, st.integers(0, 4)), min_size=1, max_size=5), workload=_workload,
-       quotas=st.tuples(st.integers(0, 8), st.integers(0, 8)))
+       quotas=st.tuples(st.integers(0, 8), st.integers(0, 8)), gangs=st.tuples(st.integers(1, 4), st.integers(1, 4)))
 def test_the_shortcuts_choose_what_a_full_scan_would(nodes: list[tuple[str, int]],
-                                                     workload: list[tuple[str, int, str, bool]],
-                                                     quotas: tuple[int, int]) -> None:
+                                                     workload: list[tuple[str, int, str, bool, str | None]],
+                                                     quotas: tuple[int, int], gangs: tuple[int, int]) -> None:
     """Preference groups (first fitting node of the best card type) and the refusal memo give exactly the result
     of scoring every node for every pod."""
     cluster = [gpu_node(f"n{index}", product, gpus) for index, (product, gpus) in enumerate(nodes)]
     cluster += [queue("q1", {A100: quotas[0], H100: quotas[1]}), queue("q2", {A100: quotas[1]})]
-    pods = []
-    for index, (card, gpus, queue_name, with_affinity) in enumerate(workload):
-        manifest = pod(f"p{index}", namespace="ml", card=card, gpus=gpus, queue=queue_name)
+    pods: list[dict[str, Any]] = []
+    for name, minimum in zip(("g0", "g1"), gangs, strict=True):  # gangs that may not start: their pods are given back
+        group = podgroup(name, namespace="ml", queue="q1", phase="Pending")
+        group["spec"]["minMember"] = minimum
+        pods.append(group)
+    for index, (card, gpus, queue_name, with_affinity, group_name) in enumerate(workload):
+        manifest = pod(f"p{index}", namespace="ml", card=card, gpus=gpus, queue=queue_name, group=group_name)
         manifest["spec"]["containers"][0]["resources"].pop("requests")
         if with_affinity:
             manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n0"}
@@ -184,20 +188,26 @@ def test_the_shortcuts_choose_what_a_full_scan_would(nodes: list[tuple[str, int]
     fast = simulate(cluster, pods, UNLIMITED).as_json()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Session, "preference_groups", lambda self, key: None)
-        patch.setattr(RefusalMemo, "refusals", lambda self, session, key: {})
+        patch.setattr(RefusalMemo, "refused", lambda self, session, shape: set())
+        patch.setattr(RefusalMemo, "reason", lambda self, session, shape: None)
         full = simulate(cluster, pods, UNLIMITED).as_json()
     assert fast == full
 
 
-def test_the_refusal_memo_is_shared_by_pods_of_one_shape_and_forgotten_once_something_is_released() -> None:
+def test_the_refusal_memo_is_shared_by_pods_of_one_shape_and_forgotten_when_it_could_be_wrong() -> None:
     session = Session([gpu_node("a1", A100, 1), queue("q", {A100: 4})], UNLIMITED)
     first = session.add_pending(pod("first", namespace="ml", card=A100, gpus=1, queue="q"))
     twin = session.add_pending(pod("twin", namespace="ml", card=A100, gpus=1, queue="q"))
     other = session.add_pending(pod("other", namespace="ml", card=A100, gpus=2, queue="q"))
     memo = RefusalMemo()
-    memo.refusals(session, first)["a1"] = Refusal("Unschedulable", "Insufficient nvidia.com/gpu")
-    assert "a1" in memo.refusals(session, twin)
-    assert memo.refusals(session, other) == {}
-    session.allocate(first, "a1")
-    session.deallocate(first)
-    assert memo.refusals(session, twin) == {}
+    shape, twin_shape = memo.shape(session, first), memo.shape(session, twin)
+    assert shape == twin_shape != memo.shape(session, other)
+    memo.refused(session, shape).add("a1")
+    memo.remember_reason(session, shape, "0/1 nodes are available: 1 Insufficient nvidia.com/gpu")
+    assert memo.refused(session, twin_shape) == {"a1"}
+    assert memo.reason(session, twin_shape) is not None
+    session.allocate(first, "a1")  # any change: the reason may differ now; a node that refused still refuses
+    assert memo.reason(session, twin_shape) is None
+    assert memo.refused(session, twin_shape) == {"a1"}
+    session.deallocate(first)  # a release: a node that refused may fit now
+    assert memo.refused(session, twin_shape) == set()
