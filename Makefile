@@ -56,6 +56,7 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/webhook.py
 	$(BIN)/python bench/ledger.py
+	$(BIN)/python bench/extender.py
 
 image: ## build the container image (IMAGE=cardquota:dev; skipped, with a message, where no Docker daemon is usable)
 	@if ! $(DOCKER) info >/dev/null 2>&1; then \

@@ -8,6 +8,7 @@ would crash the process instead of raising) ever sees it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -68,35 +69,41 @@ def _json(text: str) -> Any:
     return value
 
 
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_STRUCTURE = bytes(set(range(256)) - set(b'"[]{}'))
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")
+
+
 def json_nesting_exceeds(text: str | bytes, limit: int = MAX_NESTING) -> bool:
     """Whether JSON text nests arrays/objects more than ``limit`` levels deep (brackets inside strings do not count).
 
     Checked on the text, before parsing: json.loads recurses once per level, so whether it fails on deep input
-    depends on the interpreter's recursion limit, which any imported library may have raised.
+    depends on the interpreter's recursion limit, which any imported library may have raised. Large bodies are
+    checked at C speed: escapes dropped, everything but quotes and brackets dropped, strings dropped, ``{}`` read
+    as ``[]``, then the innermost pairs removed one level per pass.
     """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    if text.count("[") + text.count("{") <= limit:  # the common case, at C speed
+    data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") <= limit:  # the common case
         return False
-    level = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            level += 1
-            if level > limit:
-                return True
-        elif char in "]}":
-            level -= 1
-    return False
+    compact = _ESCAPE.sub(b"", data).translate(None, _NOT_STRUCTURE)
+    brackets = _STRING.sub(b"", compact).replace(b'"', b"").translate(_ONE_KIND)
+    for _ in range(limit):
+        inner = brackets.replace(b"[]", b"")  # one level per pass
+        if not inner:
+            return False
+        if inner == brackets:  # unbalanced (not JSON): measure what is left directly
+            return _open_depth(inner) > limit
+        brackets = inner
+    return True
+
+
+def _open_depth(brackets: bytes) -> int:
+    level = deepest = 0
+    for char in brackets:
+        level += 1 if char == ord("[") else -1
+        deepest = max(deepest, level)
+    return deepest
 
 
 def depth(value: object) -> int:

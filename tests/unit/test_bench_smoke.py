@@ -34,3 +34,14 @@ def test_ledger_bench_reports_both_ratios() -> None:
     assert lines[0].startswith("snapshot: 20 nodes, 500 pods")
     assert lines[1].startswith("1. full build:")
     assert lines[2].startswith("2. one pod event:")
+
+
+def test_extender_bench_reports_latency_and_simulate_figures() -> None:
+    result = subprocess.run([sys.executable, "bench/extender.py", "--nodes", "30", "--calls", "2", "--sim-pods", "50",
+                             "--sim-nodes", "10"], cwd=REPO, capture_output=True, text=True, check=True, timeout=180)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1. predicate + prioritize: 30-node session, 16 concurrent clients")
+    assert "no-op aiohttp endpoint" in lines[1]
+    assert "cardquota extender" in lines[2]
+    assert lines[3].strip().startswith("p99 ratio")
+    assert lines[4].startswith("2. simulate: 50 pods on 10 nodes in ")

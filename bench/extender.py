@@ -1,0 +1,176 @@
+"""Extender figures, each against a baseline measured in the same run.
+
+    python bench/extender.py [--nodes 1000] [--calls 60] [--sim-pods 10000] [--sim-nodes 1000]
+
+1. predicate + prioritize latency: a session opened on a 1,000-node cluster (8 pods per node, each NodeInfo
+   carrying its pods as the scheduler sends them), 16 concurrent clients (the scheduler's parallelism) each sending
+   predicate (one task, one node) and prioritize (one task, 20 candidate nodes) calls over HTTP on loopback; the
+   same bodies sent to a no-op aiohttp endpoint that parses the JSON and answers a constant. Reports the p99
+   ratio (target <= 1.5).
+2. simulate: 10,000 pods on 1,000 nodes (two thirds of them GPU nodes of 8 cards), in seconds and pods/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import multiprocessing
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from synthetic import PRODUCTS, cluster, pod
+from volcano_payloads import node_info, session_open, task_info
+
+from cardquota.core.scheduling.capacity_card import CapacityCardConfig
+from cardquota.core.scheduling.extender import Extender
+from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.scheduling.simulate import simulate
+from cardquota.operator.extender import build_extender_app
+
+CONFIG = SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=True))
+CONCURRENCY = 16
+
+
+def generous_queues(count: int = 20) -> list[dict[str, Any]]:
+    quota = json.dumps(dict.fromkeys(PRODUCTS, 100_000))
+    return [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+             "metadata": {"name": f"q{index}", "annotations": {"volcano.sh/card.quota": quota}}, "spec": {}}
+            for index in range(count)]
+
+
+def card_pod(index: int, node: int | None = None) -> dict[str, Any]:
+    manifest = pod(index, node, 1)
+    manifest["metadata"]["annotations"] = {"volcano.sh/card.name": "NVIDIA-A100|NVIDIA-H100",
+                                           "scheduling.volcano.sh/queue-name": f"q{index % 20}"}
+    return manifest
+
+
+def workload(nodes: int) -> tuple[dict[str, Any], list[bytes]]:
+    objects = cluster(nodes, 0)
+    node_manifests = [o for o in objects if o["kind"] == "Node"]
+    bound = {n["metadata"]["name"]: [card_pod(i * 8 + k, i) for k in range(4)] for i, n in enumerate(node_manifests)}
+    opening = session_open(node_manifests, generous_queues(), [], bound)
+    rng = random.Random(3)
+    bodies = []
+    for index in range(64):
+        task = task_info(card_pod(10**6 + index))
+        if index % 2:
+            candidates = rng.sample(node_manifests, 20)
+            bodies.append(json.dumps({"task": task, "nodes": [node_info(n, bound[n["metadata"]["name"]])
+                                                                for n in candidates]}).encode())
+        else:
+            target = rng.choice(node_manifests)
+            bodies.append(json.dumps({"task": task, "node": node_info(target, bound[target["metadata"]["name"]])
+                                      }).encode())
+    return opening, bodies
+
+
+def serve(kind: str, nodes: int, ports: Any) -> None:
+    async def main() -> None:
+        if kind == "ours":
+            extender = Extender(CONFIG)
+            opening, _ = workload(nodes)
+            extender.on_session_open(json.loads(json.dumps(opening)))
+            gc.freeze()  # as the server does after onSessionOpen
+            app = build_extender_app(extender)
+        else:
+            async def answer(request: web.Request) -> web.Response:
+                json.loads(await request.read())
+                return web.json_response({"status": "", "code": 0})
+
+            app = web.Application(client_max_size=64 * 2**20)
+            app.router.add_post("/{verb}", answer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.put(runner.addresses[0][1])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def drive(port: int, bodies: list[bytes], calls: int) -> list[float]:
+    latencies: list[float] = []
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def client(offset: int) -> None:
+            for i in range(calls):
+                index = (offset + i) % len(bodies)
+                verb = "prioritize" if index % 2 else "predicate"
+                start = time.perf_counter()
+                async with session.post(f"http://127.0.0.1:{port}/{verb}", data=bodies[index],
+                                        headers={"Content-Type": "application/json"}) as response:
+                    await response.read()
+                    assert response.status == 200
+                latencies.append(time.perf_counter() - start)
+
+        await asyncio.gather(*(client(c) for c in range(CONCURRENCY)))  # warm-up round
+        latencies.clear()
+        await asyncio.gather(*(client(c) for c in range(CONCURRENCY)))
+    return latencies
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def simulate_figure(pods: int, nodes: int) -> tuple[float, int]:
+    objects = cluster(nodes, 0)
+    cluster_objects = [o for o in objects if o["kind"] == "Node"] + generous_queues()
+    pending = [card_pod(index) for index in range(pods)]
+    start = time.perf_counter()
+    result = simulate(cluster_objects, pending, CONFIG)
+    elapsed = time.perf_counter() - start
+    return elapsed, sum(1 for outcome in result.placements.values() if outcome.node is not None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--calls", type=int, default=60, help="calls per client (after a warm-up round)")
+    parser.add_argument("--sim-pods", type=int, default=10_000)
+    parser.add_argument("--sim-nodes", type=int, default=1000)
+    args = parser.parse_args()
+    _, bodies = workload(args.nodes)
+    results: dict[str, list[float]] = {}
+    context = multiprocessing.get_context("spawn")
+    for kind in ("noop", "ours"):
+        ports = context.Queue()
+        process = context.Process(target=serve, args=(kind, args.nodes, ports), daemon=True)
+        process.start()
+        try:
+            port = ports.get(timeout=300)
+            results[kind] = asyncio.run(drive(port, bodies, args.calls))
+        finally:
+            process.terminate()
+            process.join()
+    size = sum(map(len, bodies)) / len(bodies) / 1e3
+    print(f"1. predicate + prioritize: {args.nodes}-node session, {CONCURRENCY} concurrent clients, "
+          f"{CONCURRENCY * args.calls} calls each server, bodies {size:.0f} kB on average")
+    for kind, label in (("noop", "no-op aiohttp endpoint"), ("ours", "cardquota extender")):
+        values = results[kind]
+        p50, p99 = percentile(values, 0.5) * 1e3, percentile(values, 0.99) * 1e3
+        print(f"   {label:24} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms")
+    ratio = percentile(results["ours"], 0.99) / percentile(results["noop"], 0.99)
+    p50_ratio = percentile(results["ours"], 0.5) / percentile(results["noop"], 0.5)
+    print(f"   p99 ratio {ratio:.2f} (target <= 1.5)   p50 ratio {p50_ratio:.2f}")
+    elapsed, placed = simulate_figure(args.sim_pods, args.sim_nodes)
+    print(f"2. simulate: {args.sim_pods} pods on {args.sim_nodes} nodes in {elapsed:.2f} s "
+          f"({args.sim_pods / elapsed:,.0f} pods/s; {placed} placed, the rest beyond the cards there are)")
+
+
+if __name__ == "__main__":
+    main()
