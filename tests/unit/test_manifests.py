@@ -531,16 +531,21 @@ def _render(overlay: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
-@pytest.mark.parametrize("overlay", ["dev", "production"])
+@pytest.mark.parametrize("overlay", ["dev", "production", "dev-extender"])
 def test_overlays_render_with_kustomize(overlay: str) -> None:
     rendered = _render(overlay)
     kinds = {obj["kind"] for obj in rendered}
     assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                      "Deployment", "PodDisruptionBudget", "Service", "ValidatingWebhookConfiguration",
                      "MutatingWebhookConfiguration"}
-    (deployment,) = [obj for obj in rendered if obj["kind"] == "Deployment"]
-    operator = deployment["spec"]["template"]["spec"]["containers"][0]
-    if overlay == "dev":
+    deployments = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Deployment"}
+    operator = deployments["cardquota"]["spec"]["template"]["spec"]["containers"][0]
+    if overlay == "dev-extender":
+        extender = deployments["cardquota-extender"]["spec"]["template"]["spec"]["containers"][0]
+        assert (extender["image"], extender["imagePullPolicy"]) == ("cardquota:dev", "Never")
+        configmaps = {obj["metadata"]["name"] for obj in rendered if obj["kind"] == "ConfigMap"}
+        assert configmaps == {"cardquota-extender-conf"}
+    elif overlay == "dev":
         assert (operator["image"], operator["imagePullPolicy"]) == ("cardquota:dev", "Never")
         assert "ServiceMonitor" not in kinds
     else:

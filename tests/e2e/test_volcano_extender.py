@@ -1,0 +1,109 @@
+"""Stock Volcano (a pinned release) calling cardquota's extender: a multi-card job and an mGPU pod through the real
+scheduler. Runs with the rest of tests/e2e (``make e2e``); installs Volcano into the test cluster first."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from builders import gpu_labels, queue
+from e2e.cluster import Kubectl, until
+
+REPO = Path(__file__).resolve().parents[2]
+VOLCANO_VERSION = "v1.15.1"  # extender allocate/deallocate and managedResources: v1.13+; protocol unchanged since
+VOLCANO_MANIFEST = (f"https://raw.githubusercontent.com/volcano-sh/volcano/{VOLCANO_VERSION}/installer/"
+                    "volcano-development.yaml")
+NAMESPACE = "cardquota-e2e-volcano"
+A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
+
+
+def _label_and_offer(kubectl: Kubectl, node: str, labels: dict[str, str], resources: dict[str, str]) -> None:
+    kubectl.run("label", "node", node, "--overwrite", *[f"{key}={value}" for key, value in labels.items()])
+    patch = [{"op": "add", "path": f"/status/{field}/{name.replace('/', '~1')}", "value": value}
+             for field in ("capacity", "allocatable") for name, value in resources.items()]
+    kubectl.run("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+
+
+@pytest.fixture(scope="module")
+def volcano(kubectl: Kubectl) -> Iterator[str]:
+    """Volcano installed, its scheduler configured with the extender, cardquota's extender deployed, and the
+    (single) kind node offering 4 A100 whole cards and 4 mGPU cards."""
+    kubectl.run("apply", "--server-side", "-f", VOLCANO_MANIFEST)
+    kubectl.run("-n", "volcano-system", "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
+    kubectl.run("apply", "-f", str(REPO / "crds" / "queues.scheduling.volcano.sh.yaml"))
+    kubectl.run("apply", "-k", str(REPO / "manifests" / "overlays" / "dev-extender"))
+    kubectl.run("-n", "cardquota-system", "rollout", "status", "deployment/cardquota-extender", "--timeout=180s")
+    kubectl.run("apply", "-f", str(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml"))
+    kubectl.run("-n", "volcano-system", "rollout", "restart", "deployment/volcano-scheduler")
+    kubectl.run("-n", "volcano-system", "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
+    node = json.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"][-1]["metadata"]["name"]
+    _label_and_offer(kubectl, node, gpu_labels(A100, count=4, memory=81920), {
+        "nvidia.com/gpu": "4", "vke.volcengine.com/mgpu-core": "400", "vke.volcengine.com/mgpu-memory": "98304"})
+    kubectl.run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=120s")
+    kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    team = queue("e2e-volcano", {A100: 2, H100: 2})
+    team["spec"]["capability"] = {"cpu": "10", "memory": "10Gi"}  # capacity-card: no capability means 0 cpu/memory
+    kubectl.apply(team)
+    yield node
+    kubectl.run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=120s")
+    kubectl.run("delete", "queue", "e2e-volcano", "--ignore-not-found")
+
+
+def _job(name: str, replicas: int) -> dict[str, Any]:
+    card = f"{H100}|{A100}"
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": NAMESPACE,
+                         "annotations": {"volcano.sh/card.request": json.dumps({card: replicas})}},
+            "spec": {"schedulerName": "volcano", "queue": "e2e-volcano", "minAvailable": replicas,
+                     "tasks": [{"name": "worker", "replicas": replicas, "template": {
+                         "metadata": {"annotations": {"volcano.sh/card.name": card}},
+                         "spec": {"restartPolicy": "Never", "containers": [{
+                             "name": "w", "image": "registry.k8s.io/pause:3.10",
+                             "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "10m"}}}]}}}]}}
+
+
+def _pods(kubectl: Kubectl, selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(kubectl.run("get", "pods", "-n", NAMESPACE, "-l", selector, "-o",
+                                                         "json").stdout)["items"]
+    return items
+
+
+def test_a_multi_card_job_runs_within_the_queue_quota_and_a_bigger_one_waits(kubectl: Kubectl, volcano: str) -> None:
+    kubectl.apply(_job("fits", 2))
+    def both_bound() -> bool | None:
+        bound = [p for p in _pods(kubectl, "volcano.sh/job-name=fits") if p["spec"].get("nodeName") == volcano]
+        return True if len(bound) == 2 else None
+
+    until(both_bound, what="both pods of the job bound by Volcano")
+    # Two more A100 would exceed the queue's A100 quota of 2 (no H100 node here): the second job stays unbound.
+    kubectl.apply(_job("waits", 2))
+    until(lambda: True if len(_pods(kubectl, "volcano.sh/job-name=waits")) == 2 else None, what="pods created")
+    assert all(not p["spec"].get("nodeName") for p in _pods(kubectl, "volcano.sh/job-name=waits"))
+
+
+def test_an_mgpu_pod_gets_its_card_indexes_from_the_extender(kubectl: Kubectl, volcano: str) -> None:
+    manifest = yaml.safe_load(f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: infer, namespace: {NAMESPACE}, annotations: {{scheduling.volcano.sh/queue-name: e2e-volcano}}}}
+spec:
+  schedulerName: volcano
+  containers:
+  - name: c
+    image: registry.k8s.io/pause:3.10
+    resources:
+      limits: {{vke.volcengine.com/mgpu-core: "30", vke.volcengine.com/mgpu-memory: "4096"}}
+      requests: {{cpu: 10m}}
+""")
+    kubectl.apply(manifest)
+
+    def annotated() -> dict[str, str] | None:
+        annotations = kubectl.get("pod", "infer", NAMESPACE)["metadata"].get("annotations", {})
+        return annotations if "vke.volcengine.com/assumed" in annotations else None
+
+    annotations = until(annotated, what="the mGPU result annotations")
+    assert annotations["vke.volcengine.com/gpu-index-container-c"] == "0"
