@@ -39,6 +39,9 @@ demo: $(VENV)/.stamp-runtime ## card types, per-queue usage and admission checks
 	@echo
 	@echo "== cardquota check: manifests they refuse, with the message kubectl apply would show (exit 1 expected)"
 	@$(BIN)/cardquota check -f examples/check/bad.yaml --cluster examples/cluster.yaml -o table || [ $$? -eq 1 ]
+	@echo
+	@echo "== cardquota simulate: where the example workload would go, with the scheduler's rules"
+	@$(BIN)/cardquota simulate --cluster examples/cluster.yaml -f examples/simulate/workload.yaml -o table || [ $$? -eq 1 ]
 
 lint: $(VENV)/.stamp-test ## ruff, mypy --strict and the import-linter contracts (the core stays pure)
 	$(BIN)/ruff check .

@@ -88,10 +88,10 @@ def json_nesting_exceeds(text: str | bytes, limit: int = MAX_NESTING) -> bool:
         return False
     compact = _ESCAPE.sub(b"", data).translate(None, _NOT_STRUCTURE)
     brackets = _STRING.sub(b"", compact).replace(b'"', b"").translate(_ONE_KIND)
-    for _ in range(limit):
-        inner = brackets.replace(b"[]", b"")  # one level per pass
-        if not inner:
+    for _ in range(limit + 1):  # a depth of at most ``limit`` is emptied by ``limit`` passes
+        if not brackets:
             return False
+        inner = brackets.replace(b"[]", b"")  # one level per pass
         if inner == brackets:  # unbalanced (not JSON): measure what is left directly
             return _open_depth(inner) > limit
         brackets = inner

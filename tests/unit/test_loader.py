@@ -11,7 +11,7 @@ import stat
 import pytest
 import yaml
 from builders import gpu_node, node, pod, queue
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cardquota.core.errors import InputError
@@ -460,6 +460,7 @@ _json_values = st.recursive(
 )
 
 
+@settings(max_examples=max(300, settings().max_examples))
 @given(_json_values, st.integers(0, 12))
 def test_json_nesting_is_measured_on_the_text_as_json_loads_would_see_it(value, limit):
     """Brackets inside strings (escaped quotes and backslashes included) never count."""
