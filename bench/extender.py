@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from synthetic import PRODUCTS, cluster, pod
+from timing import percentile
 from volcano_payloads import node_info, session_open, task_info
 
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
@@ -120,11 +121,6 @@ async def drive(port: int, bodies: list[bytes], calls: int) -> list[float]:
         latencies.clear()
         await asyncio.gather(*(client(c) for c in range(CONCURRENCY)))
     return latencies
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def simulate_figure(pods: int, nodes: int) -> tuple[float, int]:

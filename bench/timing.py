@@ -23,6 +23,11 @@ def best_of(repeats: int, action: Callable[[], object]) -> float:
     return min(times)
 
 
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
 def pod_event_seconds(ledger: Ledger, nodes: int, groups: int, events: int) -> float:
     """Median cost of one pod update (re-binding an existing pod, or adding one), over ``events`` events."""
     samples = []

@@ -29,6 +29,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import cluster
+from timing import percentile
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.operator.cache import ClusterCache
@@ -103,11 +104,6 @@ async def drive(port: int, ca: KeyPair, clients: int, requests: int) -> list[flo
         latencies.clear()
         await asyncio.gather(*(client(c) for c in range(clients)))
     return latencies
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def main() -> None:

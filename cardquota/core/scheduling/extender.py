@@ -81,22 +81,13 @@ def session_manifests(snapshot: Mapping[str, Any]) -> list[Manifest]:
     nodes (a pod listed twice is kept once)."""
     manifests: list[Manifest] = []
     pods: dict[tuple[str, str], Manifest] = {}
-    for node_info in _values(field(snapshot, "Nodes")):
-        node = node_manifest(node_info)
-        if node is not None:
-            manifests.append(node)
-        for task in _values(field(node_info, "Tasks")):
-            _keep_pod(pods, task_pod(task))
-    for queue_info in _values(field(snapshot, "Queues")):
-        queue = queue_manifest(queue_info)
-        if queue is not None:
-            manifests.append(queue)
-    for job in _values(field(snapshot, "Jobs")):
-        group = podgroup_manifest(job)
-        if group is not None:
-            manifests.append(group)
-        for task in _values(field(job, "Tasks")):
-            _keep_pod(pods, task_pod(task))
+    for section, convert in (("Nodes", node_manifest), ("Queues", queue_manifest), ("Jobs", podgroup_manifest)):
+        for info in _values(field(snapshot, section)):
+            manifest = convert(info)
+            if manifest is not None:
+                manifests.append(manifest)
+            for task in _values(field(info, "Tasks")):  # NodeInfo and JobInfo carry their tasks' pods
+                _keep_pod(pods, task_pod(task))
     return [*manifests, *pods.values()]
 
 
