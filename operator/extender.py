@@ -74,12 +74,14 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None) 
                     task = asyncio.create_task(patch_pod(pod, annotations))
                     background.add(task)
                     task.add_done_callback(background.discard)
+            elif verb == "onsessionopen":
+                gc.unfreeze()  # the previous session goes back to the collector (and whatever cycles came with it)
+                answer = verbs[verb](payload)
+                # The session lives for the whole cycle and holds no reference cycles: keep the collector from
+                # walking it on every request (each request body allocates thousands of objects).
+                gc.freeze()
             elif verb in verbs:
                 answer = verbs[verb](payload)
-                if verb == "onsessionopen":
-                    # The session lives for the whole cycle and holds no reference cycles: keep the collector from
-                    # walking it on every request (each request body allocates thousands of objects).
-                    gc.freeze()
             else:
                 answer = {"errorMessage": f"cardquota serves no verb {request.match_info['verb']!r}"}
         except ValueError as error:  # not JSON, or not an object: the scheduler sent something else

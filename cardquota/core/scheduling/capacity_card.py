@@ -46,8 +46,11 @@ class CapacityCardConfig:
         """The plugin's arguments as the scheduler ConfigMap writes them (validated there; bad values → defaults)."""
         unlimited = read_bool(arguments.get("cardUnlimitedCpuMemory"))
         weight = read_number(arguments.get("nodeOrderWeight"))
-        return cls(card_unlimited_cpu_memory=bool(unlimited),
-                   node_order_weight=float(weight) if weight is not None and weight > 0 else 1.0)
+        try:
+            node_order_weight = float(weight) if weight is not None and weight > 0 else 1.0
+        except OverflowError:  # beyond a float: the default, as for any value that cannot be used
+            node_order_weight = 1.0
+        return cls(card_unlimited_cpu_memory=bool(unlimited), node_order_weight=node_order_weight)
 
 
 def insufficient(queue: str, card: str, requested: int, total: int, capability: int) -> str:
@@ -75,6 +78,9 @@ def job_enqueue_refusal(queue: str, request: Mapping[str, int], capability: Mapp
         used = sum(allocated.get(card, 0) + inqueue.get(card, 0) - elastic.get(card, 0) for card in alternatives)
         if len(alternatives) > 1:
             used += inqueue.get(key, 0)  # reservations kept under the A|B key itself
+            # The job's own single-type keys among the alternatives are part of what it would use (the scheduler
+            # adds the whole request to the queue's usage before checking each key).
+            used += sum(request.get(card, 0) for card in alternatives)
         limit = sum(capability.get(card, 0) for card in alternatives)
         if used + wanted > limit:
             return Refusal(INSUFFICIENT_SCALAR, insufficient(queue, key, wanted, used + wanted, limit))

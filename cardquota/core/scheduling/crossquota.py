@@ -72,13 +72,12 @@ class CrossQuotaConfig:
             elif key.startswith("weight."):
                 number = read_number(value)
                 if number is not None and number >= 0:
-                    weights[key.removeprefix("weight.")] = float(number)
+                    weights[key.removeprefix("weight.")] = _float(number, 1.0)
         resources = _list(arguments.get("quota-resources")) or sorted({*quotas, *percentages}) or ["cpu"]
         plugin_weight = read_number(arguments.get("crossQuotaWeight"))
         return cls(gpu_patterns=patterns, quota_resources=tuple(resources), quotas=quotas,
                    quota_percentages=percentages,
-                   plugin_weight=float(plugin_weight) if plugin_weight is not None and plugin_weight >= 0
-                   else DEFAULT_PLUGIN_WEIGHT,
+                   plugin_weight=_float(plugin_weight, DEFAULT_PLUGIN_WEIGHT),
                    resource_weights=weights)
 
     def weight(self, resource: str) -> float:
@@ -122,7 +121,7 @@ def predicate_refusal(node: str, request: Mapping[str, Fraction], used: Mapping[
         wanted = request.get(resource, Fraction(0))
         total = used.get(resource, Fraction(0)) + wanted
         limit = quota.get(resource, Fraction(0))
-        if wanted and total > limit:
+        if total > limit:
             return Refusal(QUOTA_EXCEEDED, f"{resource} quota exceeded on GPU node {node}: pods without GPUs would "
                                            f"use {_number(total)} of {_number(limit)}")
     return None
@@ -147,6 +146,16 @@ def score(strategy: str, request: Mapping[str, Fraction], used: Mapping[str, Fra
             total += float(ratio) * weight
         weights += weight
     return total / weights * config.plugin_weight if weights else 0.0
+
+
+def _float(number: Fraction | None, default: float) -> float:
+    """A non-negative argument as a float; ``default`` when unset, negative or beyond a float's range."""
+    if number is None or number < 0:
+        return default
+    try:
+        return float(number)
+    except OverflowError:
+        return default
 
 
 def _list(value: object) -> list[str]:

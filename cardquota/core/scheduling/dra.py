@@ -72,11 +72,14 @@ def total(parts: Iterable[DeviceAmounts]) -> DeviceAmounts:
 
 
 def ancestry(queue: str, parents: Mapping[str, str]) -> list[str]:
-    """The queue, its parent, and so on up to (not including) root; stops at a loop."""
+    """The queue, its parent, and so on up the hierarchy (``parents`` has every Queue object): ``root`` is included
+    when a Queue object of that name exists (its capability bounds everything under it); stops at a loop."""
     chain: list[str] = []
-    while queue and queue != ROOT_QUEUE and queue not in chain:
+    while queue and queue not in chain and (queue != ROOT_QUEUE or queue in parents):
         chain.append(queue)
-        queue = parents.get(queue, "")
+        if queue == ROOT_QUEUE:
+            break
+        queue = parents.get(queue, "") or (ROOT_QUEUE if queue in parents else "")
     return chain
 
 

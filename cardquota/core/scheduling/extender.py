@@ -149,7 +149,10 @@ class Extender:
         if not group.meta.annotations.get("volcano.sh/card.request"):
             return {"status": ENQUEUE_ABSTAIN}
         refusal = self.session.enqueue_refusal(group)
-        return {"status": ENQUEUE_PERMIT if refusal is None else ENQUEUE_REJECT}
+        if refusal is not None:
+            return {"status": ENQUEUE_REJECT}
+        self.session.set_phase(manifest, "Inqueue")  # reserved: the next job in this cycle sees it
+        return {"status": ENQUEUE_PERMIT}
 
     def queue_overused(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Over its card quota: some card type holds more than the queue's quota (share above 1)."""

@@ -48,9 +48,9 @@ NATIVE_BURST = "native-burst-share"
 BINPACK = "binpack"
 SPREAD = "spread"
 MGPU_UNSCHEDULABLE = "MGPUUnschedulable"
-MAX_LEAVES = 20_000
-"""Complete allocations scored per node at most: enough for 8 cards and several multi-card containers; beyond
-it the best found so far is kept (the search stays within the scheduler's time budget)."""
+MAX_VISITS = 20_000
+"""Search-tree nodes visited per pod and node at most (a few milliseconds): beyond it the best allocation found so
+far is kept, or none (the search stays within the scheduler's time budget)."""
 MIB = 2**20
 
 
@@ -196,11 +196,11 @@ def node_model(node: Mapping[str, Any], pods_on_node: Iterable[Mapping[str, Any]
 
 
 def filter_refusal(pod: Mapping[str, Any], shares: Sequence[Share], node: MGPUNode) -> Refusal | None:
-    """The design's Filter rules: compute policies match; multiple-mGPU pods only on native-burst-share nodes that
-    enable it; no container asks for more cards than the node has."""
+    """The design's Filter rules: a normal mGPU pod's compute policy matches the node's; multiple-mGPU pods only on
+    native-burst-share nodes that enable them; no container asks for more cards than the node has."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     policy = annotations.get(COMPUTE_POLICY, DEFAULT_POLICY)
-    if policy != node.policy:
+    if not is_multiple(pod) and policy != node.policy:
         return Refusal(MGPU_UNSCHEDULABLE, f"node {node.name} runs mGPU policy {node.policy}, the pod asks for "
                                            f"{policy}")
     if is_multiple(pod) and not (node.policy == NATIVE_BURST and node.multiple_gpu):
@@ -214,24 +214,35 @@ def filter_refusal(pod: Mapping[str, Any], shares: Sequence[Share], node: MGPUNo
 
 
 def allocate(shares: Sequence[Share], node: MGPUNode, config: MGPUConfig) -> Allocation | None:
-    """The best assignment of cards to the containers (DFS with pruning), or None when none fits."""
+    """The best assignment of cards to the containers (DFS with pruning), or None when none fits.
+
+    Bounded: a quick capacity check first (core, container slots, idle cards for whole-card shares); among cards in
+    the same state only the lowest-numbered are tried (the others give the same scores); and at most
+    :data:`MAX_VISITS` tree nodes are visited, keeping the best allocation found by then.
+    """
+    if not _may_fit(shares, node, config):
+        return None
     best: list[Allocation] = []
     chosen: list[tuple[int, ...]] = []
-    leaves = 0
+    visits = 0
 
     def visit(level: int) -> None:
-        nonlocal leaves
-        if leaves >= MAX_LEAVES:
+        nonlocal visits
+        visits += 1
+        if visits > MAX_VISITS:
             return
         if level == len(shares):
-            leaves += 1
             candidate = Allocation({share.container: cards for share, cards in zip(shares, chosen, strict=True)},
                                    _score(shares, chosen, node, config))
             if not best or candidate.score > best[0].score:
                 best[:] = [candidate]
             return
         share = shares[level]
+        states = [(card.core_used, card.memory_used, card.containers, card.memory) for card in node.cards]
         for cards in itertools.combinations(range(len(node.cards)), share.cards):
+            if any(states[other] == states[index] and other not in cards
+                   for index in cards for other in range(index)):
+                continue  # the same as a set of lower-numbered cards in the same state
             if not all(node.cards[index].admits(share, config) for index in cards):
                 continue  # prune: this container cannot sit on these cards, whatever comes below
             for index in cards:
@@ -244,6 +255,16 @@ def allocate(shares: Sequence[Share], node: MGPUNode, config: MGPUConfig) -> All
 
     visit(0)
     return best[0] if best else None
+
+
+def _may_fit(shares: Sequence[Share], node: MGPUNode, config: MGPUConfig) -> bool:
+    """Necessary conditions, cheap: enough free core, container slots and idle cards for whole-card shares."""
+    whole = sum(share.cards for share in shares if share.whole)
+    idle = sum(1 for card in node.cards if card.containers == 0 and card.core_used == 0 and card.memory_used == 0)
+    core = sum(share.cards * share.core for share in shares if not share.whole)
+    free_core = sum(FULL_CARD_CORE - card.core_used for card in node.cards) - whole * FULL_CARD_CORE
+    slots = sum(max(0, config.max_containers_per_card - card.containers) for card in node.cards)
+    return whole <= idle and core <= free_core and sum(share.cards for share in shares) <= slots
 
 
 def result_annotations(allocation: Allocation, node: MGPUNode, config: MGPUConfig) -> dict[str, str]:

@@ -36,7 +36,8 @@ from cardquota.core.yamltext import load_one
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
 RESOURCE_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
-TERMINAL = frozenset({"Succeeded", "Failed"})
+NODE_NAME_FIELD = "\x00metadata.name"
+"""The node's name among its labels for affinity matching (no label key can contain a NUL)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class SchedulerConfig:
     capacity_card: capacity_card.CapacityCardConfig = field(default_factory=capacity_card.CapacityCardConfig)
     crossquota: crossquota.CrossQuotaConfig | None = None
     mgpu: mgpu.MGPUConfig = field(default_factory=mgpu.MGPUConfig)
+    scheduler_names: frozenset[str] = frozenset({"volcano"})
+    """Pods of these schedulers count against their queue's cpu/memory/DRA quota even without a PodGroup."""
 
     @classmethod
     def from_conf(cls, text: str) -> SchedulerConfig:
@@ -116,6 +119,7 @@ class Session:
         self.queue_used: dict[str, dict[str, Fraction]] = {}
         self.queue_dra: dict[str, dra.DeviceAmounts] = {}
         self._nodes_by_card_type: dict[str, list[str]] | None = None
+        self._mgpu_results: dict[tuple[ObjectKey, str], tuple[int, mgpu.Allocation | Refusal | None]] = {}
         self.releases = 0
         """Counts the pods unbound or removed, and nodes added: what can make a node fit a pod it refused."""
         self.version = 0
@@ -233,7 +237,7 @@ class Session:
         selector = pod_spec.get("nodeSelector") or {}
         if any(labels.get(name) != value for name, value in selector.items()):
             return Refusal(UNSCHEDULABLE, "node(s) didn't match Pod's node selector")
-        if not _required_affinity_matches(pod_spec, labels):
+        if not _required_affinity_matches(pod_spec, {**labels, NODE_NAME_FIELD: node}):
             return Refusal(UNSCHEDULABLE, "node(s) didn't match Pod's node affinity")
         taint = _untolerated_taint(pod_spec, manifest)
         if taint is not None:
@@ -293,8 +297,11 @@ class Session:
         self.node_pods.setdefault(name, set())
 
     def add_pending(self, manifest: Manifest) -> ObjectKey:
-        """A pod the session has not seen (a workload's), as an unbound pod."""
+        """A pod (a workload's), as an unbound pod; one the session holds bound is released first."""
         self.version += 1
+        existing = self.ledger.snapshot.pods.get(Pod.from_manifest(manifest).key)
+        if existing is not None:
+            self.deallocate(existing.key)
         spec = dict(manifest.get("spec") or {})
         spec.pop("nodeName", None)
         pending = {**manifest, "spec": spec, "status": {"phase": "Pending"}}
@@ -310,8 +317,8 @@ class Session:
 
     def allocate(self, key: ObjectKey, node: str) -> Placement:
         """Bind the pod to ``node`` in the session: usage moves, the mGPU cards are taken."""
-        self.version += 1
         mgpu_result = self._mgpu(key, node)
+        self.version += 1
         annotations: dict[str, str] = {}
         if isinstance(mgpu_result, mgpu.Allocation):
             model = self._mgpu_model(node)
@@ -371,6 +378,8 @@ class Session:
             members.add(key)
         else:
             members.discard(key)
+        if not self._in_a_queue(key, pod):
+            return  # a pod the scheduler does not place (a DaemonSet's, kube-system's) uses its node, not a queue
         queue = self.ledger.queue_of(pod)
         queue_used = self.queue_used.setdefault(queue, {})
         for resource in capacity_card.CPU_MEMORY:
@@ -380,6 +389,14 @@ class Session:
             held = self.queue_dra.setdefault(name, {})
             for device_class, device_amount in claims.items():
                 held.setdefault(device_class, dra.DeviceAmount()).add(device_amount, sign)
+
+    def _in_a_queue(self, key: ObjectKey, pod: Pod) -> bool:
+        """Whether a pod counts against a queue's cpu, memory and DRA quota: it belongs to a PodGroup, names a
+        queue, or is placed by one of the schedulers the session serves."""
+        if pod.group_key is not None or pod.queue_annotation is not None:
+            return True
+        spec = (self.pods.get(key) or {}).get("spec") or {}
+        return spec.get("schedulerName") in self.config.scheduler_names
 
     def _crossquota_inputs(self, key: ObjectKey, node: str
                            ) -> tuple[crossquota.CrossQuotaConfig, dict[str, Fraction], dict[str, Fraction]] | None:
@@ -420,9 +437,18 @@ class Session:
         return mgpu.node_model(self.nodes[node], (self.pods[k] for k in self.node_pods.get(node, ()) if k in self.pods))
 
     def _mgpu(self, key: ObjectKey, node: str) -> mgpu.Allocation | Refusal | None:
-        """The mGPU allocation of the pod on the node (None when mGPU is off or the pod asks for none)."""
+        """The mGPU allocation of the pod on the node (None when mGPU is off or the pod asks for none); computed once
+        per session state (the filter, the score and the allocation all ask)."""
         if not self.config.mgpu.enabled:
             return None
+        cached = self._mgpu_results.get((key, node))
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        result = self._mgpu_uncached(key, node)
+        self._mgpu_results[(key, node)] = (self.version, result)
+        return result
+
+    def _mgpu_uncached(self, key: ObjectKey, node: str) -> mgpu.Allocation | Refusal | None:
         shares = mgpu.pod_shares(self.pods[key])
         if isinstance(shares, Refusal):
             return shares
@@ -446,9 +472,12 @@ def _required_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str,
         "requiredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(affinity, Mapping):
         return True
-    terms = affinity.get("nodeSelectorTerms") or []
-    return any(all(_expression_matches(e, labels) for e in (term or {}).get("matchExpressions") or [])
-               for term in terms if isinstance(term, Mapping)) if terms else True
+    terms = [term for term in affinity.get("nodeSelectorTerms") or [] if isinstance(term, Mapping)]
+    fields = {"metadata.name": labels.get(NODE_NAME_FIELD, "")}
+    return not terms or any(
+        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
+        for term in terms)
 
 
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

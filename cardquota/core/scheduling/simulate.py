@@ -75,12 +75,12 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
         spec = manifest.get("spec") or {}
         name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
         tasks = [task for task in spec.get("tasks") or [] if isinstance(task, Mapping)]
-        replicas = sum(int(task.get("replicas") or 0) for task in tasks)
+        replicas = sum(_count(task.get("replicas"), 0) for task in tasks)
         group_annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k == keys.CARD_REQUEST}
         expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
                          "metadata": {"name": name, "namespace": namespace, "annotations": group_annotations},
                          "spec": {"queue": spec.get("queue") or keys.DEFAULT_QUEUE,
-                                  "minMember": int(spec.get("minAvailable") or replicas or 1)},
+                                  "minMember": _count(spec.get("minAvailable"), replicas or 1)},
                          "status": {"phase": "Pending"}})
         for task_index, task in enumerate(tasks):
             template = copy.deepcopy(task.get("template") or {})
@@ -88,7 +88,7 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
             pod_spec = template.get("spec") or {}
             pod_spec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
             task_name = task.get("name") or f"task{task_index}"
-            for index in range(int(task.get("replicas") or 0)):
+            for index in range(_count(task.get("replicas"), 0)):
                 annotations = {**(pod_metadata.get("annotations") or {}), keys.GROUP_NAME: name}
                 expanded.append({"apiVersion": "v1", "kind": "Pod",
                                  "metadata": {**pod_metadata, "name": f"{name}-{task_name}-{index}",
@@ -114,14 +114,14 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     for manifest in groups:
         group = PodGroup.from_manifest(manifest)
         name = _name(group.key)
-        refusal = session.enqueue_refusal(group)
+        refusal = session.enqueue_refusal(group) if group.phase in ("", "Pending") else None  # Inqueue: reserved
         if refusal is not None:
             podgroups[name] = GroupOutcome("Pending", refusal.message)
             for key in members.pop(group.key, []):
                 placements[_name(key)] = PodOutcome(reason=f"PodGroup {name} is not enqueued: {refusal.message}")
             continue
         session.set_phase(manifest, "Inqueue")
-        minimum = max(1, int((manifest.get("spec") or {}).get("minMember") or 1))
+        minimum = max(1, _count((manifest.get("spec") or {}).get("minMember"), 1))
         outcome = _place_gang(session, members.pop(group.key, []), minimum, placements, memo)
         podgroups[name] = outcome
         session.set_phase(manifest, outcome.phase)
@@ -227,6 +227,18 @@ def _placed(session: Session, key: ObjectKey, node: str) -> PodOutcome:
     indexes = {name.removeprefix(mgpu.GPU_INDEX_PREFIX): value.split(",")
                for name, value in placement.annotations.items() if name.startswith(mgpu.GPU_INDEX_PREFIX)}
     return PodOutcome(node=placement.node, card_type=placement.card_type, gpu_indexes=indexes)
+
+
+def _count(value: object, default: int) -> int:
+    """A replica or member count as written (an int, or digits in a string); ``default`` otherwise (the admission
+    policies refuse such objects; a simulation reads what it can)."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return default
 
 
 def _name(key: ObjectKey) -> str:

@@ -149,3 +149,14 @@ def test_queue_share_is_the_largest_ratio() -> None:
     assert queue_share({A100: 3, H100: 1}, {A100: 4, H100: 4}) == 0.75
     assert queue_share({A100: 3}, {A100: 0}) == 0
     assert queue_share({}, {}) == 0
+
+
+def test_job_mode_counts_the_jobs_own_single_type_keys_inside_an_alternatives_key() -> None:
+    """{"A": 3, "A|B": 3} against A=4, B=0: the scheduler adds the whole request first, so A|B sees 3 + 3 > 4."""
+    refusal = job_enqueue_refusal("q", {A100: 3, f"{A100}|{H100}": 3}, {A100: 4}, {}, {})
+    assert refusal is not None
+    assert "requested 3, total would be 6, but capability is 4" in refusal.message
+
+
+def test_arguments_beyond_a_float_fall_back_to_the_default() -> None:
+    assert CapacityCardConfig.from_arguments({"nodeOrderWeight": "1e400"}).node_order_weight == 1.0

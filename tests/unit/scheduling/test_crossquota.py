@@ -84,3 +84,11 @@ def test_default_weights_and_plugin_weight() -> None:
     config = CrossQuotaConfig.from_arguments({})
     assert (config.plugin_weight, config.weight("cpu"), config.weight("memory")) == (10, 10, 1)
     assert config.quota_resources == ("cpu",)
+
+
+def test_a_node_already_over_its_quota_takes_no_more_cpu_pods_even_without_that_request() -> None:
+    over = {"cpu": Fraction(1), "memory": Fraction(70 * GI)}
+    refusal = predicate_refusal("n", {"cpu": Fraction(1)}, over, QUOTA, CONFIG)
+    assert refusal is not None
+    assert refusal.message.startswith("memory quota exceeded on GPU node n")
+    assert CrossQuotaConfig.from_arguments({"crossQuotaWeight": "1e400"}).plugin_weight == 10

@@ -64,3 +64,12 @@ def test_the_parent_limits_what_its_children_take_together() -> None:
 def test_a_device_class_without_a_bound_is_not_limited_and_loops_end() -> None:
     assert quota_refusal("team", {"other": DeviceAmount(Fraction(99))}, {}, SPECS, PARENTS) is None
     assert quota_refusal("a", {"x": DeviceAmount(Fraction(1))}, {}, {}, {"a": "b", "b": "a"}) is None
+
+
+def test_a_root_queue_object_bounds_everything_under_it() -> None:
+    specs = {**SPECS, "root": {"dra": {"capability": {"nvidia-h100": {"count": 3}}}}}
+    parents = {"team": "org", "org": "root", "root": ""}
+    refusal = quota_refusal("team", {"nvidia-h100": DeviceAmount(Fraction(4))}, {}, specs, parents)
+    assert refusal is not None
+    assert refusal.message.startswith("Queue root has insufficient nvidia-h100 devices quota (through queue team)")
+    assert quota_refusal("team", {"nvidia-h100": DeviceAmount(Fraction(4))}, {}, SPECS, PARENTS) is None  # no root

@@ -121,3 +121,27 @@ def test_session_close_forgets_the_session() -> None:
     extender = opened()
     assert extender.on_session_close({}) == {}
     assert extender.session is None
+
+
+def test_a_permitted_job_reserves_its_cards_for_the_rest_of_the_cycle() -> None:
+    extender = opened()
+    first = job_info(podgroup("j1", namespace="ml", queue="team-a", phase="Pending", request={A100: 2}))
+    second = job_info(podgroup("j2", namespace="ml", queue="team-a", phase="Pending", request={A100: 1}))
+    assert extender.job_enqueueable({"job": first}) == {"status": 1}
+    assert extender.job_enqueueable({"job": second}) == {"status": -1}
+    assert extender.session is not None
+    assert extender.session.ledger.usage("team-a").inqueue == {A100: 2}
+
+
+def test_pods_of_other_schedulers_use_their_node_but_no_queue() -> None:
+    system = pod("kube-proxy-x", namespace="kube-system", node_name="a1",
+                 containers=[{"name": "c", "resources": {"requests": {"cpu": "6"}}}])
+    system["spec"]["schedulerName"] = "default-scheduler"
+    team = queue("default", {})
+    team["spec"]["capability"] = {"cpu": "8"}
+    extender = Extender(SchedulerConfig())
+    extender.on_session_open(session_open(NODES, [team], [], {"a1": [system]}))
+    task = task_info(pod("p", namespace="ml", containers=[{"name": "c", "resources": {"requests": {"cpu": "4"}}}]))
+    assert extender.predicate({"task": task, "node": node_info(NODES[0])}) == {"status": "", "code": 0}
+    assert extender.session is not None
+    assert extender.session.node_used["a1"]["cpu"] == 6

@@ -159,3 +159,26 @@ def test_a_node_without_mgpu_has_no_model_and_unreadable_pods_are_refused() -> N
     assert node_model({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "8"}}}, []) is None
     assert isinstance(pod_shares(mgpu_pod(("c", 50, 1024), multiple="1,1")), Refusal)
     assert pod_shares({"spec": {"containers": [{"name": "plain"}]}}) == []
+
+
+def test_multiple_mgpu_pods_need_no_policy_annotation() -> None:
+    pod = mgpu_pod(("c", 100, 2048), multiple="2")
+    shares = pod_shares(pod)
+    assert not isinstance(shares, Refusal)
+    model = node_model(mgpu_node(2, policy="native-burst-share", multiple=True), [])
+    assert model is not None
+    assert filter_refusal(pod, shares, model) is None
+
+
+def test_a_search_without_any_allocation_ends_at_once() -> None:
+    """Nine containers of 60 % on eight cards: no allocation exists; the search must not try them all."""
+    shares = pod_shares(mgpu_pod(*[(f"c{i}", 60, 1024) for i in range(9)]))
+    assert not isinstance(shares, Refusal)
+    model = node_model(mgpu_node(8), [])
+    assert model is not None
+    assert allocate(shares, model, MGPUConfig(enabled=True)) is None
+    fits = pod_shares(mgpu_pod(*[(f"c{i}", 60, 1024) for i in range(8)]))
+    assert not isinstance(fits, Refusal)
+    allocation = allocate(fits, model, MGPUConfig(enabled=True))
+    assert allocation is not None
+    assert sorted(cards[0] for cards in allocation.indexes.values()) == list(range(8))

@@ -211,3 +211,25 @@ def test_the_refusal_memo_is_shared_by_pods_of_one_shape_and_forgotten_when_it_c
     assert memo.refused(session, twin_shape) == {"a1"}
     session.deallocate(first)  # a release: a node that refused may fit now
     assert memo.refused(session, twin_shape) == set()
+
+
+def test_an_inqueue_group_is_not_enqueued_again_and_match_fields_pick_the_node() -> None:
+    cluster = [gpu_node("a1", A100, 4), gpu_node("a2", A100, 4), queue("q", {A100: 4})]
+    group = podgroup("g", namespace="ml", queue="q", phase="Inqueue", request={A100: 3})
+    members = [pod(f"p{i}", namespace="ml", card=A100, gpus=1, group="g") for i in range(3)]
+    for member in members:
+        member["spec"]["containers"][0]["resources"].pop("requests")
+        member["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a2"]}]}]}}}
+    result = simulate(cluster, [group, *members], UNLIMITED)
+    assert result.podgroups["ml/g"].phase == "Running"
+    assert {outcome.node for outcome in result.placements.values()} == {"a2"}
+
+
+def test_counts_that_cannot_be_read_fall_back_instead_of_failing() -> None:
+    cluster = [gpu_node("a1", A100, 4), queue("q", {A100: 4})]
+    group = podgroup("g", namespace="ml", queue="q", phase="Pending")
+    group["spec"]["minMember"] = "two"
+    member = pod("p", namespace="ml", card=A100, gpus=1, group="g")
+    member["spec"]["containers"][0]["resources"].pop("requests")
+    assert simulate(cluster, [group, member], UNLIMITED).podgroups["ml/g"].phase == "Running"
