@@ -44,7 +44,19 @@ class KubeError(RuntimeError):
         self.status = status
 
 
-def api_client(connection: Connection | None = None) -> client.ApiClient:
+def api_client(connection: Connection | None = None, *, kubeconfig: str | None = None,
+               context: str | None = None) -> client.ApiClient:
+    """A client for ``connection``; else the kubeconfig (``kubeconfig``/``context`` when given, then the usual
+    places) or, without one, the in-cluster service account."""
+    if kubeconfig or context:
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context,  # type: ignore[no-untyped-call]
+                                    client_configuration=configuration)
+        except (config.ConfigException, OSError) as error:
+            raise KubeError(f"cannot use the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}"
+                            f"{f' (context {context})' if context else ''}: {error}") from None
+        return client.ApiClient(configuration)
     if connection is not None and connection.host:
         configuration = client.Configuration()
         configuration.host = connection.host
@@ -71,12 +83,48 @@ def _request(api: client.ApiClient, method: str, path: str, body: object = None,
     headers = {"Content-Type": content_type} if body is not None else None
     method, url, header_params, serialized, post = api.param_serialize(
         method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
-    response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post)
+    try:
+        response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post)
+    except urllib3.exceptions.HTTPError as error:
+        reason = getattr(error, "reason", None) or error
+        raise KubeError(f"no Kubernetes API reachable at {api.configuration.host}: {reason}") from None
     data = response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status < 300:
-        raise KubeError(f"{method} {path}: HTTP {response.status}: {data[:200]!r}", response.status)
+        raise KubeError(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status)
     document: Mapping[str, Any] = json.loads(data) if data else {}
     return document
+
+
+def _status_message(data: bytes) -> str:
+    """The API server's own sentence from a Status body (it names the verb and resource a 403 is about)."""
+    try:
+        status = json.loads(data)
+    except ValueError:
+        status = None
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) else repr(data[:200])
+
+
+FORBIDDEN, UNAUTHORIZED = 403, 401
+NAMESPACED_PATHS: dict[str, tuple[str, str, str, str]] = {
+    # kind (as typed on the command line) -> (API path prefix, plural, kind, apiVersion)
+    "pod": ("/api/v1", "pods", "Pod", "v1"),
+    "podgroup": ("/apis/scheduling.volcano.sh/v1beta1", "podgroups", "PodGroup", "scheduling.volcano.sh/v1beta1"),
+    "job": ("/apis/batch.volcano.sh/v1alpha1", "jobs", "Job", "batch.volcano.sh/v1alpha1"),
+    "configmap": ("/api/v1", "configmaps", "ConfigMap", "v1"),
+}
+
+
+def read_namespaced(api: client.ApiClient, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+    """One object (``kind`` a key of :data:`NAMESPACED_PATHS`), with apiVersion and kind; None when not found."""
+    prefix, plural, kind_name, api_version = NAMESPACED_PATHS[kind]
+    try:
+        found = _get(api, f"{prefix}/namespaces/{namespace}/{plural}/{name}")
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return None
+        raise
+    return {"apiVersion": api_version, "kind": kind_name, **found}
 
 
 def _get(api: client.ApiClient, path: str) -> Mapping[str, Any]:

@@ -34,6 +34,7 @@ from cardquota.core.scheduling.simulate import simulate
 from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
 from cardquota.loader import Document, load_paths
 
+KUBECTL_PROG = "kubectl cardquota"
 EXIT_OK = 0
 EXIT_DENIED = 1
 EXIT_INPUT = 2
@@ -48,14 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    return run("kubectl cardquota", argv)
+    return run(KUBECTL_PROG, argv)
 
 
 def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         stderr: TextIO | None = None) -> int:
     out = _tolerant(stdout if stdout is not None else sys.stdout)
     err = _tolerant(stderr if stderr is not None else sys.stderr)
-    parser = build_parser(prog, out, err)
+    parser = build_kubectl_parser(prog, out, err) if prog == KUBECTL_PROG else build_parser(prog, out, err)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -192,6 +193,33 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     return parser
 
 
+def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None) -> argparse.ArgumentParser:
+    """``kubectl cardquota``: usage, nodes, explain and check against the live cluster (or ``--cluster`` files)."""
+    from cardquota.cli import kubectl
+
+    _Parser.out = out if out is not None else sys.stdout
+    _Parser.err = err if err is not None else sys.stderr
+    parser = _Parser(prog=prog, description="Card quotas on the cluster kubectl points at: each queue's usage, the "
+                     "nodes' card types, why a pod or job is pending, and what the admission webhooks would say.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    common = kubectl.cluster_options(_Parser)
+    kubectl.add_commands(commands, common)
+    check = commands.add_parser(
+        "check", parents=[common], help="admit manifests against the live cluster, as the webhooks would",
+        description="`cardquota check` with the live cluster (or --cluster files) as the snapshot. Exit 0 when all "
+        "are allowed, 1 when any is denied, 2 for unreadable input or an unreachable cluster.")
+    check.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
+                       help="manifests to admit (file, directory or -); repeatable")
+    check.add_argument("--card-aware-scheduler", dest="schedulers", action="append", metavar="NAME",
+                       help="a scheduler that enforces card quotas (repeatable; default: volcano)")
+    check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
+                       help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
+    _add_output(check)
+    check.set_defaults(command=check_command, live=True)
+    return parser
+
+
 def _add_output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=[f.value for f in OutputFormat], default=None,
                         help="output format (default: table on a terminal, json otherwise)")
@@ -295,10 +323,18 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     ledger = Ledger()
     existing: dict[Identity, Manifest] = {}
-    for document in load_paths(args.cluster) if args.cluster else []:
+    if args.cluster:
+        cluster = load_paths(args.cluster)
+    elif getattr(args, "live", False):
+        from cardquota.cli.kubectl import live_check_documents
+
+        cluster = live_check_documents(args)
+    else:
+        cluster = []
+    for document in cluster:
         _located(document, ledger.upsert)
         existing[identity(document.manifest)] = document.manifest
-    ledger.snapshot.complete = bool(args.cluster)
+    ledger.snapshot.complete = bool(cluster)
     results: list[CheckResult] = []
     for document in load_paths(args.files):
         key = identity(document.manifest)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -25,11 +25,21 @@ def write_json(document: Any, out: TextIO) -> None:
     out.write("\n")
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Columns left-aligned, separated by three spaces, as kubectl prints them."""
+Paint = Callable[[int, int, str], str]
+"""(row index among the data rows, column index, padded cell text) -> the text to print (colour codes added)."""
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint: Paint | None = None) -> str:
+    """Columns left-aligned, separated by three spaces, as kubectl prints them; ``paint`` colours data cells after
+    the widths are measured, so colour never shifts a column."""
     cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
     widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
-    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines = []
+    for index, row in enumerate(cells):
+        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        if paint is not None and index > 0:
+            padded = [paint(index - 1, column, text) for column, text in enumerate(padded)]
+        lines.append("   ".join(padded).rstrip())
     return "\n".join(lines) + "\n"
 
 

@@ -257,6 +257,20 @@ class Ledger:
     def all_usage(self) -> dict[str, QueueUsage]:
         return {queue: self.usage(queue) for queue in self.queue_names()}
 
+    def node_card_usage(self) -> dict[str, dict[str, int]]:
+        """Per node, the cards its bound pods hold, by card type (pods charged to a type their node offers)."""
+        usage: dict[str, dict[str, int]] = {}
+        for key, charge in self._pod_charges.items():
+            pod = self.snapshot.pods.get(key)
+            if pod is None or charge.bucket is not Bucket.ALLOCATED:
+                continue
+            offered = self.snapshot.nodes.get(pod.node_name)
+            held = usage.setdefault(pod.node_name, {})
+            for card, amount in charge.cards.items():
+                if offered is not None and card in offered.cards.types:
+                    held[card] = held.get(card, 0) + amount
+        return usage
+
     def pod_charge(self, key: ObjectKey) -> Charge | None:
         return self._pod_charges.get(key)
 

@@ -1,0 +1,360 @@
+"""``kubectl cardquota``: card usage, node card types and "why is my job pending?" from the terminal.
+
+Every command reads the live cluster through :mod:`cardquota.kube` (kubeconfig, ``--context``, or the in-cluster
+service account), or the same objects offline with ``--cluster FILE``; then it calls the core — the ledger, the
+explain engine, the admission policies — exactly as the controllers and webhooks do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO, TypeVar
+
+import yaml
+
+from cardquota.cli import output
+from cardquota.cli.output import NONE
+from cardquota.core.cards import NodeCards
+from cardquota.core.errors import InputError
+from cardquota.core.explain import Explanation, explain
+from cardquota.core.ledger import Ledger, QueueUsage
+from cardquota.core.objects import Manifest
+from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
+from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.snapshot import kind_of
+from cardquota.loader import Document, load_paths
+
+EXIT_OK, EXIT_BLOCKED = 0, 1
+T = TypeVar("T")
+P = TypeVar("P", bound=argparse.ArgumentParser)
+SCHEDULER_NAMESPACE = "volcano-system"
+TARGET_KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "podgroup": "podgroup", "podgroups": "podgroup",
+                "pg": "podgroup", "job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job"}
+_RED, _YELLOW, _GREEN, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
+BAR_WIDTH = 20
+
+
+@dataclass
+class Cluster:
+    """Where the objects come from: files (``--cluster``) or the live API."""
+
+    files: list[str]
+    kubeconfig: str | None
+    context: str | None
+    _api: Any = None
+
+    @property
+    def live(self) -> bool:
+        return not self.files
+
+    def api(self) -> Any:
+        """The Kubernetes API client (made on first use: offline commands never need one)."""
+        if self._api is None:
+            from cardquota.kube import api_client
+
+            self._api = _kube(lambda: api_client(kubeconfig=self.kubeconfig, context=self.context))
+        return self._api
+
+    def objects(self) -> list[Manifest]:
+        """Nodes, Queues, PodGroups and Pods (plus, offline, whatever else the files hold)."""
+        if not self.live:
+            documents = load_paths(self.files)
+            _validate(documents)
+            return [document.manifest for document in documents]
+        from cardquota.kube import list_all
+
+        return _kube(lambda: list(list_all(self.api())))
+
+    def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
+        if not self.live:
+            return SchedulerConfig.from_manifests(objects, DEFAULT_SCHEDULER_CONFIGMAP)
+        from cardquota.kube import KubeError, read_namespaced
+
+        try:
+            configmap = read_namespaced(self.api(), "configmap", SCHEDULER_NAMESPACE, DEFAULT_SCHEDULER_CONFIGMAP)
+        except KubeError as error:
+            err.write(f"warning: the scheduler's plugin arguments could not be read ({error}); using defaults\n")
+            return SchedulerConfig()
+        return SchedulerConfig.from_manifests([configmap] if configmap else [], DEFAULT_SCHEDULER_CONFIGMAP)
+
+    def target(self, kind: str, namespace: str, name: str, objects: Sequence[Manifest]) -> Manifest:
+        if self.live:
+            from cardquota.kube import read_namespaced
+
+            found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
+        else:
+            wanted = {"pod": "Pod", "podgroup": "PodGroup", "job": "Job"}[kind]
+            found = next((m for m in objects if m.get("kind") == wanted
+                          and (m.get("metadata") or {}).get("name") == name
+                          and ((m.get("metadata") or {}).get("namespace") or "default") == namespace), None)
+        if found is None:
+            raise InputError(f"{kind} {namespace}/{name} not found"
+                             + ("" if self.live else f" in {', '.join(self.files)}"))
+        return found
+
+
+def cluster_options(parser_class: type[P]) -> P:
+    """Where the plugin reads the cluster from (a parent parser shared by its commands)."""
+    common = parser_class(add_help=False)
+    common.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    common.add_argument("--context", default=None, help="kubeconfig context to use")
+    common.add_argument("--cluster", dest="cluster", action="append", default=[], metavar="FILE",
+                        help="read these manifests instead of the live cluster (repeatable)")
+    common.add_argument("-n", "--namespace", default=None, help="namespace of the object (default: default)")
+    common.add_argument("-A", "--all-namespaces", action="store_true", help="look in every namespace")
+    return common
+
+
+def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # commands: argparse's subparsers
+    """The plugin's commands, added to the ``kubectl cardquota`` parser's subcommands."""
+
+    usage = commands.add_parser("usage", parents=[common], help="each queue's card quota and what uses it",
+                                description="Per queue and card type: quota, allocated, inqueue, pending, free.")
+    usage.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
+    usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None)
+    usage.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
+    usage.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
+    usage.add_argument("--refreshes", type=int, default=0, help=argparse.SUPPRESS)
+    usage.set_defaults(command=usage_command)
+
+    nodes = commands.add_parser("nodes", parents=[common], help="the card types each node offers and uses",
+                                description="Per node and card type: kind, resource, allocatable and used cards, "
+                                "with totals per card type.")
+    nodes.add_argument("-l", "--selector", default=None, help="only nodes with these labels (a=b,c=d)")
+    nodes.add_argument("-o", "--output", choices=["table", "json", "yaml"], default=None)
+    nodes.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    nodes.set_defaults(command=nodes_command)
+
+    explain_parser = commands.add_parser(
+        "explain", parents=[common], help="why is this pod, PodGroup or Volcano Job not running?",
+        description="Say in plain sentences what blocks a pod, a PodGroup or a Volcano Job, and what would unblock "
+        "it. Exit 0 when nothing in cardquota's rules blocks it, 1 when something does.")
+    explain_parser.add_argument("target", nargs="?", metavar="KIND/NAME",
+                                help="pod/NAME, podgroup/NAME (pg/) or job/NAME (vcjob/)")
+    explain_parser.add_argument("-f", "--filename", dest="files", action="append", default=[], metavar="FILE",
+                                help="explain these objects as if they were submitted now")
+    explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    explain_parser.set_defaults(command=explain_command)
+
+
+# ----------------------------------------------------------------------------------------------------- commands
+
+
+def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    cluster = _cluster(args)
+    refreshes = 0
+    while True:
+        ledger = Ledger.build(cluster.objects())
+        usage = {name: entry for name, entry in ledger.all_usage().items() if not args.queues or name in args.queues}
+        missing = [name for name in args.queues if name not in usage]
+        if missing:
+            raise InputError(f"no queue named {', '.join(missing)}")
+        fmt = args.output or ("table" if out.isatty() else "json")
+        if fmt == "json":
+            output.write_json(output.usage_json(usage), out)
+        elif fmt == "yaml":
+            out.write(yaml.safe_dump(output.usage_json(usage), sort_keys=False))
+        else:
+            out.write(usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err))
+        refreshes += 1
+        if not args.watch or (args.refreshes and refreshes >= args.refreshes):
+            return EXIT_OK
+        out.flush()
+        time.sleep(args.interval)
+        out.write("\n")
+
+
+def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    cluster = _cluster(args)
+    ledger = Ledger.build(cluster.objects())
+    selector = _selector(args.selector)
+    records = {name: record for name, record in ledger.snapshot.nodes.items()
+               if all(record.node.labels.get(key) == value for key, value in selector.items())}
+    used = ledger.node_card_usage()
+    cards = {name: record.cards for name, record in records.items()}
+    fmt = args.output or ("table" if out.isatty() else "json")
+    document = nodes_json(cards, used)
+    if fmt == "json":
+        output.write_json(document, out)
+    elif fmt == "yaml":
+        out.write(yaml.safe_dump(document, sort_keys=False))
+    else:
+        out.write(nodes_table(cards, used, limit=args.limit, err=err))
+    return EXIT_OK
+
+
+def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    cluster = _cluster(args)
+    objects = cluster.objects()
+    config = cluster.scheduler_config(objects, err)
+    targets: list[Manifest] = []
+    for document in load_paths(args.files) if args.files else []:
+        targets.append(document.manifest)
+    if args.target:
+        kind, _, name = args.target.partition("/")
+        if kind.lower() not in TARGET_KINDS or not name:
+            raise InputError(f"{args.target!r}: expected pod/NAME, podgroup/NAME or job/NAME", where="explain")
+        targets.append(cluster.target(TARGET_KINDS[kind.lower()], args.namespace or "default", name, objects))
+    if not targets:
+        raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
+    explanations: list[Explanation] = []
+    for target in targets:
+        if target.get("kind") not in ("Pod", "PodGroup", "Job"):
+            raise InputError(f"cannot explain a {target.get('kind')}: only pods, PodGroups and Volcano Jobs")
+        explanations.append(explain(objects, target, config))
+    if args.output == "json":
+        output.write_json([e.as_json() for e in explanations], out)
+    elif args.output == "yaml":
+        out.write(yaml.safe_dump([e.as_json() for e in explanations], sort_keys=False))
+    else:
+        out.write("\n\n".join("\n".join(e.lines()) for e in explanations) + "\n")
+    return EXIT_BLOCKED if any(e.blocked for e in explanations) else EXIT_OK
+
+
+def live_check_documents(args: argparse.Namespace) -> list[Document]:
+    """``kubectl cardquota check``: the live cluster's objects as the snapshot the manifests are checked against."""
+    cluster = _cluster(args)
+    return [Document(manifest, "cluster") for manifest in cluster.objects()]
+
+
+# --------------------------------------------------------------------------------------------------- formatting
+
+
+def usage_table(usage: dict[str, QueueUsage], *, wide: bool, color: bool, limit: int | None, err: TextIO) -> str:
+    """QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE, PENDING, FREE (quota - allocated - inqueue) and USED % (with a bar
+    in ``wide``)."""
+    rows: list[list[object]] = []
+    shares: list[float | None] = []
+    for queue in sorted(usage):
+        entry = usage[queue]
+        cards = sorted({*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending})
+        if not cards:
+            rows.append([queue, NONE, NONE, 0, 0, 0, NONE, NONE, *([""] if wide else [])])
+            shares.append(None)
+        for card in cards:
+            quota = entry.quota.get(card)
+            allocated, inqueue = entry.allocated.get(card, 0), entry.inqueue.get(card, 0)
+            share = (allocated + inqueue) / quota if quota else None
+            free = max(quota - allocated - inqueue, 0) if quota is not None else NONE
+            used = f"{share:.0%}" if share is not None else NONE
+            row: list[object] = [queue, card, quota if quota is not None else NONE, allocated, inqueue,
+                                 entry.pending.get(card, 0), free, used]
+            if wide:
+                row.append(_bar(share))
+            rows.append(row)
+            shares.append(share)
+    rows, shares = _limited(rows, limit, err), shares[:len(rows) if limit is not None else None]
+    headers = ["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING", "FREE", "USED", *(["BAR"] if wide else [])]
+
+    def paint(row: int, column: int, text: str) -> str:
+        share = shares[row] if row < len(shares) else None
+        if column < 6 or share is None:
+            return text
+        tint = _RED if share >= 1 else _YELLOW if share >= 0.8 else _GREEN
+        return f"{tint}{text}{_RESET}"
+
+    return output.render_table(headers, rows, paint if color else None)
+
+
+def nodes_json(cards: dict[str, NodeCards], used: dict[str, dict[str, int]]) -> dict[str, Any]:
+    nodes: dict[str, Any] = {}
+    totals: dict[str, dict[str, Any]] = {}
+    for name in sorted(cards):
+        entries = {}
+        for card_name, card in sorted(cards[name].types.items()):
+            held = used.get(name, {}).get(card_name, 0)
+            entries[card_name] = {"kind": card.kind.value, "resource": card.resource, "allocatable": card.count,
+                                  "used": held}
+            total = totals.setdefault(card_name, {"kind": card.kind.value, "resource": card.resource,
+                                                  "allocatable": 0, "used": 0})
+            total["allocatable"] += card.count
+            total["used"] += held
+        nodes[name] = entries
+    return {"nodes": nodes, "totals": dict(sorted(totals.items()))}
+
+
+def nodes_table(cards: dict[str, NodeCards], used: dict[str, dict[str, int]], *, limit: int | None,
+                err: TextIO) -> str:
+    document = nodes_json(cards, used)
+    rows: list[list[object]] = []
+    for name, entries in document["nodes"].items():
+        if not entries:
+            rows.append([name, NONE, NONE, NONE, NONE, NONE])
+        for card_name, entry in entries.items():
+            rows.append([name, card_name, entry["kind"], entry["resource"], entry["allocatable"], entry["used"]])
+    text = output.render_table(["NODE", "CARD TYPE", "KIND", "RESOURCE", "ALLOCATABLE", "USED"],
+                               _limited(rows, limit, err))
+    totals = [[card_name, entry["kind"], entry["resource"], entry["allocatable"], entry["used"]]
+              for card_name, entry in document["totals"].items()]
+    if totals:
+        text += "\n" + output.render_table(["CARD TYPE", "KIND", "RESOURCE", "ALLOCATABLE", "USED"], totals)
+    return text
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    return Cluster(files=list(args.cluster), kubeconfig=args.kubeconfig, context=args.context)
+
+
+def _kube(call: Callable[[], T]) -> T:
+    """A Kubernetes call whose failure becomes one line: not reachable, not allowed (the API's own sentence names
+    the verb and resource), or any other error."""
+    from cardquota.kube import FORBIDDEN, UNAUTHORIZED, KubeError
+
+    try:
+        return call()
+    except KubeError as error:
+        if error.status == FORBIDDEN:
+            raise InputError(f"not allowed: {error}", where="cluster") from None
+        if error.status == UNAUTHORIZED:
+            raise InputError(f"not logged in (HTTP 401): {error}", where="cluster") from None
+        raise InputError(str(error), where="cluster") from None
+
+
+def _validate(documents: list[Document]) -> None:
+    checker = Ledger()
+    for document in documents:
+        if kind_of(document.manifest) is not None:
+            try:
+                checker.upsert(document.manifest)
+            except InputError as error:
+                raise error.located(document.source) from None
+
+
+def _selector(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    selector = {}
+    for part in text.split(","):
+        key, equals, value = part.partition("=")
+        if not equals or not key.strip():
+            raise InputError(f"{text!r}: expected key=value[,key=value] (only equality is supported)",
+                             where="--selector")
+        selector[key.strip()] = value.strip()
+    return selector
+
+
+def _limited(rows: list[list[object]], limit: int | None, err: TextIO) -> list[list[object]]:
+    if limit is None or len(rows) <= limit:
+        return rows
+    err.write(f"{len(rows) - limit} more row{'s' if len(rows) - limit != 1 else ''} not shown (raise --limit)\n")
+    return rows[:max(limit, 0)]
+
+
+def _bar(share: float | None) -> str:
+    if share is None:
+        return ""
+    filled = min(BAR_WIDTH, round(share * BAR_WIDTH))
+    return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
+
+
+def _color(out: TextIO) -> bool:
+    return out.isatty() and not os.environ.get("NO_COLOR")
+

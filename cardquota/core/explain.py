@@ -1,0 +1,275 @@
+""""Why is my job pending?" — plain sentences about a pod, a PodGroup or a Volcano Job on a cluster snapshot (pure).
+
+Each explanation states what the object asks for and where it is accounted, then what blocks it now, each blocker
+with what would unblock it:
+
+* the pod's scheduler does not enforce card quotas;
+* its card request cannot be read;
+* its queue has no quota for any of its card types;
+* the quota is spent — with who holds it (the queue's top PodGroups by use of that type);
+* no node offers the card type, or its resource;
+* no node can take it now (resources, affinity, taints, crossquota, mGPU: the scheduler-style summary);
+* for a PodGroup not yet Inqueue, the enqueue check (job mode).
+
+The quota sentences are the ones the controller's events and the scheduler rules use (one engine,
+:mod:`cardquota.core.scheduling`), so ``explain`` and ``kubectl describe`` say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cardquota.core import keys
+from cardquota.core.errors import InputError
+from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.scheduling import capacity_card
+from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.core.scheduling.simulate import expand_volcano_jobs
+from cardquota.core.snapshot import Kind, kind_of
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TOP_HOLDERS = 3
+
+
+@dataclass
+class Explanation:
+    subject: str
+    """``Pod ml/train-0``."""
+    facts: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+    """Each a sentence saying what blocks the object and what would unblock it; empty when nothing does."""
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers)
+
+    def as_json(self) -> dict[str, object]:
+        return {"subject": self.subject, "blocked": self.blocked, "facts": self.facts, "blockers": self.blockers}
+
+    def lines(self) -> list[str]:
+        verdict = ["Nothing in cardquota's rules blocks it."] if not self.blockers else ["What blocks it:"]
+        return [f"{self.subject}:", *(f"  {fact}" for fact in self.facts), *verdict,
+                *(f"  - {blocker}" for blocker in self.blockers)]
+
+
+def explain(cluster: Sequence[Manifest], target: Manifest, config: SchedulerConfig | None = None,
+            card_aware_schedulers: frozenset[str] = frozenset({"volcano"})) -> Explanation:
+    """Explain ``target`` (a Pod, PodGroup or Volcano Job) against the objects of ``cluster``."""
+    if target.get("kind") == "Job" and str(target.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+        return _explain_job(cluster, target, config, card_aware_schedulers)
+    kind = kind_of(target)
+    others = [m for m in cluster if not _same_object(m, target)]
+    if kind is Kind.POD:
+        if _bound(target):
+            session = Session([*others, target], config)
+            key = Pod.from_manifest(target).key
+        else:
+            session = Session(others, config)
+            key = session.add_pending(target)
+        return _explain_pod(session, key, card_aware_schedulers)
+    if kind is Kind.PODGROUP:
+        session = Session([*others, target], config)
+        return _explain_podgroup(session, PodGroup.from_manifest(target), card_aware_schedulers)
+    raise InputError(f"explain needs a Pod, a PodGroup or a Volcano Job, not {target.get('kind')}")
+
+
+# --------------------------------------------------------------------------------------------------------- pods
+
+
+def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -> Explanation:
+    pod = session.view(key)
+    manifest = session.pods[key]
+    queue = session.queue_of(key)
+    explanation = Explanation(f"Pod {key[0]}/{key[1]}")
+    explanation.facts.append(f"It is in queue {queue} ({_queue_source(pod, session)}).")
+    if pod.card_name is not None:
+        wanted = session.cards_wanted(key)
+        alternatives = card_alternatives(pod.card_name)
+        order = " (in this order of preference)" if len(alternatives) > 1 else ""
+        explanation.facts.append(f"It asks for {_cards(wanted, pod.card_name)}{order}.")
+    if pod.bound:
+        where = session.node_card_type(key, pod.node_name)
+        explanation.facts.append(f"It is bound to node {pod.node_name}" + (f" ({where})." if where else "."))
+        return explanation
+    scheduler = str((manifest.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER)
+    if pod.card_name is not None and scheduler not in schedulers:
+        explanation.blockers.append(
+            f"It uses scheduler {scheduler}, which does not enforce card quotas: set spec.schedulerName to "
+            f"{' or '.join(sorted(schedulers))}.")
+    explanation.blockers.extend(_card_blockers(session, key, queue))
+    if explanation.blockers:
+        return explanation
+    refusal = session.task_refusal(key)
+    if refusal is not None:
+        explanation.blockers.append(f"{refusal.message} ({refusal.reason}).")
+        return explanation
+    node, reason = _best_node(session, key)
+    if node is not None:
+        where = session.node_card_type(key, node)
+        explanation.facts.append(f"Node {node} can take it now" + (f" ({where})." if where else "."))
+    else:
+        explanation.blockers.append(f"No node can take it now: {reason}.")
+    return explanation
+
+
+def _card_blockers(session: Session, key: ObjectKey, queue: str) -> list[str]:
+    """The card reasons, in the order a user would fix them: unreadable, no quota, no node, quota spent."""
+    pod = session.view(key)
+    if pod.card_name is None:
+        return []
+    problem = card_name_problem(pod.card_name)
+    wanted = session.cards_wanted(key)
+    if problem is not None or wanted == 0:
+        reason = problem or "the pod requests no card resource for it"
+        return [f"Its {keys.CARD_NAME} {pod.card_name!r} cannot be used: {reason} "
+                f"({capacity_card.REQUEST_FAILED})."]
+    alternatives = card_alternatives(pod.card_name)
+    quota = session.quota(queue)
+    with_quota = [card for card in alternatives if quota.get(card, 0) > 0]
+    if not with_quota:
+        types = " or ".join(alternatives)
+        return [f"Queue {queue} has no quota for {types} ({keys.CARD_QUOTA}): a quota for "
+                f"{'one of them' if len(alternatives) > 1 else 'it'} must be added to the queue."]
+    catalog = session.ledger.snapshot.catalog()
+    offered = [card for card in with_quota if catalog.get(card) is not None]
+    if not offered:
+        return [f"No node offers {' or '.join(with_quota)}: nodes need the product label and the card resource "
+                f"(see cardquota discover); the quota for {'them' if len(with_quota) > 1 else 'it'} cannot be used "
+                "until then."]
+    allocated = session.ledger.usage(queue).allocated
+    if capacity_card.fitting_alternatives(pod.card_name, wanted, quota, allocated):
+        return []
+    refusal = capacity_card.task_allocate_refusal(queue, pod.card_name, wanted, quota, allocated)
+    assert refusal is not None
+    blockers = [f"{refusal.message} ({refusal.reason})."]
+    for card in with_quota:
+        short = allocated.get(card, 0) + wanted - quota.get(card, 0)
+        holders = _holders(session, queue, card)
+        held = f" Held by {holders}." if holders else ""
+        blockers.append(f"{card}: {allocated.get(card, 0)} of {quota[card]} in use.{held} It can start when "
+                        f"{short} {card} {'is' if short == 1 else 'are'} released, or when the quota is raised to "
+                        f"{quota[card] + short}.")
+    return blockers
+
+
+def _best_node(session: Session, key: ObjectKey) -> tuple[str | None, str]:
+    """(the node that can take the pod now: the best by score, ties by name; or None, and why none can)."""
+    refusals = []
+    best: tuple[float, str] | None = None
+    for node in sorted(session.nodes):
+        refusal = session.fit_refusal(key, node) or session.node_refusal(key, node)
+        if refusal is not None:
+            refusals.append(refusal)
+            continue
+        score = session.score(key, node)
+        if best is None or score > best[0]:
+            best = (score, node)
+    if best is not None:
+        return best[1], ""
+    return None, session.no_node_reason(refusals, len(session.nodes))
+
+
+def _holders(session: Session, queue: str, card: str) -> str:
+    """The queue's top holders of ``card``: PodGroups (or lone pods) by cards held, most first."""
+    held: dict[str, int] = {}
+    ledger = session.ledger
+    for pod_key, pod in ledger.snapshot.pods.items():
+        charge = ledger.pod_charge(pod_key)
+        if charge is None or charge.queue != queue or not pod.bound or card not in charge.cards:
+            continue
+        owner = (f"PodGroup {pod.group_key[0]}/{pod.group_key[1]}" if pod.group_key is not None
+                 else f"pod {pod_key[0]}/{pod_key[1]}")
+        held[owner] = held.get(owner, 0) + charge.cards[card]
+    top = sorted(held.items(), key=lambda item: (-item[1], item[0]))[:TOP_HOLDERS]
+    more = len(held) - len(top)
+    text = ", ".join(f"{owner} ({amount})" for owner, amount in top)
+    return text + (f" and {more} more" if more > 0 else "")
+
+
+# ---------------------------------------------------------------------------------------------------- podgroups
+
+
+def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[str]) -> Explanation:
+    name = f"{group.meta.namespace}/{group.meta.name}"
+    explanation = Explanation(f"PodGroup {name}")
+    request = card_request(group.meta.annotations)
+    explanation.facts.append(f"It is in queue {group.queue}, phase {group.phase or 'Pending'}.")
+    if request.values:
+        asked = ", ".join(_cards(amount, card) for card, amount in request.values.items())
+        explanation.facts.append(f"Its {keys.CARD_REQUEST} asks for {asked}.")
+    for violation in request.violations:
+        explanation.blockers.append(f"Its {keys.CARD_REQUEST} cannot be read: {violation.message} "
+                                    f"({capacity_card.REQUEST_FAILED}).")
+    if group.phase in ("", "Pending") and not request.violations:
+        refusal = session.enqueue_refusal(group)
+        if refusal is not None:
+            explanation.blockers.append(f"{refusal.message} ({refusal.reason}).")
+            for card in {card for key in request.values for card in card_alternatives(key)}:
+                holders = _holders(session, group.queue, card)
+                if holders:
+                    explanation.blockers.append(f"{card} in queue {group.queue} is held by {holders}.")
+    members = [key for key, pod in session.ledger.snapshot.pods.items() if pod.group_key == group.key]
+    waiting = [key for key in members if not session.view(key).bound]
+    if members:
+        explanation.facts.append(f"{len(members) - len(waiting)} of its {len(members)} pods are bound.")
+    if waiting and not explanation.blockers:
+        first = _explain_pod(session, waiting[0], schedulers)
+        for blocker in first.blockers:
+            explanation.blockers.append(f"Pod {waiting[0][0]}/{waiting[0][1]}: {blocker}")
+    return explanation
+
+
+def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerConfig | None,
+                 schedulers: frozenset[str]) -> Explanation:
+    """A Volcano Job: its PodGroup as the job controller creates it (or the one in the cluster) and its pods."""
+    metadata = job.get("metadata") or {}
+    namespace, name = metadata.get("namespace") or "default", metadata.get("name", "")
+    expanded = expand_volcano_jobs([job])
+    existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP
+                           and _identity(m) == (namespace, name)), None)
+    existing_pods = [m for m in cluster if kind_of(m) is Kind.POD
+                     and ((m.get("metadata") or {}).get("annotations") or {}).get(keys.GROUP_NAME) == name
+                     and _identity(m)[0] == namespace]
+    group = existing_group or next(m for m in expanded if kind_of(m) is Kind.PODGROUP)
+    pods = existing_pods or [m for m in expanded if kind_of(m) is Kind.POD]
+    others = [m for m in cluster if not any(_same_object(m, own) for own in (group, *pods))]
+    session = Session([*others, group, *[p for p in pods if _bound(p)]], config)
+    for manifest in pods:
+        if not _bound(manifest):
+            session.add_pending(manifest)
+    explanation = _explain_podgroup(session, PodGroup.from_manifest(group), schedulers)
+    explanation.subject = f"Job {namespace}/{name}"
+    if not existing_pods:
+        explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
+    return explanation
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+
+
+def _queue_source(pod: Pod, session: Session) -> str:
+    if pod.queue_annotation:
+        return f"its annotation {keys.QUEUE_NAME}"
+    if pod.group_key is not None and pod.group_key in session.ledger.snapshot.podgroups:
+        return f"from its PodGroup {pod.group_key[0]}/{pod.group_key[1]}"
+    return "the default queue: it names none"
+
+
+def _cards(amount: int, card: str) -> str:
+    return f"{amount} card{'s' if amount != 1 else ''} of {card}"
+
+
+def _identity(manifest: Mapping[str, object]) -> tuple[str, str]:
+    metadata = manifest.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+
+
+def _same_object(a: Manifest, b: Manifest) -> bool:
+    return a.get("kind") == b.get("kind") and _identity(a) == _identity(b)
+
+
+def _bound(manifest: Manifest) -> bool:
+    return bool((manifest.get("spec") or {}).get("nodeName"))

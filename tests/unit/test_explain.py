@@ -1,0 +1,144 @@
+"""The explain engine: one test per blocking reason, each with its exact sentence, and what would unblock it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from builders import container, gpu_labels, node, pod, podgroup, queue
+
+from cardquota.core.errors import InputError
+from cardquota.core.explain import explain
+from cardquota.core.scheduling.capacity_card import CapacityCardConfig
+from cardquota.core.scheduling.crossquota import CrossQuotaConfig
+from cardquota.core.scheduling.session import SchedulerConfig
+
+A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
+UNLIMITED = SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=True))
+
+
+def gpu_node(name: str, product: str, gpus: int) -> dict[str, Any]:
+    return node(name, labels=gpu_labels(product, count=gpus), allocatable={"nvidia.com/gpu": str(gpus)})
+
+
+def card_pod(name: str, card: str, *, gpus: int = 1, node_name: str | None = None, group: str | None = None,
+             queue_name: str | None = "team-a") -> dict[str, Any]:
+    manifest = pod(name, namespace="ml", card=card, gpus=gpus, node_name=node_name, group=group, queue=queue_name)
+    manifest["spec"]["containers"][0]["resources"].pop("requests")
+    return manifest
+
+
+CLUSTER = [gpu_node("a1", A100, 4), queue("team-a", {A100: 4})]
+
+
+def test_a_pod_that_can_start_says_where() -> None:
+    result = explain(CLUSTER, card_pod("p", A100), UNLIMITED)
+    assert result.lines() == [
+        "Pod ml/p:",
+        "  It is in queue team-a (its annotation scheduling.volcano.sh/queue-name).",
+        "  It asks for 1 card of NVIDIA-A100.",
+        "  Node a1 can take it now (NVIDIA-A100).",
+        "Nothing in cardquota's rules blocks it.",
+    ]
+    assert not result.blocked
+
+
+def test_a_scheduler_that_does_not_enforce_card_quotas() -> None:
+    manifest = card_pod("p", A100)
+    manifest["spec"]["schedulerName"] = "default-scheduler"
+    assert explain(CLUSTER, manifest, UNLIMITED).blockers == [
+        "It uses scheduler default-scheduler, which does not enforce card quotas: set spec.schedulerName to "
+        "volcano."]
+
+
+def test_a_card_request_that_cannot_be_read() -> None:
+    assert explain(CLUSTER, card_pod("p", "NVIDIA-A100|"), UNLIMITED).blockers == [
+        "Its volcano.sh/card.name 'NVIDIA-A100|' cannot be used: \"NVIDIA-A100|\" has an empty alternative "
+        "(GetTaskRequestResourceFailed)."]
+
+
+def test_no_quota_for_the_type_in_the_queue() -> None:
+    assert explain(CLUSTER, card_pod("p", f"{H100}|NVIDIA-T4"), UNLIMITED).blockers == [
+        "Queue team-a has no quota for NVIDIA-H100 or NVIDIA-T4 (volcano.sh/card.quota): a quota for one of them "
+        "must be added to the queue."]
+
+
+def test_no_node_offers_the_type() -> None:
+    cluster = [gpu_node("a1", A100, 4), queue("team-a", {H100: 4})]
+    assert explain(cluster, card_pod("p", H100), UNLIMITED).blockers == [
+        "No node offers NVIDIA-H100: nodes need the product label and the card resource (see cardquota discover); "
+        "the quota for it cannot be used until then."]
+
+
+def test_a_spent_quota_names_who_holds_it_and_what_would_unblock() -> None:
+    cluster = [gpu_node("a1", A100, 8), queue("team-a", {A100: 4}),
+               podgroup("big", namespace="ml", queue="team-a", phase="Running"),
+               *[card_pod(f"big-{i}", A100, node_name="a1", group="big", queue_name=None) for i in range(3)],
+               card_pod("solo", A100, node_name="a1")]
+    result = explain(cluster, card_pod("p", A100, gpus=2), UNLIMITED)
+    assert result.blockers == [
+        "Queue team-a has insufficient NVIDIA-A100 quota: requested 2, total would be 6, but capability is 4 "
+        "(InsufficientScalarQuota).",
+        "NVIDIA-A100: 4 of 4 in use. Held by PodGroup ml/big (3), pod ml/solo (1). It can start when 2 NVIDIA-A100 "
+        "are released, or when the quota is raised to 6.",
+    ]
+
+
+def test_no_node_can_take_it_now_gives_the_scheduler_style_summary() -> None:
+    cluster = [gpu_node("a1", A100, 1), gpu_node("a2", A100, 1), queue("team-a", {A100: 8})]
+    assert explain(cluster, card_pod("p", A100, gpus=2), UNLIMITED).blockers == [
+        "No node can take it now: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."]
+
+
+def test_crossquota_limits_show_in_the_node_summary() -> None:
+    gpu = gpu_node("g1", A100, 8)
+    gpu["status"]["allocatable"]["cpu"] = "10"
+    cpu_pod = pod("web", namespace="ml", queue="team-a", containers=[container(requests={"cpu": "4"})])
+    config = SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=True),
+                             crossquota=CrossQuotaConfig.from_arguments({"quota.cpu": "2"}))
+    team = queue("team-a", {A100: 8})
+    team["spec"]["capability"] = {"cpu": "100"}
+    assert explain([gpu, team], cpu_pod, config).blockers == [
+        "No node can take it now: 0/1 nodes are available: 1 cpu quota exceeded on GPU node g1: pods without GPUs "
+        "would use 4 of 2."]
+
+
+def test_a_bound_pod_is_where_it_is() -> None:
+    result = explain(CLUSTER, card_pod("p", A100, node_name="a1"), UNLIMITED)
+    assert result.facts[-1] == "It is bound to node a1 (NVIDIA-A100)."
+    assert not result.blocked
+
+
+def test_a_podgroup_refused_at_enqueue_names_the_holders() -> None:
+    cluster = [*CLUSTER, podgroup("old", namespace="ml", queue="team-a", phase="Running"),
+               *[card_pod(f"old-{i}", A100, node_name="a1", group="old", queue_name=None) for i in range(3)]]
+    group = podgroup("new", namespace="ml", queue="team-a", phase="Pending", request={A100: 2})
+    result = explain(cluster, group, UNLIMITED)
+    assert result.facts[:2] == ["It is in queue team-a, phase Pending.",
+                                "Its volcano.sh/card.request asks for 2 cards of NVIDIA-A100."]
+    assert result.blockers == [
+        "Queue team-a has insufficient NVIDIA-A100 quota: requested 2, total would be 5, but capability is 4 "
+        "(InsufficientScalarQuota).",
+        "NVIDIA-A100 in queue team-a is held by PodGroup ml/old (3).",
+    ]
+
+
+def test_a_volcano_job_is_read_from_its_templates_when_it_has_no_pods_yet() -> None:
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "ml", "annotations": {"volcano.sh/card.request":
+                                                                          json.dumps({H100: 2})}},
+           "spec": {"queue": "team-a", "minAvailable": 2, "tasks": [{"name": "w", "replicas": 2, "template": {
+               "metadata": {"annotations": {"volcano.sh/card.name": H100}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}]}}
+    result = explain(CLUSTER, job, UNLIMITED)
+    assert result.subject == "Job ml/train"
+    assert "Its pods do not exist yet: they were read from its task templates." in result.facts
+    assert result.blockers == [
+        "Queue team-a has insufficient NVIDIA-H100 quota: requested 2, total would be 2, but capability is 0 "
+        "(InsufficientScalarQuota)."]
+
+
+def test_other_kinds_cannot_be_explained() -> None:
+    with pytest.raises(InputError, match="explain needs a Pod, a PodGroup or a Volcano Job, not Queue"):
+        explain(CLUSTER, queue("q"), UNLIMITED)
