@@ -206,7 +206,15 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
         refusal = session.enqueue_refusal(group)
         if refusal is not None:
             explanation.blockers.append(f"{refusal.message} ({refusal.reason}).")
-            for card in {card for key in request.values for card in card_alternatives(key)}:
+            usage = session.ledger.usage(group.queue)
+            short = capacity_card.job_enqueue_shortfall(request.values, session.quota(group.queue), usage.allocated,
+                                                        usage.inqueue)
+            if short is not None:
+                explanation.blockers.append(
+                    f"It can be enqueued when {short.missing} {short.key} {'is' if short.missing == 1 else 'are'} "
+                    f"released (held or reserved in queue {group.queue}), or when the quota is raised by "
+                    f"{short.missing}.")
+            for card in sorted({card for key in request.values for card in card_alternatives(key)}):
                 holders = _holders(session, group.queue, card)
                 if holders:
                     explanation.blockers.append(f"{card} in queue {group.queue} is held by {holders}.")

@@ -120,6 +120,8 @@ def test_a_podgroup_refused_at_enqueue_names_the_holders() -> None:
     assert result.blockers == [
         "Queue team-a has insufficient NVIDIA-A100 quota: requested 2, total would be 5, but capability is 4 "
         "(InsufficientScalarQuota).",
+        "It can be enqueued when 1 NVIDIA-A100 is released (held or reserved in queue team-a), or when the quota is "
+        "raised by 1.",
         "NVIDIA-A100 in queue team-a is held by PodGroup ml/old (3).",
     ]
 
@@ -136,7 +138,9 @@ def test_a_volcano_job_is_read_from_its_templates_when_it_has_no_pods_yet() -> N
     assert "Its pods do not exist yet: they were read from its task templates." in result.facts
     assert result.blockers == [
         "Queue team-a has insufficient NVIDIA-H100 quota: requested 2, total would be 2, but capability is 0 "
-        "(InsufficientScalarQuota)."]
+        "(InsufficientScalarQuota).",
+        "It can be enqueued when 2 NVIDIA-H100 are released (held or reserved in queue team-a), or when the quota is "
+        "raised by 2."]
 
 
 def test_other_kinds_cannot_be_explained() -> None:

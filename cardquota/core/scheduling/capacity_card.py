@@ -64,14 +64,24 @@ def empty_capability(queue: str, what: str) -> Refusal:
     return Refusal(EMPTY_CAPABILITY, f"Queue {queue} has no card capability ({keys.CARD_QUOTA}), so {what}")
 
 
-def job_enqueue_refusal(queue: str, request: Mapping[str, int], capability: Mapping[str, int],
-                        allocated: Mapping[str, int], inqueue: Mapping[str, int],
-                        elastic: Mapping[str, int] | None = None) -> Refusal | None:
-    """Job mode: None when every key of ``request`` fits, else the first key that does not."""
-    if not request:
-        return None
-    if not capability:
-        return empty_capability(queue, "card requests in it cannot be enqueued")
+@dataclass(frozen=True)
+class Shortfall:
+    """The first key of a job's card request that does not fit its queue (job mode)."""
+
+    key: str
+    wanted: int
+    total: int
+    """What the queue would use with the job: allocated + inqueue - elastic + request, over the key's types."""
+    capability: int
+
+    @property
+    def missing(self) -> int:
+        return self.total - self.capability
+
+
+def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, int], allocated: Mapping[str, int],
+                          inqueue: Mapping[str, int], elastic: Mapping[str, int] | None = None) -> Shortfall | None:
+    """Job mode: None when every key of ``request`` fits the capability, else the first key that does not."""
     elastic = elastic or {}
     for key, wanted in request.items():
         alternatives = card_alternatives(key)
@@ -83,8 +93,22 @@ def job_enqueue_refusal(queue: str, request: Mapping[str, int], capability: Mapp
             used += sum(request.get(card, 0) for card in alternatives)
         limit = sum(capability.get(card, 0) for card in alternatives)
         if used + wanted > limit:
-            return Refusal(INSUFFICIENT_SCALAR, insufficient(queue, key, wanted, used + wanted, limit))
+            return Shortfall(key, wanted, used + wanted, limit)
     return None
+
+
+def job_enqueue_refusal(queue: str, request: Mapping[str, int], capability: Mapping[str, int],
+                        allocated: Mapping[str, int], inqueue: Mapping[str, int],
+                        elastic: Mapping[str, int] | None = None) -> Refusal | None:
+    """Job mode: None when every key of ``request`` fits, else why the first key that does not cannot."""
+    if not request:
+        return None
+    if not capability:
+        return empty_capability(queue, "card requests in it cannot be enqueued")
+    short = job_enqueue_shortfall(request, capability, allocated, inqueue, elastic)
+    if short is None:
+        return None
+    return Refusal(INSUFFICIENT_SCALAR, insufficient(queue, short.key, short.wanted, short.total, short.capability))
 
 
 def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: Mapping[str, int],

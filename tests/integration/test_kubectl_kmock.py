@@ -1,0 +1,85 @@
+"""``kubectl cardquota`` against a live API (kmock): it reads the cluster through the kubeconfig and answers with
+the same engine as offline."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from builders import pod, podgroup, queue
+
+from cardquota.cli.main import run
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+A100 = "NVIDIA-A100"
+
+
+def kubeconfig(tmp_path: Path, url: str) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": url.rstrip("/")}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+        "users": [{"name": "tester", "user": {"token": "t"}}]}))
+    return str(path)
+
+
+async def plugin(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(run, "kubectl cardquota", list(argv), out, err)  # the client blocks
+    return code, out.getvalue(), err.getvalue()
+
+
+def seed(kmock: Any) -> None:
+    kmock.resources["batch.volcano.sh/v1alpha1/jobs"] = {
+        "namespaced": True, "kind": "Job", "singular": "job", "verbs": ["list", "get", "create"]}
+    kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 4})
+    kmock.objects["scheduling.volcano.sh/v1beta1/podgroups", "ml", "train"] = podgroup(
+        "train", namespace="ml", queue="team-a", phase="Running", request={A100: 3})
+    for index in range(3):
+        held = pod(f"train-{index}", namespace="ml", card=A100, gpus=1, group="train", node_name="a100-1")
+        kmock.objects["v1/pods", "ml", f"train-{index}"] = held
+    waiting = pod("solo", namespace="ml", card=A100, gpus=2, queue="team-a")
+    waiting["spec"]["containers"][0]["resources"].pop("requests")
+    kmock.objects["v1/pods", "ml", "solo"] = waiting
+
+
+async def test_usage_nodes_and_explain_read_the_live_cluster(volcano_kmock: Any, tmp_path: Path) -> None:
+    seed(volcano_kmock)
+    config = kubeconfig(tmp_path, str(volcano_kmock.url))
+    code, text, err = await plugin("usage", "team-a", "--kubeconfig", config, "-o", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(text)["queues"]["team-a"] == {"quota": {A100: 4}, "allocated": {A100: 3}, "inqueue": {},
+                                                    "pending": {A100: 2}}
+    code, text, _ = await plugin("nodes", "--kubeconfig", config, "-o", "json")
+    assert json.loads(text)["totals"] == {A100: {"kind": "whole", "resource": "nvidia.com/gpu", "allocatable": 8,
+                                                 "used": 3}}
+    code, text, err = await plugin("explain", "pod/solo", "-n", "ml", "--kubeconfig", config)
+    assert code == 1
+    assert ("Queue team-a has insufficient NVIDIA-A100 quota: requested 2, total would be 5, but capability is 4 "
+            "(InsufficientScalarQuota).") in text
+    assert "Held by PodGroup ml/train (3)." in text
+
+
+async def test_unknown_objects_and_check_against_the_live_cluster(volcano_kmock: Any, tmp_path: Path) -> None:
+    seed(volcano_kmock)
+    config = kubeconfig(tmp_path, str(volcano_kmock.url))
+    code, _, err = await plugin("explain", "job/missing", "-n", "ml", "--kubeconfig", config)
+    assert code == 2
+    assert "job ml/missing not found" in err
+    manifest = tmp_path / "pg.yaml"
+    manifest.write_text(yaml.safe_dump(podgroup("big", namespace="ml", queue="team-a", phase="Pending",
+                                                request={A100: 5})))
+    code, text, _ = await plugin("check", "-f", str(manifest), "--kubeconfig", config, "-o", "json")
+    assert code == 1
+    (result,) = json.loads(text)
+    assert result["allowed"] is False
+    assert "NVIDIA-A100" in result["message"]

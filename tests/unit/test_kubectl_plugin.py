@@ -1,0 +1,137 @@
+"""``kubectl cardquota`` offline (``--cluster``): the tables, JSON and YAML, limits, colour, exit codes, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cardquota.cli.kubectl import _kube, usage_table
+from cardquota.cli.main import run
+from cardquota.core.errors import InputError
+from cardquota.core.ledger import QueueUsage
+from cardquota.kube import KubeError
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = str(REPO / "examples" / "cluster.yaml")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def plugin(*argv: str, stdout: io.StringIO | None = None) -> tuple[int, str, str]:
+    out, err = stdout or io.StringIO(), io.StringIO()
+    code = run("kubectl cardquota", list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_usage_json_and_yaml_carry_the_ledger() -> None:
+    code, text, _ = plugin("usage", "team-b", "--cluster", CLUSTER, "-o", "json")
+    assert code == 0
+    document = json.loads(text)
+    assert document["queues"]["team-b"]["quota"] == {"NVIDIA-A100": 3, "NVIDIA-GeForce-RTX-4090": 8}
+    _, text, _ = plugin("usage", "team-b", "--cluster", CLUSTER, "-o", "yaml")
+    assert yaml.safe_load(text) == document
+
+
+def test_usage_table_shows_free_and_used_share_and_a_bar_when_wide() -> None:
+    usage = {"q": QueueUsage(quota={"A": 10}, allocated={"A": 6}, inqueue={"A": 2}, pending={"A": 5})}
+    table = usage_table(usage, wide=True, color=False, limit=None, err=io.StringIO())
+    assert table.splitlines() == [
+        "QUEUE   CARD   QUOTA   ALLOCATED   INQUEUE   PENDING   FREE   USED   BAR",
+        "q       A      10      6           2         5         2      80%    [################....]",
+    ]
+    painted = usage_table(usage, wide=False, color=True, limit=None, err=io.StringIO())
+    assert "\033[33m" in painted  # 80 % used: yellow
+    assert "\033[" not in usage_table(usage, wide=False, color=False, limit=None, err=io.StringIO())
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, on_tty, _ = plugin("usage", "--cluster", CLUSTER, stdout=Terminal())
+    assert "\033[" in on_tty
+    monkeypatch.setenv("NO_COLOR", "1")
+    _, without, _ = plugin("usage", "--cluster", CLUSTER, stdout=Terminal())
+    assert "\033[" not in without
+    assert without.startswith("QUEUE")
+
+
+def test_limit_cuts_the_table_and_says_so() -> None:
+    code, text, err = plugin("nodes", "--cluster", CLUSTER, "-o", "table", "--limit", "2")
+    assert code == 0
+    assert len(text.split("\n\n")[0].splitlines()) == 3  # header and two rows
+    assert err.startswith("10 more rows not shown (raise --limit)")
+
+
+def test_nodes_totals_and_selector() -> None:
+    _, text, _ = plugin("nodes", "--cluster", CLUSTER, "-o", "json", "-l", "nvidia.com/gpu.product=NVIDIA-H100")
+    document = json.loads(text)
+    assert list(document["nodes"]) == ["gpu-h100-01"]
+    assert document["totals"] == {"NVIDIA-H100": {"kind": "whole", "resource": "nvidia.com/gpu", "allocatable": 8,
+                                                  "used": 4}}
+
+
+def test_explain_exits_1_when_something_blocks_and_0_when_nothing_does() -> None:
+    good = str(REPO / "examples" / "check" / "good.yaml")
+    code, text, _ = plugin("explain", "job/training-job", "-n", "team-a", "--cluster", CLUSTER, "--cluster", good)
+    assert code == 1
+    assert "Queue team-a has insufficient NVIDIA-A100 quota: requested 8, total would be 16" in text
+    code, text, _ = plugin("explain", "pod/eval-sweep-0", "-n", "team-b", "--cluster", CLUSTER, "-o", "json")
+    assert code == 0
+    assert json.loads(text)[0]["blocked"] is False
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["explain", "pod/nope", "-n", "ml"], "pod ml/nope not found in"),
+    (["explain", "deployment/x"], "expected pod/NAME, podgroup/NAME or job/NAME"),
+    (["explain"], "name what to explain"),
+    (["usage", "nobody"], "no queue named nobody"),
+    (["nodes", "-l", "gpu"], "expected key=value"),
+])
+def test_input_errors_are_one_line_and_exit_2(argv: list[str], message: str) -> None:
+    code, _, err = plugin(*argv, "--cluster", CLUSTER)
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_api_errors_become_one_line_naming_what_was_refused() -> None:
+    forbidden = KubeError('GET /api/v1/pods: HTTP 403: pods is forbidden: User "dev" cannot list resource "pods" in '
+                          'API group "" at the cluster scope', 403)
+
+    def refuse() -> None:
+        raise forbidden
+
+    with pytest.raises(InputError, match=r'not allowed: .*cannot list resource "pods"'):
+        _kube(refuse)
+
+
+def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    code, _, err = plugin("usage", "--kubeconfig", str(kubeconfig))
+    assert code == 2
+    assert "no Kubernetes API reachable at http://127.0.0.1:9" in err
+    assert err.count("\n") == 1
+
+
+def test_the_readme_shows_what_the_plugin_prints() -> None:
+    """Every ``$ kubectl cardquota …`` example in the README, run again, prints exactly what the README shows."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```console\n", 1)[1].split("```", 1)[0]
+    examples = block.split("$ kubectl cardquota ")[1:]
+    assert len(examples) == 3
+    for example in examples:
+        command, _, shown = example.partition("\n")
+        argv = [arg.replace("examples/", f"{REPO}/examples/") for arg in command.split()]
+        _, text, _ = plugin(*argv)
+        assert text.rstrip() == shown.rstrip(), command
