@@ -127,6 +127,13 @@ def read_namespaced(api: client.ApiClient, kind: str, namespace: str, name: str)
     return {"apiVersion": api_version, "kind": kind_name, **found}
 
 
+def list_namespaced_kind(api: client.ApiClient, kind: str) -> list[Mapping[str, Any]]:
+    """Every object of ``kind`` (a key of :data:`NAMESPACED_PATHS`) in all namespaces, with apiVersion and kind."""
+    prefix, plural, kind_name, api_version = NAMESPACED_PATHS[kind]
+    listing = _get(api, f"{prefix}/{plural}")
+    return [{"apiVersion": api_version, "kind": kind_name, **item} for item in listing.get("items") or []]
+
+
 def _get(api: client.ApiClient, path: str) -> Mapping[str, Any]:
     return _request(api, "GET", path)
 

@@ -81,20 +81,44 @@ class Cluster:
             return SchedulerConfig()
         return SchedulerConfig.from_manifests([configmap] if configmap else [], DEFAULT_SCHEDULER_CONFIGMAP)
 
-    def target(self, kind: str, namespace: str, name: str, objects: Sequence[Manifest]) -> Manifest:
-        if self.live:
+    def default_namespace(self) -> str:
+        """The kubeconfig context's namespace (as kubectl uses it), else ``default``."""
+        if not self.live:
+            return "default"
+        from kubernetes import config
+
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=self.kubeconfig)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError):
+            return "default"
+        chosen = next((c for c in contexts if c.get("name") == self.context), active) if self.context else active
+        namespace = ((chosen or {}).get("context") or {}).get("namespace")
+        return namespace if isinstance(namespace, str) and namespace else "default"
+
+    def target(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest]) -> Manifest:
+        """The object to explain; ``namespace`` None looks in every namespace (``-A``)."""
+        if self.live and namespace is not None:
             from cardquota.kube import read_namespaced
 
             found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
-        else:
-            wanted = {"pod": "Pod", "podgroup": "PodGroup", "job": "Job"}[kind]
-            found = next((m for m in objects if m.get("kind") == wanted
-                          and (m.get("metadata") or {}).get("name") == name
-                          and ((m.get("metadata") or {}).get("namespace") or "default") == namespace), None)
-        if found is None:
-            raise InputError(f"{kind} {namespace}/{name} not found"
-                             + ("" if self.live else f" in {', '.join(self.files)}"))
-        return found
+            if found is None:
+                raise InputError(f"{kind} {namespace}/{name} not found")
+            return found
+        candidates = list(objects)
+        if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
+            from cardquota.kube import list_namespaced_kind
+
+            candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
+        wanted = {"pod": "Pod", "podgroup": "PodGroup", "job": "Job"}[kind]
+        matches = [m for m in candidates if m.get("kind") == wanted and (m.get("metadata") or {}).get("name") == name
+                   and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
+        where = "" if self.live else f" in {', '.join(self.files)}"
+        if not matches:
+            raise InputError(f"{kind} {namespace or '(any namespace)'}/{name} not found{where}")
+        if len(matches) > 1:
+            namespaces = ", ".join(sorted(str((m.get("metadata") or {}).get("namespace")) for m in matches))
+            raise InputError(f"{kind} {name} is in several namespaces ({namespaces}): choose one with -n")
+        return matches[0]
 
 
 def cluster_options(parser_class: type[P]) -> P:
@@ -104,8 +128,10 @@ def cluster_options(parser_class: type[P]) -> P:
     common.add_argument("--context", default=None, help="kubeconfig context to use")
     common.add_argument("--cluster", dest="cluster", action="append", default=[], metavar="FILE",
                         help="read these manifests instead of the live cluster (repeatable)")
-    common.add_argument("-n", "--namespace", default=None, help="namespace of the object (default: default)")
-    common.add_argument("-A", "--all-namespaces", action="store_true", help="look in every namespace")
+    common.add_argument("-n", "--namespace", default=None,
+                        help="namespace of the object (default: the kubeconfig context's, else default)")
+    common.add_argument("-A", "--all-namespaces", action="store_true",
+                        help="find the object in any namespace (explain)")
     return common
 
 
@@ -199,7 +225,8 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         kind, _, name = args.target.partition("/")
         if kind.lower() not in TARGET_KINDS or not name:
             raise InputError(f"{args.target!r}: expected pod/NAME, podgroup/NAME or job/NAME", where="explain")
-        targets.append(cluster.target(TARGET_KINDS[kind.lower()], args.namespace or "default", name, objects))
+        namespace = None if args.all_namespaces else args.namespace or cluster.default_namespace()
+        targets.append(cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects))
     if not targets:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
     explanations: list[Explanation] = []

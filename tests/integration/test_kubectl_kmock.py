@@ -27,7 +27,7 @@ def kubeconfig(tmp_path: Path, url: str) -> str:
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
         "clusters": [{"name": "kmock", "cluster": {"server": url.rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester", "namespace": "ml"}}],
         "users": [{"name": "tester", "user": {"token": "t"}}]}))
     return str(path)
 
@@ -62,7 +62,7 @@ async def test_usage_nodes_and_explain_read_the_live_cluster(volcano_kmock: Any,
     code, text, _ = await plugin("nodes", "--kubeconfig", config, "-o", "json")
     assert json.loads(text)["totals"] == {A100: {"kind": "whole", "resource": "nvidia.com/gpu", "allocatable": 8,
                                                  "used": 3}}
-    code, text, err = await plugin("explain", "pod/solo", "-n", "ml", "--kubeconfig", config)
+    code, text, err = await plugin("explain", "pod/solo", "--kubeconfig", config)  # the context's namespace: ml
     assert code == 1
     assert ("Queue team-a has insufficient NVIDIA-A100 quota: requested 2, total would be 5, but capability is 4 "
             "(InsufficientScalarQuota).") in text
@@ -75,6 +75,16 @@ async def test_unknown_objects_and_check_against_the_live_cluster(volcano_kmock:
     code, _, err = await plugin("explain", "job/missing", "-n", "ml", "--kubeconfig", config)
     assert code == 2
     assert "job ml/missing not found" in err
+    volcano_kmock.objects["batch.volcano.sh/v1alpha1/jobs", "ml", "sweep"] = {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "sweep", "namespace": "ml",
+                     "annotations": {"volcano.sh/card.request": '{"NVIDIA-A100": 2}'}},
+        "spec": {"queue": "team-a", "minAvailable": 1, "tasks": [{"name": "w", "replicas": 1, "template": {
+            "metadata": {"annotations": {"volcano.sh/card.name": A100}},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}]}}
+    code, text, err = await plugin("explain", "job/sweep", "-A", "--kubeconfig", config)
+    assert code == 1, err
+    assert text.startswith("Job ml/sweep:")
     manifest = tmp_path / "pg.yaml"
     manifest.write_text(yaml.safe_dump(podgroup("big", namespace="ml", queue="team-a", phase="Pending",
                                                 request={A100: 5})))

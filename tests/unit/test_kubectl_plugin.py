@@ -135,3 +135,23 @@ def test_the_readme_shows_what_the_plugin_prints() -> None:
         argv = [arg.replace("examples/", f"{REPO}/examples/") for arg in command.split()]
         _, text, _ = plugin(*argv)
         assert text.rstrip() == shown.rstrip(), command
+
+
+def test_all_namespaces_finds_the_object_and_an_ambiguous_name_is_refused(tmp_path: Path) -> None:
+    code, text, _ = plugin("explain", "pod/eval-sweep-0", "-A", "--cluster", CLUSTER)
+    assert code == 0
+    assert text.startswith("Pod team-b/eval-sweep-0:")
+    twins = tmp_path / "twins.yaml"
+    twins.write_text(yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "same", "namespace": namespace},
+         "spec": {"containers": [{"name": "c"}]}} for namespace in ("a", "b")]))
+    code, _, err = plugin("explain", "pod/same", "-A", "--cluster", str(twins))
+    assert code == 2
+    assert "pod same is in several namespaces (a, b): choose one with -n" in err
+
+
+def test_watch_prints_the_table_again() -> None:
+    code, text, _ = plugin("usage", "team-b", "--cluster", CLUSTER, "-o", "table", "--watch", "--interval", "0",
+                           "--refreshes", "2")
+    assert code == 0
+    assert [line.split()[0] for line in text.splitlines() if line.startswith("QUEUE")] == ["QUEUE", "QUEUE"]
