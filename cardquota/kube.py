@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import urllib3
 from kubernetes import client, config
 
 T = TypeVar("T")
+log = logging.getLogger("cardquota.kube")
 
 # (API path prefix, plural, kind, apiVersion) of everything the cache holds.
 CACHED_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
@@ -177,10 +179,21 @@ def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str)
 
 
 def list_all(api: client.ApiClient) -> list[Mapping[str, Any]]:
-    """A full list of every cached kind, with apiVersion and kind set on each item (lists leave them out)."""
+    """A full list of every cached kind, with apiVersion and kind set on each item (lists leave them out).
+
+    A Volcano kind the API server does not serve (the CRDs are not installed yet) lists as empty, with a warning:
+    the webhooks and the node controller keep working meanwhile.
+    """
     manifests: list[Mapping[str, Any]] = []
     for prefix, plural, kind, api_version in CACHED_RESOURCES:
-        listing = _get(api, f"{prefix}/{plural}")
+        try:
+            listing = _get(api, f"{prefix}/{plural}")
+        except KubeError as error:
+            if error.status != NOT_FOUND or not prefix.startswith("/apis/"):
+                raise
+            log.warning("%s %s are not served by the API server (are the Volcano CRDs installed?): counted as none "
+                        "until the operator restarts", api_version, plural)
+            continue
         for item in listing.get("items") or []:
             manifests.append({"apiVersion": api_version, "kind": kind, **item})
     return manifests

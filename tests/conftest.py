@@ -1,10 +1,12 @@
-"""Test-wide settings: hypothesis profiles (``--slow`` for long property runs)."""
+"""Test-wide settings: hypothesis profiles (``--slow`` for long property runs), and the kmock cluster fixture."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
+from builders import gpu_node
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", max_examples=200, deadline=None)
@@ -23,3 +25,15 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("ci")
     else:
         settings.load_profile("default")
+
+
+@pytest.fixture
+def volcano_kmock(kmock: Any) -> Any:
+    """kmock serving core kinds and Volcano's queues and podgroups, with one A100 node."""
+    kmock.resources.load_bundled()
+    for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
+        kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
+            "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
+            "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
+    kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
+    return kmock

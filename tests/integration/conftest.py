@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from admission_reviews import CLUSTER, Server, client_context
-from builders import gpu_node
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.operator.cache import ClusterCache
@@ -36,15 +34,3 @@ async def server(tmp_path: Path, ca: KeyPair) -> AsyncIterator[Server]:
     async with aiohttp.ClientSession(connector=connector) as session:
         yield Server(f"https://localhost:{port}", admission, cache, tls, ca, session)
     await runner.cleanup()
-
-
-@pytest.fixture
-def volcano_kmock(kmock: Any) -> Any:
-    """kmock serving core kinds and Volcano's queues and podgroups, with one A100 node."""
-    kmock.resources.load_bundled()
-    for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
-        kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
-            "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
-            "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
-    kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
-    return kmock

@@ -1,0 +1,83 @@
+"""Degraded modes: the operator keeps serving what it can — Volcano's CRDs not installed yet, absurd nodes, a queue
+annotation edited by hand to garbage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from builders import gpu_node, node, pod, queue
+
+from cardquota.core.ledger import Ledger
+from cardquota.core.publish import queue_annotations
+from cardquota.kube import Connection
+from cardquota.operator.main import run
+from cardquota.operator.settings import Settings
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+
+
+def review(kind: dict[str, str], obj: dict[str, Any], namespace: str = "") -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "operation": "CREATE", "namespace": namespace,
+        "name": obj["metadata"]["name"], "kind": kind, "object": obj}}).encode()
+
+
+async def test_without_the_volcano_crds_the_operator_still_serves(kmock: Any, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    kmock.resources.load_bundled()  # no scheduling.volcano.sh resources at all
+    kmock.objects["v1/nodes", None, "a1"] = gpu_node("a1", "NVIDIA-A100", 8)
+    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path))
+    stop, started = asyncio.Event(), asyncio.Event()
+    ports: list[int] = []
+    connection = Connection(host=str(kmock.url).rstrip("/"), insecure=True)
+    task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started,
+                                   on_listening=ports.append))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=15)
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+            card_pod = pod("p", namespace="ml", card="NVIDIA-A100", gpus=1)
+            async with session.post(f"https://localhost:{ports[0]}/validate",
+                                    data=review({"group": "", "version": "v1", "kind": "Pod"}, card_pod, "ml")
+                                    ) as response:
+                assert response.status == 200
+                answer = (await response.json())["response"]
+            assert answer["allowed"] is False  # decided (no queue has quota), not failed open
+            assert "queue default does not exist" in answer["status"]["message"]
+            async with session.get(f"https://localhost:{ports[0]}/readyz") as response:
+                assert response.status == 200
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
+    assert "are not served by the API server (are the Volcano CRDs installed?)" in caplog.text
+
+
+def test_absurd_nodes_are_read_without_failing_the_rest() -> None:
+    absurd = [
+        node("huge", labels={"nvidia.com/gpu.product": "X" * 300, "nvidia.com/gpu.count": "-5",
+                             "nvidia.com/gpu.memory": "1e999"}, allocatable={"nvidia.com/gpu": "99999999999999999"}),
+        node("weird", labels={"nvidia.com/gpu.product": "NVIDIA-A100", "nvidia.com/gpu.replicas": "0"},
+             allocatable={"nvidia.com/gpu.shared": "3.5", "nvidia.com/mig-": "1"}),
+    ]
+    ledger = Ledger.build([*absurd, gpu_node("a1", "NVIDIA-A100", 8), queue("q", {"NVIDIA-A100": 4}),
+                           pod("p", card="NVIDIA-A100", gpus=1, queue="q", node_name="a1")])
+    assert ledger.usage("q").allocated == {"NVIDIA-A100": 1}
+    assert set(ledger.snapshot.nodes) == {"huge", "weird", "a1"}
+
+
+def test_a_quota_edited_by_hand_to_garbage_counts_as_none_and_usage_still_publishes() -> None:
+    broken = queue("q", "{this is not json")
+    ledger = Ledger.build([gpu_node("a1", "NVIDIA-A100", 8), broken,
+                           pod("p", card="NVIDIA-A100", gpus=1, queue="q", node_name="a1")])
+    record = ledger.snapshot.queues["q"]
+    assert record.quota.violations  # what the controller logs
+    assert queue_annotations(ledger.usage("q"))["volcano.sh/card.usage"] == "NVIDIA-A100 1/0"

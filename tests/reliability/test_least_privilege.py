@@ -1,0 +1,123 @@
+"""Least privilege, derived from what the operator really calls: the real ``cardquota operator`` (managed
+certificates, leader election, annotation writes, events) runs against kmock, every request it makes is recorded,
+and the shipped RBAC must grant each one — and grant nothing that no request used."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from builders import pod, queue
+from polling import eventually
+
+from cardquota.kube import Connection, api_client
+from cardquota.operator.certificates import ensure_certificates
+from cardquota.operator.leader import LeaderElection
+from cardquota.operator.main import run
+from cardquota.operator.settings import Settings
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "cardquota-system"
+WEBHOOKS = "/apis/admissionregistration.k8s.io/v1"
+A100 = "NVIDIA-A100"
+Rule = dict[str, Any]
+
+
+def rbac() -> tuple[list[Rule], list[Rule]]:
+    documents = list(yaml.safe_load_all((REPO / "manifests" / "base" / "rbac.yaml").read_text()))
+    (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    (role,) = [d for d in documents if d["kind"] == "Role"]
+    return cluster_role["rules"], role["rules"]
+
+
+def verb(request: Any) -> str:
+    """The RBAC verb of a recorded request (kubectl auth can-i's vocabulary)."""
+    method = str(request.method.value).upper()
+    if method == "GET":
+        if str(request.params.get("watch", "")).lower() in ("true", "1"):
+            return "watch"
+        return "get" if request.name else "list"
+    return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+
+
+def matching_rule(rules: list[Rule], verb: str, group: str, resource: str, name: str | None) -> Rule | None:
+    for rule in rules:
+        if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            names = rule.get("resourceNames")
+            if not names or name in names:
+                return rule
+    return None
+
+
+async def post(kmock: Any, path: str, body: object) -> None:
+    async with aiohttp.ClientSession() as session, \
+            session.post(f"{str(kmock.url).rstrip('/')}{path}", json=body) as response:
+        assert response.status < 300, await response.text()
+
+
+async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))  # renew the Lease within the test
+    for plural, kind in (("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+                         ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration")):
+        name = "cardquota-validating" if kind.startswith("Validating") else "cardquota-mutating"
+        await post(volcano_kmock, f"{WEBHOOKS}/{plural}", {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name},
+            "webhooks": [{"name": "w.cardquota.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                          "clientConfig": {"service": {"name": "cardquota", "namespace": NAMESPACE}}}]})
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 1})
+    volcano_kmock.objects["v1/pods", "ml", "held"] = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a",
+                                                         node_name="a100-1")
+    volcano_kmock.objects["v1/pods", "ml", "waiting"] = pod("waiting", namespace="ml", card=A100, gpus=1,
+                                                            queue="team-a")
+    setup_requests = len(list(volcano_kmock))  # the test's own, above
+    settings = Settings(namespace=NAMESPACE, host="127.0.0.1", port=0, metrics_port=0, publish_window=0.1)
+    connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)
+    stop, started = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=15)
+
+        def done(*wanted: tuple[str, str]) -> bool:
+            seen = {(verb(r), r.resource.plural) for r in volcano_kmock if r.resource is not None}
+            return all(item in seen for item in wanted)
+
+        await eventually(lambda: done(("create", "events"), ("patch", "queues"), ("patch", "nodes"),
+                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
+    # Renewal: a certificate close to expiry is replaced in the Secret (a patch).
+    api = api_client(connection)
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=340)
+    await asyncio.to_thread(ensure_certificates, api, settings, later)
+
+    cluster_rules, namespaced_rules = rbac()
+    used: set[tuple[str, str, str, str]] = set()
+    refused = []
+    for request in list(volcano_kmock)[setup_requests:]:
+        if request.resource is None or not request.resource.plural:
+            continue  # discovery (/api, /apis): allowed to every authenticated user
+        action = verb(request)
+        group, plural = request.resource.group or "", request.resource.plural
+        rules = cluster_rules + (namespaced_rules if request.namespace == NAMESPACE else [])
+        rule = matching_rule(rules, action, group, plural, request.name)
+        if rule is None:
+            refused.append((action, group, plural, request.namespace, request.name))
+            continue
+        used.add((action, group, plural, json.dumps(rule.get("resourceNames") or [])))
+    assert refused == []
+    granted = {(verb, group, resource, json.dumps(rule.get("resourceNames") or []))
+               for rule in cluster_rules + namespaced_rules for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert sorted(granted - used) == []
