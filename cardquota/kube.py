@@ -89,7 +89,7 @@ def _request(api: client.ApiClient, method: str, path: str, body: object = None,
         response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post)
     except urllib3.exceptions.HTTPError as error:
         reason = getattr(error, "reason", None) or error
-        raise KubeError(f"no Kubernetes API reachable at {api.configuration.host}: {reason}") from None
+        raise KubeError(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
     data = response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status < 300:
         raise KubeError(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status)
@@ -203,7 +203,9 @@ async def list_all_async(api: client.ApiClient) -> list[Mapping[str, Any]]:
     return await asyncio.to_thread(list_all, api)
 
 
-RETRYABLE = frozenset({409, 410, 429, 500, 502, 503, 504})
+UNREACHABLE = 0
+"""The status of a KubeError raised because no answer came (connection refused, reset, timed out)."""
+RETRYABLE = frozenset({UNREACHABLE, 409, 410, 429, 500, 502, 503, 504})
 RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
