@@ -7,6 +7,7 @@ never waits on the API server.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -181,13 +182,14 @@ def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str)
 def list_all(api: client.ApiClient) -> list[Mapping[str, Any]]:
     """A full list of every cached kind, with apiVersion and kind set on each item (lists leave them out).
 
-    A Volcano kind the API server does not serve (the CRDs are not installed yet) lists as empty, with a warning:
-    the webhooks and the node controller keep working meanwhile.
+    Server errors, throttling and lost connections are retried with backoff. A Volcano kind the API server does
+    not serve (the CRDs are not installed yet) lists as empty, with a warning: the webhooks and the node controller
+    keep working meanwhile.
     """
     manifests: list[Mapping[str, Any]] = []
     for prefix, plural, kind, api_version in CACHED_RESOURCES:
         try:
-            listing = _get(api, f"{prefix}/{plural}")
+            listing = with_retries(functools.partial(_get, api, f"{prefix}/{plural}"))
         except KubeError as error:
             if error.status != NOT_FOUND or not prefix.startswith("/apis/"):
                 raise

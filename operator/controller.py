@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
-from cardquota.core.events import CardEvent, pod_event, podgroup_event
+from cardquota.core.events import CardEvent, pod_event, podgroup_event, queue_event
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
 from cardquota.operator.cache import ClusterCache
@@ -27,6 +27,8 @@ from cardquota.operator.cache import ClusterCache
 log = logging.getLogger("cardquota.controller")
 DEFAULT_WINDOW = 1.0
 EVENT_INTERVAL = 60.0
+EVENT_NAMESPACE = "default"
+"""Where events about cluster-scoped objects (Queues) go, as Kubernetes does for them."""
 """At most one event per object per interval, even when its message keeps changing (usage moves)."""
 
 
@@ -119,6 +121,10 @@ class Publisher:
         candidates = queues | self._deferred
         self._deferred = set()
         by_queue: dict[str, list[CardEvent]] = {queue: [] for queue in candidates}
+        for queue in candidates:
+            record = snapshot.queues.get(queue)
+            if record is not None and (event := queue_event(record)) is not None:
+                by_queue[queue].append(event)
         for group in snapshot.podgroups.values():
             if group.queue in by_queue and (event := podgroup_event(group, ledger)) is not None:
                 by_queue[group.queue].append(event)
@@ -139,7 +145,7 @@ class Publisher:
                     continue
                 self._events[identity] = (event.reason, event.message, now)
                 try:
-                    await asyncio.to_thread(create_event, self.api, event.namespace,
+                    await asyncio.to_thread(create_event, self.api, event.namespace or EVENT_NAMESPACE,
                                             kubernetes_event(event, self.component))
                     self.stats.events += 1
                 except KubeError as error:
@@ -147,12 +153,14 @@ class Publisher:
 
 def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | None = None) -> dict[str, Any]:
     moment = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api_version = "scheduling.volcano.sh/v1beta1" if event.kind == "PodGroup" else "v1"
+    api_version = "scheduling.volcano.sh/v1beta1" if event.kind in ("PodGroup", "Queue") else "v1"
+    involved = {"apiVersion": api_version, "kind": event.kind, "name": event.name}
+    if event.namespace:
+        involved["namespace"] = event.namespace
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{event.name}.{uuid.uuid4().hex[:16]}", "namespace": event.namespace},
-        "involvedObject": {"apiVersion": api_version, "kind": event.kind, "namespace": event.namespace,
-                           "name": event.name},
+        "metadata": {"name": f"{event.name}.{uuid.uuid4().hex[:16]}", "namespace": event.namespace or EVENT_NAMESPACE},
+        "involvedObject": involved,
         "reason": event.reason, "message": event.message, "type": event.type,
         "source": {"component": component}, "reportingComponent": component,
         "firstTimestamp": moment, "lastTimestamp": moment, "count": 1,

@@ -27,10 +27,12 @@ from cardquota.core.scheduling.capacity_card import (
     task_allocate_refusal,
 )
 from cardquota.core.scheduling.refusal import Refusal
+from cardquota.core.snapshot import QueueRecord
 
 INSUFFICIENT_QUOTA = INSUFFICIENT_SCALAR
-__all__ = ["EMPTY_CAPABILITY", "INSUFFICIENT_QUOTA", "REQUEST_FAILED", "CardEvent", "insufficient", "pod_event",
-           "podgroup_event"]
+INVALID_QUOTA = "InvalidCardQuota"
+__all__ = ["EMPTY_CAPABILITY", "INSUFFICIENT_QUOTA", "INVALID_QUOTA", "REQUEST_FAILED", "CardEvent", "insufficient",
+           "pod_event", "podgroup_event", "queue_event"]
 NOT_YET_INQUEUE = frozenset({"", "Pending"})
 
 
@@ -68,6 +70,17 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     refusal = task_allocate_refusal(queue, pod.card_name, charge.cards.get(pod.card_name, 0), _quota(ledger, queue),
                                     ledger.usage(queue).allocated)
     return _event("Pod", pod.meta.namespace, pod.meta.name, refusal)
+
+
+def queue_event(record: QueueRecord) -> CardEvent | None:
+    """A Queue whose ``volcano.sh/card.quota`` cannot be read (edited by hand past the webhook, or written before
+    it was installed): it counts as having no card quota until fixed, and says so."""
+    if not record.quota.violations:
+        return None
+    problem = record.quota.violations[0].message
+    return CardEvent("Queue", "", record.queue.name, INVALID_QUOTA,
+                     f"{keys.CARD_QUOTA} cannot be read ({problem}), so queue {record.queue.name} counts as having no "
+                     "card quota until it is fixed")
 
 
 def _quota(ledger: Ledger, queue: str) -> Mapping[str, int]:

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import gpu_node, node, pod, queue
+from polling import eventually
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.publish import queue_annotations
@@ -81,3 +82,38 @@ def test_a_quota_edited_by_hand_to_garbage_counts_as_none_and_usage_still_publis
     record = ledger.snapshot.queues["q"]
     assert record.quota.violations  # what the controller logs
     assert queue_annotations(ledger.usage("q"))["volcano.sh/card.usage"] == "NVIDIA-A100 1/0"
+
+
+async def test_a_garbage_quota_gets_an_event_and_the_other_queues_keep_being_served(volcano_kmock: Any,
+                                                                                    tmp_path: Path) -> None:
+    queues = "/apis/scheduling.volcano.sh/v1beta1/queues"
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "broken"] = queue("broken", "{oops")
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "fine"] = queue("fine", {"NVIDIA-A100": 2})
+    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path),
+                        publish_window=0.05)
+    stop, started = asyncio.Event(), asyncio.Event()
+    base = str(volcano_kmock.url).rstrip("/")
+    task = asyncio.create_task(run(settings, connection=Connection(host=base, insecure=True), stop=stop,
+                                   started=started))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=15)
+        async with aiohttp.ClientSession() as session:
+            async def fetch(path: str) -> Any:
+                async with session.get(f"{base}{path}") as response:
+                    return await response.json()
+
+            async def served() -> bool:
+                fine = (await fetch(f"{queues}/fine"))["metadata"].get("annotations", {})
+                events = (await fetch("/api/v1/namespaces/default/events")).get("items") or []
+                return fine.get("volcano.sh/card.usage") == "NVIDIA-A100 0/2" and any(
+                    e["reason"] == "InvalidCardQuota" and e["involvedObject"]["name"] == "broken" for e in events)
+
+            await eventually(served, timeout=15)
+            events = (await fetch("/api/v1/namespaces/default/events"))["items"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
+    (event,) = [e for e in events if e["reason"] == "InvalidCardQuota"]
+    assert event["involvedObject"] == {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                                       "name": "broken"}
+    assert event["message"].startswith("volcano.sh/card.quota cannot be read (is not valid JSON")

@@ -92,3 +92,16 @@ async def test_an_object_deleted_before_its_patch_is_not_an_error(volcano_kmock:
 
         await eventually(stays_annotated, timeout=15)
     assert "Traceback" not in caplog.text
+
+
+async def test_the_first_full_list_is_retried_when_the_api_server_errs(volcano_kmock: Any, tmp_path: Path) -> None:
+    volcano_kmock["get", "/api/v1/pods"][:2] << 500
+    volcano_kmock["get", "/api/v1/nodes"][:1] << 429
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 2})
+    async with operator(volcano_kmock, tmp_path):
+
+        async def annotated() -> bool:
+            annotations = (await call(volcano_kmock, "GET", f"{QUEUES}/team-a"))["metadata"].get("annotations", {})
+            return annotations.get("volcano.sh/card.usage") == "NVIDIA-A100 0/2"
+
+        await eventually(annotated, timeout=15)
