@@ -115,6 +115,7 @@ NAMESPACED_PATHS: dict[str, tuple[str, str, str, str]] = {
     "podgroup": ("/apis/scheduling.volcano.sh/v1beta1", "podgroups", "PodGroup", "scheduling.volcano.sh/v1beta1"),
     "job": ("/apis/batch.volcano.sh/v1alpha1", "jobs", "Job", "batch.volcano.sh/v1alpha1"),
     "configmap": ("/api/v1", "configmaps", "ConfigMap", "v1"),
+    "deployment": ("/apis/apps/v1", "deployments", "Deployment", "apps/v1"),
 }
 
 

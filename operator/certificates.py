@@ -18,7 +18,7 @@ import urllib3
 from cryptography import x509
 from kubernetes import client
 
-from cardquota.kube import CONFLICT, KubeError, patch_ca_bundle, read_secret, write_secret
+from cardquota.kube import CONFLICT, KubeError, patch_ca_bundle, read_namespaced, read_secret, write_secret
 from cardquota.operator.settings import Settings
 from cardquota.webhooks.tls import (
     KeyPair,
@@ -71,6 +71,20 @@ def plan(ca: KeyPair | None, serving: KeyPair | None, dns_names: list[str], prev
     return Certificates(ca, serving, previous_ca), None
 
 
+def _deployment(api: client.ApiClient, settings: Settings) -> Mapping[str, Any] | None:
+    """The operator's own Deployment, to own the Secret; None when it cannot be read (running outside it)."""
+    try:
+        found = read_namespaced(api, "deployment", settings.namespace, settings.deployment)
+    except KubeError as error:
+        log.info("the TLS Secret will have no owner: Deployment %s/%s cannot be read (%s)", settings.namespace,
+                 settings.deployment, error)
+        return None
+    if found is None or not (found.get("metadata") or {}).get("uid"):
+        log.info("the TLS Secret will have no owner: no Deployment %s/%s", settings.namespace, settings.deployment)
+        return None
+    return found
+
+
 def _still_valid(cert_pem: bytes, now: datetime.datetime | None) -> bool:
     try:
         expiry = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
@@ -98,13 +112,19 @@ def decode(secret: Mapping[str, Any] | None) -> tuple[KeyPair | None, KeyPair | 
     return pair(CA_CERT, CA_KEY), pair(TLS_CERT, TLS_KEY), previous
 
 
-def secret_body(settings: Settings, certificates: Certificates,
-                existing: Mapping[str, Any] | None) -> dict[str, Any]:
+def secret_body(settings: Settings, certificates: Certificates, existing: Mapping[str, Any] | None,
+                owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Secret to write; a new one is owned by the operator's Deployment (``owner``), so uninstalling removes
+    it (an existing Secret keeps the owners it has)."""
     metadata: dict[str, Any] = {"name": settings.tls_secret, "namespace": settings.namespace,
                                 "labels": {"app.kubernetes.io/name": "cardquota",
                                            "app.kubernetes.io/component": "webhook-tls"}}
     if existing is not None:
         metadata["resourceVersion"] = (existing.get("metadata") or {}).get("resourceVersion")
+    elif owner is not None:
+        owner_metadata = owner.get("metadata") or {}
+        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                        "name": owner_metadata.get("name"), "uid": owner_metadata.get("uid")}]
     encoded = {name: base64.b64encode(value).decode("ascii") for name, value in (
         (CA_CERT, certificates.ca.cert_pem), (CA_KEY, certificates.ca.key_pem),
         (TLS_CERT, certificates.serving.cert_pem), (TLS_KEY, certificates.serving.key_pem),
@@ -123,7 +143,8 @@ def ensure_certificates(api: client.ApiClient, settings: Settings,
         if reason is None:
             break
         try:
-            write_secret(api, secret_body(settings, certificates, existing), create=existing is None)
+            owner = _deployment(api, settings) if existing is None else None
+            write_secret(api, secret_body(settings, certificates, existing, owner), create=existing is None)
             log.info("TLS Secret %s/%s written: %s", settings.namespace, settings.tls_secret, reason)
             break
         except KubeError as error:

@@ -31,6 +31,8 @@ class Settings:
     failure_modes: Mapping[str, FailureMode] = field(default_factory=dict)
     """Per kind, overriding the kind's own default (fail-open for Pod and Node, fail-closed for the others)."""
     tls_secret: str = "cardquota-webhook-tls"
+    deployment: str = "cardquota"
+    """The operator's own Deployment, which owns the TLS Secret it creates."""
     cert_dir: str = ""
     """Where the serving certificate and key files live while the server runs (a temporary folder when empty)."""
     dev: bool = False
@@ -82,6 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | 
                         "CARDQUOTA_FAILURE_MODES, comma-separated; defaults: Pod=open, Node=open, others closed)")
     parser.add_argument("--tls-secret", default=default("TLS_SECRET", defaults.tls_secret),
                         help="Secret holding the CA and serving certificate")
+    parser.add_argument("--deployment", default=default("DEPLOYMENT", defaults.deployment),
+                        help="the operator's own Deployment, made owner of the TLS Secret (env CARDQUOTA_DEPLOYMENT)")
     parser.add_argument("--cert-dir", default=default("CERT_DIR", defaults.cert_dir),
                         help="folder for the serving certificate files (default: a temporary folder)")
     parser.add_argument("--dev", action="store_true", default=env.get("CARDQUOTA_DEV") == "1",
@@ -108,6 +112,7 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         scheduler_configmap=args.scheduler_configmap,
         failure_modes=parse_failure_modes(modes),
         tls_secret=args.tls_secret,
+        deployment=args.deployment,
         cert_dir=args.cert_dir,
         dev=args.dev,
         log_format=LogFormat(args.log_format),

@@ -59,11 +59,16 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
                webhook_configuration("ValidatingWebhookConfiguration", "cardquota-validating", 2))
     await call(volcano_kmock, "POST", f"{WEBHOOKS}/mutatingwebhookconfigurations",
                webhook_configuration("MutatingWebhookConfiguration", "cardquota-mutating", 1))
+    await call(volcano_kmock, "POST", "/apis/apps/v1/namespaces/cardquota-system/deployments", {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cardquota", "namespace": "cardquota-system", "uid": "d-123"}, "spec": {}})
     api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
 
     first = await asyncio.to_thread(ensure_certificates, api, SETTINGS)
     secret = await call(volcano_kmock, "GET", "/api/v1/namespaces/cardquota-system/secrets/cardquota-webhook-tls")
     assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "cardquota", "uid": "d-123"}]
     assert sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert base64.b64decode(secret["data"]["tls.crt"]) == first.serving.cert_pem
     assert renewal_reason(first.serving, first.ca, service_dns_names("cardquota", "cardquota-system")) is None

@@ -156,6 +156,7 @@ def test_the_namespaced_role_covers_only_the_tls_secret_and_the_lease() -> None:
     assert _grants("Role") == {
         ("", "secrets", ""): {"create"},
         ("", "secrets", Settings().tls_secret): {"get", "patch"},
+        ("apps", "deployments", Settings().deployment): {"get"},
         ("coordination.k8s.io", "leases", ""): {"create"},
         ("coordination.k8s.io", "leases", "cardquota-controller"): {"get", "patch"},
     }
