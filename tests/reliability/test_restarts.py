@@ -1,9 +1,10 @@
-"""The operator stopped and started again at random points while the cluster keeps changing: after the last start,
-every queue's and node's annotations equal what a full rebuild of the final objects says."""
+"""The operator stopped, or killed, and started again at random points while the cluster keeps changing: after the
+last start, every queue's and node's annotations equal what a full rebuild of the final objects says."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,13 @@ async def test_annotations_converge_after_restarts_at_random_points(volcano_kmoc
                 await change()
                 await asyncio.sleep(rng.choice([0, 0, 0.01, 0.05]))
             if round_ < RESTARTS - 1:
-                stop.set()  # stopped at a random point: writes may be half done
-                await asyncio.wait_for(task, timeout=15)
+                if round_ % 2:  # killed: cancelled wherever it is, writes half done
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait_for(task, timeout=15)
+                else:  # stopped at a random point
+                    stop.set()
+                    await asyncio.wait_for(task, timeout=15)
                 for _ in range(rng.randrange(0, 4)):  # the cluster moves on while nobody watches
                     await change()
         try:
