@@ -27,6 +27,10 @@ CACHED_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
     ("/apis/scheduling.volcano.sh/v1beta1", "queues", "Queue", "scheduling.volcano.sh/v1beta1"),
     ("/apis/scheduling.volcano.sh/v1beta1", "podgroups", "PodGroup", "scheduling.volcano.sh/v1beta1"),
     ("/api/v1", "pods", "Pod", "v1"),
+    # Workloads an HorizontalPodAutoscaler can scale: their pod template, for the HPA's warning.
+    ("/apis/apps/v1", "deployments", "Deployment", "apps/v1"),
+    ("/apis/apps/v1", "statefulsets", "StatefulSet", "apps/v1"),
+    ("/apis/apps/v1", "replicasets", "ReplicaSet", "apps/v1"),
 )
 
 
@@ -192,7 +196,7 @@ def list_all(api: client.ApiClient) -> list[Mapping[str, Any]]:
         try:
             listing = with_retries(functools.partial(_get, api, f"{prefix}/{plural}"))
         except KubeError as error:
-            if error.status != NOT_FOUND or not prefix.startswith("/apis/"):
+            if error.status != NOT_FOUND or not prefix.startswith("/apis/scheduling.volcano.sh"):
                 raise
             log.warning("%s %s are not served by the API server (are the Volcano CRDs installed?): counted as none "
                         "until the operator restarts", api_version, plural)

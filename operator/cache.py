@@ -15,6 +15,7 @@ from typing import Any
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
 from cardquota.core.snapshot import kind_of, object_key
+from cardquota.core.workloads import workload_key
 
 DELETED = "DELETED"
 
@@ -47,7 +48,13 @@ class ClusterCache:
         """Apply one watch event; False when it was stale, of a kind not cached, or unreadable."""
         kind = kind_of(manifest)
         if kind is None:
-            return False
+            if workload_key(manifest) is None:
+                return False
+            if event_type == DELETED:  # a workload: kept whole for the HPA rule, no accounting
+                self.ledger.delete(manifest)
+            else:
+                self.ledger.upsert(manifest)
+            return True
         try:
             namespace, name = object_key(kind, manifest)
         except InputError:

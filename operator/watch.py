@@ -11,7 +11,8 @@ from cardquota.operator.metrics import EVENTS_PROCESSED
 
 
 def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
-    """Handlers for nodes, queues, podgroups and pods; each feeds its events to ``cache``."""
+    """Handlers for nodes, queues, podgroups, pods and the scalable workloads; each feeds its events to
+    ``cache``."""
 
     def feed(kind: str, api_version: str) -> Any:
         def handler(event: dict[str, Any], **_: Any) -> None:
@@ -28,3 +29,7 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
                   id="queue_event")(feed("Queue", "scheduling.volcano.sh/v1beta1"))
     kopf.on.event("scheduling.volcano.sh", "v1beta1", "podgroups", registry=registry,
                   id="podgroup_event")(feed("PodGroup", "scheduling.volcano.sh/v1beta1"))
+    for plural, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet"),
+                         ("replicasets", "ReplicaSet")):
+        kopf.on.event("apps", "v1", plural, registry=registry,
+                      id=f"{kind.lower()}_event")(feed(kind, "apps/v1"))

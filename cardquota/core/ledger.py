@@ -47,6 +47,7 @@ from cardquota.core.snapshot import (
     object_key,
     queue_record,
 )
+from cardquota.core.workloads import workload_key
 
 INQUEUE_PHASE = "Inqueue"
 BUILD_ORDER = (Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
@@ -149,6 +150,9 @@ class Ledger:
     def upsert(self, manifest: Manifest) -> None:
         """Apply an ADDED or MODIFIED object. Raises InputError (with a field path) for a malformed object."""
         kind = kind_of(manifest)
+        if kind is None and (workload := workload_key(manifest)) is not None:
+            self.snapshot.workloads[workload] = manifest  # kept as written: only the HPA rule reads it
+            return
         if kind is Kind.NODE:
             self.upsert_node(node_record(manifest))
         elif kind is Kind.QUEUE:
@@ -162,6 +166,8 @@ class Ledger:
         """Apply a DELETED object (only its kind and identity are read)."""
         kind = kind_of(manifest)
         if kind is None:
+            if (workload := workload_key(manifest)) is not None:
+                self.snapshot.workloads.pop(workload, None)
             return
         key = object_key(kind, manifest)
         if kind is Kind.NODE:

@@ -17,6 +17,7 @@ from cardquota.core.cards import CardKind, NodeCards, discover_card_types
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, Node, ObjectKey, Pod, PodGroup, Queue, read_meta
 from cardquota.core.quota import CardAmounts, card_quota
+from cardquota.core.workloads import WorkloadKey
 
 VOLCANO_SCHEDULING_GROUP = "scheduling.volcano.sh"
 
@@ -121,6 +122,8 @@ class ClusterSnapshot:
     queues: dict[str, QueueRecord] = field(default_factory=dict)
     podgroups: dict[ObjectKey, PodGroup] = field(default_factory=dict)
     pods: dict[ObjectKey, Pod] = field(default_factory=dict)
+    workloads: dict[WorkloadKey, Manifest] = field(default_factory=dict)
+    """Deployments, StatefulSets, ReplicaSets, DaemonSets, Jobs and CronJobs as written (for the HPA rule)."""
     complete: bool = False
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
 

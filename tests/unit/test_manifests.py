@@ -27,6 +27,7 @@ from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyCo
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.policies.schedconf import admit as admit_schedconf
 from cardquota.core.policies.schedconf import conf_violations
+from cardquota.core.policies.workload import admit as admit_workload
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import CACHED_RESOURCES
 from cardquota.loader import load_paths
@@ -606,3 +607,40 @@ def test_a_managed_resources_string_is_refused_since_it_makes_the_scheduler_exit
     verdict = admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig())
     assert not verdict.allowed
     assert "the scheduler exits on a string" in verdict.message
+
+
+
+# ------------------------------------------------------------------------------------------------- workloads
+
+VALIDATE_DEPLOYMENTS = _condition("deployments.validate.cardquota.io")
+VALIDATE_CRONJOBS = _condition("cronjobs.validate.cardquota.io")
+VALIDATE_HPAS = _condition("horizontalpodautoscalers.validate.cardquota.io")
+
+
+def _deployment(template_pod: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+            "spec": {"replicas": 2, "template": {"metadata": template_pod["metadata"], "spec": template_pod["spec"]}}}
+
+
+def test_workload_match_conditions_look_at_the_pod_template() -> None:
+    card = _deployment(pod("p", card="NVIDIA-A100", gpus=1))
+    plain = _deployment(pod("p", containers=[container(requests={"cpu": "1"})]))
+    assert _matches(VALIDATE_DEPLOYMENTS, card)
+    assert not _matches(VALIDATE_DEPLOYMENTS, plain)
+    cronjob = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+               "spec": {"jobTemplate": {"spec": {"template": card["spec"]["template"]}}}}
+    assert _matches(VALIDATE_CRONJOBS, cronjob)
+    assert _matches(VALIDATE_HPAS, {"spec": {"scaleTargetRef": {"kind": "Deployment", "name": "d"}}})
+    assert not _matches(VALIDATE_HPAS, {"spec": {"scaleTargetRef": {"kind": "CustomThing", "name": "d"}}})
+
+
+@given(annotations=_annotations, requests=_resources, limits=_resources, init=st.one_of(st.none(), _resources))
+def test_a_workload_the_match_condition_skips_is_one_the_workload_policy_leaves_alone(
+    annotations: dict[str, str], requests: dict[str, str], limits: dict[str, str], init: dict[str, str] | None,
+) -> None:
+    template_pod = pod("p", annotations=annotations, containers=[container(requests=requests, limits=limits)],
+                       init_containers=None if init is None else [container(limits=init)])
+    deployment = _deployment(template_pod)
+    if not _matches(VALIDATE_DEPLOYMENTS, deployment):
+        verdict = admit_workload(deployment, None, EXAMPLE_SNAPSHOT, PolicyConfig())
+        assert (verdict.allowed, verdict.warnings, verdict.patch) == (True, (), ()), verdict

@@ -8,7 +8,9 @@ from cardquota.core.policies import pod as pod_policy
 from cardquota.core.policies import podgroup as podgroup_policy
 from cardquota.core.policies import queue as queue_policy
 from cardquota.core.policies import schedconf as schedconf_policy
+from cardquota.core.policies import workload as workload_policy
 from cardquota.core.policies.config import Admit
+from cardquota.core.workloads import TEMPLATE_PATHS
 
 POLICIES: dict[tuple[str, str], Admit] = {
     ("scheduling.volcano.sh", "Queue"): queue_policy.admit,
@@ -17,4 +19,6 @@ POLICIES: dict[tuple[str, str], Admit] = {
     ("", "Pod"): pod_policy.admit,
     ("", "Node"): node_policy.admit,
     ("", "ConfigMap"): schedconf_policy.admit,
+    **dict.fromkeys(TEMPLATE_PATHS, workload_policy.admit),
+    ("autoscaling", "HorizontalPodAutoscaler"): workload_policy.admit_hpa,
 }

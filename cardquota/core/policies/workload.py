@@ -1,0 +1,166 @@
+"""Workloads whose pods come later — Deployments, StatefulSets, ReplicaSets, DaemonSets, Jobs, CronJobs — and the
+HorizontalPodAutoscalers that scale them: the pod rules at ``kubectl apply`` time, on the object applied.
+
+* The pod template is admitted by the **Pod policy itself** (never a second copy of the rules): its violations come
+  back with the template's path (``spec.template.metadata.annotations["volcano.sh/card.name"]``) and the same
+  reason the pods would get. Pod-only facts are not checked on a template: it is not bound to a node, has no owner
+  yet, and is not mutated (its pods are, when they are created).
+* Quota feasibility is a **warning**, not a denial (the workload may be scaled later): when ``replicas`` pods of
+  the template need more cards than the queue allows for every alternative together (each pod uses one type), it
+  says so: ``2 replicas need 2 NVIDIA-A100, queue cr-queue1 allows 1``.
+* An **autoscaling/v2 HorizontalPodAutoscaler** whose target is a card workload (in the snapshot) warns when
+  ``maxReplicas`` pods would not fit, and says at how many replicas scale-up will stall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.errors import InputError
+from cardquota.core.objects import Manifest, effective_requests
+from cardquota.core.policies.cards import card_count
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.pod import admit as admit_pod
+from cardquota.core.quota import card_alternatives, card_name_problem
+from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.verdict import Verdict, allow, decide
+from cardquota.core.violations import Violation
+from cardquota.core.workloads import TEMPLATE_PATHS
+
+SCALABLE = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")})
+
+
+@dataclass(frozen=True)
+class CardTemplate:
+    """What one pod of a workload takes: its card name, cards per pod, and the queue it is accounted to."""
+
+    card_name: str
+    cards_per_pod: int
+    queue: str
+
+
+def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    """The verdict on a workload: its pod template through the Pod policy, and the quota feasibility warning."""
+    group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
+    path = TEMPLATE_PATHS.get((group, str(manifest.get("kind", ""))))
+    if path is None:
+        return allow()
+    template, problem = _template(manifest, path)
+    where = ".".join(path)
+    if problem is not None:
+        return decide([Violation(where, problem)])
+    assert template is not None
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    namespace = str((metadata or {}).get("namespace") or "default")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {**(template.get("metadata") or {}), "name": f"{(metadata or {}).get('name')}-template",
+                        "namespace": namespace},
+           "spec": template.get("spec") or {}}
+    verdict = admit_pod(pod, None, snapshot, config)
+    violations = [Violation(f"{where}.{violation.path}", violation.message) for violation in verdict.violations]
+    if violations:
+        return decide(violations, verdict.warnings)
+    warnings = list(verdict.warnings)
+    card = card_template(template, namespace, snapshot)
+    replicas = _replicas(manifest, path)
+    if card is not None and replicas is not None and snapshot.complete:
+        capacity = pods_that_fit(card, snapshot)
+        if capacity is not None and replicas > capacity:
+            warnings.append(f"{replicas} replica{'s' if replicas != 1 else ''} need {replicas * card.cards_per_pod} "
+                            f"{card.card_name}, queue {card.queue} allows {_allowed(card, snapshot)}")
+    return decide([], warnings)
+
+
+def admit_hpa(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    """An autoscaling/v2 HorizontalPodAutoscaler: warns when ``maxReplicas`` pods of its card workload do not fit
+    the queue, and says where scale-up will stall."""
+    spec = manifest.get("spec") if isinstance(manifest.get("spec"), Mapping) else {}
+    target = (spec or {}).get("scaleTargetRef")
+    maximum = (spec or {}).get("maxReplicas")
+    if not isinstance(target, Mapping) or isinstance(maximum, bool) or not isinstance(maximum, int):
+        return allow()  # the API server validates the HPA's own shape
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    namespace = str((metadata or {}).get("namespace") or "default")
+    group = str(target.get("apiVersion", "")).rpartition("/")[0]
+    key = (group, str(target.get("kind", "")), namespace, str(target.get("name", "")))
+    workload = snapshot.workloads.get(key)
+    if workload is None or (group, key[1]) not in SCALABLE:
+        return allow()
+    template, _ = _template(workload, TEMPLATE_PATHS[(group, key[1])])
+    card = card_template(template, namespace, snapshot) if template is not None else None
+    if card is None or not snapshot.complete:
+        return allow()
+    capacity = pods_that_fit(card, snapshot)
+    if capacity is None or maximum <= capacity:
+        return allow()
+    return allow([f"scale-up of {key[1]} {namespace}/{key[3]} will stall at {capacity} "
+                  f"replica{'s' if capacity != 1 else ''}: maxReplicas {maximum} would need "
+                  f"{maximum * card.cards_per_pod} {card.card_name}, queue {card.queue} allows "
+                  f"{_allowed(card, snapshot)}"])
+
+
+def card_template(template: Mapping[str, Any], namespace: str, snapshot: ClusterSnapshot) -> CardTemplate | None:
+    """The card facts of a pod template, None when it names no usable card type."""
+    metadata = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
+    annotations = (metadata or {}).get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    card_name = annotations.get(keys.CARD_NAME)
+    if not isinstance(card_name, str) or card_name_problem(card_name) is not None:
+        return None
+    try:
+        requests = effective_requests(template.get("spec") or {}, "spec")
+    except InputError:
+        return None
+    per_pod = card_count(requests, card_name, snapshot.catalog())
+    if per_pod <= 0:
+        return None
+    queue = annotations.get(keys.QUEUE_NAME)
+    return CardTemplate(card_name, per_pod, queue if isinstance(queue, str) and queue else keys.DEFAULT_QUEUE)
+
+
+def pods_that_fit(card: CardTemplate, snapshot: ClusterSnapshot) -> int | None:
+    """How many such pods the queue's card quota holds (each pod one type: the alternatives' shares added up);
+    None when the queue is not in the snapshot."""
+    record = snapshot.queues.get(card.queue)
+    if record is None:
+        return None
+    quota = record.quota.values
+    return sum(quota.get(alternative, 0) // card.cards_per_pod for alternative in card_alternatives(card.card_name))
+
+
+def _allowed(card: CardTemplate, snapshot: ClusterSnapshot) -> str:
+    record = snapshot.queues.get(card.queue)
+    quota = record.quota.values if record is not None else {}
+    alternatives = card_alternatives(card.card_name)
+    if len(alternatives) == 1:
+        return str(quota.get(alternatives[0], 0))
+    return ", ".join(f"{quota.get(alternative, 0)} {alternative}" for alternative in alternatives)
+
+
+def _template(manifest: Manifest, path: tuple[str, ...]) -> tuple[Mapping[str, Any] | None, str | None]:
+    node: Any = manifest
+    for step in path:
+        node = node.get(step) if isinstance(node, Mapping) else None
+        if node is None:
+            return {}, None  # no template yet: nothing to check (the API server requires one where it must)
+    if not isinstance(node, Mapping):
+        return None, "must be a pod template (a map)"
+    return node, None
+
+
+def _replicas(manifest: Manifest, path: tuple[str, ...]) -> int | None:
+    """How many pods run at once: ``spec.replicas`` (default 1), a Job's ``parallelism``; None for DaemonSets
+    (one per node)."""
+    kind = manifest.get("kind")
+    if kind == "DaemonSet":
+        return None
+    holder: Any = manifest
+    for step in path[:-1]:  # the object holding the template: spec (or the CronJob's job spec)
+        holder = holder.get(step) if isinstance(holder, Mapping) else None
+    if not isinstance(holder, Mapping):
+        return None
+    value = holder.get("parallelism" if kind in ("Job", "CronJob") else "replicas", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
