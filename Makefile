@@ -40,6 +40,9 @@ demo: $(VENV)/.stamp-runtime ## card types, per-queue usage and admission checks
 	@echo "== cardquota check: manifests they refuse, with the message kubectl apply would show (exit 1 expected)"
 	@$(BIN)/cardquota check -f examples/check/bad.yaml --cluster examples/cluster.yaml -o table || [ $$? -eq 1 ]
 	@echo
+	@echo "== cardquota check: a Deployment, its HPA and a CronJob, told at apply time (exit 1 expected)"
+	@$(BIN)/cardquota check -f examples/workloads/inference.yaml --cluster examples/cluster.yaml -o table || [ $$? -eq 1 ]
+	@echo
 	@echo "== cardquota simulate: where the example workload would go, with the scheduler's rules"
 	@$(BIN)/cardquota simulate --cluster examples/cluster.yaml -f examples/simulate/workload.yaml -o table || [ $$? -eq 1 ]
 

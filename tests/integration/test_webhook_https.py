@@ -4,6 +4,7 @@ crashing policy per failure mode; a cache still loading; the TLS chain; certific
 from __future__ import annotations
 
 import asyncio
+import copy
 import ssl
 from dataclasses import replace
 from typing import Any
@@ -232,3 +233,29 @@ async def _peer_serial(server: Server) -> int:
     await writer.wait_closed()
     assert isinstance(writer.get_extra_info("ssl_object"), ssl.SSLObject)
     return x509.load_der_x509_certificate(der).serial_number
+
+
+async def test_a_deployment_and_its_hpa_through_the_webhook(server: Server) -> None:
+    annotations = {"volcano.sh/card.name": A100, "scheduling.volcano.sh/queue-name": "team-a"}
+    template = {"metadata": {"annotations": annotations},
+                "spec": {"schedulerName": "volcano", "containers": [
+                    {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "serve", "namespace": "ml"}, "spec": {"replicas": 6, "template": template}}
+    answer = await server.validate(review(deployment))
+    assert answer["allowed"] is True
+    assert answer["warnings"] == ["6 replicas need 12 NVIDIA-A100, queue team-a allows 10"]
+    wrong = copy.deepcopy(deployment)
+    wrong["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    denied = await server.validate(review(wrong))
+    assert denied["allowed"] is False
+    assert denied["status"]["message"].startswith("spec.template.spec.schedulerName: ")
+    server.cache.apply("ADDED", deployment)  # as the watch would deliver it
+    autoscaler = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                  "metadata": {"name": "serve", "namespace": "ml"},
+                  "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve"},
+                           "minReplicas": 1, "maxReplicas": 8}}
+    hpa_answer = await server.validate(review(autoscaler))
+    assert hpa_answer["allowed"] is True
+    assert hpa_answer["warnings"] == ["scale-up of Deployment ml/serve will stall at 5 replicas: maxReplicas 8 would "
+                                      "need 16 NVIDIA-A100, queue team-a allows 10"]
