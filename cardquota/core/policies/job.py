@@ -3,6 +3,8 @@
 * ``volcano.sh/card.request`` on the Job: the PodGroup rules (it becomes the PodGroup's annotation).
 * each task's pod template: its ``volcano.sh/card.name`` must parse, be covered by the Job's card.request, and
   the template must request the card type's resource (denials name the task and the expected resource).
+* each task's template also gets the pod rules that are not about cards: mGPU requests and the crossquota scoring
+  strategy (the Pod policy's own rule functions), at the template's path;
 * mutation: a Job with no card.request whose tasks name cards gets one — replicas x cards per pod, per card key —
   and that request must fit its queue like a written one.
 """
@@ -23,6 +25,8 @@ from cardquota.core.policies.cards import (
     request_against_queue,
 )
 from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.crossquota import scoring_strategy_violations
+from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.policies.podgroup import read_request_header
 from cardquota.core.quota import card_alternatives, card_name_problem
 from cardquota.core.snapshot import ClusterSnapshot
@@ -37,6 +41,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     request, violations = header.request, header.violations
     tasks, task_violations = _card_tasks(manifest, snapshot)
     violations.extend(task_violations)
+    violations.extend(_template_pod_violations(manifest))
     patch: list[PatchOperation] = []
     wanted: Mapping[str, int] = request.values
     if request.present:
@@ -112,6 +117,22 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
                                                         f"task {shown(name)}'s pod template"))
         found.append(_CardTask(name, index, card_name, replicas, card_count(requests, card_name, catalog)))
     return found, violations
+
+
+def _template_pod_violations(manifest: Manifest) -> list[Violation]:
+    """The pod rules the card checks above do not cover, on each task's template: mGPU requests and the crossquota
+    scoring strategy (the same rule functions the Pod policy runs), at the template's path."""
+    spec = manifest.get("spec")
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    violations: list[Violation] = []
+    for index, task in enumerate(tasks if isinstance(tasks, list) else []):
+        template = task.get("template") if isinstance(task, Mapping) else None
+        if not isinstance(template, Mapping):
+            continue
+        prefix = f"spec.tasks[{index}].template."
+        found = [*mgpu_violations(template), *scoring_strategy_violations(_annotations(template))]
+        violations.extend(Violation(prefix + violation.path, violation.message) for violation in found)
+    return violations
 
 
 def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:

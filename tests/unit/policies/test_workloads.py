@@ -127,3 +127,18 @@ def test_the_readme_example_is_what_check_prints() -> None:
     out = io.StringIO()
     run("cardquota", argv, stdout=out, stderr=io.StringIO())
     assert out.getvalue().rstrip() == shown.rstrip()
+
+
+def test_volcano_job_task_templates_get_the_pod_rules_that_are_not_about_cards() -> None:
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml"},
+           "spec": {"queue": "cr-queue1", "tasks": [{"name": "w", "replicas": 1, "template": {
+               "metadata": {"annotations": {"volcano.sh/crossquota-scoring-strategy": "bogus"}},
+               "spec": {"containers": [{"name": "c", "resources": {
+                   "requests": {"vke.volcengine.com/mgpu-core": "-20"}}}]}}}]}}
+    verdict = admit(job, None, snapshot(), PolicyConfig())
+    assert [(v.path, v.message) for v in verdict.violations] == [
+        ('spec.tasks[0].template.spec.containers[0].resources.requests["vke.volcengine.com/mgpu-core"]',
+         'container "c": vke.volcengine.com/mgpu-core -20 must be above 0'),
+        ('spec.tasks[0].template.metadata.annotations["volcano.sh/crossquota-scoring-strategy"]',
+         '"bogus" is not a scoring strategy; use most-allocated or least-allocated'),
+    ]
