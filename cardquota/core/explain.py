@@ -105,7 +105,7 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
     if refusal is not None:
         explanation.blockers.append(f"{refusal.message} ({refusal.reason}).")
         return explanation
-    node, reason = _best_node(session, key)
+    node, reason = session.best_node(key)
     if node is not None:
         where = session.node_card_type(key, node)
         explanation.facts.append(f"Node {node} can take it now" + (f" ({where})." if where else "."))
@@ -152,23 +152,6 @@ def _card_blockers(session: Session, key: ObjectKey, queue: str) -> list[str]:
                         f"{short} {card} {'is' if short == 1 else 'are'} released, or when the quota is raised to "
                         f"{quota[card] + short}.")
     return blockers
-
-
-def _best_node(session: Session, key: ObjectKey) -> tuple[str | None, str]:
-    """(the node that can take the pod now: the best by score, ties by name; or None, and why none can)."""
-    refusals = []
-    best: tuple[float, str] | None = None
-    for node in sorted(session.nodes):
-        refusal = session.fit_refusal(key, node) or session.node_refusal(key, node)
-        if refusal is not None:
-            refusals.append(refusal)
-            continue
-        score = session.score(key, node)
-        if best is None or score > best[0]:
-            best = (score, node)
-    if best is not None:
-        return best[1], ""
-    return None, session.no_node_reason(refusals, len(session.nodes))
 
 
 def _holders(session: Session, queue: str, card: str) -> str:

@@ -359,6 +359,23 @@ class Session:
         self.pods.pop(key, None)
         self.ledger.delete_pod(key)
 
+    def best_node(self, key: ObjectKey) -> tuple[str | None, str]:
+        """Every node scored: (the one that can take the pod now, the best by score, ties by name — or None, and
+        the scheduler-style reason none can)."""
+        refusals = []
+        best: tuple[float, str] | None = None
+        for node in sorted(self.nodes):
+            refusal = self.fit_refusal(key, node) or self.node_refusal(key, node)
+            if refusal is not None:
+                refusals.append(refusal)
+                continue
+            score = self.score(key, node)
+            if best is None or score > best[0]:
+                best = (score, node)
+        if best is not None:
+            return best[1], ""
+        return None, self.no_node_reason(refusals, len(self.nodes))
+
     def no_node_reason(self, refusals: Iterable[Refusal], nodes: int) -> str:
         """kube-scheduler's summary: ``0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 ...``."""
         counts = Counter(refusal.message for refusal in refusals)

@@ -18,7 +18,6 @@ from typing import Any
 from cardquota.core import keys
 from cardquota.core.objects import Manifest, ObjectKey, PodGroup
 from cardquota.core.scheduling import mgpu
-from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import Kind, kind_of
 
@@ -199,27 +198,17 @@ def place(session: Session, key: ObjectKey, memo: RefusalMemo | None = None) -> 
     for group in session.preference_groups(key) or []:
         # Scores fall from one group to the next and are equal within one: the first node that fits wins, as a
         # full scan would choose it (highest score, then the node name).
-        for node in group:
-            if node in refused:
+        for candidate in group:
+            if candidate in refused:
                 continue
-            if session.fit_refusal(key, node) is None and session.node_refusal(key, node) is None:
-                return _placed(session, key, node)
-            refused.add(node)
-    refusals: list[Refusal] = []
-    best: tuple[float, str] | None = None
-    for node in sorted(session.nodes):
-        refusal = session.fit_refusal(key, node) or session.node_refusal(key, node)
-        if refusal is not None:
-            refusals.append(refusal)
-            continue
-        score = session.score(key, node)
-        if best is None or score > best[0]:
-            best = (score, node)
+            if session.fit_refusal(key, candidate) is None and session.node_refusal(key, candidate) is None:
+                return _placed(session, key, candidate)
+            refused.add(candidate)
+    best, reason = session.best_node(key)
     if best is None:
-        reason = session.no_node_reason(refusals, len(session.nodes))
         memo.remember_reason(session, shape, reason)
         return PodOutcome(reason=reason)
-    return _placed(session, key, best[1])
+    return _placed(session, key, best)
 
 
 def _placed(session: Session, key: ObjectKey, node: str) -> PodOutcome:
