@@ -3,7 +3,6 @@ annotation edited by hand to garbage."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 import uuid
@@ -13,13 +12,11 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import gpu_node, node, pod, queue
+from operator_runs import operator_running
 from polling import eventually
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.publish import queue_annotations
-from cardquota.kube import Connection
-from cardquota.operator.main import run
-from cardquota.operator.settings import Settings
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -36,14 +33,7 @@ async def test_without_the_volcano_crds_the_operator_still_serves(kmock: Any, tm
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     kmock.resources.load_bundled()  # no scheduling.volcano.sh resources at all
     kmock.objects["v1/nodes", None, "a1"] = gpu_node("a1", "NVIDIA-A100", 8)
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path))
-    stop, started = asyncio.Event(), asyncio.Event()
-    ports: list[int] = []
-    connection = Connection(host=str(kmock.url).rstrip("/"), insecure=True)
-    task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started,
-                                   on_listening=ports.append))
-    try:
-        await asyncio.wait_for(started.wait(), timeout=15)
+    async with operator_running(kmock, tmp_path) as ports:
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
             card_pod = pod("p", namespace="ml", card="NVIDIA-A100", gpus=1)
@@ -56,9 +46,6 @@ async def test_without_the_volcano_crds_the_operator_still_serves(kmock: Any, tm
             assert "queue default does not exist" in answer["status"]["message"]
             async with session.get(f"https://localhost:{ports[0]}/readyz") as response:
                 assert response.status == 200
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=15)
     assert "are not served by the API server (are the Volcano CRDs installed?)" in caplog.text
 
 
@@ -89,30 +76,20 @@ async def test_a_garbage_quota_gets_an_event_and_the_other_queues_keep_being_ser
     queues = "/apis/scheduling.volcano.sh/v1beta1/queues"
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "broken"] = queue("broken", "{oops")
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "fine"] = queue("fine", {"NVIDIA-A100": 2})
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path),
-                        publish_window=0.05)
-    stop, started = asyncio.Event(), asyncio.Event()
     base = str(volcano_kmock.url).rstrip("/")
-    task = asyncio.create_task(run(settings, connection=Connection(host=base, insecure=True), stop=stop,
-                                   started=started))
-    try:
-        await asyncio.wait_for(started.wait(), timeout=15)
-        async with aiohttp.ClientSession() as session:
-            async def fetch(path: str) -> Any:
-                async with session.get(f"{base}{path}") as response:
-                    return await response.json()
+    async with operator_running(volcano_kmock, tmp_path, publish_window=0.05), aiohttp.ClientSession() as session:
+        async def fetch(path: str) -> Any:
+            async with session.get(f"{base}{path}") as response:
+                return await response.json()
 
-            async def served() -> bool:
-                fine = (await fetch(f"{queues}/fine"))["metadata"].get("annotations", {})
-                events = (await fetch("/api/v1/namespaces/default/events")).get("items") or []
-                return fine.get("volcano.sh/card.usage") == "NVIDIA-A100 0/2" and any(
-                    e["reason"] == "InvalidCardQuota" and e["involvedObject"]["name"] == "broken" for e in events)
+        async def served() -> bool:
+            fine = (await fetch(f"{queues}/fine"))["metadata"].get("annotations", {})
+            events = (await fetch("/api/v1/namespaces/default/events")).get("items") or []
+            return fine.get("volcano.sh/card.usage") == "NVIDIA-A100 0/2" and any(
+                e["reason"] == "InvalidCardQuota" and e["involvedObject"]["name"] == "broken" for e in events)
 
-            await eventually(served, timeout=15)
-            events = (await fetch("/api/v1/namespaces/default/events"))["items"]
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=15)
+        await eventually(served, timeout=15)
+        events = (await fetch("/api/v1/namespaces/default/events"))["items"]
     (event,) = [e for e in events if e["reason"] == "InvalidCardQuota"]
     assert event["involvedObject"] == {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                                        "name": "broken"}

@@ -4,20 +4,14 @@ bounded retries, and nothing fails for good."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from builders import pod, podgroup, queue
+from operator_runs import operator_running
 from polling import eventually
-
-from cardquota.kube import Connection
-from cardquota.operator.main import run
-from cardquota.operator.settings import Settings
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -33,26 +27,11 @@ async def call(kmock: Any, method: str, path: str, body: object = None) -> Any:
         return await response.json()
 
 
-@contextlib.asynccontextmanager
-async def operator(kmock: Any, tmp_path: Path) -> AsyncIterator[None]:
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path),
-                        publish_window=0.05)
-    stop, started = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(settings, connection=Connection(host=str(kmock.url).rstrip("/"), insecure=True),
-                                   stop=stop, started=started))
-    await asyncio.wait_for(started.wait(), timeout=15)
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=15)
-
-
 async def test_annotations_converge_through_conflicts_and_server_errors(volcano_kmock: Any, tmp_path: Path) -> None:
     volcano_kmock["patch"][:3] << 409  # the first three patches conflict,
     volcano_kmock["patch"][3:5] << 500  # the next two fail on the server,
     volcano_kmock["post", "/api/v1/namespaces/ml/events"][:2] << 503  # and the first event posts are refused
-    async with operator(volcano_kmock, tmp_path):
+    async with operator_running(volcano_kmock, tmp_path, publish_window=0.05):
         await call(volcano_kmock, "POST", QUEUES, queue("team-a", {A100: 1}))
         await call(volcano_kmock, "POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups",
                    podgroup("pg", namespace="ml", queue="team-a", phase="Running"))
@@ -82,7 +61,7 @@ async def test_annotations_converge_through_conflicts_and_server_errors(volcano_
 async def test_an_object_deleted_before_its_patch_is_not_an_error(volcano_kmock: Any, tmp_path: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     volcano_kmock["patch", f"{QUEUES}/gone"] << 404  # deleted between the watch event and the write
-    async with operator(volcano_kmock, tmp_path):
+    async with operator_running(volcano_kmock, tmp_path, publish_window=0.05):
         await call(volcano_kmock, "POST", QUEUES, queue("gone", {A100: 2}))
         await call(volcano_kmock, "POST", QUEUES, queue("stays", {A100: 2}))
 
@@ -98,7 +77,7 @@ async def test_the_first_full_list_is_retried_when_the_api_server_errs(volcano_k
     volcano_kmock["get", "/api/v1/pods"][:2] << 500
     volcano_kmock["get", "/api/v1/nodes"][:1] << 429
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 2})
-    async with operator(volcano_kmock, tmp_path):
+    async with operator_running(volcano_kmock, tmp_path, publish_window=0.05):
 
         async def annotated() -> bool:
             annotations = (await call(volcano_kmock, "GET", f"{QUEUES}/team-a"))["metadata"].get("annotations", {})

@@ -1,0 +1,33 @@
+"""The real ``cardquota operator`` run in the test's own task against kmock (stopped from the same task: Kopf
+cancels tasks created after it started, which a fixture's teardown would be)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from cardquota.kube import Connection
+from cardquota.operator.main import run
+from cardquota.operator.settings import Settings
+
+
+@contextlib.asynccontextmanager
+async def operator_running(kmock: Any, tmp_path: Path, **settings: Any) -> AsyncIterator[list[int]]:
+    """Yields the admission server's port(s) once the first full list has loaded; dev certificates in ``tmp_path``
+    unless ``settings`` say otherwise."""
+    options: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "dev": True,
+                               "cert_dir": str(tmp_path), **settings}
+    stop, started = asyncio.Event(), asyncio.Event()
+    ports: list[int] = []
+    task = asyncio.create_task(run(Settings(**options), connection=Connection(host=str(kmock.url).rstrip("/"),
+                                                                               insecure=True),
+                                   stop=stop, started=started, on_listening=ports.append))
+    await asyncio.wait_for(started.wait(), timeout=15)
+    try:
+        yield ports
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
