@@ -38,8 +38,14 @@ class ClusterCache:
         The objects loaded are then frozen out of the cyclic garbage collector's scans: a full collection over a
         large cluster's worth of objects would otherwise pause admission answers for milliseconds.
         """
-        for manifest in manifests:
-            self.apply("ADDED", manifest)
+        was_enabled = gc.isenabled()
+        gc.disable()  # the views hold no cycles: collections during the load would only walk the growing heap
+        try:
+            for manifest in manifests:
+                self.apply("ADDED", manifest)
+        finally:
+            if was_enabled:
+                gc.enable()
         self.ledger.snapshot.complete = True
         gc.collect()
         gc.freeze()
