@@ -22,16 +22,20 @@ T = TypeVar("T")
 log = logging.getLogger("cardquota.kube")
 
 # (API path prefix, plural, kind, apiVersion) of everything the cache holds.
-CACHED_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
+CARD_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
     ("/api/v1", "nodes", "Node", "v1"),
     ("/apis/scheduling.volcano.sh/v1beta1", "queues", "Queue", "scheduling.volcano.sh/v1beta1"),
     ("/apis/scheduling.volcano.sh/v1beta1", "podgroups", "PodGroup", "scheduling.volcano.sh/v1beta1"),
     ("/api/v1", "pods", "Pod", "v1"),
-    # Workloads an HorizontalPodAutoscaler can scale: their pod template, for the HPA's warning.
+)
+"""What card accounting needs."""
+WORKLOAD_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
     ("/apis/apps/v1", "deployments", "Deployment", "apps/v1"),
     ("/apis/apps/v1", "statefulsets", "StatefulSet", "apps/v1"),
     ("/apis/apps/v1", "replicasets", "ReplicaSet", "apps/v1"),
 )
+"""The workloads an HorizontalPodAutoscaler can scale (their pod template, for the HPA rule)."""
+CACHED_RESOURCES = CARD_RESOURCES + WORKLOAD_RESOURCES
 
 
 @dataclass(frozen=True)
@@ -184,18 +188,24 @@ def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str)
     return True
 
 
-def list_all(api: client.ApiClient) -> list[Mapping[str, Any]]:
+def list_all(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str]] = CACHED_RESOURCES,
+             *, optional: Sequence[tuple[str, str, str, str]] = ()) -> list[Mapping[str, Any]]:
     """A full list of every cached kind, with apiVersion and kind set on each item (lists leave them out).
 
-    Server errors, throttling and lost connections are retried with backoff. A Volcano kind the API server does
+    ``optional`` resources a 403 leaves out (with a warning) instead of failing. Server errors, throttling and lost
+    connections are retried with backoff. A Volcano kind the API server does
     not serve (the CRDs are not installed yet) lists as empty, with a warning: the webhooks and the node controller
     keep working meanwhile.
     """
     manifests: list[Mapping[str, Any]] = []
-    for prefix, plural, kind, api_version in CACHED_RESOURCES:
+    for resource in (*resources, *optional):
+        prefix, plural, kind, api_version = resource
         try:
             listing = with_retries(functools.partial(_get, api, f"{prefix}/{plural}"))
         except KubeError as error:
+            if resource in optional and error.status == FORBIDDEN:
+                log.warning("%s %s cannot be listed (%s): left out", api_version, plural, error)
+                continue
             if error.status != NOT_FOUND or not prefix.startswith("/apis/scheduling.volcano.sh"):
                 raise
             log.warning("%s %s are not served by the API server (are the Volcano CRDs installed?): counted as none "

@@ -53,20 +53,19 @@ class ClusterCache:
     def apply(self, event_type: str | None, manifest: Mapping[str, Any]) -> bool:
         """Apply one watch event; False when it was stale, of a kind not cached, or unreadable."""
         kind = kind_of(manifest)
-        if kind is None:
-            if workload_key(manifest) is None:
-                return False
-            if event_type == DELETED:  # a workload: kept whole for the HPA rule, no accounting
-                self.ledger.delete(manifest)
-            else:
-                self.ledger.upsert(manifest)
-            return True
-        try:
-            namespace, name = object_key(kind, manifest)
-        except InputError:
-            self.rejected += 1
+        workload = workload_key(manifest) if kind is None else None
+        if kind is None and workload is None:
             return False
-        identity = (kind.value, namespace, name)
+        if workload is not None:
+            identity = (f"{workload[0]}/{workload[1]}", workload[2], workload[3])
+        else:
+            assert kind is not None
+            try:
+                namespace, name = object_key(kind, manifest)
+            except InputError:
+                self.rejected += 1
+                return False
+            identity = (kind.value, namespace, name)
         version = _version(manifest)
         known = self.versions.get(identity)
         if version is not None and known is not None and version < known:

@@ -32,6 +32,14 @@ def identity(manifest: Manifest) -> Identity:
     return (api_version.rpartition("/")[0], kind, namespace, str(name or ""))
 
 
+def in_namespace(manifest: Manifest, namespace: str) -> Manifest:
+    """A namespaced object that names no namespace, put in ``namespace`` (as ``kubectl apply -n`` would)."""
+    metadata = manifest.get("metadata")
+    if str(manifest.get("kind", "")) not in NAMESPACED or not isinstance(metadata, dict) or metadata.get("namespace"):
+        return manifest
+    return {**manifest, "metadata": {**metadata, "namespace": namespace}}
+
+
 def apply_patch(manifest: Manifest, patch: Sequence[PatchOperation]) -> Manifest:
     """The object as the API server would store it after the mutating webhook's patch."""
     if not patch:

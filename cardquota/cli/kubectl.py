@@ -59,15 +59,17 @@ class Cluster:
             self._api = _kube(lambda: api_client(kubeconfig=self.kubeconfig, context=self.context))
         return self._api
 
-    def objects(self) -> list[Manifest]:
-        """Nodes, Queues, PodGroups and Pods (plus, offline, whatever else the files hold)."""
+    def objects(self, *, workloads: bool = False) -> list[Manifest]:
+        """Nodes, Queues, PodGroups and Pods — and, with ``workloads``, the Deployments, StatefulSets and ReplicaSets
+        an HPA can scale, when this user may list them (offline: whatever the files hold)."""
         if not self.live:
             documents = load_paths(self.files)
             _validate(documents)
             return [document.manifest for document in documents]
-        from cardquota.kube import list_all
+        from cardquota.kube import CARD_RESOURCES, WORKLOAD_RESOURCES, list_all
 
-        return _kube(lambda: list(list_all(self.api())))
+        optional = WORKLOAD_RESOURCES if workloads else ()
+        return _kube(lambda: list(list_all(self.api(), CARD_RESOURCES, optional=optional)))
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
         if not self.live:
@@ -109,8 +111,11 @@ class Cluster:
             from cardquota.kube import list_namespaced_kind
 
             candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
-        wanted = {"pod": "Pod", "podgroup": "PodGroup", "job": "Job"}[kind]
-        matches = [m for m in candidates if m.get("kind") == wanted and (m.get("metadata") or {}).get("name") == name
+        wanted = {"pod": ("", "Pod"), "podgroup": ("scheduling.volcano.sh", "PodGroup"),
+                  "job": ("batch.volcano.sh", "Job")}[kind]
+        matches = [m for m in candidates
+                   if (str(m.get("apiVersion", "")).rpartition("/")[0], m.get("kind")) == wanted
+                   and (m.get("metadata") or {}).get("name") == name
                    and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
         where = "" if self.live else f" in {', '.join(self.files)}"
         if not matches:
@@ -218,22 +223,26 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
     objects = cluster.objects()
     config = cluster.scheduler_config(objects, err)
-    targets: list[Manifest] = []
+    targets: list[tuple[Manifest, str]] = []
     for document in load_paths(args.files) if args.files else []:
-        targets.append(document.manifest)
+        targets.append((document.manifest, document.source))
     if args.target:
         kind, _, name = args.target.partition("/")
         if kind.lower() not in TARGET_KINDS or not name:
             raise InputError(f"{args.target!r}: expected pod/NAME, podgroup/NAME or job/NAME", where="explain")
         namespace = None if args.all_namespaces else args.namespace or cluster.default_namespace()
-        targets.append(cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects))
+        targets.append((cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects), args.target))
     if not targets:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
     explanations: list[Explanation] = []
-    for target in targets:
+    for target, source in targets:
         if target.get("kind") not in ("Pod", "PodGroup", "Job"):
-            raise InputError(f"cannot explain a {target.get('kind')}: only pods, PodGroups and Volcano Jobs")
-        explanations.append(explain(objects, target, config))
+            raise InputError(f"cannot explain a {target.get('kind')}: only pods, PodGroups and Volcano Jobs",
+                             where=source)
+        try:
+            explanations.append(explain(objects, target, config))
+        except InputError as error:
+            raise error.located(source) from None
     if args.output == "json":
         output.write_json([e.as_json() for e in explanations], out)
     elif args.output == "yaml":
@@ -246,7 +255,7 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def live_check_documents(args: argparse.Namespace) -> list[Document]:
     """``kubectl cardquota check``: the live cluster's objects as the snapshot the manifests are checked against."""
     cluster = _cluster(args)
-    return [Document(manifest, "cluster") for manifest in cluster.objects()]
+    return [Document(manifest, "cluster") for manifest in cluster.objects(workloads=True)]
 
 
 # --------------------------------------------------------------------------------------------------- formatting

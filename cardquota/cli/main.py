@@ -17,7 +17,7 @@ from typing import TextIO, TypeVar
 
 from cardquota import __version__
 from cardquota.cli import output
-from cardquota.cli.check import CheckResult, Identity, apply_patch, identity
+from cardquota.cli.check import CheckResult, Identity, apply_patch, identity, in_namespace
 from cardquota.cli.output import OutputFormat
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
@@ -336,7 +336,10 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         existing[identity(document.manifest)] = document.manifest
     ledger.snapshot.complete = bool(cluster)
     results: list[CheckResult] = []
+    default_namespace = getattr(args, "namespace", None)  # kubectl cardquota check -n NAMESPACE
     for document in load_paths(args.files):
+        if default_namespace:
+            document = Document(in_namespace(document.manifest, default_namespace), document.source)
         key = identity(document.manifest)
         verdict = admit(document.manifest, existing.get(key), ledger.snapshot, config)
         if verdict.allowed:

@@ -30,6 +30,8 @@ from cardquota.core.scheduling.simulate import expand_volcano_jobs
 from cardquota.core.snapshot import Kind, kind_of
 
 DEFAULT_SCHEDULER = "default-scheduler"
+JOB_NAME = "volcano.sh/job-name"
+"""Label and annotation the Volcano job controller puts on a job's pods."""
 TOP_HOLDERS = 3
 
 
@@ -93,6 +95,10 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
         where = session.node_card_type(key, pod.node_name)
         explanation.facts.append(f"It is bound to node {pod.node_name}" + (f" ({where})." if where else "."))
         return explanation
+    if pod.group_key is not None and pod.group_key not in session.ledger.snapshot.podgroups:
+        explanation.blockers.append(
+            f"Its PodGroup {pod.group_key[0]}/{pod.group_key[1]} ({keys.GROUP_NAME}) does not exist: Volcano schedules "
+            "a pod only with its PodGroup; create it, or fix the annotation.")
     scheduler = str((manifest.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER)
     if pod.card_name is not None and scheduler not in schedulers:
         explanation.blockers.append(
@@ -214,18 +220,20 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
 
 def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerConfig | None,
                  schedulers: frozenset[str]) -> Explanation:
-    """A Volcano Job: its PodGroup as the job controller creates it (or the one in the cluster) and its pods."""
-    metadata = job.get("metadata") or {}
-    namespace, name = metadata.get("namespace") or "default", metadata.get("name", "")
+    """A Volcano Job: its PodGroup and pods as the job controller made them (the PodGroup owned by the job, or named
+    after it; the pods labelled ``volcano.sh/job-name``), else as it will make them, from its task templates."""
+    metadata = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
+    namespace, name = str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name", ""))
+    existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP and _identity(m)[0] == namespace
+                           and (_identity(m)[1] == name or _owned_by_job(m, name))), None)
+    group_name = _identity(existing_group)[1] if existing_group is not None else name
+    existing_pods = [m for m in cluster if kind_of(m) is Kind.POD and _identity(m)[0] == namespace
+                     and (_marks(m).get(keys.GROUP_NAME) == group_name or _marks(m).get(JOB_NAME) == name)]
     expanded = expand_volcano_jobs([job])
-    existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP
-                           and _identity(m) == (namespace, name)), None)
-    existing_pods = [m for m in cluster if kind_of(m) is Kind.POD
-                     and ((m.get("metadata") or {}).get("annotations") or {}).get(keys.GROUP_NAME) == name
-                     and _identity(m)[0] == namespace]
     group = existing_group or next(m for m in expanded if kind_of(m) is Kind.PODGROUP)
     pods = existing_pods or [m for m in expanded if kind_of(m) is Kind.POD]
-    others = [m for m in cluster if not any(_same_object(m, own) for own in (group, *pods))]
+    own = {(m.get("kind"), _identity(m)) for m in (group, *pods)}
+    others = [m for m in cluster if (m.get("kind"), _identity(m)) not in own]
     session = Session([*others, group, *[p for p in pods if _bound(p)]], config)
     for manifest in pods:
         if not _bound(manifest):
@@ -237,14 +245,36 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     return explanation
 
 
+def _owned_by_job(manifest: Manifest, job: str) -> bool:
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    owners = (metadata or {}).get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    return any(isinstance(owner, Mapping) and owner.get("kind") == "Job" and owner.get("name") == job
+               for owner in owners)
+
+
+def _marks(manifest: Manifest) -> dict[str, object]:
+    """A pod's labels and annotations together (Volcano puts the job name in both)."""
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    marks: dict[str, object] = {}
+    for part in ("labels", "annotations"):
+        values = (metadata or {}).get(part)
+        if isinstance(values, Mapping):
+            marks.update(values)
+    return marks
+
+
 # ------------------------------------------------------------------------------------------------------ helpers
 
 
 def _queue_source(pod: Pod, session: Session) -> str:
     if pod.queue_annotation:
         return f"its annotation {keys.QUEUE_NAME}"
-    if pod.group_key is not None and pod.group_key in session.ledger.snapshot.podgroups:
-        return f"from its PodGroup {pod.group_key[0]}/{pod.group_key[1]}"
+    if pod.group_key is not None:
+        known = pod.group_key in session.ledger.snapshot.podgroups
+        where = f"its PodGroup {pod.group_key[0]}/{pod.group_key[1]}"
+        return f"from {where}" if known else f"the default queue, until {where} exists"
     return "the default queue: it names none"
 
 

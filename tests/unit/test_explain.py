@@ -146,3 +146,32 @@ def test_a_volcano_job_is_read_from_its_templates_when_it_has_no_pods_yet() -> N
 def test_other_kinds_cannot_be_explained() -> None:
     with pytest.raises(InputError, match="explain needs a Pod, a PodGroup or a Volcano Job, not Queue"):
         explain(CLUSTER, queue("q"), UNLIMITED)
+
+
+def test_a_running_volcano_job_is_explained_from_its_real_podgroup_and_pods() -> None:
+    """The job controller names the PodGroup <job>-<uid> (owned by the job) and labels the pods with the job name."""
+    group = podgroup("train-6f1c", namespace="ml", queue="team-a", phase="Running", request={A100: 4})
+    group["metadata"]["ownerReferences"] = [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                                             "name": "train", "uid": "u"}]
+    pods = []
+    for index in range(4):
+        member = card_pod(f"train-worker-{index}", A100, node_name="a1", group="train-6f1c", queue_name=None)
+        member["metadata"]["labels"] = {"volcano.sh/job-name": "train"}
+        pods.append(member)
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "ml", "annotations": {"volcano.sh/card.request":
+                                                                          json.dumps({A100: 4})}},
+           "spec": {"queue": "team-a", "minAvailable": 4, "tasks": [{"name": "worker", "replicas": 4, "template": {
+               "metadata": {"annotations": {"volcano.sh/card.name": A100}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}]}}
+    result = explain([*CLUSTER, group, *pods], job, UNLIMITED)
+    assert "It is in queue team-a, phase Running." in result.facts
+    assert "4 of its 4 pods are bound." in result.facts
+    assert not result.blocked
+
+
+def test_a_pod_whose_podgroup_is_missing_is_told_so() -> None:
+    result = explain(CLUSTER, card_pod("p", A100, group="ghost", queue_name=None), UNLIMITED)
+    assert result.facts[0] == "It is in queue default (the default queue, until its PodGroup ml/ghost exists)."
+    assert result.blockers[0] == ("Its PodGroup ml/ghost (scheduling.k8s.io/group-name) does not exist: Volcano "
+                                  "schedules a pod only with its PodGroup; create it, or fix the annotation.")

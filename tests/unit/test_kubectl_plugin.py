@@ -155,3 +155,32 @@ def test_watch_prints_the_table_again() -> None:
                            "--refreshes", "2")
     assert code == 0
     assert [line.split()[0] for line in text.splitlines() if line.startswith("QUEUE")] == ["QUEUE", "QUEUE"]
+
+
+def test_explain_errors_name_the_file_and_jobs_are_told_apart_by_api_group(tmp_path: Path) -> None:
+    broken = tmp_path / "job.yaml"
+    broken.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                      "spec": {"containers": [{"name": "c", "resources": {
+                                          "limits": {"nvidia.com/gpu": "two"}}}]}}))
+    code, _, err = plugin("explain", "-f", str(broken), "--cluster", CLUSTER)
+    assert code == 2
+    assert str(broken) in err
+    assert '"two" is not a quantity' in err
+    same_name = tmp_path / "jobs.yaml"
+    same_name.write_text(yaml.safe_dump_all([
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "zero", "namespace": "team-a"},
+         "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}},
+        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "zero", "namespace": "team-a"},
+         "spec": {"queue": "team-a", "tasks": []}}]))
+    code, text, err = plugin("explain", "job/zero", "-n", "team-a", "--cluster", CLUSTER, "--cluster", str(same_name))
+    assert code == 0, err
+    assert text.startswith("Job team-a/zero:")
+
+
+def test_check_puts_objects_without_a_namespace_in_the_one_given(tmp_path: Path) -> None:
+    manifest = tmp_path / "pg.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                                        "metadata": {"name": "pg"}, "spec": {"queue": "team-b"}}))
+    code, text, _ = plugin("check", "-f", str(manifest), "-n", "team-b", "--cluster", CLUSTER, "-o", "json")
+    assert code == 0
+    assert json.loads(text)[0]["namespace"] == "team-b"

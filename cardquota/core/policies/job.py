@@ -41,7 +41,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     request, violations = header.request, header.violations
     tasks, task_violations = _card_tasks(manifest, snapshot)
     violations.extend(task_violations)
-    violations.extend(_template_pod_violations(manifest))
+    reported = {violation.path for violation in violations}  # a value the card checks already refused: once
+    violations.extend(v for v in _template_pod_violations(manifest) if v.path not in reported)
     patch: list[PatchOperation] = []
     wanted: Mapping[str, int] = request.values
     if request.present:

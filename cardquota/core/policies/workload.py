@@ -55,23 +55,42 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     assert template is not None
     metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
     namespace = str((metadata or {}).get("namespace") or "default")
+    template_metadata = template.get("metadata")
     pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {**(template.get("metadata") or {}), "name": f"{(metadata or {}).get('name')}-template",
-                        "namespace": namespace},
+           "metadata": {**(template_metadata if isinstance(template_metadata, Mapping) else {}),
+                        "name": f"{(metadata or {}).get('name')}-template", "namespace": namespace},
            "spec": template.get("spec") or {}}
+    if template_metadata is not None and not isinstance(template_metadata, Mapping):
+        return decide([Violation(f"{where}.metadata", "must be a map")])
     verdict = admit_pod(pod, None, snapshot, config)
     violations = [Violation(f"{where}.{violation.path}", violation.message) for violation in verdict.violations]
+    warnings = list(verdict.warnings)
+    deleting = bool((metadata or {}).get("deletionTimestamp"))
+    if violations and (deleting or _template_unchanged(old, path, template)):
+        # The template was admitted before (the queue or the cluster changed since): denying now would only block
+        # scaling, rollouts' bookkeeping and deletion. Said, not enforced; the pods are still checked one by one.
+        warnings = [*(f"{v.path}: {v.message} (already in the template before this update, so not denied)"
+                      for v in violations), *warnings]
+        violations = []
     if violations:
         return decide(violations, verdict.warnings)
-    warnings = list(verdict.warnings)
     card = card_template(template, namespace, snapshot)
     replicas = _replicas(manifest, path)
     if card is not None and replicas is not None and snapshot.complete:
         capacity = pods_that_fit(card, snapshot)
         if capacity is not None and replicas > capacity:
-            warnings.append(f"{replicas} replica{'s' if replicas != 1 else ''} need {replicas * card.cards_per_pod} "
-                            f"{card.card_name}, queue {card.queue} allows {_allowed(card, snapshot)}")
+            noun = "pods" if manifest.get("kind") in ("Job", "CronJob") else "replicas"
+            noun = noun if replicas != 1 else noun[:-1]
+            warnings.append(f"{replicas} {noun} need {replicas * card.cards_per_pod} {card.card_name}, queue "
+                            f"{card.queue} allows {_allowed(card, snapshot)}")
     return decide([], warnings)
+
+
+def _template_unchanged(old: Manifest | None, path: tuple[str, ...], template: Mapping[str, Any]) -> bool:
+    if old is None:
+        return False
+    previous, _ = _template(old, path)
+    return previous == template
 
 
 def admit_hpa(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
@@ -162,5 +181,12 @@ def _replicas(manifest: Manifest, path: tuple[str, ...]) -> int | None:
         holder = holder.get(step) if isinstance(holder, Mapping) else None
     if not isinstance(holder, Mapping):
         return None
-    value = holder.get("parallelism" if kind in ("Job", "CronJob") else "replicas", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    def count(name: str) -> int | None:
+        value = holder.get(name, 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    if kind in ("Job", "CronJob"):  # at most parallelism pods run at once, and never more than completions
+        parallelism = count("parallelism")
+        completions = count("completions") if "completions" in holder else parallelism  # unset: a work queue
+        return None if parallelism is None or completions is None else min(parallelism, completions)
+    return count("replicas")

@@ -70,25 +70,26 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
         if manifest.get("kind") != "Job" or not str(manifest.get("apiVersion", "")).startswith(VOLCANO_JOB_API):
             expanded.append(manifest)
             continue
-        metadata = manifest.get("metadata") or {}
-        spec = manifest.get("spec") or {}
+        metadata = _map(manifest.get("metadata"))
+        spec = _map(manifest.get("spec"))
         name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
-        tasks = [task for task in spec.get("tasks") or [] if isinstance(task, Mapping)]
+        raw_tasks = spec.get("tasks")
+        tasks = [task for task in raw_tasks if isinstance(task, Mapping)] if isinstance(raw_tasks, list) else []
         replicas = sum(_count(task.get("replicas"), 0) for task in tasks)
-        group_annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k == keys.CARD_REQUEST}
+        group_annotations = {k: v for k, v in _map(metadata.get("annotations")).items() if k == keys.CARD_REQUEST}
         expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
                          "metadata": {"name": name, "namespace": namespace, "annotations": group_annotations},
                          "spec": {"queue": spec.get("queue") or keys.DEFAULT_QUEUE,
                                   "minMember": _count(spec.get("minAvailable"), replicas or 1)},
                          "status": {"phase": "Pending"}})
         for task_index, task in enumerate(tasks):
-            template = copy.deepcopy(task.get("template") or {})
-            pod_metadata = template.get("metadata") or {}
-            pod_spec = template.get("spec") or {}
+            template = copy.deepcopy(_map(task.get("template")))
+            pod_metadata = _map(template.get("metadata"))
+            pod_spec = dict(_map(template.get("spec")))
             pod_spec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
             task_name = task.get("name") or f"task{task_index}"
             for index in range(_count(task.get("replicas"), 0)):
-                annotations = {**(pod_metadata.get("annotations") or {}), keys.GROUP_NAME: name}
+                annotations = {**_map(pod_metadata.get("annotations")), keys.GROUP_NAME: name}
                 expanded.append({"apiVersion": "v1", "kind": "Pod",
                                  "metadata": {**pod_metadata, "name": f"{name}-{task_name}-{index}",
                                               "namespace": namespace, "annotations": annotations},
@@ -216,6 +217,11 @@ def _placed(session: Session, key: ObjectKey, node: str) -> PodOutcome:
     indexes = {name.removeprefix(mgpu.GPU_INDEX_PREFIX): value.split(",")
                for name, value in placement.annotations.items() if name.startswith(mgpu.GPU_INDEX_PREFIX)}
     return PodOutcome(node=placement.node, card_type=placement.card_type, gpu_indexes=indexes)
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    """A part of a manifest that should be a map, or an empty one (the Job policy refuses such jobs)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _count(value: object, default: int) -> int:

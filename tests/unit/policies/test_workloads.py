@@ -73,7 +73,36 @@ def test_the_pod_rule_denies_with_the_template_path(kind: str) -> None:
 def test_more_replicas_than_the_quota_holds_is_a_warning_with_the_numbers(kind: str) -> None:
     verdict = admit(workload(kind, replicas=2), None, snapshot(), PolicyConfig())
     assert verdict.allowed
-    assert verdict.warnings == ("2 replicas need 2 NVIDIA-A100, queue cr-queue1 allows 1",)
+    noun = "pods" if kind in ("Job", "CronJob") else "replicas"
+    assert verdict.warnings == (f"2 {noun} need 2 NVIDIA-A100, queue cr-queue1 allows 1",)
+
+
+def test_a_job_runs_no_more_pods_at_once_than_its_completions() -> None:
+    job = workload("Job", replicas=4)
+    job["spec"]["completions"] = 1
+    assert admit(job, None, snapshot(), PolicyConfig()).warnings == ()
+
+
+def test_an_update_that_keeps_an_admitted_template_is_not_denied_when_the_queue_changed() -> None:
+    before = workload("Deployment", card=H100)
+    cluster = snapshot()
+    cluster.queues["cr-queue1"] = Ledger.build([queue("cr-queue1", {A100: 1})]).snapshot.queues["cr-queue1"]
+    scaled = copy.deepcopy(before)
+    scaled["spec"]["replicas"] = 0
+    verdict = admit(scaled, before, cluster, PolicyConfig())
+    assert verdict.allowed
+    assert verdict.warnings[0].endswith("(already in the template before this update, so not denied)")
+    assert not admit(scaled, None, cluster, PolicyConfig()).allowed  # a new one is still refused
+    changed = copy.deepcopy(scaled)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "inference:2"
+    assert not admit(changed, before, cluster, PolicyConfig()).allowed  # so is a new template
+
+
+def test_a_template_whose_metadata_is_not_a_map_is_refused_not_a_crash() -> None:
+    broken = workload("Deployment")
+    broken["spec"]["template"]["metadata"] = ["a", "b"]
+    verdict = admit(broken, None, snapshot(), PolicyConfig())
+    assert [(v.path, v.message) for v in verdict.violations] == [("spec.template.metadata", "must be a map")]
 
 
 def test_alternatives_add_up_per_pod_and_daemonsets_are_not_counted() -> None:
@@ -142,3 +171,24 @@ def test_volcano_job_task_templates_get_the_pod_rules_that_are_not_about_cards()
         ('spec.tasks[0].template.metadata.annotations["volcano.sh/crossquota-scoring-strategy"]',
          '"bogus" is not a scoring strategy; use most-allocated or least-allocated'),
     ]
+
+
+def test_a_volcano_task_value_the_card_checks_refused_is_reported_once() -> None:
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml"},
+           "spec": {"queue": "cr-queue1", "tasks": [{"name": "w", "replicas": 1, "template": {
+               "metadata": {"annotations": {"volcano.sh/card.name": A100}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                   "nvidia.com/gpu": "1", "vke.volcengine.com/mgpu-core": "abc"}}}]}}}]}}
+    paths = [violation.path for violation in admit(job, None, snapshot(), PolicyConfig()).violations]
+    assert len(paths) == len(set(paths))
+
+
+def test_the_operator_cache_keeps_the_newest_version_of_a_workload() -> None:
+    from cardquota.operator.cache import ClusterCache
+
+    cache = ClusterCache()
+    newer, older = workload("Deployment", replicas=3), workload("Deployment", replicas=1)
+    newer["metadata"]["resourceVersion"], older["metadata"]["resourceVersion"] = "20", "10"
+    assert cache.apply("MODIFIED", newer)
+    assert not cache.apply("ADDED", older)
+    assert cache.ledger.snapshot.workloads[("apps", "Deployment", "ml", "w")]["spec"]["replicas"] == 3
