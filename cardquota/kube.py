@@ -64,7 +64,7 @@ def api_client(connection: Connection | None = None, *, kubeconfig: str | None =
         try:
             config.load_kube_config(config_file=kubeconfig, context=context,  # type: ignore[no-untyped-call]
                                     client_configuration=configuration)
-        except (config.ConfigException, OSError) as error:
+        except Exception as error:  # a missing file, broken YAML, bad certificate data: all one line for the user
             raise KubeError(f"cannot use the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}"
                             f"{f' (context {context})' if context else ''}: {error}") from None
         return client.ApiClient(configuration)
@@ -96,10 +96,10 @@ def _request(api: client.ApiClient, method: str, path: str, body: object = None,
         method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
     try:
         response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post)
-    except urllib3.exceptions.HTTPError as error:
+        data = response.read()  # type: ignore[no-untyped-call]
+    except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out — before or during the answer
         reason = getattr(error, "reason", None) or error
         raise KubeError(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
-    data = response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status < 300:
         raise KubeError(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status)
     document: Mapping[str, Any] = json.loads(data) if data else {}
@@ -220,8 +220,8 @@ async def list_all_async(api: client.ApiClient) -> list[Mapping[str, Any]]:
     return await asyncio.to_thread(list_all, api)
 
 
-UNREACHABLE = 0
-"""The status of a KubeError raised because no answer came (connection refused, reset, timed out)."""
+UNREACHABLE = -1
+"""The status of a KubeError raised because no (whole) answer came: connection refused, reset, timed out."""
 RETRYABLE = frozenset({UNREACHABLE, 409, 410, 429, 500, 502, 503, 504})
 RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
 

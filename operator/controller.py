@@ -27,9 +27,9 @@ from cardquota.operator.cache import ClusterCache
 log = logging.getLogger("cardquota.controller")
 DEFAULT_WINDOW = 1.0
 EVENT_INTERVAL = 60.0
+"""At most one event per object per interval, even when its message keeps changing (usage moves)."""
 EVENT_NAMESPACE = "default"
 """Where events about cluster-scoped objects (Queues) go, as Kubernetes does for them."""
-"""At most one event per object per interval, even when its message keeps changing (usage moves)."""
 
 
 @dataclass

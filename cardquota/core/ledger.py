@@ -47,7 +47,7 @@ from cardquota.core.snapshot import (
     object_key,
     queue_record,
 )
-from cardquota.core.workloads import workload_key
+from cardquota.core.workloads import template_only, workload_key
 
 INQUEUE_PHASE = "Inqueue"
 BUILD_ORDER = (Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
@@ -127,6 +127,8 @@ class Ledger:
                 kind = kind_of(manifest)
                 if kind is not None:
                     by_kind[kind].append(manifest)
+                elif workload_key(manifest) is not None:
+                    ledger.upsert(manifest)  # a workload: kept for the HPA rule, as upsert would
             ledger._deferred_groups = set()
             try:
                 for manifest in by_kind[Kind.NODE]:
@@ -151,7 +153,7 @@ class Ledger:
         """Apply an ADDED or MODIFIED object. Raises InputError (with a field path) for a malformed object."""
         kind = kind_of(manifest)
         if kind is None and (workload := workload_key(manifest)) is not None:
-            self.snapshot.workloads[workload] = manifest  # kept as written: only the HPA rule reads it
+            self.snapshot.workloads[workload] = template_only(manifest)  # only the HPA rule reads it
             return
         if kind is Kind.NODE:
             self.upsert_node(node_record(manifest))

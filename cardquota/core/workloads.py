@@ -33,3 +33,21 @@ def workload_key(manifest: Manifest) -> WorkloadKey | None:
     if not isinstance(namespace, str) or not isinstance(name, str) or not name:
         return None
     return (group, kind, namespace, name)
+
+
+def template_only(manifest: Manifest) -> Manifest:
+    """A workload reduced to what the HPA rule reads — identity and pod template — so a cache of many ReplicaSets
+    (every old revision has one) stays small."""
+    key = workload_key(manifest)
+    if key is None:
+        return manifest
+    path = TEMPLATE_PATHS[(key[0], key[1])]
+    node: object = manifest
+    for step in path:
+        node = node.get(step) if isinstance(node, Mapping) else None
+    kept: object = node
+    for step in reversed(path):
+        kept = {step: kept}
+    assert isinstance(kept, dict)
+    return {"apiVersion": manifest.get("apiVersion"), "kind": key[1],
+            "metadata": {"name": key[3], "namespace": key[2]}, **kept}

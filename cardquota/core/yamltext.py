@@ -7,6 +7,7 @@ would crash the process instead of raising) ever sees it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -57,7 +58,7 @@ _NOT_JSON = object()
 
 def _json(text: str) -> Any:
     if json_nesting_exceeds(text):
-        raise InputError(f"is nested more than {MAX_NESTING} levels deep", where="document 1")
+        return _NOT_JSON  # (or YAML flow style with brackets in single-quoted strings): the YAML reader decides
     try:
         value = json.loads(text)
     except RecursionError:
@@ -72,7 +73,8 @@ def _json(text: str) -> Any:
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _STRING = re.compile(rb'"[^"]*"')
 _NOT_STRUCTURE = bytes(set(range(256)) - set(b'"[]{}'))
-_ONE_KIND = bytes.maketrans(b"{}", b"[]")
+_SIGNED = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+"""Opening brackets to +1 and closing ones to -1, as signed bytes."""
 
 
 def json_nesting_exceeds(text: str | bytes, limit: int = MAX_NESTING) -> bool:
@@ -80,30 +82,20 @@ def json_nesting_exceeds(text: str | bytes, limit: int = MAX_NESTING) -> bool:
 
     Checked on the text, before parsing: json.loads recurses once per level, so whether it fails on deep input
     depends on the interpreter's recursion limit, which any imported library may have raised. Large bodies are
-    checked at C speed: escapes dropped, everything but quotes and brackets dropped, strings dropped, ``{}`` read
-    as ``[]``, then the innermost pairs removed one level per pass.
+    checked in one pass at C speed: escapes dropped, everything but quotes and brackets dropped, strings dropped,
+    then the running sum of +1 (open) and -1 (close) compared with the limit.
     """
-    data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
+    if isinstance(text, str):
+        data = text.encode("utf-8", errors="surrogatepass")
+    else:
+        encoding = json.detect_encoding(text)  # json.loads reads UTF-16/32 too: measure what it will read
+        data = text if encoding == "utf-8" else text.decode(encoding, errors="replace").encode("utf-8")
     if data.count(b"[") + data.count(b"{") <= limit:  # the common case
         return False
     compact = _ESCAPE.sub(b"", data).translate(None, _NOT_STRUCTURE)
-    brackets = _STRING.sub(b"", compact).replace(b'"', b"").translate(_ONE_KIND)
-    for _ in range(limit + 1):  # a depth of at most ``limit`` is emptied by ``limit`` passes
-        if not brackets:
-            return False
-        inner = brackets.replace(b"[]", b"")  # one level per pass
-        if inner == brackets:  # unbalanced (not JSON): measure what is left directly
-            return _open_depth(inner) > limit
-        brackets = inner
-    return True
-
-
-def _open_depth(brackets: bytes) -> int:
-    level = deepest = 0
-    for char in brackets:
-        level += 1 if char == ord("[") else -1
-        deepest = max(deepest, level)
-    return deepest
+    brackets = _STRING.sub(b"", compact).replace(b'"', b"")
+    steps = memoryview(brackets.translate(_SIGNED)).cast("b")
+    return max(itertools.accumulate(steps), default=0) > limit
 
 
 def depth(value: object) -> int:

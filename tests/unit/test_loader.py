@@ -482,3 +482,17 @@ def test_deep_json_is_refused_whatever_the_interpreter_recursion_limit():
     finally:
         sys.setrecursionlimit(original)
     assert json_nesting_exceeds(text.encode(), MAX_NESTING)
+
+
+def test_brackets_in_yaml_quoted_strings_are_not_nesting():
+    """A YAML flow document is first tried as JSON; brackets inside its single-quoted strings must not make the
+    JSON nesting check refuse it."""
+    documents = parse_documents(
+        ("{apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {p: '" + "[" * 600 + "'}}").encode(), "x")
+    assert documents[0].manifest["data"]["p"] == "[" * 600
+
+
+def test_json_nesting_is_measured_in_the_encoding_json_reads():
+    assert json_nesting_exceeds("[[1]]".encode("utf-16"), 1)
+    assert not json_nesting_exceeds("[[1]]".encode("utf-16"), 2)
+    assert not json_nesting_exceeds('["' + "\\\\" + '", "[[["]', 1)

@@ -187,8 +187,9 @@ def test_the_operator_cache_keeps_the_newest_version_of_a_workload() -> None:
     from cardquota.operator.cache import ClusterCache
 
     cache = ClusterCache()
-    newer, older = workload("Deployment", replicas=3), workload("Deployment", replicas=1)
+    newer, older = workload("Deployment", card=H100), workload("Deployment", card=A100)
     newer["metadata"]["resourceVersion"], older["metadata"]["resourceVersion"] = "20", "10"
     assert cache.apply("MODIFIED", newer)
     assert not cache.apply("ADDED", older)
-    assert cache.ledger.snapshot.workloads[("apps", "Deployment", "ml", "w")]["spec"]["replicas"] == 3
+    kept = cache.ledger.snapshot.workloads[("apps", "Deployment", "ml", "w")]
+    assert kept["spec"] == {"template": newer["spec"]["template"]}  # only the template is kept
