@@ -17,22 +17,17 @@ from dataclasses import dataclass
 from cardquota.core import keys
 from cardquota.core.ledger import Bucket, Ledger
 from cardquota.core.objects import Pod, PodGroup
-from cardquota.core.quota import card_name_problem, card_request
+from cardquota.core.quota import card_request
 from cardquota.core.scheduling.capacity_card import (
-    EMPTY_CAPABILITY,
-    INSUFFICIENT_SCALAR,
-    REQUEST_FAILED,
-    insufficient,
+    card_request_problem,
     job_enqueue_refusal,
+    request_failed,
     task_allocate_refusal,
 )
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import QueueRecord
 
-INSUFFICIENT_QUOTA = INSUFFICIENT_SCALAR
 INVALID_QUOTA = "InvalidCardQuota"
-__all__ = ["EMPTY_CAPABILITY", "INSUFFICIENT_QUOTA", "INVALID_QUOTA", "REQUEST_FAILED", "CardEvent", "insufficient",
-           "pod_event", "podgroup_event", "queue_event"]
 NOT_YET_INQUEUE = frozenset({"", "Pending"})
 
 
@@ -60,15 +55,13 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     """Why an unbound card pod cannot be allocated now, or None when one of its alternatives fits."""
     if pod.bound or pod.terminated or pod.card_name is None:
         return None
-    problem = card_name_problem(pod.card_name)
     charge = ledger.pod_charge(pod.key)
-    if problem is not None or charge is None or charge.bucket is not Bucket.PENDING:
-        reason = problem or "it requests no card resource for that card type"
-        return _event("Pod", pod.meta.namespace, pod.meta.name, Refusal(
-            REQUEST_FAILED, f"Failed to read the card request of {keys.CARD_NAME} {pod.card_name!r}: {reason}"))
+    wanted = charge.cards.get(pod.card_name, 0) if charge is not None and charge.bucket is Bucket.PENDING else 0
+    problem = card_request_problem(pod.card_name, wanted)
+    if problem is not None:
+        return _event("Pod", pod.meta.namespace, pod.meta.name, request_failed(pod.card_name, problem))
     queue = ledger.queue_of(pod)
-    refusal = task_allocate_refusal(queue, pod.card_name, charge.cards.get(pod.card_name, 0), _quota(ledger, queue),
-                                    ledger.usage(queue).allocated)
+    refusal = task_allocate_refusal(queue, pod.card_name, wanted, _quota(ledger, queue), ledger.usage(queue).allocated)
     return _event("Pod", pod.meta.namespace, pod.meta.name, refusal)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
-from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.scheduling.simulate import expand_volcano_jobs
@@ -125,11 +125,10 @@ def _card_blockers(session: Session, key: ObjectKey, queue: str) -> list[str]:
     pod = session.view(key)
     if pod.card_name is None:
         return []
-    problem = card_name_problem(pod.card_name)
     wanted = session.cards_wanted(key)
-    if problem is not None or wanted == 0:
-        reason = problem or "the pod requests no card resource for it"
-        return [f"Its {keys.CARD_NAME} {pod.card_name!r} cannot be used: {reason} "
+    problem = capacity_card.card_request_problem(pod.card_name, wanted)
+    if problem is not None:
+        return [f"Its {keys.CARD_NAME} {pod.card_name!r} cannot be used: {problem} "
                 f"({capacity_card.REQUEST_FAILED})."]
     alternatives = card_alternatives(pod.card_name)
     quota = session.quota(queue)

@@ -23,7 +23,7 @@ from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.policies.schedconf import read_bool, read_number
 from cardquota.core.quantity import parse_quantity
-from cardquota.core.quota import card_alternatives
+from cardquota.core.quota import card_alternatives, card_name_problem
 from cardquota.core.scheduling.refusal import Refusal
 
 PLUGIN = "capacity-card"
@@ -58,6 +58,16 @@ def insufficient(queue: str, card: str, requested: int, total: int, capability: 
     capability is 10``."""
     return (f"Queue {queue} has insufficient {card} quota: requested {requested}, total would be {total}, but "
             f"capability is {capability}")
+
+
+def card_request_problem(card_name: str, wanted: int) -> str | None:
+    """Why a task's card request cannot be read (its ``volcano.sh/card.name`` does not parse, or the task requests
+    no card resource for it), or None."""
+    return card_name_problem(card_name) or (None if wanted > 0 else "it requests no card resource for that card type")
+
+
+def request_failed(card_name: str, problem: str) -> Refusal:
+    return Refusal(REQUEST_FAILED, f"Failed to read the card request of {keys.CARD_NAME} {card_name!r}: {problem}")
 
 
 def empty_capability(queue: str, what: str) -> Refusal:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from cardquota.core import keys
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.quota import card_alternatives, card_request
@@ -187,9 +186,9 @@ class Session:
         queue = self.queue_of(key)
         wanted = self.cards_wanted(key)
         if pod.card_name is not None:
-            if wanted == 0:
-                return Refusal(capacity_card.REQUEST_FAILED, f"Failed to read the card request of {keys.CARD_NAME} "
-                                                             f"{pod.card_name!r}: it requests no card resource")
+            problem = capacity_card.card_request_problem(pod.card_name, wanted)
+            if problem is not None:
+                return capacity_card.request_failed(pod.card_name, problem)
             refusal = capacity_card.task_allocate_refusal(queue, pod.card_name, wanted, self.quota(queue),
                                                           self.ledger.usage(queue).allocated)
             if refusal is not None:
