@@ -9,7 +9,9 @@ from typing import Any
 import jsonpatch
 
 from cardquota.core.errors import InputError
+from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest
+from cardquota.core.snapshot import kind_of
 from cardquota.core.verdict import PatchOperation, Verdict
 from cardquota.loader import Document
 
@@ -30,6 +32,18 @@ def identity(manifest: Manifest) -> Identity:
         namespace = "default" if kind in NAMESPACED else ""
     name = metadata.get("name") if isinstance(metadata, dict) else None
     return (api_version.rpartition("/")[0], kind, namespace, str(name or ""))
+
+
+def validate(documents: Sequence[Document]) -> None:
+    """Read every accounted object once, so a malformed one is reported naming its file and document (the
+    commands that hand the objects on to the core as a whole would lose where it came from)."""
+    checker = Ledger()
+    for document in documents:
+        if kind_of(document.manifest) is not None:
+            try:
+                checker.upsert(document.manifest)
+            except InputError as error:
+                raise error.located(document.source) from None
 
 
 def in_namespace(manifest: Manifest, namespace: str) -> Manifest:

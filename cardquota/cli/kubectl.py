@@ -17,6 +17,7 @@ from typing import Any, TextIO, TypeVar
 import yaml
 
 from cardquota.cli import output
+from cardquota.cli.check import validate
 from cardquota.cli.output import NONE
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
@@ -25,7 +26,6 @@ from cardquota.core.ledger import Ledger, QueueUsage
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
-from cardquota.core.snapshot import kind_of
 from cardquota.loader import Document, load_paths
 
 EXIT_OK, EXIT_BLOCKED = 0, 1
@@ -64,7 +64,7 @@ class Cluster:
         an HPA can scale, when this user may list them (offline: whatever the files hold)."""
         if not self.live:
             documents = load_paths(self.files)
-            _validate(documents)
+            validate(documents)
             return [document.manifest for document in documents]
         from cardquota.kube import CARD_RESOURCES, WORKLOAD_RESOURCES, list_all
 
@@ -352,16 +352,6 @@ def _kube(call: Callable[[], T]) -> T:
         if error.status == UNAUTHORIZED:
             raise InputError(f"not logged in (HTTP 401): {error}", where="cluster") from None
         raise InputError(str(error), where="cluster") from None
-
-
-def _validate(documents: list[Document]) -> None:
-    checker = Ledger()
-    for document in documents:
-        if kind_of(document.manifest) is not None:
-            try:
-                checker.upsert(document.manifest)
-            except InputError as error:
-                raise error.located(document.source) from None
 
 
 def _selector(text: str | None) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import TextIO, TypeVar
 
 from cardquota import __version__
 from cardquota.cli import output
-from cardquota.cli.check import CheckResult, Identity, apply_patch, identity, in_namespace
+from cardquota.cli.check import CheckResult, Identity, apply_patch, identity, in_namespace, validate
 from cardquota.cli.output import OutputFormat
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
@@ -357,10 +357,7 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = load_paths(args.cluster)
     workload = load_paths(args.files)
-    checker = Ledger()
-    for document in [*cluster, *workload]:
-        if kind_of(document.manifest) is not None:
-            _located(document, checker.upsert)  # malformed objects are reported here, located
+    validate([*cluster, *workload])
     manifests = [document.manifest for document in [*cluster, *workload]]
     config = SchedulerConfig.from_manifests(manifests, args.scheduler_configmap)
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config)
