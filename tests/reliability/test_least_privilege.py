@@ -14,12 +14,12 @@ import aiohttp
 import pytest
 import yaml
 from builders import pod, queue
+from operator_runs import operator_running
 from polling import eventually
 
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates
 from cardquota.operator.leader import LeaderElection
-from cardquota.operator.main import run
 from cardquota.operator.settings import Settings
 
 pytestmark = [pytest.mark.asyncio,
@@ -81,24 +81,18 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
     volcano_kmock.objects["v1/pods", "ml", "waiting"] = pod("waiting", namespace="ml", card=A100, gpus=1,
                                                             queue="team-a")
     setup_requests = len(list(volcano_kmock))  # the test's own, above
-    settings = Settings(namespace=NAMESPACE, host="127.0.0.1", port=0, metrics_port=0, publish_window=0.1)
-    connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)
-    stop, started = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started))
-    try:
-        await asyncio.wait_for(started.wait(), timeout=15)
+    settings = Settings(namespace=NAMESPACE, publish_window=0.1)  # managed certificates: Secret and caBundle
 
-        def done(*wanted: tuple[str, str]) -> bool:
-            seen = {(verb(r), r.resource.plural) for r in volcano_kmock if r.resource is not None}
-            return all(item in seen for item in wanted)
+    def done(*wanted: tuple[str, str]) -> bool:
+        seen = {(verb(r), r.resource.plural) for r in volcano_kmock if r.resource is not None}
+        return all(item in seen for item in wanted)
 
+    async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
+                                publish_window=0.1):
         await eventually(lambda: done(("create", "events"), ("patch", "queues"), ("patch", "nodes"),
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=15)
     # Renewal: a certificate close to expiry is replaced in the Secret (a patch).
-    api = api_client(connection)
+    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=340)
     await asyncio.to_thread(ensure_certificates, api, settings, later)
 
