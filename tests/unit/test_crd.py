@@ -1,5 +1,6 @@
-"""The shipped Queue CRD: its schema accepts the bundled example queues (validated offline with jsonschema),
-rejects bad spec.dra shapes, and its printer columns read the annotations the controller writes."""
+"""Volcano's Queue CRD with cardquota's additions (tests/volcano_crds.py: each supported release, patched): its schema
+accepts the bundled example queues (validated offline with jsonschema), rejects bad spec.dra shapes, every patched
+CRD stays structural, and the printer columns read the annotations the controller writes."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 from builders import queue
+from volcano_crds import every_crd_and_release, patched_crd
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.publish import queue_annotations
 from cardquota.loader import load_paths
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = yaml.safe_load((REPO / "crds" / "queues.scheduling.volcano.sh.yaml").read_text())
+CRD = patched_crd("queues.scheduling.volcano.sh", "v1.15.1")
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
 
@@ -31,7 +32,7 @@ def example_queues() -> list[dict[str, Any]]:
     return [dict(d.manifest) for d in documents if d.manifest["kind"] == "Queue"]
 
 
-def test_the_crd_is_the_volcano_queue() -> None:
+def test_the_patched_crd_is_the_volcano_queue() -> None:
     assert CRD["metadata"]["name"] == "queues.scheduling.volcano.sh"
     assert (CRD["spec"]["group"], CRD["spec"]["scope"], VERSION["name"]) == ("scheduling.volcano.sh", "Cluster",
                                                                              "v1beta1")
@@ -72,11 +73,11 @@ def _schemas(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "crds").glob("*.yaml")), ids=lambda p: p.name)
-def test_crd_schemas_are_structural_as_the_api_server_requires(path: Path) -> None:
+@pytest.mark.parametrize("case", list(every_crd_and_release()), ids=lambda case: f"{case[0]}-{case[1]}")
+def test_patched_crd_schemas_are_structural_as_the_api_server_requires(case: tuple[str, str]) -> None:
     """The API server refuses a CRD whose schema sets both properties and additionalProperties on one object;
-    jsonschema would accept it, so the rule is checked here."""
-    crd = yaml.safe_load(path.read_text())
+    jsonschema would accept it, so the rule is checked here, on every Volcano release's CRD after our patch."""
+    crd = patched_crd(*case)
     for version in crd["spec"]["versions"]:
         for where, schema in _schemas(version["schema"]["openAPIV3Schema"]):
             assert not ("properties" in schema and "additionalProperties" in schema), where
@@ -108,5 +109,4 @@ def test_printer_columns_show_quota_usage_parent_and_state() -> None:
     ledger = Ledger.build([manifest])
     manifest["metadata"]["annotations"].update(queue_annotations(ledger.usage("team-a")))
     columns = {c["name"]: column(c["jsonPath"], manifest) for c in VERSION["additionalPrinterColumns"]}
-    assert columns == {"CARD-QUOTA": '{"NVIDIA-A100":10}', "CARD-USAGE": "NVIDIA-A100 0/10", "PARENT": "root",
-                       "STATE": "Open"}
+    assert columns == {"CARD-QUOTA": '{"NVIDIA-A100":10}', "CARD-USAGE": "NVIDIA-A100 0/10", "PARENT": "root"}
