@@ -297,3 +297,23 @@ def update_lease(api: client.ApiClient, namespace: str, name: str, spec: Mapping
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
     return _request(api, "PATCH", lease_path(namespace, name), body, "application/merge-patch+json")
+
+
+def crd_path(name: str) -> str:
+    return f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+
+def read_crd(api: client.ApiClient, name: str) -> Mapping[str, Any] | None:
+    """One CustomResourceDefinition; None when it is not installed."""
+    try:
+        return with_retries(lambda: _get(api, crd_path(name)))
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return None
+        raise
+
+
+def patch_crd(api: client.ApiClient, name: str, operations: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Apply a JSON patch to a CRD (not retried: its ``test`` operations make a stale patch fail, and the caller
+    reads the CRD again and computes a new one)."""
+    return _request(api, "PATCH", crd_path(name), list(operations), "application/json-patch+json")

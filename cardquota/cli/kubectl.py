@@ -16,7 +16,7 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
-from cardquota.cli import output
+from cardquota.cli import crd, output
 from cardquota.cli.check import validate
 from cardquota.cli.output import NONE
 from cardquota.core.cards import NodeCards
@@ -171,6 +171,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                                 help="explain these objects as if they were submitted now")
     explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     explain_parser.set_defaults(command=explain_command)
+
+    crd.add_command(commands, common)
 
 
 # ----------------------------------------------------------------------------------------------------- commands

@@ -58,7 +58,11 @@ def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = No
     err = _tolerant(stderr if stderr is not None else sys.stderr)
     parser = build_kubectl_parser(prog, out, err) if prog == KUBECTL_PROG else build_parser(prog, out, err)
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras and isinstance(getattr(args, "words", None), list) and not any(e.startswith("-") for e in extras):
+            args.words += extras  # words after options (argparse stops filling a '*' positional at the first option)
+        elif extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exit_:
         return int(exit_.code or 0)
     command: Command = args.command
