@@ -9,9 +9,11 @@ KIND_CLUSTER ?= cardquota
 DOCKER ?= docker
 KIND ?= kind
 KUBECTL ?= kubectl
+VOLCANO_VERSION ?= v1.15.1
+VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCANO_VERSION)/installer/volcano-development.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint unit bench image deploy undeploy e2e kind-up kind-down clean
+.PHONY: help demo test lint unit bench image volcano deploy undeploy e2e kind-up kind-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -79,13 +81,21 @@ kind-up: ## create the kind cluster (KIND_CLUSTER=cardquota) if absent and load 
 kind-down: ## delete the kind cluster
 	$(KIND) delete cluster --name $(KIND_CLUSTER)
 
-deploy: ## install the CRDs and cardquota (manifests/overlays/dev) into the current kubectl context
-	$(KUBECTL) apply -f crds/
-	$(KUBECTL) wait --for condition=established --timeout=60s -f crds/
+volcano: ## install stock Volcano (VOLCANO_VERSION=v1.15.1) from its release manifest, for a cluster without one
+	@if $(KUBECTL) get crd queues.scheduling.volcano.sh >/dev/null 2>&1; then \
+		echo "make volcano: Volcano's CRDs are already installed: left as they are"; exit 0; fi; \
+	$(KUBECTL) apply --server-side -f $(VOLCANO_MANIFEST) && \
+	$(KUBECTL) -n volcano-system rollout status deployment/volcano-scheduler --timeout=300s
+
+deploy: $(VENV)/.stamp-runtime ## patch cardquota's additions into Volcano's CRDs, then install cardquota (overlays/dev)
+	@$(KUBECTL) get crd queues.scheduling.volcano.sh >/dev/null 2>&1 || { \
+		echo "make deploy: Volcano is not installed (no queues.scheduling.volcano.sh CRD): install it first," \
+		"or run 'make volcano' for stock Volcano $(VOLCANO_VERSION)"; exit 1; }
+	$(BIN)/kubectl-cardquota crd install
 	$(KUBECTL) apply -k manifests/overlays/dev
 	$(KUBECTL) -n cardquota-system rollout status deployment/cardquota --timeout=180s
 
-undeploy: ## remove cardquota (the CRDs stay: they hold your queues; kubectl delete -f crds/ removes them)
+undeploy: ## remove cardquota; Volcano, its CRDs and every queue stay ('kubectl cardquota crd uninstall' removes our CRD additions)
 	$(KUBECTL) delete -k manifests/overlays/dev --ignore-not-found
 
 e2e: $(VENV)/.stamp-test ## end-to-end tests: a throw-away kind cluster (or the cluster KUBECONFIG names)

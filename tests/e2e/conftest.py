@@ -1,4 +1,5 @@
-"""End-to-end fixtures: a kind cluster (or the one ``KUBECONFIG`` names) with the CRDs and cardquota deployed.
+"""End-to-end fixtures: a kind cluster (or the one ``KUBECONFIG`` names) with stock Volcano (``make volcano``, the
+pinned release) and cardquota deployed (``make deploy``: our CRD additions patched in, then the operator).
 
 The suite runs only when asked (``make e2e`` sets ``CARDQUOTA_E2E=1``) and when a cluster can be had: either
 ``KUBECONFIG`` is set and reachable (the cluster must already have the image: ``make kind-up`` loads it), or
@@ -72,7 +73,8 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
         if cluster is not None:
             _make("kind-up", env)  # creates the cluster, builds the image and loads it into the cluster
         kube = Kubectl(env)
-        _make("deploy", env)
+        _make("volcano", env)  # stock Volcano at the pinned release, from its own manifest, unless installed
+        _make("deploy", env)  # our additions patched into Volcano's CRDs, then cardquota
         # Ready replicas serve; the webhook configurations get their caBundle once a replica has started.
         until(lambda: _ca_bundle_set(kube), what="the webhook configurations' caBundle")
         yield kube

@@ -1,5 +1,5 @@
 """Stock Volcano (a pinned release) calling cardquota's extender: a multi-card job and an mGPU pod through the real
-scheduler. Runs with the rest of tests/e2e (``make e2e``); installs Volcano into the test cluster first."""
+scheduler. Runs with the rest of tests/e2e (``make e2e``), over the Volcano the session fixture installs."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from builders import gpu_labels, queue
 from e2e.cluster import Kubectl, until
 
 REPO = Path(__file__).resolve().parents[2]
-VOLCANO_VERSION = "v1.15.1"  # extender allocate/deallocate and managedResources: v1.13+; protocol unchanged since
-VOLCANO_MANIFEST = (f"https://raw.githubusercontent.com/volcano-sh/volcano/{VOLCANO_VERSION}/installer/"
-                    "volcano-development.yaml")
 NAMESPACE = "cardquota-e2e-volcano"
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 
@@ -30,11 +27,10 @@ def _label_and_offer(kubectl: Kubectl, node: str, labels: dict[str, str], resour
 
 @pytest.fixture(scope="module")
 def volcano(kubectl: Kubectl) -> Iterator[str]:
-    """Volcano installed, its scheduler configured with the extender, cardquota's extender deployed, and the
-    (single) kind node offering 4 A100 whole cards and 4 mGPU cards."""
-    kubectl.run("apply", "--server-side", "-f", VOLCANO_MANIFEST)
+    """Volcano (installed by the session fixture: ``make volcano``, the Makefile's pinned VOLCANO_VERSION; extender
+    allocate/deallocate and managedResources need v1.13+) with its scheduler configured with the extender,
+    cardquota's extender deployed, and the (single) kind node offering 4 A100 whole cards and 4 mGPU cards."""
     kubectl.run("-n", "volcano-system", "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
-    kubectl.run("apply", "-f", str(REPO / "crds" / "queues.scheduling.volcano.sh.yaml"))
     kubectl.run("apply", "-k", str(REPO / "manifests" / "overlays" / "dev-extender"))
     kubectl.run("-n", "cardquota-system", "rollout", "status", "deployment/cardquota-extender", "--timeout=180s")
     kubectl.run("apply", "-f", str(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml"))

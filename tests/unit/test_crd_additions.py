@@ -6,10 +6,14 @@ idempotent, undone exactly by the uninstall patch, and refused by the API server
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 from volcano_crds import every_crd_and_release, facts, flatten, patched_crd, releases, upstream_crd
 
 from cardquota.core import crd_additions
@@ -160,3 +164,43 @@ def test_a_schema_without_spec_properties_gets_them_created() -> None:
     assert [c["name"] for c in patched["spec"]["versions"][0]["additionalPrinterColumns"]] == ["CARD-QUOTA",
                                                                                            "CARD-USAGE"]
     assert crd_additions.install_patch(patched) == []
+
+
+# ------------------------------------------------------------------------------- what we ship and tell people to run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _shipped_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [REPO / name for name in listed.split() if name.endswith((".md", ".yaml", ".yml", ".sh")) or
+            name in {"Makefile", "Dockerfile"}]
+
+
+def test_no_file_we_ship_is_a_volcano_crd() -> None:
+    for path in _shipped_text_files():
+        if path.suffix in {".yaml", ".yml"} and path.exists():
+            for document in yaml.safe_load_all(path.read_text()):
+                if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
+                    assert document["metadata"]["name"] not in crd_additions.CRD_NAMES, path
+
+
+@pytest.mark.parametrize("dangerous", [
+    re.compile(r"kubectl (apply|create|replace|delete)\b[^\n]*-f\s+\S*crds/?\s"),
+    re.compile(r"kubectl delete\b[^\n]*\bcrds?\b"),
+    re.compile(r"kubectl delete\b[^\n]*(queues|podgroups|jobs)\.(scheduling|batch)\.volcano\.sh"),
+])
+def test_no_instruction_replaces_or_deletes_volcano_crds(dangerous: re.Pattern[str]) -> None:
+    """Deleting a CRD deletes every object of it: every Queue, PodGroup and Job."""
+    for path in _shipped_text_files():
+        if path.exists():
+            assert not dangerous.search(path.read_text() + "\n"), path
+
+
+def test_the_volcano_the_makefile_installs_is_a_release_we_test_against() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    (version,) = re.findall(r"^VOLCANO_VERSION \?= (\S+)$", makefile, re.MULTILINE)
+    assert version in releases()
+    deploy = makefile[makefile.index("\ndeploy:"):makefile.index("\nundeploy:")]
+    assert "kubectl-cardquota crd install" in deploy
+    assert "apply -f" not in deploy
