@@ -301,3 +301,17 @@ def test_a_crd_is_validated_down_to_its_openapi_schema(version: str) -> None:
 def test_an_unknown_version_is_refused() -> None:
     with pytest.raises(kv.VersionNotSupportedError):
         validate_strict(DEPLOYMENT, "1.2")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_volcano_crds_after_our_patch_validate_strictly(version: str) -> None:
+    """What `kubectl cardquota crd install` leaves in the cluster: each supported Volcano release's Queue, PodGroup
+    and Job CRD (tests/volcano_crds.py) with our additions, as a CustomResourceDefinition object."""
+    from volcano_crds import every_crd_and_release, patched_crd
+
+    problems = []
+    for crd, release in every_crd_and_release():
+        patched = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   **patched_crd(crd, release)}
+        problems += [f"{crd} {release}: {message}" for message in validate_strict(patched, version)]
+    assert problems == []
