@@ -151,9 +151,14 @@ class Publisher:
                 except KubeError as error:
                     log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
 
+
+EVENT_API_VERSIONS = {"PodGroup": "scheduling.volcano.sh/v1beta1", "Queue": "scheduling.volcano.sh/v1beta1",
+                      "CustomResourceDefinition": "apiextensions.k8s.io/v1"}
+
+
 def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | None = None) -> dict[str, Any]:
     moment = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api_version = "scheduling.volcano.sh/v1beta1" if event.kind in ("PodGroup", "Queue") else "v1"
+    api_version = EVENT_API_VERSIONS.get(event.kind, "v1")
     involved = {"apiVersion": api_version, "kind": event.kind, "name": event.name}
     if event.namespace:
         involved["namespace"] = event.namespace

@@ -17,6 +17,7 @@ from cardquota.kube import Connection, api_client, list_all_async
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher
+from cardquota.operator.crd_drift import CrdDriftCheck
 from cardquota.operator.leader import LeaderElection
 from cardquota.operator.metrics import metrics_app, serve_http
 from cardquota.operator.settings import LogFormat, Settings
@@ -103,7 +104,9 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     leader = LeaderElection(api, settings.namespace)
     publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
     metrics_runner = await serve_http(metrics_app(cache, publisher), settings.host, settings.metrics_port)
-    tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
+    drift = CrdDriftCheck(api, cache, is_leader=lambda: leader.leading)
+    tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run()),
+              asyncio.create_task(drift.run())]
     try:
         cache.load(await list_all_async(api))
         log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods",

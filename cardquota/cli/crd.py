@@ -121,7 +121,9 @@ def _change(source: CrdSource, name: str, compute: Any, *, dry_run: bool) -> dic
             return {"crd": name, "found": False, "ok": compute is crd_additions.uninstall_patch, "patch": [],
                     "changed": []}
         patch: list[PatchOperation] = compute(crd)
-        changed = sorted({_label(operation) for operation in patch if operation["op"] != "test"})
+        affected = State.MISSING if compute is crd_additions.install_patch else State.PRESENT
+        changed = sorted({state.label for state in crd_additions.inspect(crd) if state.state is affected}) \
+            if patch else []
         if dry_run or not patch:
             break
         try:
@@ -136,16 +138,6 @@ def _change(source: CrdSource, name: str, compute: Any, *, dry_run: bool) -> dic
     return {"crd": name, "found": True, "patch": [dict(op) for op in patch], "changed": changed,
             "ok": all(state.state is not State.UNREACHABLE for state in states),
             "states": [_state_json(state) for state in states]}
-
-
-def _label(operation: PatchOperation) -> str:
-    path = operation["path"]
-    if "/additionalPrinterColumns" in path:
-        value = operation.get("value")
-        names = [c["name"] for c in value] if isinstance(value, list) else [value["name"]] if isinstance(
-            value, Mapping) else []
-        return ", ".join(f"column {name}" for name in names) or "a column"
-    return "schema spec." + path.rsplit("/", 1)[-1]
 
 
 def _sentence(result: Mapping[str, Any], action: str, dry_run: bool) -> str:

@@ -94,13 +94,15 @@ class ColumnAddition:
 
 Addition = SchemaAddition | ColumnAddition
 
+DRA_ADDITION = SchemaAddition(("spec",), "dra", DRA_SCHEMA)
+"""The Queue schema's ``spec.dra``: without it the API server prunes every queue's DRA quotas."""
 _CARD_REQUEST_COLUMN = ColumnAddition({"name": "CARD-REQUEST", "type": "string", "priority": 1,
                                        "description": "volcano.sh/card.request (cardquota)",
                                        "jsonPath": ".metadata.annotations.volcano\\.sh/card\\.request"})
 
 ADDITIONS: Mapping[str, tuple[Addition, ...]] = {
     QUEUE_CRD: (
-        SchemaAddition(("spec",), "dra", DRA_SCHEMA),
+        DRA_ADDITION,
         ColumnAddition({"name": "CARD-QUOTA", "type": "string", "description": "volcano.sh/card.quota (cardquota)",
                         "jsonPath": ".metadata.annotations.volcano\\.sh/card\\.quota"}),
         ColumnAddition({"name": "CARD-USAGE", "type": "string",

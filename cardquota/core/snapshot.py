@@ -125,6 +125,9 @@ class ClusterSnapshot:
     workloads: dict[WorkloadKey, Manifest] = field(default_factory=dict)
     """Deployments, StatefulSets, ReplicaSets, DaemonSets, Jobs and CronJobs as written (for the HPA rule)."""
     complete: bool = False
+    queue_crd_missing: tuple[str, ...] = ()
+    """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as
+    the operator's drift check last found them; empty when all are there or nobody looked (the CLI offline)."""
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
 
     def put_node(self, record: NodeRecord) -> None:

@@ -146,6 +146,7 @@ def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
     expected[("", "nodes", "")].add("patch")  # volcano.sh/card.types
     expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage
     expected[("", "events", "")] = {"create"}
+    expected[("apiextensions.k8s.io", "customresourcedefinitions", "queues.scheduling.volcano.sh")] = {"get"}
     for resource in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
         for name in settings.webhook_configurations:
             expected[("admissionregistration.k8s.io", resource, name)] = {"get", "patch"}
@@ -358,8 +359,8 @@ def test_ports_match_the_operator_settings_and_the_service() -> None:
     ports = {port["name"]: port["containerPort"] for port in CONTAINER["ports"]}
     assert ports == {"webhook": settings.port, "metrics": settings.metrics_port}
     env = {item["name"]: item.get("value") for item in CONTAINER["env"]}
-    assert env["CARDQUOTA_PORT"] == str(settings.port)
-    assert env["CARDQUOTA_METRICS_PORT"] == str(settings.metrics_port)
+    assert env["CARDQUOTA_WEBHOOK_PORT_NUMBER"] == str(settings.port)
+    assert env["CARDQUOTA_METRICS_PORT_NUMBER"] == str(settings.metrics_port)
     assert env["CARDQUOTA_SERVICE"] == settings.service == _one("Service")["metadata"]["name"]
     service_targets = {port["targetPort"] for port in _one("Service")["spec"]["ports"]}
     assert service_targets == set(ports)
@@ -577,7 +578,7 @@ def test_the_extender_runs_one_replica_on_the_port_the_example_configmap_calls()
     env = {item["name"]: item["value"] for item in container["env"]}
     service = _one("Service", EXTENDER)
     (port,) = service["spec"]["ports"]
-    assert int(env["CARDQUOTA_EXTENDER_PORT"]) == port["port"] == container["ports"][0]["containerPort"]
+    assert int(env["CARDQUOTA_EXTENDER_PORT_NUMBER"]) == port["port"] == container["ports"][0]["containerPort"]
     assert _selects({"matchLabels": service["spec"]["selector"]}, deployment["spec"]["template"]["metadata"]["labels"])
     (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
     conf = yaml.safe_load(example["data"]["volcano-scheduler.conf"])

@@ -7,7 +7,9 @@
 * card types no node offers are allowed with a "did you mean" warning; a type whose quotas over all top-level
   queues exceed the cards in the cluster is allowed with an over-commit warning;
 * mutation: the annotation is rewritten in canonical form (sorted keys, no whitespace) when it differs;
-* ``spec.dra`` is validated by :mod:`cardquota.core.policies.dra`.
+* ``spec.dra`` is validated by :mod:`cardquota.core.policies.dra`; while the installed Queue CRD lacks cardquota's
+  ``spec.dra`` schema (a Volcano upgrade re-applied Volcano's CRD), every Queue write is warned that the API server
+  prunes ``spec.dra``, with the command that restores the schema.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 from collections.abc import Mapping
 
 from cardquota.core import keys
+from cardquota.core.crd_additions import DRA_ADDITION, restore_command
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
@@ -47,7 +50,18 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     dra_problems, dra_warnings = dra_violations(manifest, snapshot)
     violations.extend(problem for problem in dra_problems if problem not in violations)
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
+    warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     return decide(violations, warnings, _canonical_quota_patch(manifest, queue, quota))
+
+
+def _pruned_dra_warnings(manifest: Manifest, snapshot: ClusterSnapshot) -> list[str]:
+    if DRA_ADDITION.label not in snapshot.queue_crd_missing:
+        return []
+    spec = manifest.get("spec")
+    written = isinstance(spec, Mapping) and "dra" in spec
+    return [f"{'spec.dra of this queue is dropped' if written else 'spec.dra is dropped from every queue written'}: "
+            "the installed Queue CRD lacks cardquota's spec.dra schema (re-applied by a Volcano upgrade?), so the "
+            f"API server prunes it; restore the schema with: {restore_command()}"]
 
 
 def canonical_quota(values: Mapping[str, int]) -> str:
