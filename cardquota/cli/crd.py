@@ -69,8 +69,8 @@ def crd_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _names(given: Sequence[str]) -> list[str]:
     unknown = [name for name in given if name not in SHORT_NAMES]
     if unknown:
-        raise InputError(f"unknown CRD {', '.join(unknown)} (queue, podgroup, job or {', '.join(CRD_NAMES)})",
-                         where="crd")
+        raise InputError(f"unknown CRD {', '.join(unknown)} (queue, podgroup, job or {', '.join(CRD_NAMES)}; "
+                         f"the action, first, is one of {', '.join(ACTIONS)})", where="crd")
     return list(dict.fromkeys(SHORT_NAMES[name] for name in given)) or list(CRD_NAMES)
 
 
