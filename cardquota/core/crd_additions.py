@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,18 +142,23 @@ def _pointer(*parts: str | int) -> str:
 
 
 def _schema_parent(version: Mapping[str, Any], addition: SchemaAddition) -> tuple[list[str | int], Any]:
-    """The JSON-pointer parts of the ``properties`` map the addition goes into, and that map (None if absent)."""
+    """The JSON-pointer parts of the object schema the addition goes under (``.../properties/spec``), and that
+    schema: None when the version has no such object (no schema, no ``spec``, or ``spec`` is a map or scalar)."""
     parts: list[str | int] = ["schema", "openAPIV3Schema"]
-    node: Any = version.get("schema", {}).get("openAPIV3Schema") if isinstance(version.get("schema"), Mapping) \
-        else None
+    schema = version.get("schema")
+    node: Any = schema.get("openAPIV3Schema") if isinstance(schema, Mapping) else None
     for name in addition.parent:
         properties = node.get("properties") if isinstance(node, Mapping) else None
         node = properties.get(name) if isinstance(properties, Mapping) else None
         parts += ["properties", name]
     if not isinstance(node, Mapping) or node.get("type", "object") != "object" or "additionalProperties" in node:
         return parts, None
+    return parts, node
+
+
+def _properties(node: Mapping[str, Any]) -> Mapping[str, Any]:
     properties = node.get("properties")
-    return [*parts, "properties"], properties if isinstance(properties, Mapping) else {}
+    return properties if isinstance(properties, Mapping) else {}
 
 
 def _columns(version: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -163,9 +168,10 @@ def _columns(version: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _state(version: Mapping[str, Any], addition: Addition) -> State:
     if isinstance(addition, SchemaAddition):
-        _, properties = _schema_parent(version, addition)
-        if properties is None:
+        _, parent = _schema_parent(version, addition)
+        if parent is None:
             return State.UNREACHABLE
+        properties = _properties(parent)
         if addition.name not in properties:
             return State.MISSING
         return State.PRESENT if properties[addition.name] == addition.schema else State.FOREIGN
@@ -215,71 +221,63 @@ def _guards(crd: Mapping[str, Any], indexes: Sequence[int]) -> list[PatchOperati
     return guards
 
 
+def _in_state(crd: Mapping[str, Any], state: State) -> Iterator[tuple[int, Mapping[str, Any], Addition]]:
+    """Each (version index, version, addition) of ``crd`` whose addition is in ``state``; install looks at served
+    versions only, removal at every version."""
+    for index, version in _versions(crd):
+        if state is State.MISSING and not version.get("served", True):
+            continue
+        for addition in ADDITIONS.get(crd_name(crd), ()):
+            if _state(version, addition) is state:
+                yield index, version, addition
+
+
 def install_patch(crd: Mapping[str, Any]) -> list[PatchOperation]:
     """The JSON patch adding what is missing from ``crd``; empty when nothing is (idempotent)."""
     operations: list[PatchOperation] = []
-    touched: list[int] = []
-    created: set[str] = set()
-    for index, version in _versions(crd):
-        if not version.get("served", True):
+    columns: dict[int, list[dict[str, Any]]] = {}
+    versions: dict[int, Mapping[str, Any]] = {}
+    for index, version, addition in _in_state(crd, State.MISSING):
+        versions[index] = version
+        if isinstance(addition, ColumnAddition):
+            columns.setdefault(index, []).append(copy.deepcopy(dict(addition.column)))
             continue
-        columns_missing = []
-        for addition in ADDITIONS.get(crd_name(crd), ()):
-            if _state(version, addition) is not State.MISSING:
-                continue
-            touched.append(index)
-            if isinstance(addition, SchemaAddition):
-                parts, _ = _schema_parent(version, addition)
-                base = _pointer("spec", "versions", index, *parts)
-                if "properties" not in _parent_node(version, addition) and base not in created:
-                    created.add(base)
-                    operations.append({"op": "add", "path": base, "value": {}})
-                operations.append({"op": "add", "path": base + _pointer(addition.name),
-                                   "value": copy.deepcopy(dict(addition.schema))})
-            else:
-                columns_missing.append(copy.deepcopy(dict(addition.column)))
-        if columns_missing and "additionalPrinterColumns" not in version:
-            operations.append({"op": "add", "path": _pointer("spec", "versions", index, "additionalPrinterColumns"),
-                               "value": columns_missing})
+        parts, parent = _schema_parent(version, addition)
+        base = _pointer("spec", "versions", index, *parts, "properties")
+        if "properties" not in parent and not any(op["path"] == base for op in operations):
+            operations.append({"op": "add", "path": base, "value": {}})
+        operations.append({"op": "add", "path": base + _pointer(addition.name),
+                           "value": copy.deepcopy(dict(addition.schema))})
+    for index, added in columns.items():
+        where = _pointer("spec", "versions", index, "additionalPrinterColumns")
+        if "additionalPrinterColumns" not in versions[index]:
+            operations.append({"op": "add", "path": where, "value": added})
         else:
-            operations += [{"op": "add", "path": _pointer("spec", "versions", index, "additionalPrinterColumns", "-"),
-                            "value": column} for column in columns_missing]
-    return [*_guards(crd, touched), *operations] if operations else []
-
-
-def _parent_node(version: Mapping[str, Any], addition: SchemaAddition) -> Mapping[str, Any]:
-    node: Any = version["schema"]["openAPIV3Schema"]
-    for name in addition.parent:
-        node = node["properties"][name]
-    return node  # type: ignore[no-any-return]
+            operations += [{"op": "add", "path": f"{where}/-", "value": column} for column in added]
+    return [*_guards(crd, list(versions)), *operations] if operations else []
 
 
 def uninstall_patch(crd: Mapping[str, Any]) -> list[PatchOperation]:
     """The JSON patch removing what cardquota added and is still as cardquota added it; empty when nothing is."""
     operations: list[PatchOperation] = []
-    touched: list[int] = []
-    for index, version in _versions(crd):
-        columns_to_remove: list[int] = []
-        for addition in ADDITIONS.get(crd_name(crd), ()):
-            if _state(version, addition) is not State.PRESENT:
-                continue
-            touched.append(index)
-            if isinstance(addition, SchemaAddition):
-                parts, _ = _schema_parent(version, addition)
-                operations.append({"op": "remove", "path": _pointer("spec", "versions", index, *parts,
-                                                                    addition.name)})
-            else:
-                columns = version["additionalPrinterColumns"]
-                columns_to_remove += [position for position, column in enumerate(columns)
-                                      if column == addition.column]
-        for position in sorted(columns_to_remove, reverse=True):  # later items first: indexes stay valid
+    columns: dict[int, list[int]] = {}
+    versions: dict[int, Mapping[str, Any]] = {}
+    for index, version, addition in _in_state(crd, State.PRESENT):
+        versions[index] = version
+        if isinstance(addition, ColumnAddition):
+            listed = version["additionalPrinterColumns"]  # a list: the column was found in it
+            columns.setdefault(index, []).extend(position for position, column in enumerate(listed)
+                                                 if column == addition.column)
+            continue
+        parts, _ = _schema_parent(version, addition)
+        operations.append({"op": "remove", "path": _pointer("spec", "versions", index, *parts, "properties",
+                                                            addition.name)})
+    for index, positions in columns.items():
+        for position in sorted(positions, reverse=True):  # later items first: the earlier indexes stay valid
             column = _pointer("spec", "versions", index, "additionalPrinterColumns", position)
-            operations += [
-                {"op": "test", "path": f"{column}/name",
-                 "value": version["additionalPrinterColumns"][position]["name"]},
-                {"op": "remove", "path": column},
-            ]
-    return [*_guards(crd, touched), *operations] if operations else []
+            name = versions[index]["additionalPrinterColumns"][position]["name"]
+            operations += [{"op": "test", "path": f"{column}/name", "value": name}, {"op": "remove", "path": column}]
+    return [*_guards(crd, list(versions)), *operations] if operations else []
 
 
 def restore_command(names: Sequence[str] = CRD_NAMES) -> str:
