@@ -1,18 +1,119 @@
-"""The operator's configuration: one typed dataclass, read from the command line with environment defaults
-(``CARDQUOTA_<NAME>``), so the same settings work from ``cardquota operator --help`` and a Deployment's env."""
+"""The operator's configuration: one typed dataclass, read from the command line, each option falling back to an
+environment variable (``cardquota operator --help`` names it), so the same settings work from a Deployment's env.
+
+**Names no Service can set.** Kubernetes gives every pod variables for each Service of its namespace unless the pod
+sets ``enableServiceLinks: false`` (ours do): for a Service ``cardquota`` with port 443, ``CARDQUOTA_SERVICE_HOST``,
+``CARDQUOTA_SERVICE_PORT``, ``CARDQUOTA_PORT=tcp://10.96.12.34:443``, ``CARDQUOTA_PORT_443_TCP_ADDR`` and more. A
+setting whose name has one of those shapes is set by whoever names a Service — so none of ours has one:
+:func:`is_service_link_name` is the rule, and a unit test holds every ``CARDQUOTA_*`` name the code reads to it. The
+ports were once ``CARDQUOTA_PORT``, ``CARDQUOTA_METRICS_PORT`` and ``CARDQUOTA_EXTENDER_PORT`` — the names Services
+``cardquota``, ``cardquota-metrics`` and ``cardquota-extender`` produce — and are no longer read: they are now
+``CARDQUOTA_WEBHOOK_PORT_NUMBER``, ``CARDQUOTA_METRICS_PORT_NUMBER`` and ``CARDQUOTA_EXTENDER_PORT_NUMBER``.
+
+**Read when used.** The variables are read by the command that uses them (:func:`from_arguments`,
+:func:`extender_settings`), not while the parser is built, so a variable meant for one command never stops another;
+a value that cannot be read is an :class:`InputError` naming the variable and the form expected (one line, exit 2).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
+from cardquota.core.errors import InputError
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
 from cardquota.webhooks.kinds import FailureMode
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")
+T = TypeVar("T")
+
+# Every environment variable the operator and the extender read (CARDQUOTA_DEBUG is the CLI's own).
+ENV_NAMESPACE = "CARDQUOTA_NAMESPACE"
+ENV_SERVICE = "CARDQUOTA_SERVICE"
+ENV_HOST = "CARDQUOTA_HOST"
+ENV_WEBHOOK_PORT = "CARDQUOTA_WEBHOOK_PORT_NUMBER"
+ENV_SCHEDULERS = "CARDQUOTA_SCHEDULERS"
+ENV_SCHEDULER_CONFIGMAP = "CARDQUOTA_SCHEDULER_CONFIGMAP"
+ENV_FAILURE_MODES = "CARDQUOTA_FAILURE_MODES"
+ENV_TLS_SECRET = "CARDQUOTA_TLS_SECRET"
+ENV_DEPLOYMENT = "CARDQUOTA_DEPLOYMENT"
+ENV_CERT_DIR = "CARDQUOTA_CERT_DIR"
+ENV_DEV = "CARDQUOTA_DEV"
+ENV_PUBLISH_WINDOW = "CARDQUOTA_PUBLISH_WINDOW"
+ENV_METRICS_PORT = "CARDQUOTA_METRICS_PORT_NUMBER"
+ENV_LOG_FORMAT = "CARDQUOTA_LOG_FORMAT"
+ENV_EXTENDER_PORT = "CARDQUOTA_EXTENDER_PORT_NUMBER"
+ENV_SCHEDULER_CONF = "CARDQUOTA_SCHEDULER_CONF"
+
+_SERVICE_LINK_NAME = re.compile(
+    r"[A-Z][A-Z0-9_]*_(?:"
+    r"SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?"  # <SVC>_SERVICE_HOST, <SVC>_SERVICE_PORT[_<PORT NAME>]
+    r"|PORT(?:_[0-9]+_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)?"  # <SVC>_PORT, <SVC>_PORT_<n>_<PROTO>[_…]
+    r")"
+)
+_SERVICE_LINK_VALUE = re.compile(r"(?:tcp|udp|sctp)://\S+")
+
+
+def is_service_link_name(name: str) -> bool:
+    """Whether Kubernetes could set ``name`` in a pod as a service link, for some Service of the pod's namespace.
+
+    The kubelet (``pkg/kubelet/envvars``) names them after the Service, upper-cased with ``-`` as ``_`` (``<SVC>``
+    below, a letter first), and after each named port likewise: ``<SVC>_SERVICE_HOST``, ``<SVC>_SERVICE_PORT``,
+    ``<SVC>_SERVICE_PORT_<NAME>``, ``<SVC>_PORT``, ``<SVC>_PORT_<port>_<PROTO>`` and that with ``_PROTO``, ``_PORT``
+    or ``_ADDR`` (PROTO: TCP, UDP or SCTP). Any Service name may come along, so only the shape is judged.
+    """
+    return _SERVICE_LINK_NAME.fullmatch(name) is not None
+
+
+def read_port(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,5}", text) or int(text) > 65535:
+        raise ValueError(text)
+    return int(text)
+
+
+def read_seconds(text: str) -> float:
+    seconds = float(text)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(text)
+    return seconds
+
+
+def read_flag(text: str) -> bool:
+    flags = {"1": True, "true": True, "0": False, "false": False}
+    if text.lower() not in flags:
+        raise ValueError(text)
+    return flags[text.lower()]
+
+
+def read_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError(text)
+    return names
+
+
+PORT_FORM = "a port number (0 to 65535)"
+
+
+def from_env(environ: Mapping[str, str], name: str, read: Callable[[str], T], form: str) -> T | None:
+    """The variable ``name`` read with ``read`` (None when unset or empty). A value ``read`` refuses (ValueError) is
+    an :class:`InputError` naming the variable, the value and ``form``."""
+    text = environ.get(name, "")
+    if not text:
+        return None
+    try:
+        return read(text)
+    except ValueError:
+        shown = repr(text if len(text) <= 80 else f"{text[:77]}...")
+        link = (" (this looks like a Kubernetes service link — a Service's address, not a cardquota setting)"
+                if _SERVICE_LINK_VALUE.fullmatch(text) else "")
+        raise InputError(f"{shown}: expected {form}{link}", where=name) from None
 
 
 class LogFormat(StrEnum):
@@ -49,6 +150,14 @@ class Settings:
         return PolicyConfig(card_aware_schedulers=self.schedulers, scheduler_configmap=self.scheduler_configmap)
 
 
+@dataclass(frozen=True)
+class ExtenderSettings:
+    host: str = "0.0.0.0"
+    port: int = 8713
+    scheduler_conf: str | None = None
+    """volcano-scheduler.conf, for the plugins' arguments (their defaults when None)."""
+
+
 def parse_failure_modes(items: Sequence[str]) -> dict[str, FailureMode]:
     """``["Pod=closed", "Queue=open"]`` → modes; raises ValueError naming a bad item."""
     modes: dict[str, FailureMode] = {}
@@ -60,62 +169,95 @@ def parse_failure_modes(items: Sequence[str]) -> dict[str, FailureMode]:
     return modes
 
 
-def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
-    env = os.environ if environ is None else environ
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operator's options. Each defaults to None ("not given"): :func:`from_arguments` then reads the
+    environment variable named in its help, else takes the :class:`Settings` default."""
     defaults = Settings()
-
-    def default(name: str, value: object) -> str:
-        return env.get(f"CARDQUOTA_{name}", str(value))
-
-    parser.add_argument("--namespace", default=default("NAMESPACE", defaults.namespace),
-                        help="namespace of the operator, its Service and TLS Secret (env CARDQUOTA_NAMESPACE)")
-    parser.add_argument("--service", default=default("SERVICE", defaults.service),
-                        help="name of the webhook Service, for the certificate's DNS names (env CARDQUOTA_SERVICE)")
-    parser.add_argument("--host", default=default("HOST", defaults.host), help="address to listen on")
-    parser.add_argument("--port", type=int, default=int(default("PORT", defaults.port)),
-                        help="HTTPS port of the admission server (env CARDQUOTA_PORT)")
+    parser.add_argument("--namespace", help=f"namespace of the operator, its Service and TLS Secret (env "
+                        f"{ENV_NAMESPACE}; default {defaults.namespace})")
+    parser.add_argument("--service", help=f"name of the webhook Service, for the certificate's DNS names (env "
+                        f"{ENV_SERVICE}; default {defaults.service})")
+    parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default {defaults.host})")
+    parser.add_argument("--port", type=int, help=f"HTTPS port of the admission server (env {ENV_WEBHOOK_PORT}; "
+                        f"default {defaults.port})")
     parser.add_argument("--card-aware-scheduler", dest="schedulers", action="append",
-                        help="scheduler that enforces card quotas, repeatable (env CARDQUOTA_SCHEDULERS, "
+                        help=f"scheduler that enforces card quotas, repeatable (env {ENV_SCHEDULERS}, "
                         "comma-separated; default volcano)")
-    parser.add_argument("--scheduler-configmap", default=default("SCHEDULER_CONFIGMAP", defaults.scheduler_configmap),
-                        help="name of the Volcano scheduler ConfigMap")
+    parser.add_argument("--scheduler-configmap", help=f"name of the Volcano scheduler ConfigMap (env "
+                        f"{ENV_SCHEDULER_CONFIGMAP}; default {defaults.scheduler_configmap})")
     parser.add_argument("--failure-mode", dest="failure_modes", action="append", default=[], metavar="KIND=MODE",
                         help="open or closed per kind when cardquota cannot check, repeatable (env "
-                        "CARDQUOTA_FAILURE_MODES, comma-separated; defaults: Pod=open, Node=open, others closed)")
-    parser.add_argument("--tls-secret", default=default("TLS_SECRET", defaults.tls_secret),
-                        help="Secret holding the CA and serving certificate")
-    parser.add_argument("--deployment", default=default("DEPLOYMENT", defaults.deployment),
-                        help="the operator's own Deployment, made owner of the TLS Secret (env CARDQUOTA_DEPLOYMENT)")
-    parser.add_argument("--cert-dir", default=default("CERT_DIR", defaults.cert_dir),
-                        help="folder for the serving certificate files (default: a temporary folder)")
-    parser.add_argument("--dev", action="store_true", default=env.get("CARDQUOTA_DEV") == "1",
-                        help="local development: self-signed certificate for localhost, no Secret, no API writes")
-    parser.add_argument("--publish-window", type=float, default=float(default("PUBLISH_WINDOW", 1.0)),
-                        help="seconds between annotation writes (at most one patch per queue per window)")
-    parser.add_argument("--metrics-port", type=int, default=int(default("METRICS_PORT", 8080)),
-                        help="plain-HTTP port for /metrics, /healthz and /readyz")
-    parser.add_argument("--log-format", choices=[f.value for f in LogFormat],
-                        default=default("LOG_FORMAT", defaults.log_format.value),
-                        help="json for machines, text for humans")
+                        f"{ENV_FAILURE_MODES}, comma-separated; defaults: Pod=open, Node=open, others closed)")
+    parser.add_argument("--tls-secret", help=f"Secret holding the CA and serving certificate (env {ENV_TLS_SECRET}; "
+                        f"default {defaults.tls_secret})")
+    parser.add_argument("--deployment", help="the operator's own Deployment, made owner of the TLS Secret (env "
+                        f"{ENV_DEPLOYMENT}; default {defaults.deployment})")
+    parser.add_argument("--cert-dir", help=f"folder for the serving certificate files (env {ENV_CERT_DIR}; "
+                        "default: a temporary folder)")
+    parser.add_argument("--dev", action="store_true", default=None,
+                        help="local development: self-signed certificate for localhost, no Secret, no API writes "
+                        f"(env {ENV_DEV}=1)")
+    parser.add_argument("--publish-window", type=float, help="seconds between annotation writes (at most one "
+                        f"patch per queue per window; env {ENV_PUBLISH_WINDOW}; default {defaults.publish_window})")
+    parser.add_argument("--metrics-port", type=int, help="plain-HTTP port for /metrics, /healthz and /readyz (env "
+                        f"{ENV_METRICS_PORT}; default {defaults.metrics_port})")
+    parser.add_argument("--log-format", choices=[f.value for f in LogFormat], help="json for machines, text for "
+                        f"humans (env {ENV_LOG_FORMAT}; default {defaults.log_format.value})")
+
+
+def _chosen(given: T | None, environ: Mapping[str, str], name: str, read: Callable[[str], T], form: str,
+            default: T) -> T:
+    """The command line's value, else the environment's, else the default."""
+    if given is not None:
+        return given
+    value = from_env(environ, name, read, form)
+    return default if value is None else value
+
+
+def _chosen_text(given: str | None, environ: Mapping[str, str], name: str, default: str) -> str:
+    return given if given is not None else environ.get(name) or default
 
 
 def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings of ``cardquota operator``; raises InputError naming the variable or option that cannot be
+    read."""
     env = os.environ if environ is None else environ
-    schedulers = args.schedulers or [s for s in env.get("CARDQUOTA_SCHEDULERS", "volcano").split(",") if s]
-    modes = [*filter(None, env.get("CARDQUOTA_FAILURE_MODES", "").split(",")), *args.failure_modes]
+    defaults = Settings()
+    schedulers = args.schedulers or from_env(env, ENV_SCHEDULERS, read_names, "scheduler names, comma-separated")
+    kinds_form = f"KIND=open|closed items, comma-separated, with KIND one of {', '.join(KINDS)}"
+    env_modes = from_env(env, ENV_FAILURE_MODES, lambda text: parse_failure_modes(read_names(text)), kinds_form)
+    try:
+        modes = {**(env_modes or {}), **parse_failure_modes(args.failure_modes)}
+    except ValueError as error:
+        raise InputError(str(error), where="--failure-mode") from None
+    log_format = _chosen(args.log_format, env, ENV_LOG_FORMAT, LogFormat, "text or json", defaults.log_format)
     return Settings(
-        namespace=args.namespace,
-        service=args.service,
-        host=args.host,
-        port=args.port,
-        schedulers=frozenset(schedulers),
-        scheduler_configmap=args.scheduler_configmap,
-        failure_modes=parse_failure_modes(modes),
-        tls_secret=args.tls_secret,
-        deployment=args.deployment,
-        cert_dir=args.cert_dir,
-        dev=args.dev,
-        log_format=LogFormat(args.log_format),
-        publish_window=args.publish_window,
-        metrics_port=args.metrics_port,
+        namespace=_chosen_text(args.namespace, env, ENV_NAMESPACE, defaults.namespace),
+        service=_chosen_text(args.service, env, ENV_SERVICE, defaults.service),
+        host=_chosen_text(args.host, env, ENV_HOST, defaults.host),
+        port=_chosen(args.port, env, ENV_WEBHOOK_PORT, read_port, PORT_FORM, defaults.port),
+        schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,
+        scheduler_configmap=_chosen_text(args.scheduler_configmap, env, ENV_SCHEDULER_CONFIGMAP,
+                                         defaults.scheduler_configmap),
+        failure_modes=modes,
+        tls_secret=_chosen_text(args.tls_secret, env, ENV_TLS_SECRET, defaults.tls_secret),
+        deployment=_chosen_text(args.deployment, env, ENV_DEPLOYMENT, defaults.deployment),
+        cert_dir=_chosen_text(args.cert_dir, env, ENV_CERT_DIR, defaults.cert_dir),
+        dev=_chosen(args.dev, env, ENV_DEV, read_flag, "1 or 0", defaults.dev),
+        log_format=LogFormat(log_format),
+        publish_window=_chosen(args.publish_window, env, ENV_PUBLISH_WINDOW, read_seconds,
+                               "a number of seconds, 0 or more", defaults.publish_window),
+        metrics_port=_chosen(args.metrics_port, env, ENV_METRICS_PORT, read_port, PORT_FORM, defaults.metrics_port),
+    )
+
+
+def extender_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ExtenderSettings:
+    """The settings of ``cardquota extender`` (options ``--host``, ``--port``, ``--scheduler-conf``, each None when
+    not given); raises InputError naming a variable that cannot be read."""
+    env = os.environ if environ is None else environ
+    defaults = ExtenderSettings()
+    return ExtenderSettings(
+        host=_chosen_text(args.host, env, ENV_HOST, defaults.host),
+        port=_chosen(args.port, env, ENV_EXTENDER_PORT, read_port, PORT_FORM, defaults.port),
+        scheduler_conf=args.scheduler_conf or env.get(ENV_SCHEDULER_CONF) or None,
     )

@@ -166,6 +166,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
+    from cardquota.operator import settings  # the operator's and extender's options (their dependencies load later)
+
     extender = commands.add_parser(
         "extender",
         help="serve the Volcano scheduler's extender plugin: the card, crossquota, mGPU and DRA rules",
@@ -173,13 +175,15 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         "jobEnqueueable, queueOverused, jobReady, allocateFunc, deallocateFunc) over HTTP with the design's rules, "
         "so a stock Volcano scheduler enforces them. mGPU results are patched onto the pods.",
     )
-    extender.add_argument("--host", default=os.environ.get("CARDQUOTA_HOST", "0.0.0.0"),
-                          help="address to listen on (env CARDQUOTA_HOST)")
-    extender.add_argument("--port", type=int, default=int(os.environ.get("CARDQUOTA_EXTENDER_PORT", "8713")),
-                          help="HTTP port (env CARDQUOTA_EXTENDER_PORT; default 8713)")
-    extender.add_argument("--scheduler-conf", metavar="FILE", default=os.environ.get("CARDQUOTA_SCHEDULER_CONF"),
+    # The environment is read when the command runs (settings.extender_settings), never while building the parser.
+    extender_defaults = settings.ExtenderSettings()
+    extender.add_argument("--host", help=f"address to listen on (env {settings.ENV_HOST}; default "
+                          f"{extender_defaults.host})")
+    extender.add_argument("--port", type=int, help=f"HTTP port (env {settings.ENV_EXTENDER_PORT}; default "
+                          f"{extender_defaults.port})")
+    extender.add_argument("--scheduler-conf", metavar="FILE",
                           help="volcano-scheduler.conf, for the plugins' arguments (the scheduler ConfigMap "
-                          "mounted as a file; env CARDQUOTA_SCHEDULER_CONF); default: the plugins' defaults")
+                          f"mounted as a file; env {settings.ENV_SCHEDULER_CONF}); default: the plugins' defaults")
     extender.add_argument("--no-patch", action="store_true",
                           help="do not patch mGPU results onto pods (no Kubernetes API access needed)")
     extender.set_defaults(command=extender_command)
@@ -188,11 +192,10 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         "operator",
         help="run the admission webhooks (and the cache's watch handlers) against the cluster",
         description="Run the HTTPS admission server for Queues, PodGroups, Volcano Jobs, Pods, Nodes and the "
-        "scheduler ConfigMap, fed by an in-memory cluster cache. Every option also reads CARDQUOTA_<OPTION>.",
+        "scheduler ConfigMap, fed by an in-memory cluster cache. Each option also reads the environment variable "
+        "its help names.",
     )
-    from cardquota.operator.settings import add_arguments  # the operator's dependencies load only when asked
-
-    add_arguments(operator)
+    settings.add_arguments(operator)
     operator.set_defaults(command=operator_command)
     return parser
 
@@ -267,16 +270,18 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from cardquota.core.scheduling.extender import Extender
     from cardquota.operator.extender import api_pod_patcher, run_extender
+    from cardquota.operator.settings import extender_settings
 
+    settings = extender_settings(args)
     config = SchedulerConfig()
-    if args.scheduler_conf:
+    if settings.scheduler_conf:
         try:
-            with open(args.scheduler_conf, encoding="utf-8") as conf:
+            with open(settings.scheduler_conf, encoding="utf-8") as conf:
                 config = SchedulerConfig.from_conf(conf.read())
         except OSError as error:
-            raise InputError(f"cannot read it: {error.strerror}", where=args.scheduler_conf) from None
+            raise InputError(f"cannot read it: {error.strerror}", where=settings.scheduler_conf) from None
         except InputError as error:
-            raise error.located(args.scheduler_conf) from None
+            raise error.located(settings.scheduler_conf) from None
     patcher = None
     if not args.no_patch:
         from cardquota.kube import KubeError, api_client
@@ -287,9 +292,9 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: mGPU results will not be patched onto pods: {error}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_extender(Extender(config), args.host, args.port, patcher))
+        asyncio.run(run_extender(Extender(config), settings.host, settings.port, patcher))
     except OSError as error:
-        raise InputError(f"cannot listen: {error.strerror}", where=f"{args.host}:{args.port}") from None
+        raise InputError(f"cannot listen: {error.strerror}", where=f"{settings.host}:{settings.port}") from None
     return EXIT_OK
 
 
@@ -299,10 +304,7 @@ def operator_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from cardquota.operator.main import configure_logging, run
     from cardquota.operator.settings import from_arguments
 
-    try:
-        settings = from_arguments(args)
-    except ValueError as error:
-        raise InputError(str(error), where="--failure-mode") from None
+    settings = from_arguments(args)  # an unreadable option or variable: InputError, naming it
     import urllib3
 
     from cardquota.kube import KubeError

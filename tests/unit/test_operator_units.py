@@ -92,7 +92,7 @@ def test_decode_tolerates_missing_and_garbled_data() -> None:
 
 def settings_from(argv: list[str], env: dict[str, str] | None = None) -> Settings:
     parser = argparse.ArgumentParser()
-    add_arguments(parser, env or {})
+    add_arguments(parser)
     return from_arguments(parser.parse_args(argv), env or {})
 
 
@@ -103,8 +103,9 @@ def test_settings_defaults() -> None:
 
 
 def test_settings_from_environment_and_command_line() -> None:
-    env = {"CARDQUOTA_NAMESPACE": "gpu-system", "CARDQUOTA_PORT": "8443", "CARDQUOTA_SCHEDULERS": "volcano,vc-gpu",
-           "CARDQUOTA_FAILURE_MODES": "Pod=closed", "CARDQUOTA_LOG_FORMAT": "json"}
+    env = {"CARDQUOTA_NAMESPACE": "gpu-system", "CARDQUOTA_WEBHOOK_PORT_NUMBER": "8443",
+           "CARDQUOTA_SCHEDULERS": "volcano,vc-gpu", "CARDQUOTA_FAILURE_MODES": "Pod=closed",
+           "CARDQUOTA_LOG_FORMAT": "json"}
     settings = settings_from(["--failure-mode", "Queue=open", "--service", "cq"], env)
     assert settings.namespace == "gpu-system"
     assert settings.port == 8443

@@ -1,0 +1,179 @@
+"""Settings from the environment: no name cardquota reads is one a Kubernetes Service can set in a pod (service
+links), and a value that cannot be read is one line naming the variable and the form expected (exit 2), only for
+the command that reads it."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cardquota.cli.main import run
+from cardquota.operator.settings import (
+    ExtenderSettings,
+    Settings,
+    add_arguments,
+    extender_settings,
+    from_arguments,
+    is_service_link_name,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = sorted(path for folder in ("cardquota", "operator", "webhooks") for path in (REPO / folder).rglob("*.py")
+                 if not path.is_relative_to(REPO / "cardquota" / "operator")
+                 and not path.is_relative_to(REPO / "cardquota" / "webhooks"))
+CLUSTER = str(REPO / "examples" / "cluster.yaml")
+RENAMED = {"CARDQUOTA_PORT": "CARDQUOTA_WEBHOOK_PORT_NUMBER", "CARDQUOTA_METRICS_PORT": "CARDQUOTA_METRICS_PORT_NUMBER",
+           "CARDQUOTA_EXTENDER_PORT": "CARDQUOTA_EXTENDER_PORT_NUMBER"}
+"""The names the settings had until they were found to be service-link names, and the names they have now."""
+LINK = "tcp://10.96.12.34:443"
+
+
+def _names_in_code() -> dict[str, str]:
+    """Every string literal of the package that is a CARDQUOTA_* name (a variable read, or the name of one), with
+    where it is; a name built at run time (f"CARDQUOTA_{...}") fails, since no test could see what it reads."""
+    names: dict[str, str] = {}
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant) \
+                    and str(node.values[0].value).startswith("CARDQUOTA_") and len(node.values) > 1 \
+                    and not isinstance(node.values[1], ast.Constant):
+                pytest.fail(f"{where}: an environment variable name built at run time")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.startswith("CARDQUOTA_") and node.value.replace("_", "").isalnum():
+                names.setdefault(node.value, where)
+    return names
+
+
+NAMES_IN_CODE = _names_in_code()
+
+
+@pytest.mark.parametrize("name", [
+    "CARDQUOTA_SERVICE_HOST", "CARDQUOTA_SERVICE_PORT", "CARDQUOTA_SERVICE_PORT_WEBHOOK", "CARDQUOTA_PORT",
+    "CARDQUOTA_PORT_443_TCP", "CARDQUOTA_PORT_443_TCP_PROTO", "CARDQUOTA_PORT_443_TCP_PORT",
+    "CARDQUOTA_PORT_443_TCP_ADDR", "CARDQUOTA_PORT_53_UDP", "CARDQUOTA_PORT_9_SCTP_ADDR", "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT_HTTPS", "CARDQUOTA_EXTENDER_PORT", "CARDQUOTA_METRICS_PORT", "CARDQUOTA_LISTEN_PORT",
+    "CARDQUOTA_SERVICE_PORT_NUMBER",  # a Service "cardquota" with a port named "number"
+    "CARDQUOTA_SERVICE_PORT_HTTPS_ALT",  # … a port named "https-alt"
+    "CARDQUOTA_X_PORT_8080_TCP_PORT",  # Service "cardquota-x", port 8080
+])
+def test_names_a_service_can_set(name: str) -> None:
+    assert is_service_link_name(name)
+
+
+@pytest.mark.parametrize("name", [
+    "CARDQUOTA_WEBHOOK_PORT_NUMBER", "CARDQUOTA_METRICS_PORT_NUMBER", "CARDQUOTA_EXTENDER_PORT_NUMBER",
+    "CARDQUOTA_SERVICE", "CARDQUOTA_HOST", "CARDQUOTA_PORT_443", "CARDQUOTA_PORT_443_HTTP", "CARDQUOTA_PORT_X_TCP",
+    "CARDQUOTA_SERVICE_HOSTNAME", "CARDQUOTA_DEBUG", "PORT", "_PORT", "HOSTNAME", "9_PORT",
+])
+def test_names_no_service_can_set(name: str) -> None:
+    assert not is_service_link_name(name)
+
+
+def test_no_name_the_code_reads_is_one_a_service_can_set() -> None:
+    assert {"CARDQUOTA_WEBHOOK_PORT_NUMBER", "CARDQUOTA_EXTENDER_PORT_NUMBER", "CARDQUOTA_DEBUG"} <= set(NAMES_IN_CODE)
+    assert {name: where for name, where in NAMES_IN_CODE.items() if is_service_link_name(name)} == {}
+
+
+def test_the_old_names_are_link_names_and_no_longer_read() -> None:
+    assert all(is_service_link_name(old) and not is_service_link_name(new) for old, new in RENAMED.items())
+    assert set(RENAMED).isdisjoint(NAMES_IN_CODE)
+    assert set(RENAMED.values()) <= set(NAMES_IN_CODE)
+
+
+def test_every_name_a_shipped_container_sets_is_one_the_code_reads() -> None:
+    for path in sorted((REPO / "manifests").rglob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            spec = ((document or {}).get("spec") or {}).get("template", {}).get("spec", {})
+            for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+                for item in container.get("env", []):
+                    assert item["name"] in NAMES_IN_CODE, f"{path.relative_to(REPO)}: {item['name']} is not read"
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run("cardquota", argv, stdout=out, stderr=err)
+    return code, err.getvalue()
+
+
+BAD_VALUES = [
+    (["operator", "--dev"], "CARDQUOTA_WEBHOOK_PORT_NUMBER", LINK, "a port number (0 to 65535)"),
+    (["operator", "--dev"], "CARDQUOTA_WEBHOOK_PORT_NUMBER", "https", "a port number (0 to 65535)"),
+    (["operator", "--dev"], "CARDQUOTA_METRICS_PORT_NUMBER", "tcp://10.96.0.9:8080", "a port number (0 to 65535)"),
+    (["operator", "--dev"], "CARDQUOTA_METRICS_PORT_NUMBER", "65536", "a port number (0 to 65535)"),
+    (["operator"], "CARDQUOTA_DEV", "yes please", "1 or 0"),
+    (["operator", "--dev"], "CARDQUOTA_LOG_FORMAT", "yaml", "text or json"),
+    (["operator", "--dev"], "CARDQUOTA_PUBLISH_WINDOW", "-1", "a number of seconds, 0 or more"),
+    (["operator", "--dev"], "CARDQUOTA_PUBLISH_WINDOW", "nan", "a number of seconds, 0 or more"),
+    (["operator", "--dev"], "CARDQUOTA_FAILURE_MODES", "Pod=sometimes", "KIND=open|closed items"),
+    (["operator", "--dev"], "CARDQUOTA_SCHEDULERS", ",", "scheduler names, comma-separated"),
+    (["extender", "--no-patch"], "CARDQUOTA_EXTENDER_PORT_NUMBER", LINK, "a port number (0 to 65535)"),
+    (["extender", "--no-patch"], "CARDQUOTA_EXTENDER_PORT_NUMBER", "８７１３", "a port number (0 to 65535)"),
+]
+
+
+@pytest.mark.parametrize(("argv", "name", "value", "form"), BAD_VALUES)
+def test_an_unreadable_variable_is_one_line_naming_it_and_the_form(argv: list[str], name: str, value: str, form: str,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))  # nothing may reach for a cluster
+    monkeypatch.setenv(name, value)
+    code, err = _cli(argv)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"cardquota: error: {name}: {value!r}: expected {form}")
+    assert ("looks like a Kubernetes service link" in err) == value.startswith("tcp://")
+
+
+@pytest.mark.parametrize(("name", "value"), [(name, value) for _, name, value, _ in BAD_VALUES])
+def test_a_command_that_does_not_read_a_variable_is_not_stopped_by_it(name: str, value: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, value)
+    for old in RENAMED:
+        monkeypatch.setenv(old, LINK)
+    code, err = _cli(["discover", "-f", CLUSTER, "-o", "json"])
+    assert code == 0
+    assert "CARDQUOTA" not in err
+
+
+def _operator_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _extender_args(host: str | None = None, port: int | None = None) -> argparse.Namespace:
+    return argparse.Namespace(host=host, port=port, scheduler_conf=None)
+
+
+def test_every_link_of_the_shipped_services_leaves_the_settings_alone() -> None:
+    links = {"CARDQUOTA_SERVICE_HOST": "10.96.12.34", "CARDQUOTA_SERVICE_PORT": "443",
+             "CARDQUOTA_SERVICE_PORT_WEBHOOK": "443", "CARDQUOTA_SERVICE_PORT_METRICS": "8080", "CARDQUOTA_PORT": LINK,
+             "CARDQUOTA_PORT_443_TCP": LINK, "CARDQUOTA_PORT_443_TCP_PORT": "443",
+             "CARDQUOTA_EXTENDER_PORT": "tcp://10.96.0.7:8713", "CARDQUOTA_EXTENDER_SERVICE_PORT": "8713",
+             "CARDQUOTA_METRICS_PORT": "tcp://10.96.0.8:9090"}
+    assert from_arguments(_operator_args([]), links) == Settings()
+    assert extender_settings(_extender_args(), links) == ExtenderSettings()
+
+
+def test_the_new_names_are_read_and_the_command_line_wins() -> None:
+    env = {"CARDQUOTA_WEBHOOK_PORT_NUMBER": "8443", "CARDQUOTA_METRICS_PORT_NUMBER": "0", "CARDQUOTA_DEV": "true",
+           "CARDQUOTA_PUBLISH_WINDOW": "0.5", "CARDQUOTA_EXTENDER_PORT_NUMBER": "9713", "CARDQUOTA_HOST": "127.0.0.1",
+           "CARDQUOTA_SCHEDULER_CONF": "/etc/conf"}
+    settings = from_arguments(_operator_args([]), env)
+    assert (settings.port, settings.metrics_port, settings.dev, settings.publish_window) == (8443, 0, True, 0.5)
+    assert from_arguments(_operator_args(["--port", "9000", "--metrics-port", "9001"]), env).port == 9000
+    assert extender_settings(_extender_args(), env) == ExtenderSettings("127.0.0.1", 9713, "/etc/conf")
+    assert extender_settings(_extender_args("::", 1), env).port == 1
+    assert from_arguments(_operator_args([]), {"CARDQUOTA_WEBHOOK_PORT_NUMBER": ""}).port == Settings().port
+
+
+def test_a_bad_failure_mode_on_the_command_line_names_the_option() -> None:
+    code, err = _cli(["operator", "--dev", "--failure-mode", "Pod=never"])
+    assert code == 2
+    assert err.startswith("cardquota: error: --failure-mode: 'Pod=never': expected KIND=open|closed")
