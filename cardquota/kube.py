@@ -299,6 +299,10 @@ def update_lease(api: client.ApiClient, namespace: str, name: str, spec: Mapping
     return _request(api, "PATCH", lease_path(namespace, name), body, "application/merge-patch+json")
 
 
+FIELD_MANAGER = "cardquota"
+"""Named in the managedFields of what cardquota writes to objects it does not own (the CRD additions)."""
+
+
 def crd_path(name: str) -> str:
     return f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
 
@@ -316,4 +320,28 @@ def read_crd(api: client.ApiClient, name: str) -> Mapping[str, Any] | None:
 def patch_crd(api: client.ApiClient, name: str, operations: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """Apply a JSON patch to a CRD (not retried: its ``test`` operations make a stale patch fail, and the caller
     reads the CRD again and computes a new one)."""
-    return _request(api, "PATCH", crd_path(name), list(operations), "application/json-patch+json")
+    return _request(api, "PATCH", f"{crd_path(name)}?fieldManager={FIELD_MANAGER}", list(operations),
+                    "application/json-patch+json")
+
+
+def read_object(api: client.ApiClient, path: str) -> Mapping[str, Any] | None:
+    """GET the one object at ``path`` (e.g. ``/api/v1/namespaces/ns/secrets/name``), with retries; None when it does
+    not exist."""
+    try:
+        return with_retries(lambda: _get(api, path))
+    except KubeError as error:
+        if error.status == NOT_FOUND:
+            return None
+        raise
+
+
+def list_objects(api: client.ApiClient, path: str, api_version: str, kind: str, *,
+                 label_selector: str = "") -> list[Mapping[str, Any]]:
+    """Every object the list at ``path`` returns (``label_selector`` narrows it on the server), with apiVersion and
+    kind set on each (lists leave them out), with retries."""
+    from urllib.parse import quote
+
+    query = f"?labelSelector={quote(label_selector, safe='=,/')}" if label_selector else ""
+    listing = with_retries(lambda: _get(api, path + query))
+    return [{"apiVersion": api_version, "kind": kind, **item} for item in listing.get("items") or []
+            if isinstance(item, Mapping)]
