@@ -16,7 +16,7 @@ from typing import Any, TextIO, TypeVar
 
 import yaml
 
-from cardquota.cli import crd, output
+from cardquota.cli import crd, doctor, output
 from cardquota.cli.check import validate
 from cardquota.cli.output import NONE
 from cardquota.core.cards import NodeCards
@@ -173,6 +173,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     explain_parser.set_defaults(command=explain_command)
 
     crd.add_command(commands, common)
+    doctor.add_command(commands, common)
 
 
 # ----------------------------------------------------------------------------------------------------- commands

@@ -1,0 +1,873 @@
+"""``kubectl cardquota doctor``: is this installation healthy? Pure checks over objects already read.
+
+Each check takes what the adapter fetched — an object, ``None`` when it does not exist, or :class:`Unreadable`
+when it could not be read (a 403: "cannot tell") — and returns :class:`Result` lines: ok, warn, fail or unknown, a
+message a platform engineer can act on, and the fix (a command or a step). Malformed objects become failing lines,
+never exceptions. What the core may not do itself is injected: the clock (``now``, seconds since the epoch) and the
+certificate verification (:data:`TrustCheck`: cryptography is not imported here).
+
+The checks, in the order they print: Volcano's CRDs and version, cardquota's additions to those CRDs, the
+admission webhooks and their certificate, the operator's pods and leader, the scheduler ConfigMap, the card types
+nodes offer, and the usage published on queues with a card quota.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.cards import PRODUCT_LABEL, card_families, cluster_totals
+from cardquota.core.crd_additions import CRD_NAMES, AdditionState, State, inspect, restore_command
+from cardquota.core.errors import InputError, one_line
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import Manifest, Node
+from cardquota.core.policies import schedconf
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.publish import CARD_USAGE, QUEUE_ANNOTATIONS, queue_annotations
+from cardquota.core.snapshot import ClusterSnapshot, Kind, describe, kind_of, node_record
+from cardquota.core.yamltext import load_one
+
+VOLCANO = "Volcano"
+CRD_ADDITIONS = "cardquota's CRD additions"
+WEBHOOKS = "Admission webhooks"
+OPERATOR = "Operator"
+SCHEDULER = "Scheduler configuration"
+NODES = "Nodes"
+QUEUES = "Queue usage"
+CHECKS = (VOLCANO, CRD_ADDITIONS, WEBHOOKS, OPERATOR, SCHEDULER, NODES, QUEUES)
+"""The checks, in the order they run and print."""
+
+OLDEST_VOLCANO = (1, 13)
+"""The oldest Volcano release cardquota supports (README, Versions)."""
+VOLCANO_INSTALL = ("install Volcano v1.13 or later, e.g. kubectl apply -f https://raw.githubusercontent.com/"
+                   "volcano-sh/volcano/v1.15.1/installer/volcano-development.yaml (or: make volcano)")
+SCHEDULER_LABEL = ("app", "volcano-scheduler")
+"""The label Volcano's installer puts on its scheduler Deployment."""
+SCHEDULER_DEPLOYMENT = ("volcano-system", "volcano-scheduler")
+DEPLOY = "kubectl apply -k manifests/overlays/production (or the overlay you deployed)"
+CERT_RENEW_DAYS = 30
+"""The operator renews the serving certificate this many days before it expires (webhooks/tls.py RENEW_BEFORE)."""
+SHOWN = 10
+"""Names listed in one line or as details before "and N more"."""
+DETAIL_LIMIT = 400
+"""Characters of one detail line (a violation, a node's missing labels) before it is clipped."""
+ACCELERATOR_RESOURCE = re.compile(
+    r"nvidia\.com/(gpu|gpu\.shared|mig-.+)|amd\.com/gpu|huawei\.com/Ascend.+|habana\.ai/gaudi|gpu\.intel\.com/.+"
+    r"|aws\.amazon\.com/neuron.*|google\.com/tpu", re.ASCII)
+"""Allocatable resources that mean "this node has accelerators", whether or not discovery finds a card type."""
+
+ADDITION_WORDING: Mapping[State, str] = {
+    State.PRESENT: "in place",
+    State.FOREIGN: "defined by someone else (Volcano's own?): left alone",
+    State.MISSING: "missing",
+    State.UNREACHABLE: "cannot be added: the CRD's schema has no spec object to put it in",
+}
+"""What ``kubectl cardquota crd status`` says of each state (its MISSING also names the command, which doctor
+prints as the fix line; tests/unit/test_doctor.py keeps the two in step)."""
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+    """Could not be told: something needed could not be read (no permission)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    """The check this line belongs to (one of :data:`CHECKS`)."""
+    status: Status
+    message: str
+    fix: str = ""
+    """What to run or do (for lines that are not ok)."""
+    details: tuple[str, ...] = ()
+    """Lines under the message: the queues, nodes or violations it is about."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"check": self.name, "status": self.status.value, "message": self.message,
+                "details": list(self.details), "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An object or list that could not be read (a 403 names the verb and resource): its check cannot tell."""
+
+    reason: str
+
+
+Read = Manifest | None | Unreadable
+"""One object: as read, None when it does not exist, or why it could not be read."""
+Listing = Sequence[Manifest] | Unreadable
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Whether a webhook's caBundle verifies the serving certificate (:data:`TrustCheck`'s answer)."""
+
+    problem: str | None
+    """Why not (unreadable, signed by no CA in the bundle, expired, names), None when it does."""
+    days_left: int | None = None
+    """Whole days until the serving certificate expires."""
+
+
+TrustCheck = Callable[[str, str, str], Trust]
+"""(a caBundle, a ``tls.crt`` — both base64 as the API holds them —, the DNS name the API server calls) → Trust."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where cardquota and Volcano are installed (the operator's settings; the CLI fills in their defaults)."""
+
+    namespace: str
+    service: str
+    tls_secret: str
+    deployment: str
+    lease: str
+    webhook_configurations: Mapping[str, str]
+    """Kind (ValidatingWebhookConfiguration, MutatingWebhookConfiguration) → name."""
+    pod_selector: Mapping[str, str]
+    """The operator pods' labels when its Deployment cannot tell (manifests/base/deployment.yaml)."""
+    scheduler_namespace: str
+    scheduler_configmap: str
+
+    @property
+    def dns_name(self) -> str:
+        """The name the API server calls the webhook Service by (a SAN the serving certificate must have)."""
+        return f"{self.service}.{self.namespace}.svc"
+
+
+@dataclass(frozen=True)
+class Installation:
+    """Everything the checks read, fetched by the adapter (live or from files)."""
+
+    crds: Mapping[str, Read]
+    scheduler_deployments: Listing
+    webhook_configurations: Mapping[str, Read]
+    """Kind → the configuration named in :attr:`Target.webhook_configurations`."""
+    tls_secret: Read
+    operator_deployment: Read
+    operator_pods: Listing
+    lease: Read
+    scheduler_configmap: Read
+    nodes: Listing
+    queues: Listing
+    podgroups: Listing
+    pods: Listing
+    now: float
+    """Seconds since the epoch."""
+    trust: TrustCheck = field(repr=False, compare=False)
+
+
+def _object(value: object) -> Read:
+    """A read as the checks take it: an object that is not a map (a malformed file) reads as an empty one, whose
+    missing fields the checks then report."""
+    if value is None or isinstance(value, Unreadable | Mapping):
+        return value
+    return {}
+
+
+def _objects(listing: object) -> Listing:
+    """A listing as the checks take it: items that are not maps are dropped."""
+    if isinstance(listing, Unreadable):
+        return listing
+    return [item for item in listing if isinstance(item, Mapping)] if isinstance(listing, list | tuple) else []
+
+
+def run_checks(installation: Installation, target: Target) -> list[Result]:
+    """Every check, in order. A check that fails unexpectedly (a bug) becomes one "cannot tell" line; the others
+    still run."""
+    crds = {name: _object(crd) for name, crd in installation.crds.items()}
+    configurations = {kind: _object(c) for kind, c in installation.webhook_configurations.items()}
+    nodes, queues = _objects(installation.nodes), _objects(installation.queues)
+    podgroups, pods = _objects(installation.podgroups), _objects(installation.pods)
+    checks: list[tuple[str, Callable[[], list[Result]]]] = [
+        (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))),
+        (CRD_ADDITIONS, lambda: check_crd_additions(crds)),
+        (WEBHOOKS, lambda: check_webhooks(configurations, _object(installation.tls_secret), target,
+                                          installation.trust)),
+        (OPERATOR, lambda: check_operator(_object(installation.operator_deployment),
+                                          _objects(installation.operator_pods), _object(installation.lease), target,
+                                          installation.now)),
+        (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target)),
+        (NODES, lambda: check_nodes(nodes)),
+        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target)),
+    ]
+    results: list[Result] = []
+    for name, check in checks:
+        try:
+            results += check()
+        except Exception as error:  # a doctor keeps examining the rest; the line says it is a bug
+            results.append(Result(name, Status.UNKNOWN, one_line(
+                f"this check failed unexpectedly ({type(error).__name__}: {error}): a bug in cardquota"),
+                fix="please report it with this line; the other checks are not affected"))
+    return results
+
+
+def overall(results: Iterable[Result]) -> Status:
+    """FAIL when something is wrong; else UNKNOWN when something could not be told; else WARN or OK."""
+    statuses = {result.status for result in results}
+    for status in (Status.FAIL, Status.UNKNOWN, Status.WARN):
+        if status in statuses:
+            return status
+    return Status.OK
+
+
+# ------------------------------------------------------------------------------------------------------ Volcano
+
+
+def check_volcano(crds: Mapping[str, Read], scheduler_deployments: Listing) -> list[Result]:
+    results: list[Result] = []
+    missing = [name for name in CRD_NAMES if crds.get(name) is None]
+    unreadable = [(name, crd) for name in CRD_NAMES if isinstance(crd := crds.get(name), Unreadable)]
+    if missing:
+        results.append(Result(VOLCANO, Status.FAIL, f"Volcano's CRD{_s(missing)} {_names(missing)} "
+                              f"{'is' if len(missing) == 1 else 'are'} not installed: Volcano is missing or "
+                              "incomplete", fix=VOLCANO_INSTALL))
+    results += [_cannot_tell(VOLCANO, f"whether the CRD {name} is installed", crd) for name, crd in unreadable]
+    if not missing and not unreadable:
+        results.append(Result(VOLCANO, Status.OK, f"Volcano's CRDs are installed: {', '.join(CRD_NAMES)}"))
+    results.append(_volcano_version(scheduler_deployments))
+    return results
+
+
+def _volcano_version(deployments: Listing) -> Result:
+    if isinstance(deployments, Unreadable):
+        return _cannot_tell(VOLCANO, "which Volcano version runs", deployments)
+    found = volcano_scheduler(deployments)
+    if found is None:
+        return Result(VOLCANO, Status.WARN, "Volcano version unknown: no Deployment labelled app=volcano-scheduler, "
+                      "and no volcano-system/volcano-scheduler",
+                      fix="expected when the scheduler runs under another name (the extender setup); otherwise "
+                      "check Volcano's scheduler is deployed: kubectl get deploy -A -l app=volcano-scheduler")
+    where, image = found
+    version = image_version(image)
+    if version is None:
+        return Result(VOLCANO, Status.WARN, f"Volcano version unknown: {where} runs {_shown(image)}, which has no "
+                      "version tag", fix="nothing to do if you know it is v1.13 or later")
+    parsed = _release(version)
+    if parsed is not None and parsed < OLDEST_VOLCANO:
+        return Result(VOLCANO, Status.WARN, f"Volcano {version} ({where}) is older than v1.13, the oldest release "
+                      "cardquota supports", fix="upgrade Volcano, then run: " + restore_command())
+    return Result(VOLCANO, Status.OK, f"Volcano {version} ({where} runs {image})")
+
+
+def volcano_scheduler(deployments: Iterable[Manifest]) -> tuple[str, str] | None:
+    """("namespace/name", image) of Volcano's scheduler Deployment, preferring volcano-system/volcano-scheduler."""
+    candidates: list[tuple[bool, str, str]] = []
+    for deployment in deployments:
+        namespace, name = _namespace(deployment), _name(deployment)
+        labels = _labels(deployment)
+        if labels.get(SCHEDULER_LABEL[0]) != SCHEDULER_LABEL[1] and (namespace, name) != SCHEDULER_DEPLOYMENT:
+            continue
+        image = _scheduler_image(deployment)
+        if image is not None:
+            candidates.append(((namespace, name) != SCHEDULER_DEPLOYMENT, f"{namespace}/{name}", image))
+    if not candidates:
+        return None
+    _, where, image = min(candidates)
+    return where, image
+
+
+def _scheduler_image(deployment: Manifest) -> str | None:
+    spec = _map(_map(_map(deployment.get("spec")).get("template")).get("spec"))
+    containers = [c for c in _list(spec.get("containers")) if isinstance(c, Mapping)]
+    images = [(c.get("name"), c.get("image")) for c in containers if isinstance(c.get("image"), str)]
+    for name, image in images:
+        if "vc-scheduler" in str(image) or name == "volcano-scheduler":
+            return str(image)
+    return str(images[0][1]) if images else None
+
+
+def image_version(image: str) -> str | None:
+    """The tag of an image reference (``docker.io/volcanosh/vc-scheduler:v1.15.1`` → ``v1.15.1``), None without."""
+    reference = image.split("@", 1)[0]
+    last = reference.rsplit("/", 1)[-1]
+    _, colon, tag = last.partition(":")
+    return tag if colon and tag else None
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    match = re.match(r"v?(\d{1,6})\.(\d{1,6})", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+# ------------------------------------------------------------------------------------------------ CRD additions
+
+
+def check_crd_additions(crds: Mapping[str, Read]) -> list[Result]:
+    results: list[Result] = []
+    for name in CRD_NAMES:
+        crd = crds.get(name)
+        if isinstance(crd, Unreadable):
+            results.append(_cannot_tell(CRD_ADDITIONS, f"whether cardquota's additions to {name} are in place", crd))
+            continue
+        if crd is None:
+            results.append(Result(CRD_ADDITIONS, Status.FAIL, f"{name} is not installed: nothing to add to",
+                                  fix=f"install Volcano first, then run: {restore_command()}"))
+            continue
+        states = inspect(crd)
+        if not states:
+            results.append(Result(CRD_ADDITIONS, Status.FAIL, f"{name} has no served version cardquota can read "
+                                  "(spec.versions)", fix=f"reinstall Volcano's CRDs, then run: {restore_command()}"))
+            continue
+        results += _addition_lines(name, states)
+    return results
+
+
+def _addition_lines(name: str, states: Sequence[AdditionState]) -> list[Result]:
+    results: list[Result] = []
+    by_line: dict[tuple[str, State], list[str]] = {}
+    for addition in states:
+        by_line.setdefault((addition.version, addition.state), []).append(addition.label)
+    for (version, state), labels in by_line.items():
+        message = f"{name} {version}: {', '.join(labels)} {ADDITION_WORDING[state]}"
+        if state is State.PRESENT:
+            results.append(Result(CRD_ADDITIONS, Status.OK, message))
+        elif state is State.FOREIGN:
+            results.append(Result(CRD_ADDITIONS, Status.WARN, message,
+                                  fix=f"nothing to do if it is Volcano's own: kubectl get crd {name} -o yaml"))
+        elif state is State.MISSING:
+            results.append(Result(CRD_ADDITIONS, Status.FAIL, message, fix=restore_command()))
+        else:
+            results.append(Result(CRD_ADDITIONS, Status.FAIL, message,
+                                  fix=f"this is not Volcano's CRD: reinstall Volcano's, then run: {restore_command()}"))
+    return results
+
+
+# --------------------------------------------------------------------------------------------------- webhooks
+
+
+def check_webhooks(configurations: Mapping[str, Read], secret: Read, target: Target,
+                   trust: TrustCheck) -> list[Result]:
+    results: list[Result] = []
+    bundles: dict[str, list[str]] = {}  # caBundle → the configurations carrying it
+    operator_logs = _logs_command(target)
+    for kind, name in target.webhook_configurations.items():
+        configuration = configurations.get(kind)
+        what = f"{kind} {name}"
+        if isinstance(configuration, Unreadable):
+            results.append(_cannot_tell(WEBHOOKS, f"{what} is registered", configuration))
+            continue
+        if configuration is None:
+            results.append(Result(WEBHOOKS, Status.FAIL, f"{what} is not registered: nothing is checked at "
+                                  "admission", fix=DEPLOY))
+            continue
+        webhooks = [w for w in _list(configuration.get("webhooks")) if isinstance(w, Mapping)]
+        if not webhooks:
+            results.append(Result(WEBHOOKS, Status.FAIL, f"{what} has no webhooks", fix=DEPLOY))
+            continue
+        names = [_shown(str(w.get("name") or f"webhooks[{i}]")) for i, w in enumerate(webhooks)]
+        without = [n for n, w in zip(names, webhooks, strict=True) if not _ca_bundle(w)]
+        elsewhere = [f"{n} ({service})" for n, w in zip(names, webhooks, strict=True)
+                     if (service := _service(w)) is not None and service != f"{target.namespace}/{target.service}"]
+        problems: list[str] = []
+        if without:
+            problems.append(f"{len(without)} of {len(webhooks)} webhooks have no caBundle, so the API server cannot "
+                            "call them")
+        if elsewhere:
+            problems.append(f"{len(elsewhere)} call another Service than {target.namespace}/{target.service}")
+        if problems:
+            results.append(Result(
+                WEBHOOKS, Status.FAIL, f"{what}: {'; '.join(problems)}", details=_some([*without, *elsewhere]),
+                fix=("the operator sets each caBundle at start and every minute: is it running? "
+                     f"kubectl -n {target.namespace} get pods; {operator_logs}") if without else
+                f"re-apply the manifests ({DEPLOY}), or point doctor at your install with -n/--service"))
+        else:
+            results.append(Result(WEBHOOKS, Status.OK, f"{what}: {len(webhooks)} webhook{_s(webhooks)}, each with "
+                                  "a caBundle"))
+        for webhook in webhooks:
+            if bundle := _ca_bundle(webhook):
+                carriers = bundles.setdefault(bundle, [])
+                if name not in carriers:
+                    carriers.append(name)
+    if bundles:
+        results.append(_certificate(bundles, secret, target, trust))
+    return results
+
+
+def _certificate(bundles: Mapping[str, list[str]], secret: Read, target: Target, trust: TrustCheck) -> Result:
+    where = f"Secret {target.namespace}/{target.tls_secret}"
+    restart = f"kubectl -n {target.namespace} rollout restart deployment/{target.deployment}"
+    if isinstance(secret, Unreadable):
+        return _cannot_tell(WEBHOOKS, f"the caBundle verifies the serving certificate in {where}", secret)
+    if secret is None:
+        return Result(WEBHOOKS, Status.FAIL, f"{where} not found: the webhooks' serving certificate is not there",
+                      fix=f"the operator creates it at start ({restart}); if your certificate comes from "
+                      "elsewhere (--cert-dir, cert-manager), name its Secret with --tls-secret")
+    certificate = _map(secret.get("data")).get("tls.crt")  # a kubernetes.io/tls Secret's certificate (chain)
+    if not isinstance(certificate, str) or not certificate:
+        return Result(WEBHOOKS, Status.FAIL, f"{where} has no tls.crt", fix=f"let the operator rewrite it: {restart}")
+    verdicts = [(carriers, trust(bundle, certificate, target.dns_name)) for bundle, carriers in bundles.items()]
+    for carriers, verdict in verdicts:
+        if verdict.problem is not None:
+            return Result(WEBHOOKS, Status.FAIL, one_line(
+                f"the caBundle of {' and '.join(carriers)} does not verify the serving certificate in {where} "
+                f"({target.dns_name}): {verdict.problem}"),
+                fix=f"the operator rewrites the caBundle and renews the certificate within a minute; if this "
+                f"stays, restart it: {restart}")
+    days = min((v.days_left for _, v in verdicts if v.days_left is not None), default=None)
+    if days is not None and days < CERT_RENEW_DAYS:
+        return Result(WEBHOOKS, Status.WARN, f"the serving certificate in {where} expires in {days} day{_s(days)}: "
+                      f"the operator renews it {CERT_RENEW_DAYS} days ahead, so it is not renewing",
+                      fix=f"{_logs_command(target)}; then: {restart}")
+    expiry = f", expires in {days} days" if days is not None else ""
+    return Result(WEBHOOKS, Status.OK, f"the caBundle verifies the serving certificate in {where} "
+                  f"({target.dns_name}{expiry})")
+
+
+def _ca_bundle(webhook: Mapping[str, Any]) -> str:
+    bundle = _map(webhook.get("clientConfig")).get("caBundle")
+    return bundle if isinstance(bundle, str) else ""
+
+
+def _service(webhook: Mapping[str, Any]) -> str | None:
+    service = _map(webhook.get("clientConfig")).get("service")
+    if not isinstance(service, Mapping):
+        return None  # a url: not ours to judge
+    return f"{service.get('namespace')}/{service.get('name')}"
+
+
+# --------------------------------------------------------------------------------------------------- operator
+
+
+def check_operator(deployment: Read, pods: Listing, lease: Read, target: Target, now: float) -> list[Result]:
+    results: list[Result] = []
+    where = f"{target.namespace}/{target.deployment}"
+    selector = dict(target.pod_selector)
+    wanted = 1
+    if isinstance(deployment, Unreadable):
+        results.append(_cannot_tell(OPERATOR, f"Deployment {where} is installed", deployment))
+    elif deployment is None:
+        results.append(Result(OPERATOR, Status.FAIL, f"Deployment {where} not found: the operator is not deployed "
+                              "(or in another namespace: -n)", fix=DEPLOY))
+        return results
+    else:
+        labels = _map(_map(_map(deployment.get("spec")).get("selector")).get("matchLabels"))
+        if labels and all(isinstance(v, str) for v in labels.values()):
+            selector = {str(k): str(v) for k, v in labels.items()}
+        replicas = _map(deployment.get("spec")).get("replicas", 1)
+        wanted = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+    ready: list[str] = []
+    if isinstance(pods, Unreadable):
+        results.append(_cannot_tell(OPERATOR, "the operator's pods are ready", pods))
+    else:
+        ready = _pod_lines(pods, selector, wanted, target, results)
+    results.append(_leader(lease, None if isinstance(pods, Unreadable) else ready, target, now))
+    return results
+
+
+def _pod_lines(pods: Sequence[Manifest], selector: Mapping[str, str], wanted: int, target: Target,
+               results: list[Result]) -> list[str]:
+    chosen = sorted((pod for pod in pods if _namespace(pod) == target.namespace
+                     and all(_labels(pod).get(k) == v for k, v in selector.items())), key=_name)
+    ready = [_name(pod) for pod in chosen if _ready(pod)]
+    not_ready = [f"{_name(pod)}: {_why_not_ready(pod)}" for pod in chosen if not _ready(pod)]
+    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    describe_pods = f"kubectl -n {target.namespace} describe pods -l {label_selector}"
+    if not chosen:
+        scale = f"kubectl -n {target.namespace} scale deployment {target.deployment} --replicas=2"
+        results.append(Result(OPERATOR, Status.FAIL, f"no operator pods (labels {label_selector}) in "
+                              f"{target.namespace}; the Deployment wants {wanted}",
+                              fix=scale if wanted == 0 else
+                              f"kubectl -n {target.namespace} describe deployment {target.deployment}"))
+    elif not ready:
+        results.append(Result(OPERATOR, Status.FAIL, f"none of the {len(chosen)} operator pods is ready: admissions "
+                              "of queues, PodGroups and Volcano jobs fail", details=_some(not_ready),
+                              fix=f"{describe_pods}; {_logs_command(target)}"))
+    elif len(ready) < wanted or not_ready:
+        results.append(Result(OPERATOR, Status.WARN, f"{len(ready)} of {max(wanted, len(chosen))} operator pods "
+                              f"ready: {_names(ready)}", details=_some(not_ready), fix=describe_pods))
+    else:
+        results.append(Result(OPERATOR, Status.OK, f"{len(ready)} of {len(chosen)} operator pods ready: "
+                              f"{_names(ready)}"))
+    return ready
+
+
+def _ready(pod: Manifest) -> bool:
+    if _map(pod.get("metadata")).get("deletionTimestamp"):
+        return False
+    conditions = _list(_map(pod.get("status")).get("conditions"))
+    return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _why_not_ready(pod: Manifest) -> str:
+    if _map(pod.get("metadata")).get("deletionTimestamp"):
+        return "terminating"
+    status = _map(pod.get("status"))
+    for container in _list(status.get("containerStatuses")):
+        state = _map(_map(container).get("state"))
+        reason = _map(state.get("waiting")).get("reason") or _map(state.get("terminated")).get("reason")
+        if isinstance(reason, str) and reason:
+            return _shown(reason)
+    phase = status.get("phase")
+    return f"{_shown(phase)}, not ready" if isinstance(phase, str) and phase else "not ready"
+
+
+def _leader(lease: Read, ready: Sequence[str] | None, target: Target, now: float) -> Result:
+    where = f"Lease {target.namespace}/{target.lease}"
+    logs = _logs_command(target)
+    if isinstance(lease, Unreadable):
+        return _cannot_tell(OPERATOR, "which replica leads", lease)
+    if lease is None:
+        return Result(OPERATOR, Status.FAIL, f"no leader: {where} does not exist, so no replica publishes usage or "
+                      "events", fix=f"a running replica creates it within seconds: {logs}")
+    spec = _map(lease.get("spec"))
+    holder = spec.get("holderIdentity")
+    if not isinstance(holder, str) or not holder:
+        return Result(OPERATOR, Status.FAIL, f"no leader: {where} has no holder", fix=logs)
+    duration = spec.get("leaseDurationSeconds")
+    if not isinstance(duration, int) or isinstance(duration, bool) or duration <= 0:
+        return Result(OPERATOR, Status.FAIL, f"{where} has no valid leaseDurationSeconds "
+                      f"({_shown(str(duration))})", fix=f"kubectl -n {target.namespace} delete lease {target.lease}"
+                      " (a replica recreates it)")
+    renewed = epoch_seconds(spec.get("renewTime"))
+    if renewed is None:
+        written = _shown(str(spec.get("renewTime")))
+        return Result(OPERATOR, Status.FAIL, f"{where} has no readable renewTime ({written})",
+                      fix=f"kubectl -n {target.namespace} delete lease {target.lease} (a replica recreates it)")
+    age = now - renewed
+    if age > duration:
+        return Result(OPERATOR, Status.FAIL, f"no leader: {_shown(holder)} last renewed {where} {_duration(age)} "
+                      f"ago, longer than its {duration} s: nobody publishes usage or events",
+                      fix=f"{logs}; a replica takes over an expired Lease within 5 s")
+    if ready is None:
+        return _cannot_tell(OPERATOR, f"whether the leader {_shown(holder)} is a ready operator pod",
+                            Unreadable("the pods could not be read"))
+    pod = holder_pod(holder, ready)
+    if pod is None:
+        return Result(OPERATOR, Status.FAIL, f"{where} is held by {_shown(holder)}, which is not a ready operator pod "
+                      f"({_names(ready) or 'none is ready'})", fix=f"{logs}; kubectl -n {target.namespace} delete "
+                      f"lease {target.lease} lets a ready replica take over")
+    return Result(OPERATOR, Status.OK, f"one leader: {pod} holds {where} (renewed within its {duration} s)")
+
+
+def holder_pod(holder: str, pods: Iterable[str]) -> str | None:
+    """The pod a Lease holder identity belongs to: the operator names itself ``<pod name>-<8 hex digits>``
+    (operator/leader.py), other controllers often just ``<pod name>``."""
+    for pod in pods:
+        if holder == pod or (holder.startswith(pod + "-") and re.fullmatch(r"[0-9a-f]{8}", holder[len(pod) + 1:])):
+            return pod
+    return None
+
+
+# -------------------------------------------------------------------------------------------------- scheduler
+
+
+def check_scheduler(configmap: Read, target: Target) -> list[Result]:
+    where = f"ConfigMap {target.scheduler_namespace}/{target.scheduler_configmap}"
+    edit = f"kubectl -n {target.scheduler_namespace} edit configmap {target.scheduler_configmap}"
+    if isinstance(configmap, Unreadable):
+        return [_cannot_tell(SCHEDULER, f"{where} enables card quotas", configmap)]
+    if configmap is None:
+        return [Result(SCHEDULER, Status.FAIL, f"{where} not found: is Volcano's scheduler installed there?",
+                       fix="Volcano's installer creates it; for stock Volcano apply "
+                       "crds/examples/volcano-scheduler-configmap-extender.yaml")]
+    named = {**configmap, "metadata": {**_map(configmap.get("metadata")), "name": target.scheduler_configmap}}
+    verdict = schedconf.admit(named, None, ClusterSnapshot(),
+                              PolicyConfig(scheduler_configmap=target.scheduler_configmap))
+    results: list[Result] = []
+    if verdict.violations:
+        results.append(Result(SCHEDULER, Status.FAIL, f"{where} breaks cardquota's ConfigMap policy "
+                              f"({len(verdict.violations)} violation{_s(verdict.violations)})",
+                              details=_some([str(v) for v in verdict.violations]),
+                              fix=f"{edit} (cardquota check -f FILE checks a change offline)"))
+    plugins = scheduler_plugins(configmap)
+    enforcing = [name for name in (schedconf.CAPACITY_CARD, schedconf.EXTENDER) if name in (plugins or ())]
+    if plugins is not None and not enforcing:
+        results.append(Result(SCHEDULER, Status.FAIL, f"{where} enables neither {schedconf.CAPACITY_CARD} nor "
+                              f"{schedconf.EXTENDER}: the scheduler does not enforce card quotas",
+                              fix="stock Volcano: enable the extender plugin (crds/examples/volcano-scheduler-"
+                              "configmap-extender.yaml) and deploy manifests/components/extender"))
+    if not results:
+        results.append(Result(SCHEDULER, Status.OK, f"{where} enables {' and '.join(enforcing)} and passes "
+                              "cardquota's ConfigMap policy"))
+    return results
+
+
+def scheduler_plugins(configmap: Manifest) -> set[str] | None:
+    """The plugin names ``volcano-scheduler.conf`` enables; None when it cannot be read (the policy says why)."""
+    text = _map(configmap.get("data")).get(schedconf.CONF_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        conf = load_one(text)
+    except InputError:
+        return None
+    names: set[str] = set()
+    for tier in _list(_map(conf).get("tiers")):
+        for plugin in _list(_map(tier).get("plugins")):
+            name = _map(plugin).get("name")
+            if isinstance(name, str):
+                names.add(name)
+    return names
+
+
+# ------------------------------------------------------------------------------------------------------ nodes
+
+
+def check_nodes(nodes: Listing) -> list[Result]:
+    if isinstance(nodes, Unreadable):
+        return [_cannot_tell(NODES, "which card types nodes offer", nodes)]
+    results: list[Result] = []
+    records = []
+    unreadable: list[str] = []
+    for manifest in nodes:
+        try:
+            records.append(node_record(manifest))
+        except InputError as error:
+            unreadable.append(f"{describe(Kind.NODE, manifest)}: {error}")
+    offering = [record for record in records if record.cards.types]
+    totals = cluster_totals(record.cards for record in records)
+    label_fix = ("label them as GPU feature discovery does, e.g. kubectl label node NODE "
+                 "nvidia.com/gpu.product=NVIDIA-A100 (README: Card types discovered from a node)")
+    if not offering:
+        results.append(Result(NODES, Status.FAIL, f"no node offers a card type ({len(records)} node"
+                              f"{_s(records)} read): card quotas have nothing to count", fix=label_fix))
+    else:
+        listed = ", ".join(f"{name} ({count})" for name, count in totals.items())
+        results.append(Result(NODES, Status.OK, f"{len(offering)} of {len(records)} nodes offer {len(totals)} card "
+                              f"type{_s(totals)}: {listed}"))
+    card_resources = {card.resource for record in records for card in record.cards.types.values()}
+    unlabelled = [line for record in records if (line := _unlabelled(record.node, card_resources))]
+    if unlabelled:
+        results.append(Result(NODES, Status.WARN, f"card discovery finds no card type for the accelerators of "
+                              f"{len(unlabelled)} GPU node{_s(unlabelled)}: the labels it reads are missing",
+                              details=_some(unlabelled), fix=label_fix))
+    notes = [f"{record.node.name}: {note}" for record in records for note in record.cards.notes]
+    if notes:
+        results.append(Result(NODES, Status.WARN, f"card discovery skipped something on {len(notes)} node"
+                              f"{_s(notes)}", details=_some(notes),
+                              fix="set the <vendor>/<type>.memory and .replicas labels MPS card types are named from"))
+    if unreadable:
+        results.append(Result(NODES, Status.FAIL, f"{len(unreadable)} node{_s(unreadable)} cannot be read",
+                              details=_some(unreadable),
+                              fix="fix the node's allocatable or labels (kubectl edit node NODE)"))
+    return results
+
+
+def _unlabelled(node: Node, card_resources: set[str]) -> str:
+    """What a GPU node lacks for discovery: accelerator resources under a vendor prefix without a product label."""
+    families = {family.prefix for family in card_families(node.labels)}
+    lacking: dict[str, list[str]] = {}  # vendor prefix → its accelerator resources
+    have: list[str] = []
+    for resource, amount in sorted(node.allocatable.items()):
+        prefix, slash, _ = resource.partition("/")
+        if not slash or amount <= 0 or prefix in families:
+            continue
+        if resource in card_resources or ACCELERATOR_RESOURCE.fullmatch(resource):
+            lacking.setdefault(prefix, []).append(resource)
+            have.append(f"{amount} {resource}")
+    if not lacking:
+        return ""
+    wanted = ", ".join(f"no {prefix}/<type>.product label (e.g. {product_label(resources[0])})"
+                       for prefix, resources in lacking.items())
+    return f"{node.name}: {', '.join(have)} allocatable, {wanted}"
+
+
+def product_label(resource: str) -> str:
+    """The product label discovery would read for ``resource`` (``nvidia.com/gpu`` → ``nvidia.com/gpu.product``,
+    ``huawei.com/Ascend910`` → ``huawei.com/Ascend910.product``; MIG and MPS resources → ``<vendor>/gpu.product``)."""
+    prefix, _, name = resource.partition("/")
+    family = re.match(r"\w+", name, re.ASCII)
+    label = f"{prefix}/{family[0] if family and not name.startswith('mig-') else 'gpu'}.product"
+    return label if PRODUCT_LABEL.match(label) else f"{prefix}/gpu.product"
+
+
+# ----------------------------------------------------------------------------------------------------- queues
+
+
+def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
+                 target: Target) -> list[Result]:
+    for listing, what in ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods")):
+        if isinstance(listing, Unreadable):
+            return [_cannot_tell(QUEUES, f"the published usage is current ({what} unreadable)", listing)]
+    ledger, unreadable = _ledger([manifest for listing in (nodes, queues, podgroups, pods)
+                                  if not isinstance(listing, Unreadable) for manifest in listing])
+    results: list[Result] = []
+    bad_queues = [line for line in unreadable if line.startswith("Queue ")]
+    if bad_queues:
+        results.append(Result(QUEUES, Status.FAIL, f"{len(bad_queues)} Queue{_s(bad_queues)} cannot be read",
+                              details=_some(bad_queues), fix="fix them: kubectl edit queue NAME"))
+    others = [line for line in unreadable if not line.startswith("Queue ")]
+    if others:
+        results.append(Result(QUEUES, Status.WARN, f"{len(others)} object{_s(others)} cannot be read and are left out "
+                              "of the usage computed here", details=_some(others)))
+    with_quota = sorted((name, record) for name, record in ledger.snapshot.queues.items()
+                        if keys.CARD_QUOTA in record.queue.meta.annotations)
+    if not with_quota:
+        results.append(Result(QUEUES, Status.WARN, f"no queue has a {keys.CARD_QUOTA} annotation: no card quota is "
+                              "enforced",
+                              fix=f"kubectl annotate queue NAME {keys.CARD_QUOTA}='{{\"NVIDIA-A100\": 4}}'"))
+        return results
+    invalid = [name for name, record in with_quota if record.quota.violations]
+    if invalid:
+        problems = [f"{name}: {v.message}" for name, record in with_quota for v in record.quota.violations]
+        results.append(Result(QUEUES, Status.FAIL, f"the {keys.CARD_QUOTA} of {len(invalid)} queue{_s(invalid)} "
+                              f"cannot be read (counted as no quota): {_names(invalid)}", details=_some(problems),
+                              fix=f"kubectl annotate queue NAME --overwrite {keys.CARD_QUOTA}="
+                              "'{\"NVIDIA-A100\": 4}' (a JSON object of card type to whole cards)"))
+    missing: list[str] = []
+    stale: list[str] = []
+    stale_queues: list[str] = []
+    for name, record in with_quota:
+        current = record.queue.meta.annotations
+        if CARD_USAGE not in current:
+            missing.append(name)
+            continue
+        desired = queue_annotations(ledger.usage(name))
+        differing = [a for a in QUEUE_ANNOTATIONS if current.get(a) != desired[a]]
+        if differing:
+            stale_queues.append(name)
+        stale += [f"{name}: {annotation} is {_quoted(current.get(annotation))}, the ledger now says "
+                  f"{_quoted(desired[annotation])}" for annotation in differing]
+    if missing:
+        results.append(Result(QUEUES, Status.FAIL, f"{len(missing)} queue{_s(missing)} with a card quota "
+                              f"{'has' if len(missing) == 1 else 'have'} no {CARD_USAGE}: the operator is not "
+                              f"publishing usage ({_names(missing)})",
+                              fix=f"is there a leader (the Operator lines above)? {_logs_command(target)}"))
+    if stale:
+        results.append(Result(QUEUES, Status.WARN, f"the usage published on {len(stale_queues)} queue"
+                              f"{_s(stale_queues)} differs from what the ledger computes now (may be in flight: "
+                              f"the operator publishes within a second): {_names(stale_queues)}",
+                              details=_some(stale),
+                              fix=f"run doctor again; if it stays: {_logs_command(target)}"))
+    if not missing and not stale:
+        names = [name for name, _ in with_quota]
+        results.append(Result(QUEUES, Status.OK, f"{len(names)} queue{_s(names)} with a card quota: usage "
+                              f"published and current ({_names(names)})"))
+    return results
+
+
+def _ledger(manifests: Sequence[Manifest]) -> tuple[Ledger, list[str]]:
+    """The ledger as ``kubectl cardquota usage`` builds it; malformed objects are left out and described."""
+    try:
+        return Ledger.build(manifests), []
+    except InputError:
+        pass
+    ledger = Ledger()
+    unreadable: list[str] = []
+    for manifest in manifests:
+        try:
+            ledger.upsert(manifest)
+        except InputError as error:
+            kind = kind_of(manifest)
+            unreadable.append(f"{describe(kind, manifest) if kind is not None else 'an object'}: {error}")
+    return ledger, unreadable
+
+
+# ------------------------------------------------------------------------------------------------------- time
+
+
+_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|z|[+-]\d{2}:\d{2})",
+                        re.ASCII)
+
+
+def epoch_seconds(text: object) -> float | None:
+    """An RFC 3339 timestamp (a Lease's renewTime, ``2026-11-24T10:24:44.123456Z``) as seconds since the epoch;
+    None when it is not one. (No clock and no datetime in the core: the civil-calendar arithmetic is done here.)"""
+    if not isinstance(text, str) or len(text) > 40:
+        return None
+    match = _TIMESTAMP.fullmatch(text.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
+    if not (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and hour < 24 and minute < 60
+            and second < 61):
+        return None
+    zone = match[8]
+    offset = 0 if zone in ("Z", "z") else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    fraction = float(match[7]) if match[7] else 0.0
+    return _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second + fraction - offset
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm)."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    if whole < 7200:
+        return f"{whole // 60} min"
+    if whole < 172800:
+        return f"{whole // 3600} h"
+    return f"{whole // 86400} days"
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _cannot_tell(name: str, what: str, unreadable: Unreadable) -> Result:
+    return Result(name, Status.UNKNOWN, one_line(f"cannot tell {what}: {unreadable.reason}"),
+                  fix="run doctor as a user who may read it (it is meant for cluster admins)")
+
+
+def _logs_command(target: Target) -> str:
+    selector = ",".join(f"{k}={v}" for k, v in sorted(target.pod_selector.items()))
+    return f"kubectl -n {target.namespace} logs -l {selector} --tail=50"
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _name(manifest: Manifest) -> str:
+    name = _map(manifest.get("metadata")).get("name")
+    return _shown(name) if isinstance(name, str) else "(no name)"
+
+
+def _namespace(manifest: Manifest) -> str:
+    namespace = _map(manifest.get("metadata")).get("namespace")
+    return namespace if isinstance(namespace, str) and namespace else "default"
+
+
+def _labels(manifest: Manifest) -> Mapping[str, Any]:
+    return _map(_map(manifest.get("metadata")).get("labels"))
+
+
+def _shown(text: object, limit: int = 120) -> str:
+    """Text from the cluster, on one line and clipped."""
+    shown = one_line(str(text))
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+
+
+def _quoted(text: str | None) -> str:
+    return "missing" if text is None else _shown(repr(text))
+
+
+def _s(items: Sized | int) -> str:
+    """The plural ending for a count (or a collection's size)."""
+    return "" if (items if isinstance(items, int) else len(items)) == 1 else "s"
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def _some(lines: Sequence[str]) -> tuple[str, ...]:
+    shown = tuple(_shown(line, DETAIL_LIMIT) for line in lines[:SHOWN])
+    return shown + ((f"... and {len(lines) - SHOWN} more",) if len(lines) > SHOWN else ())
