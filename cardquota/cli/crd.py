@@ -173,12 +173,8 @@ def _status(source: CrdSource, names: Sequence[str], output: str, out: TextIO) -
 
 
 MARKS = {State.PRESENT.value: "✓", State.FOREIGN.value: "!", State.MISSING.value: "✗", State.UNREACHABLE.value: "✗"}
-EXPLAINED = {
-    State.PRESENT.value: "in place",
-    State.FOREIGN.value: "defined by someone else (Volcano's own?): left alone",
-    State.MISSING.value: f"missing — run: {crd_additions.restore_command()}",
-    State.UNREACHABLE.value: "cannot be added: the CRD's schema has no spec object to put it in",
-}
+EXPLAINED = {state.value: crd_additions.WORDING[state] for state in State} | {
+    State.MISSING.value: f"{crd_additions.WORDING[State.MISSING]} — run: {crd_additions.restore_command()}"}
 
 
 def status_lines(name: str, found: bool, states: Sequence[Mapping[str, str]]) -> str:

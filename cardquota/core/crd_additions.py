@@ -126,6 +126,15 @@ class State(enum.StrEnum):
     """The CRD's version has no place for it (no ``spec`` property of type object): cannot be added."""
 
 
+WORDING: Mapping[State, str] = {
+    State.PRESENT: "in place",
+    State.FOREIGN: "defined by someone else (Volcano's own?): left alone",
+    State.MISSING: "missing",
+    State.UNREACHABLE: "cannot be added: the CRD's schema has no spec object to put it in",
+}
+"""How ``kubectl cardquota crd status`` and ``kubectl cardquota doctor`` say each state."""
+
+
 @dataclass(frozen=True)
 class AdditionState:
     crd: str

@@ -21,7 +21,7 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.cards import PRODUCT_LABEL, card_families, cluster_totals
-from cardquota.core.crd_additions import CRD_NAMES, AdditionState, State, inspect, restore_command
+from cardquota.core.crd_additions import CRD_NAMES, WORDING, AdditionState, State, inspect, restore_command
 from cardquota.core.errors import InputError, one_line
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Node
@@ -60,14 +60,8 @@ ACCELERATOR_RESOURCE = re.compile(
     r"|aws\.amazon\.com/neuron.*|google\.com/tpu", re.ASCII)
 """Allocatable resources that mean "this node has accelerators", whether or not discovery finds a card type."""
 
-ADDITION_WORDING: Mapping[State, str] = {
-    State.PRESENT: "in place",
-    State.FOREIGN: "defined by someone else (Volcano's own?): left alone",
-    State.MISSING: "missing",
-    State.UNREACHABLE: "cannot be added: the CRD's schema has no spec object to put it in",
-}
-"""What ``kubectl cardquota crd status`` says of each state (its MISSING also names the command, which doctor
-prints as the fix line; tests/unit/test_doctor.py keeps the two in step)."""
+ADDITION_WORDING = WORDING
+"""What ``kubectl cardquota crd status`` says of each state (the same words)."""
 
 
 class Status(StrEnum):
