@@ -78,7 +78,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     """Serve admissions until ``stop`` is set; ``started`` is set once the cluster snapshot has loaded, and
     ``on_listening`` gets the port the server bound (useful with port 0)."""
     cache = ClusterCache()
-    admission = Admission(cache, settings.policy, settings.failure_modes)
+    admission = Admission(cache, settings.policy, settings.failure_modes, own_users=settings.own_users)
     cert_dir = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
     tls = ReloadableContext(cert_dir / "live")
     api = api_client(connection)

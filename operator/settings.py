@@ -36,6 +36,7 @@ T = TypeVar("T")
 # Every environment variable the operator and the extender read (CARDQUOTA_DEBUG is the CLI's own).
 ENV_NAMESPACE = "CARDQUOTA_NAMESPACE"
 ENV_SERVICE = "CARDQUOTA_SERVICE"
+ENV_SERVICE_ACCOUNT = "CARDQUOTA_SERVICE_ACCOUNT"
 ENV_HOST = "CARDQUOTA_HOST"
 ENV_WEBHOOK_PORT = "CARDQUOTA_WEBHOOK_PORT_NUMBER"
 ENV_SCHEDULERS = "CARDQUOTA_SCHEDULERS"
@@ -144,6 +145,13 @@ class Settings:
     """Seconds between annotation writes: a burst of events costs at most one patch per queue per window."""
     metrics_port: int = 8080
     """Plain-HTTP port of /metrics, /healthz and /readyz (0: any free port)."""
+    service_account: str = "cardquota"
+    """The operator's own service account: the webhooks never refuse its writes (the annotations it keeps)."""
+
+    @property
+    def own_users(self) -> frozenset[str]:
+        """The user names the API server gives this operator's requests in an AdmissionReview."""
+        return frozenset({f"system:serviceaccount:{self.namespace}:{self.service_account}"})
 
     @property
     def policy(self) -> PolicyConfig:
@@ -177,6 +185,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"{ENV_NAMESPACE}; default {defaults.namespace})")
     parser.add_argument("--service", help=f"name of the webhook Service, for the certificate's DNS names (env "
                         f"{ENV_SERVICE}; default {defaults.service})")
+    parser.add_argument("--service-account", help="the operator's own service account, whose writes the webhooks "
+                        f"never refuse (env {ENV_SERVICE_ACCOUNT}; default {defaults.service_account})")
     parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default {defaults.host})")
     parser.add_argument("--port", type=int, help=f"HTTPS port of the admission server (env {ENV_WEBHOOK_PORT}; "
                         f"default {defaults.port})")
@@ -234,6 +244,7 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
     return Settings(
         namespace=_chosen_text(args.namespace, env, ENV_NAMESPACE, defaults.namespace),
         service=_chosen_text(args.service, env, ENV_SERVICE, defaults.service),
+        service_account=_chosen_text(args.service_account, env, ENV_SERVICE_ACCOUNT, defaults.service_account),
         host=_chosen_text(args.host, env, ENV_HOST, defaults.host),
         port=_chosen(args.port, env, ENV_WEBHOOK_PORT, read_port, PORT_FORM, defaults.port),
         schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,

@@ -26,30 +26,40 @@ ADMITTED: dict[tuple[str, str], AdmittedKind] = {
 
 
 class Admission:
+    """The admission decisions of both webhooks: each kind's policy over the cache's snapshot, answered per the
+    kind's failure mode when the policy cannot run."""
+
     def __init__(self, cache: ClusterCache, policy: PolicyConfig,
                  failure_modes: Mapping[str, FailureMode] | None = None,
-                 kinds: Iterable[AdmittedKind] = ADMITTED.values()) -> None:
+                 kinds: Iterable[AdmittedKind] = ADMITTED.values(), own_users: Iterable[str] = ()) -> None:
         self.cache = cache
         self.policy = policy
         self.failure_modes = dict(failure_modes or {})
         self.kinds = {kind.key: kind for kind in kinds}
+        self.own_users = frozenset(own_users)
+        """cardquota's own service accounts: their writes (annotations it keeps) are never refused."""
 
     def review(self, request: AdmissionRequest, *, mutating: bool) -> Verdict:
         """The verdict for the validating (``mutating=False``) or mutating webhook. The mutating one only
-        patches (it lets denials through for the validating one to refuse with the message, and leaves warnings
-        to it, so kubectl shows each once); the validating one never patches."""
+        patches — it never denies, even when it cannot check, so a refusal always names the validating webhook
+        and carries its message — and leaves warnings to the validating one, so kubectl shows each once; the
+        validating one never patches."""
         admitted = self.kinds.get((request.group, request.kind))
-        if admitted is None or request.operation == "CONNECT":
+        if admitted is None or request.operation == "CONNECT" or request.user in self.own_users:
             return allow()
         if request.operation == "DELETE":
             return self._delete(admitted, request) if not mutating else allow()
         if not self.cache.ready:
+            if mutating:
+                return allow()
             return self.cannot_check(request, "its cluster snapshot is still loading; retry in a few seconds")
         try:
             verdict = admitted.admit(request.policy_object() or {}, request.policy_old_object(),
                                      self.cache.ledger.snapshot, self.policy)
         except Exception as error:  # a bug in a policy: answered per failure mode, never a 500
             log.exception("policy for %s failed (%s, uid %s)", request.identity, request.operation, request.uid)
+            if mutating:
+                return allow()
             return self.cannot_check(request, f"internal error ({type(error).__name__}: {error})")
         if mutating:
             return allow(patch=verdict.patch) if verdict.allowed else allow()

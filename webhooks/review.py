@@ -36,6 +36,8 @@ class AdmissionRequest:
     object: Mapping[str, Any] | None
     old_object: Mapping[str, Any] | None
     dry_run: bool
+    user: str = ""
+    """``request.userInfo.username``: who is writing (cardquota's own service account is never refused)."""
 
     @property
     def identity(self) -> str:
@@ -89,6 +91,8 @@ def read_review(body: bytes) -> AdmissionRequest:
         object=request.get("object"),
         old_object=request.get("oldObject"),
         dry_run=request.get("dryRun") is True,
+        user=_text((request.get("userInfo") or {}).get("username") if isinstance(request.get("userInfo"), dict)
+                   else None),
     )
 
 

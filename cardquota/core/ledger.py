@@ -111,6 +111,17 @@ class Ledger:
     _deferred_groups: set[ObjectKey] | None = field(default=None, repr=False)
     """Nodes whose card types may have changed since the publisher last drained this set."""
 
+    def __post_init__(self) -> None:
+        self.snapshot.queue_use = self.queue_use
+
+    def queue_use(self, queue: str) -> dict[str, int]:
+        """Cards the queue holds or has reserved now: allocated + inqueue, per card type."""
+        totals = self._totals.get(queue, {})
+        use = dict(totals.get(Bucket.ALLOCATED, {}))
+        for card, amount in totals.get(Bucket.INQUEUE, {}).items():
+            use[card] = use.get(card, 0) + amount
+        return use
+
     # ----------------------------------------------------------------------------------------------- building
 
     @classmethod

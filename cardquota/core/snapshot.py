@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -128,6 +128,8 @@ class ClusterSnapshot:
     queue_crd_missing: tuple[str, ...] = ()
     """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as
     the operator's drift check last found them; empty when all are there or nobody looked (the CLI offline)."""
+    queue_use: Callable[[str], Mapping[str, int]] | None = field(default=None, repr=False, compare=False)
+    """Cards a queue holds or has reserved now (allocated + inqueue, per card type), when a ledger keeps it."""
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
 
     def put_node(self, record: NodeRecord) -> None:

@@ -14,6 +14,7 @@ import pytest
 from admission_reviews import A100, Server, client_context, decoded_patch, review
 from builders import container, node, pod, podgroup, queue
 
+from cardquota.core.verdict import Verdict
 from cardquota.operator.cache import ClusterCache
 from cardquota.webhooks.kinds import FailureMode
 from cardquota.webhooks.tls import new_ca, new_serving_cert
@@ -163,6 +164,35 @@ async def test_until_the_first_full_list_answers_follow_the_failure_mode(server:
     queue_answer = await server.validate(review(queue("q", {A100: 1})))
     assert queue_answer["allowed"] is False
     assert "still loading" in queue_answer["status"]["message"]
+
+
+async def test_the_mutating_webhook_never_denies(server: Server) -> None:
+    """A refusal must name the validating webhook and carry its message: the mutating one lets everything through
+    (still loading, a crashing policy, a denial), the validating one refuses."""
+    queue_review = review(queue("q", {A100: 1}))
+    server.admission.cache = ClusterCache()
+    assert (await server.mutate(queue_review))["allowed"] is True
+    assert (await server.validate(queue_review))["allowed"] is False
+
+    def crash(*_: object) -> Verdict:
+        raise RuntimeError("boom")
+
+    server.admission.cache = server.cache
+    server.admission.kinds = {key: replace(kind, admit=crash) for key, kind in server.admission.kinds.items()}
+    assert (await server.mutate(queue_review))["allowed"] is True
+    assert (await server.validate(queue_review))["allowed"] is False
+
+
+async def test_writes_by_cardquota_itself_are_never_refused(server: Server) -> None:
+    """The operator keeps annotations on queues whatever they hold: its own writes pass both webhooks unjudged."""
+    broken = queue("q", '{"NVIDIA-A100": "four"}')
+    ours = review(broken, operation="UPDATE", old=broken)
+    ours["request"]["userInfo"] = {"username": "system:serviceaccount:cardquota-system:cardquota"}
+    server.admission.own_users = frozenset({"system:serviceaccount:cardquota-system:cardquota"})
+    assert (await server.validate(ours))["allowed"] is True
+    assert "patch" not in (await server.mutate(ours))
+    theirs = review(broken)
+    assert (await server.validate(theirs))["allowed"] is False
 
 
 async def test_health_and_readiness(server: Server) -> None:

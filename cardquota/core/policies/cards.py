@@ -115,6 +115,12 @@ def _kind_of(card_type: str) -> str:
     return "mps" if _MPS_TYPE.search(card_type) else "whole"
 
 
+def quota_allows(key: str, quota: Mapping[str, int]) -> int:
+    """The most of a card key a queue's quota can ever admit: the key's quota, or for an ``A|B`` key its
+    alternatives' quotas together (the scheduler's enqueue rule); a type the quota does not name counts 0."""
+    return sum(quota.get(card, 0) for card in card_alternatives(key))
+
+
 def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot: ClusterSnapshot,
                           path: str) -> tuple[list[Violation], list[str]]:
     """Can this card request ever be admitted by its queue? Current usage never denies (that is pending)."""
@@ -151,7 +157,7 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
             if card not in quota:
                 warnings.append(f"queue {shown(queue_name)} has no quota for {shown(card)}: only "
                                 f"{', '.join(map(shown, quoted))} of {shown(key)} can be used")
-        allowed = sum(quota[card] for card in quoted)
+        allowed = quota_allows(key, quota)
         if wanted > allowed:
             if len(alternatives) == 1:
                 violations.append(Violation(path, f"requests {wanted} {shown(key)} but queue {shown(queue_name)} "

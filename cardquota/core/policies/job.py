@@ -24,6 +24,7 @@ from cardquota.core.policies.cards import (
     card_name_resource_violations,
     request_against_queue,
 )
+from cardquota.core.policies.common import ratcheting
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
@@ -34,6 +35,7 @@ from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotati
 from cardquota.core.violations import Violation, shown
 
 
+@ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     header = read_request_header(manifest)
     if isinstance(header, Verdict):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from cardquota.core import keys
 from cardquota.core.objects import Manifest, ObjectMeta, read_meta
 from cardquota.core.policies.cards import CARD_REQUEST_PATH, request_against_queue
-from cardquota.core.policies.common import read_view
+from cardquota.core.policies.common import ratcheting, read_view
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quota import CardAmounts, card_request
 from cardquota.core.snapshot import ClusterSnapshot
@@ -39,6 +39,7 @@ def read_request_header(manifest: Manifest) -> RequestHeader | Verdict:
                          [*violations, *queue_violations, *request.violations])
 
 
+@ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     header = read_request_header(manifest)
     if isinstance(header, Verdict):

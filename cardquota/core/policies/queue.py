@@ -21,11 +21,11 @@ from cardquota.core import keys
 from cardquota.core.crd_additions import DRA_ADDITION, restore_command
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
-from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
-from cardquota.core.policies.common import read_view, skipped
+from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, quota_allows, unknown_type_warnings
+from cardquota.core.policies.common import ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import dra_violations
-from cardquota.core.quota import CardAmounts, card_quota
+from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import Violation, shown
@@ -34,6 +34,7 @@ ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
 
 
+@ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     queue, violations = read_view(Queue.from_manifest, manifest)
     if queue is None:
@@ -51,6 +52,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     violations.extend(problem for problem in dra_problems if problem not in violations)
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
+    warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
     return decide(violations, warnings, _canonical_quota_patch(manifest, queue, quota))
 
 
@@ -62,6 +64,48 @@ def _pruned_dra_warnings(manifest: Manifest, snapshot: ClusterSnapshot) -> list[
     return [f"{'spec.dra of this queue is dropped' if written else 'spec.dra is dropped from every queue written'}: "
             "the installed Queue CRD lacks cardquota's spec.dra schema (re-applied by a Volcano upgrade?), so the "
             f"API server prunes it; restore the schema with: {restore_command()}"]
+
+
+MAX_NAMED = 3
+"""Objects named in one warning; the rest are counted."""
+
+
+def _lowered_quota_warnings(queue: Queue, quota: CardAmounts, old: Manifest | None,
+                            snapshot: ClusterSnapshot) -> list[str]:
+    """An update lowering a card type's quota: below what the queue holds now (running work keeps its cards, new
+    work waits), and below what its PodGroups request (they can never run) — said with the numbers."""
+    if old is None or not quota.ok or not quota.present:
+        return []
+    metadata = old.get("metadata")
+    before = card_quota(metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {})
+    if not before.ok:
+        return []
+    lowered = {card: (amount, quota.values.get(card, 0)) for card, amount in before.values.items()
+               if quota.values.get(card, 0) < amount}
+    if not lowered:
+        return []
+    warnings = []
+    use = snapshot.queue_use(queue.name) if snapshot.queue_use is not None else {}
+    for card, (was, now) in lowered.items():
+        if use.get(card, 0) > now:
+            warnings.append(f"{shown(card)} quota lowered from {was} to {now}, below the {use[card]} queue "
+                            f"{shown(queue.name)} holds or has reserved now: running work keeps its cards, new "
+                            "work waits until usage falls below the quota")
+    stranded = []
+    for group in snapshot.podgroups.values():
+        if group.queue != queue.name:
+            continue
+        for key, wanted in card_request(group.meta.annotations).values.items():
+            if any(card in lowered for card in card_alternatives(key)) and wanted > quota_allows(key, quota.values):
+                stranded.append(f"{group.meta.namespace}/{group.meta.name} ({wanted} {shown(key)}, at most "
+                                f"{quota_allows(key, quota.values)})")
+                break
+    if stranded:
+        more = f" and {len(stranded) - MAX_NAMED} more" if len(stranded) > MAX_NAMED else ""
+        warnings.append(f"{len(stranded)} PodGroup{'s' if len(stranded) > 1 else ''} of queue {shown(queue.name)} "
+                        f"request more than the lowered quota allows and can never run: "
+                        f"{', '.join(sorted(stranded)[:MAX_NAMED])}{more}")
+    return warnings
 
 
 def canonical_quota(values: Mapping[str, int]) -> str:

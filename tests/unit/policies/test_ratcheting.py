@@ -1,0 +1,139 @@
+"""UPDATEs of the fail-closed kinds (Queue, PodGroup, Volcano Job) are judged on what they change (ratcheting, as
+Kubernetes does for CRD validation, KEP-4008): a violation already there before the update is a warning, a value the
+update sets or changes is judged in full; lowering a queue's quota warns with the numbers. Each case first failed on
+the code before ratcheting (every UPDATE was judged as a CREATE)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from builders import gpu_node, pod, podgroup, queue
+
+from cardquota.core import keys
+from cardquota.core.ledger import Ledger
+from cardquota.core.policies import admit
+from cardquota.core.policies.common import UNCHANGED_NOTE
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.publish import CARD_USAGE
+from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.verdict import Verdict
+
+A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
+CONFIG = PolicyConfig()
+
+
+def cluster(*objects: dict[str, Any]) -> ClusterSnapshot:
+    snapshot = Ledger.build([gpu_node("a100-1", A100, 8), gpu_node("h100-1", H100, 8), *objects]).snapshot
+    snapshot.complete = True
+    return snapshot
+
+
+def updated(manifest: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    changed = copy.deepcopy(manifest)
+    changed["metadata"].setdefault("annotations", {}).update(annotations)
+    return changed
+
+
+def labelled(manifest: dict[str, Any]) -> dict[str, Any]:
+    changed = copy.deepcopy(manifest)
+    changed["metadata"].setdefault("labels", {})["team"] = "vision"
+    return changed
+
+
+def carried(verdict: Verdict) -> list[str]:
+    return [warning for warning in verdict.warnings if UNCHANGED_NOTE in warning]
+
+
+USAGE = {CARD_USAGE: f"{A100} 0/4"}
+
+
+def test_our_usage_annotation_on_a_queue_whose_quota_is_unreadable_is_not_refused() -> None:
+    broken = queue("team-a", '{"NVIDIA-A100": "four"}')  # edited by hand since: the README says it keeps being served
+    snapshot = cluster(broken)
+    verdict = admit(updated(broken, **USAGE), broken, snapshot, CONFIG)
+    assert verdict.allowed
+    (warning,) = carried(verdict)
+    assert warning.startswith('metadata.annotations["volcano.sh/card.quota"]')
+    assert not admit(broken, None, snapshot, CONFIG).allowed  # creating it is still refused
+
+
+def test_an_annotation_update_of_a_child_whose_parent_was_deleted_is_not_refused() -> None:
+    child = queue("child", {A100: 2}, parent="gone")
+    snapshot = cluster(child)
+    verdict = admit(updated(child, **USAGE), child, snapshot, CONFIG)
+    assert verdict.allowed
+    assert carried(verdict) == [f'spec.parent: parent queue gone does not exist ({UNCHANGED_NOTE})']
+
+
+def test_a_label_update_of_a_podgroup_over_a_lowered_quota_is_not_refused_but_raising_its_request_is() -> None:
+    group = podgroup("train", namespace="ml", queue="team-a", request={A100: 8})
+    snapshot = cluster(queue("team-a", {A100: 2}), group)  # the quota was 8 when the group was created
+    verdict = admit(labelled(group), group, snapshot, CONFIG)
+    assert verdict.allowed
+    (warning,) = carried(verdict)
+    assert "requests 8 NVIDIA-A100 but queue team-a allows at most 2" in warning
+
+    raised = updated(group, **{keys.CARD_REQUEST: json.dumps({A100: 9})})
+    denied = admit(raised, group, snapshot, CONFIG)
+    assert not denied.allowed
+    assert "requests 9 NVIDIA-A100" in denied.message
+
+    moved = copy.deepcopy(group)
+    moved["spec"]["queue"] = "nowhere"
+    assert not admit(moved, group, snapshot, CONFIG).allowed  # a changed field is judged in full
+
+
+def test_a_volcano_job_update_ratchets_like_its_podgroup() -> None:
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "ml", "annotations": {keys.CARD_REQUEST: json.dumps({A100: 8})}},
+           "spec": {"queue": "team-a", "minAvailable": 1, "tasks": []}}
+    snapshot = cluster(queue("team-a", {A100: 2}))
+    assert not admit(job, None, snapshot, CONFIG).allowed
+    verdict = admit(labelled(job), job, snapshot, CONFIG)
+    assert verdict.allowed
+    assert len(carried(verdict)) == 1
+
+
+def test_a_new_problem_beside_a_carried_one_is_still_denied() -> None:
+    child = queue("child", {A100: 2}, parent="gone")
+    snapshot = cluster(child)
+    bad = updated(child, **{keys.CARD_QUOTA: json.dumps({A100: -1})})
+    verdict = admit(bad, child, snapshot, CONFIG)
+    assert not verdict.allowed
+    assert "-1" in verdict.message
+    assert carried(verdict) == [f'spec.parent: parent queue gone does not exist ({UNCHANGED_NOTE})']
+
+
+@pytest.mark.parametrize("kind", ["queue", "podgroup"])
+def test_create_is_judged_in_full(kind: str) -> None:
+    snapshot = cluster(queue("team-a", {A100: 2}))
+    manifest = (queue("child", {A100: 2}, parent="gone") if kind == "queue"
+                else podgroup("pg", queue="team-a", request={A100: 8}))
+    assert not admit(manifest, None, snapshot, CONFIG).allowed
+
+
+def test_lowering_a_quota_below_current_use_and_below_podgroups_warns_with_the_numbers() -> None:
+    before = queue("team-a", {A100: 8, H100: 4})
+    running = [pod(f"w-{i}", namespace="ml", card=A100, gpus=1, group="big", node_name="a100-1") for i in range(5)]
+    groups = [podgroup("big", namespace="ml", queue="team-a", phase="Running", request={A100: 5}),
+              podgroup("huge", namespace="ml", queue="team-a", phase="Pending", request={A100: 8}),
+              podgroup("either", namespace="ml", queue="team-a", phase="Pending", request={f"{A100}|{H100}": 7}),
+              podgroup("small", namespace="ml", queue="team-a", phase="Pending", request={A100: 1}),
+              podgroup("other", namespace="ml", queue="team-b", phase="Pending", request={A100: 8})]
+    snapshot = cluster(before, queue("team-b", {A100: 8}), *groups, *running)
+    after = updated(before, **{keys.CARD_QUOTA: json.dumps({A100: 2, H100: 4})})
+    verdict = admit(after, before, snapshot, CONFIG)
+    assert verdict.allowed
+    lowered = [w for w in verdict.warnings if "lowered" in w]
+    assert lowered == [
+        "NVIDIA-A100 quota lowered from 8 to 2, below the 5 queue team-a holds or has reserved now: running work "
+        "keeps its cards, new work waits until usage falls below the quota",
+        "3 PodGroups of queue team-a request more than the lowered quota allows and can never run: "
+        "ml/big (5 NVIDIA-A100, at most 2), ml/either (7 NVIDIA-A100|NVIDIA-H100, at most 6), "
+        "ml/huge (8 NVIDIA-A100, at most 2)",
+    ]
+    raised = updated(before, **{keys.CARD_QUOTA: json.dumps({A100: 10, H100: 4})})
+    assert [w for w in admit(raised, before, snapshot, CONFIG).warnings if "lowered" in w] == []
