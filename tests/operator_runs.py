@@ -15,15 +15,17 @@ from cardquota.operator.settings import Settings
 
 
 @contextlib.asynccontextmanager
-async def operator_running(kmock: Any, tmp_path: Path, **settings: Any) -> AsyncIterator[list[int]]:
+async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", token: str = "",
+                           **settings: Any) -> AsyncIterator[list[int]]:
     """Yields the admission server's port(s) once the first full list has loaded; dev certificates in ``tmp_path``
-    unless ``settings`` say otherwise."""
+    unless ``settings`` say otherwise. The operator talks to kmock, or to ``api_url`` (a proxy in front of it) with
+    the bearer ``token``."""
     options: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "dev": True,
                                "cert_dir": str(tmp_path), **settings}
     stop, started = asyncio.Event(), asyncio.Event()
     ports: list[int] = []
-    task = asyncio.create_task(run(Settings(**options), connection=Connection(host=str(kmock.url).rstrip("/"),
-                                                                               insecure=True),
+    connection = Connection(host=(api_url or str(kmock.url)).rstrip("/"), insecure=True, token=token)
+    task = asyncio.create_task(run(Settings(**options), connection=connection,
                                    stop=stop, started=started, on_listening=ports.append))
     await asyncio.wait_for(started.wait(), timeout=15)
     try:

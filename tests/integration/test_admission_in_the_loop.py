@@ -1,0 +1,113 @@
+"""The operator's own writes with the webhooks in the loop: the real operator against kmock behind an admission proxy
+that calls the operator's own webhook server as the API server would (tests/admission_proxy.py: rules,
+matchConditions, failurePolicy from manifests/base/webhooks.yaml). Its usage annotations land on a queue whose quota
+is unreadable, a child whose parent is gone and a queue whose quota was lowered below a PodGroup's request — with
+the matchCondition skipping its writes, and without it (then ratcheting lets them through); a user's update that
+changes nothing wrong passes, one that writes a bad quota is refused, naming the validating webhook."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from admission_proxy import AdmissionProxy, validating_webhooks
+from aiohttp import web
+from builders import podgroup, queue
+from operator_runs import operator_running
+from polling import eventually
+
+from cardquota.core.publish import CARD_USAGE
+from cardquota.kube import queue_path
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+A100 = "NVIDIA-A100"
+OPERATOR = "system:serviceaccount:cardquota-system:cardquota"
+QUEUES = "scheduling.volcano.sh/v1beta1/queues"
+
+
+def seed(kmock: Any) -> None:
+    kmock.objects[QUEUES, None, "broken"] = queue("broken", '{"NVIDIA-A100": "four"}')
+    kmock.objects[QUEUES, None, "child"] = queue("child", {A100: 2}, parent="gone")
+    kmock.objects[QUEUES, None, "lowered"] = queue("lowered", {A100: 2})
+    kmock.objects["scheduling.volcano.sh/v1beta1/podgroups", "ml", "big"] = podgroup(
+        "big", namespace="ml", queue="lowered", phase="Pending", request={A100: 8})
+
+
+def without_our_condition() -> list[dict[str, Any]]:
+    hooks = validating_webhooks()
+    for hook in hooks:
+        hook["matchConditions"] = [c for c in hook.get("matchConditions") or [] if c["name"] != "not-cardquota-itself"]
+    return hooks
+
+
+@contextlib.asynccontextmanager
+async def proxied(kmock: Any, tmp_path: Path, hooks: list[dict[str, Any]]) -> AsyncIterator[
+        tuple[AdmissionProxy, str, list[int]]]:
+    ports: list[int] = []
+    proxy = AdmissionProxy(upstream=str(kmock.url).rstrip("/"), webhook_url=lambda: f"https://localhost:{ports[0]}",
+                           ca_file=tmp_path / "ca.crt", users={"operator-token": OPERATOR, "alice-token": "alice"},
+                           hooks=hooks)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+        proxy.session = session
+        # Handlers end when their client goes (a watch Kopf closed), and no connection idles: nothing for Kopf to
+        # wait on when it stops.
+        runner = web.AppRunner(proxy.app(), keepalive_timeout=0, handler_cancellation=True, shutdown_timeout=1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            yield proxy, url, ports
+        finally:
+            await runner.cleanup()
+
+
+async def usage_everywhere(kmock: Any) -> bool:
+    return all(CARD_USAGE in (kmock.objects[QUEUES, None, name].get("metadata", {}).get("annotations") or {})
+               for name in ("broken", "child", "lowered"))
+
+
+@pytest.mark.parametrize(("hooks", "service_account", "webhook_sees_us"), [
+    (validating_webhooks, "cardquota", False),
+    (without_our_condition, "someone-else", True),  # neither the condition nor own_users: ratcheting alone
+], ids=["match-condition", "ratcheting-alone"])
+async def test_the_operators_usage_annotations_pass_the_webhooks(
+        volcano_kmock: Any, tmp_path: Path, hooks: Any, service_account: str, webhook_sees_us: bool) -> None:
+    seed(volcano_kmock)
+    async with proxied(volcano_kmock, tmp_path, hooks()) as (proxy, url, ports):
+        async with operator_running(volcano_kmock, tmp_path, api_url=url, token="operator-token",
+                                    service_account=service_account) as served:
+            ports.extend(served)
+            await eventually(lambda: usage_everywhere(volcano_kmock), timeout=20)
+        assert proxy.refused == []
+        ours = [call for call in proxy.calls if call[1] == OPERATOR]
+        assert bool(ours) is webhook_sees_us
+        assert all(allowed for _, _, allowed in ours)
+
+
+async def test_a_users_update_is_judged_on_what_it_changes(volcano_kmock: Any, tmp_path: Path) -> None:
+    seed(volcano_kmock)
+    volcano_kmock.objects[QUEUES, None, "team-a"] = queue("team-a", {A100: 4})
+    headers = {"Authorization": "Bearer alice-token", "Content-Type": "application/merge-patch+json"}
+    async with proxied(volcano_kmock, tmp_path, validating_webhooks()) as (proxy, url, ports), \
+            operator_running(volcano_kmock, tmp_path, api_url=url, token="operator-token") as served, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as alice:
+        ports.extend(served)
+        label = {"metadata": {"labels": {"team": "vision"}}}
+        async with alice.patch(url + queue_path("broken"), data=json.dumps(label), headers=headers) as reply:
+            assert reply.status == 200, await reply.text()
+        bad = {"metadata": {"annotations": {"volcano.sh/card.quota": '{"NVIDIA-A100": -1}'}}}
+        async with alice.patch(url + queue_path("team-a"), data=json.dumps(bad), headers=headers) as reply:
+            assert reply.status == 403
+            message = (await reply.json())["message"]
+    assert message.startswith('admission webhook "queues.validate.cardquota.io" denied the request: ')
+    assert "-1" in message
+    assert [(name, user) for name, user, _ in proxy.calls if user == "alice"] == [
+        ("queues.validate.cardquota.io", "alice"), ("queues.validate.cardquota.io", "alice")]
