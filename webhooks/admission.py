@@ -63,7 +63,10 @@ class Admission:
             return self.cannot_check(request, f"internal error ({type(error).__name__}: {error})")
         if mutating:
             return allow(patch=verdict.patch) if verdict.allowed else allow()
-        return Verdict(verdict.allowed, verdict.message, verdict.violations, verdict.warnings)
+        warnings = verdict.warnings
+        if verdict.allowed and verdict.patch and admitted.mutation_matters:  # it sees the object after every mutation
+            warnings = (*warnings, unmutated_warning(verdict))
+        return Verdict(verdict.allowed, verdict.message, verdict.violations, warnings)
 
     def _delete(self, admitted: AdmittedKind, request: AdmissionRequest) -> Verdict:
         if admitted.on_delete is None or not self.cache.ready:
@@ -85,3 +88,11 @@ class Admission:
         if self.failure_mode(request) is FailureMode.OPEN:
             return allow(warnings=[f"{sentence}; it was let through unchecked"])
         return deny([Violation("object", sentence)])
+
+
+def unmutated_warning(verdict: Verdict) -> str:
+    """Said by the validating webhook of an object still lacking cardquota's mutation: the mutating webhook did not
+    run (not registered, or its failurePolicy let the object through) or a later mutating webhook undid it."""
+    paths = ", ".join(dict.fromkeys(operation["path"] for operation in verdict.patch))
+    return (f"cardquota's mutating webhook would still change {paths}: it did not run, or a later mutating webhook "
+            "undid its change; the object is admitted without it")

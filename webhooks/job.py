@@ -3,4 +3,4 @@
 from cardquota.core.policies import job
 from cardquota.webhooks.kinds import AdmittedKind, FailureMode
 
-WEBHOOK = AdmittedKind("batch.volcano.sh", "Job", job.admit, FailureMode.CLOSED)
+WEBHOOK = AdmittedKind("batch.volcano.sh", "Job", job.admit, FailureMode.CLOSED, mutation_matters=True)

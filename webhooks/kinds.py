@@ -25,6 +25,9 @@ class AdmittedKind:
     failure_mode: FailureMode
     on_delete: Callable[[str, Ledger], list[str]] | None = None
     """Warnings for deleting an object of this kind (by name), read from the ledger."""
+    mutation_matters: bool = False
+    """The mutation changes what happens to the object (a pod's node affinity, a Job's card.request), not only its
+    form: the validating webhook warns when an object reaches it without."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -4,4 +4,4 @@ must never stop workloads)."""
 from cardquota.core.policies import pod
 from cardquota.webhooks.kinds import AdmittedKind, FailureMode
 
-WEBHOOK = AdmittedKind("", "Pod", pod.admit, FailureMode.OPEN)
+WEBHOOK = AdmittedKind("", "Pod", pod.admit, FailureMode.OPEN, mutation_matters=True)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
+import jsonpatch
 import pytest
 from admission_reviews import A100, Server, client_context, decoded_patch, review
 from builders import container, node, pod, podgroup, queue
@@ -181,6 +182,24 @@ async def test_the_mutating_webhook_never_denies(server: Server) -> None:
     server.admission.kinds = {key: replace(kind, admit=crash) for key, kind in server.admission.kinds.items()}
     assert (await server.mutate(queue_review))["allowed"] is True
     assert (await server.validate(queue_review))["allowed"] is False
+
+
+async def test_the_validating_webhook_says_when_the_mutation_is_missing(server: Server) -> None:
+    """The validating webhook sees the object after every mutating webhook: a card pod still lacking the product
+    affinity (ours did not run, or a later one dropped it) is admitted with a warning saying so."""
+    card_pod = pod("p", namespace="ml", card=A100, gpus=1, queue="team-a")
+    unmutated = await server.validate(review(card_pod))
+    assert unmutated["allowed"] is True
+    assert any(w.startswith("cardquota's mutating webhook would still change /spec/affinity: it did not run")
+               for w in unmutated.get("warnings", []))
+    mutated = copy.deepcopy(card_pod)
+    mutated["spec"]["affinity"] = json_patched(card_pod, await server.mutate(review(card_pod)))["spec"]["affinity"]
+    assert "warnings" not in await server.validate(review(mutated))
+
+
+def json_patched(manifest: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    patched: dict[str, Any] = jsonpatch.apply_patch(manifest, decoded_patch(answer))
+    return patched
 
 
 async def test_writes_by_cardquota_itself_are_never_refused(server: Server) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+import jsonpatch
 import jsonschema
 import pytest
 import yaml
@@ -246,9 +247,21 @@ def test_queue_deletions_are_reviewed_and_pods_only_on_create() -> None:
     operations = {(hook["name"].split(".")[0], hook["name"].split(".")[1]): hook["rules"][0]["operations"]
                   for hook in ALL_WEBHOOKS}
     assert "DELETE" in operations[("queues", "validate")]
-    assert operations[("pods", "validate")] == ["CREATE"]
+    assert operations[("pods", "validate")] == ["CREATE", "UPDATE"]  # UPDATE: only when a card annotation changes
     assert operations[("pods", "mutate")] == ["CREATE"]
-    assert operations[("nodes", "validate")] == ["UPDATE"]
+    assert operations[("nodes", "validate")] == ["CREATE", "UPDATE"]
+
+
+def test_the_pod_mutation_is_reinvoked_after_later_mutating_webhooks() -> None:
+    """Another mutating webhook running after ours may rewrite spec.affinity: the API server calls ours again
+    (IfNeeded), and our patch is idempotent, so a pod that has the terms gets none."""
+    (hook,) = [hook for hook in _webhooks("MutatingWebhookConfiguration") if hook["name"].startswith("pods.")]
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    card_pod = pod("p", card="NVIDIA-A100", gpus=1, queue="team-a")
+    first = admit_pod(card_pod, None, EXAMPLE_SNAPSHOT, PolicyConfig())
+    assert first.patch
+    mutated = jsonpatch.apply_patch(card_pod, list(first.patch))
+    assert admit_pod(mutated, None, EXAMPLE_SNAPSHOT, PolicyConfig()).patch == ()
 
 
 # ----------------------------------------------------------------------------------- matchConditions (CEL)
@@ -268,9 +281,11 @@ def _condition(hook_name: str) -> Any:
     return lambda activation: all(bool(program.evaluate(activation)) for program in programs)
 
 
-def _matches(program: Any, obj: Mapping[str, Any], user: str = "alice") -> bool:
-    return bool(program({"object": celpy.json_to_cel(dict(obj)),
-                         "request": celpy.json_to_cel({"userInfo": {"username": user}})}))
+def _matches(program: Any, obj: Mapping[str, Any], user: str = "alice", old: Mapping[str, Any] | None = None) -> bool:
+    """Would the API server call the hook for this object: a CREATE, or with ``old`` an UPDATE from it."""
+    request = {"userInfo": {"username": user}, "operation": "CREATE" if old is None else "UPDATE"}
+    return bool(program({"object": celpy.json_to_cel(dict(obj)), "oldObject": celpy.json_to_cel(old),
+                         "request": celpy.json_to_cel(request)}))
 
 
 @pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
@@ -336,6 +351,23 @@ def test_a_pod_the_match_condition_skips_is_one_the_pod_policy_leaves_alone(
         assert (verdict.allowed, verdict.warnings, verdict.patch) == (True, (), ()), verdict
     if not _matches(MUTATE_PODS, manifest):
         assert not verdict.patch
+
+
+@pytest.mark.parametrize(("before", "after", "called"), [
+    ({"volcano.sh/card.name": "NVIDIA-A100"}, {"volcano.sh/card.name": "NVIDIA-A100", "team": "a"}, False),
+    ({"volcano.sh/card.name": "NVIDIA-A100"}, {"volcano.sh/card.name": "NVIDIA-H100"}, True),
+    ({"volcano.sh/card.name": "NVIDIA-A100"}, {}, True),
+    ({}, {"volcano.sh/card.name": "NVIDIA-A100"}, True),
+    ({"vke.volcengine.com/gpu-index": "0"}, {"vke.volcengine.com/gpu-index": "1"}, False),
+    (None, {"volcano.sh/card.name": "garbage|"}, True),
+])
+def test_pod_updates_reach_the_webhook_only_when_a_card_annotation_changes(
+        before: dict[str, str] | None, after: dict[str, str], called: bool) -> None:
+    new = pod("p", gpus=1, annotations=after)
+    old = None if before is None else pod("p", gpus=1, annotations=before)
+    if before is not None and not before:
+        del old["metadata"]["annotations"]  # type: ignore[index]
+    assert _matches(VALIDATE_PODS, new, old=old) is called
 
 
 def test_node_match_condition_only_sends_crossquota_annotated_nodes() -> None:

@@ -9,7 +9,11 @@ A card pod (``volcano.sh/card.name``):
   one alternative;
 * mutation on create: a required node-affinity term ``<vendor>/<type>.product In [products]`` added to every
   term the pod already has (terms are ORed, so adding it to each keeps the user's intent), and for alternatives
-  preferred terms weighted by their order (100, 50, 25, …).
+  preferred terms weighted by their order (100, 50, 25, …) — idempotent: a pod that has them gets no patch, so the
+  webhook can be reinvoked after later mutations;
+* on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation changes): ``card.name`` of a
+  pod bound to a node cannot change (its cards are counted under the name it was bound with); the other rules are
+  ratcheted (a problem the pod already had is a warning).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
 """
@@ -28,7 +32,7 @@ from cardquota.core.policies.cards import (
     card_resources_requested,
     unknown_type_warnings,
 )
-from cardquota.core.policies.common import read_view, skipped
+from cardquota.core.policies.common import ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
@@ -46,10 +50,12 @@ AFFINITY_TYPOS = {
 }
 
 
+@ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     pod, violations = read_view(Pod.from_manifest, manifest)
     if pod is None:
         return decide(violations)
+    violations.extend(_rebinding_violations(pod, old))
     violations.extend(mgpu_violations(manifest))
     violations.extend(scoring_strategy_violations(pod.meta.annotations))
     warnings = _affinity_typo_warnings(manifest)
@@ -63,6 +69,19 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     else:
         warnings.extend(_unnamed_card_warnings(pod, snapshot))
     return decide(violations, warnings, patch)
+
+
+def _rebinding_violations(pod: Pod, old: Manifest | None) -> list[Violation]:
+    """A bound pod's cards are counted under the card.name it was bound with: that name cannot change."""
+    if old is None:
+        return []
+    before, _ = read_view(Pod.from_manifest, old)
+    if before is None or not before.node_name or before.card_name == pod.card_name:
+        return []
+    was = shown(before.card_name) if before.card_name is not None else "none"
+    return [Violation(CARD_NAME_PATH, f"cannot change on a pod bound to node {shown(before.node_name)} (was {was}): "
+                                      "its cards are counted under the name it was bound with; delete the pod and "
+                                      "create it with the new name")]
 
 
 def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,

@@ -137,3 +137,40 @@ def test_lowering_a_quota_below_current_use_and_below_podgroups_warns_with_the_n
     ]
     raised = updated(before, **{keys.CARD_QUOTA: json.dumps({A100: 10, H100: 4})})
     assert [w for w in admit(raised, before, snapshot, CONFIG).warnings if "lowered" in w] == []
+
+
+# ------------------------------------------------------------------------------------------------------ pods
+
+def bound(card: str, node_name: str | None = "a100-1") -> dict[str, Any]:
+    return pod("w", namespace="ml", card=card, gpus=1, queue="team-a", node_name=node_name)
+
+
+def renamed(manifest: dict[str, Any], card: str | None) -> dict[str, Any]:
+    changed = copy.deepcopy(manifest)
+    if card is None:
+        del changed["metadata"]["annotations"][keys.CARD_NAME]
+    else:
+        changed["metadata"]["annotations"][keys.CARD_NAME] = card
+    return changed
+
+
+@pytest.mark.parametrize("new_name", [H100, f"{A100}|{H100}", None])
+def test_card_name_of_a_bound_pod_cannot_change(new_name: str | None) -> None:
+    """``kubectl annotate pod w volcano.sh/card.name=...`` would move the pod's cards to another quota line."""
+    snapshot = cluster(queue("team-a", {A100: 4, H100: 4}))
+    before = bound(A100)
+    verdict = admit(renamed(before, new_name), before, snapshot, CONFIG)
+    assert not verdict.allowed
+    assert "cannot change on a pod bound to node a100-1 (was NVIDIA-A100)" in verdict.message
+
+
+def test_card_name_of_a_pending_pod_is_judged_in_full_and_unchanged_problems_ratchet() -> None:
+    snapshot = cluster(queue("team-a", {A100: 4, H100: 4}))
+    pending = bound(A100, node_name=None)
+    assert admit(renamed(pending, H100), pending, snapshot, CONFIG).allowed
+    assert not admit(renamed(pending, "garbage|"), pending, snapshot, CONFIG).allowed
+    lowered = cluster(queue("team-a", {H100: 4}))  # the queue's A100 quota was removed since the pod was created
+    before = bound(A100)
+    verdict = admit(updated(before, **{"volcano.sh/card.note": "x"}), before, lowered, CONFIG)
+    assert verdict.allowed
+    assert len(carried(verdict)) == 1
