@@ -18,8 +18,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from builders import node
+from kubeconfigs import write_kubeconfig
 from operator_runs import operator_running
 from polling import eventually
 from unit.test_doctor import (
@@ -69,13 +69,7 @@ tiers:
 
 
 def kubeconfig(tmp_path: Path, url: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": url.rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "admin"}}],
-        "users": [{"name": "admin", "user": {"token": "t"}}]}))
-    return str(path)
+    return write_kubeconfig(tmp_path, url)
 
 
 async def doctor(kmock: Any, tmp_path: Path, *argv: str) -> tuple[int, str, str]:

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 import yaml
 from builders import pod, podgroup, queue
+from kubeconfigs import write_kubeconfig
 
 from cardquota.cli.main import run
 
@@ -23,13 +24,7 @@ A100 = "NVIDIA-A100"
 
 
 def kubeconfig(tmp_path: Path, url: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": url.rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "tester", "namespace": "ml"}}],
-        "users": [{"name": "tester", "user": {"token": "t"}}]}))
-    return str(path)
+    return write_kubeconfig(tmp_path, url, namespace="ml")
 
 
 async def plugin(*argv: str) -> tuple[int, str, str]:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
+from kubeconfigs import write_kubeconfig
 from volcano_crds import patched_crd, upstream_crd
 
 from cardquota.cli import crd as crd_cli
@@ -1008,13 +1009,8 @@ def test_reads_the_api_refuses_make_their_check_unknown_and_no_api_is_one_line()
 
 
 def test_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
-    code, text, err = plugin("doctor", "--kubeconfig", str(kubeconfig))
+    kubeconfig = write_kubeconfig(tmp_path, "http://127.0.0.1:9")
+    code, text, err = plugin("doctor", "--kubeconfig", kubeconfig)
     assert (code, text) == (2, "")
     assert "no Kubernetes API reachable at http://127.0.0.1:9" in err
     assert err.count("\n") == 1

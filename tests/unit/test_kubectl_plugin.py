@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubeconfigs import write_kubeconfig
 
 from cardquota.cli.kubectl import _kube, usage_table
 from cardquota.cli.main import run
@@ -112,13 +113,8 @@ def test_api_errors_become_one_line_naming_what_was_refused() -> None:
 
 
 def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
-    code, _, err = plugin("usage", "--kubeconfig", str(kubeconfig))
+    kubeconfig = write_kubeconfig(tmp_path, "http://127.0.0.1:9")
+    code, _, err = plugin("usage", "--kubeconfig", kubeconfig)
     assert code == 2
     assert "no Kubernetes API reachable at http://127.0.0.1:9" in err
     assert err.count("\n") == 1

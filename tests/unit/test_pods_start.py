@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubeconfigs import write_kubeconfig
 
 from cardquota.operator.settings import is_service_link_name
 
@@ -204,13 +205,7 @@ def mounted(value: str, local: Mapping[str, Path]) -> str:
 
 def kubeconfig(folder: Path) -> Path:
     host, port = UNREACHABLE_API
-    path = folder / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://{host}:{port}", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "not-a-token"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    return path
+    return Path(write_kubeconfig(folder, f"https://{host}:{port}", insecure=True))
 
 
 @dataclass
