@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 import urllib3
@@ -169,23 +170,73 @@ def write_secret(api: client.ApiClient, secret: Mapping[str, Any], *, create: bo
     return _request(api, "PATCH", f"{base}/{metadata['name']}", secret, "application/merge-patch+json")
 
 
-def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str) -> bool:
+class BundlePatch(Enum):
+    """What :func:`patch_ca_bundle` found and did."""
+
+    MISSING = "missing"
+    """No such configuration (the manifests are not installed yet): nothing to set."""
+    IN_PLACE = "in place"
+    """Every webhook already carried the caBundle: nothing written."""
+    WRITTEN = "written"
+    """At least one webhook's caBundle was set."""
+
+
+UNPROCESSABLE = 422
+BUNDLE_PATCH_STALE = frozenset({CONFLICT, UNPROCESSABLE, 500})
+"""Answers to a caBundle patch that mean "the configuration changed after it was read: read it again". 422 is the
+API server's answer to a JSON patch whose ``test`` fails (and to an index past the end: a webhook removed meanwhile);
+409 a conflicting write; older API servers, and kmock, answer a failed ``test`` with 500. Retrying a genuine 500 from
+a fresh read does no harm either: each attempt is computed anew."""
+BUNDLE_PATCH_ATTEMPTS = 5
+
+
+def ca_bundle_patch(configuration: Mapping[str, Any], ca_bundle: str) -> list[dict[str, Any]]:
+    """The JSON patch setting ``clientConfig.caBundle`` on each webhook of ``configuration`` that does not carry
+    ``ca_bundle``: every ``add`` preceded by a ``test`` that the webhook at that index still has the name read, so the
+    API server refuses the whole patch (nothing half-applied) if the webhooks were reordered, renamed, added or removed
+    in between (a concurrent ``kubectl apply``)."""
+    operations: list[dict[str, Any]] = []
+    for index, webhook in enumerate(configuration.get("webhooks") or []):
+        if (webhook.get("clientConfig") or {}).get("caBundle") != ca_bundle:
+            operations += [{"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.get("name")},
+                           {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": ca_bundle}]
+    return operations
+
+
+def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str, *,
+                    attempts: int = BUNDLE_PATCH_ATTEMPTS) -> BundlePatch:
     """Set ``clientConfig.caBundle`` of every webhook of a Validating/MutatingWebhookConfiguration that does not
-    carry it yet (no write when all do); False when the configuration does not exist (not installed yet)."""
+    carry it yet (no write when all do). The patch tests each webhook's name (:func:`ca_bundle_patch`); when the
+    configuration changed between the read and the patch, the API server refuses it, and it is read and computed
+    again, up to ``attempts`` times.
+
+    Why a guarded JSON patch rather than server-side apply with a field manager owning only caBundle: apply upserts
+    by the webhooks' list key, so an apply naming a webhook that a concurrent ``kubectl apply`` just removed or
+    renamed would bring it back as an entry holding nothing but a caBundle (refused by validation at best); the
+    ``test`` makes a stale patch fail as a whole, and the next read sees the webhooks as they now are. It also needs
+    nothing kmock (the test API server) does not implement, and no RBAC beyond ``patch``."""
     path = f"/apis/admissionregistration.k8s.io/v1/{kind.lower()}s/{name}"
-    try:
-        configuration = _get(api, path)
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return False
-        raise
-    webhooks = configuration.get("webhooks") or []
-    operations = [{"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": ca_bundle}
-                  for index, webhook in enumerate(webhooks)
-                  if (webhook.get("clientConfig") or {}).get("caBundle") != ca_bundle]
-    if operations:
-        _request(api, "PATCH", path, operations, "application/json-patch+json")
-    return True
+    for attempt in range(1, attempts + 1):
+        try:
+            configuration = with_retries(functools.partial(_get, api, path))
+        except KubeError as error:
+            if error.status == NOT_FOUND:
+                return BundlePatch.MISSING
+            raise
+        operations = ca_bundle_patch(configuration, ca_bundle)
+        if not operations:
+            return BundlePatch.IN_PLACE
+        try:
+            _request(api, "PATCH", path, operations, "application/json-patch+json")
+        except KubeError as error:
+            if error.status == NOT_FOUND:
+                return BundlePatch.MISSING
+            if error.status not in BUNDLE_PATCH_STALE or attempt == attempts:
+                raise
+            log.info("%s %s changed while its caBundle was being set (%s): reading it again", kind, name, error)
+            continue
+        return BundlePatch.WRITTEN
+    raise KubeError(f"{kind} {name}: the caBundle could not be set in {attempts} attempts")
 
 
 def list_all(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str]] = CACHED_RESOURCES,

@@ -47,6 +47,7 @@ ENV_DEPLOYMENT = "CARDQUOTA_DEPLOYMENT"
 ENV_CERT_DIR = "CARDQUOTA_CERT_DIR"
 ENV_DEV = "CARDQUOTA_DEV"
 ENV_PUBLISH_WINDOW = "CARDQUOTA_PUBLISH_WINDOW"
+ENV_CERT_GRACE_PERIOD = "CARDQUOTA_CERT_GRACE_PERIOD"
 ENV_METRICS_PORT = "CARDQUOTA_METRICS_PORT_NUMBER"
 ENV_LOG_FORMAT = "CARDQUOTA_LOG_FORMAT"
 ENV_EXTENDER_PORT = "CARDQUOTA_EXTENDER_PORT_NUMBER"
@@ -147,6 +148,10 @@ class Settings:
     """Plain-HTTP port of /metrics, /healthz and /readyz (0: any free port)."""
     service_account: str = "cardquota"
     """The operator's own service account: the webhooks never refuse its writes (the annotations it keeps)."""
+    cert_grace_period: float = 60.0
+    """Seconds a renewed CA sits in the webhooks' caBundle before the serving certificate it signed is served, and
+    again (plus one check interval) before the CA it replaced leaves the caBundle: long enough for every API server
+    to see the configuration change (its webhook configuration informer) and for every replica to reload."""
 
     @property
     def own_users(self) -> frozenset[str]:
@@ -209,6 +214,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(env {ENV_DEV}=1)")
     parser.add_argument("--publish-window", type=float, help="seconds between annotation writes (at most one "
                         f"patch per queue per window; env {ENV_PUBLISH_WINDOW}; default {defaults.publish_window})")
+    parser.add_argument("--cert-grace-period", type=float, help="seconds a renewed CA is in the webhooks' caBundle "
+                        "before the serving certificate switches to it, and the old CA stays after the switch (env "
+                        f"{ENV_CERT_GRACE_PERIOD}; default {defaults.cert_grace_period:g})")
     parser.add_argument("--metrics-port", type=int, help="plain-HTTP port for /metrics, /healthz and /readyz (env "
                         f"{ENV_METRICS_PORT}; default {defaults.metrics_port})")
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], help="json for machines, text for "
@@ -259,6 +267,8 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         publish_window=_chosen(args.publish_window, env, ENV_PUBLISH_WINDOW, read_seconds,
                                "a number of seconds, 0 or more", defaults.publish_window),
         metrics_port=_chosen(args.metrics_port, env, ENV_METRICS_PORT, read_port, PORT_FORM, defaults.metrics_port),
+        cert_grace_period=_chosen(args.cert_grace_period, env, ENV_CERT_GRACE_PERIOD, read_seconds,
+                                  "a number of seconds, 0 or more", defaults.cert_grace_period),
     )
 
 

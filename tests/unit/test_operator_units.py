@@ -14,7 +14,7 @@ import pytest
 
 from cardquota.core.verdict import Verdict, allow, deny
 from cardquota.core.violations import Violation
-from cardquota.operator.certificates import decode, plan, secret_body
+from cardquota.operator.certificates import Stored, decode, plan, secret_body
 from cardquota.operator.main import JsonFormatter
 from cardquota.operator.settings import LogFormat, Settings, add_arguments, from_arguments, parse_failure_modes
 from cardquota.webhooks.kinds import FailureMode
@@ -31,10 +31,10 @@ def test_service_dns_names() -> None:
 
 
 def test_plan_issues_everything_when_nothing_exists_and_nothing_when_all_is_good() -> None:
-    certificates, reason = plan(None, None, NAMES, now=NOW)
+    certificates, reason = plan(Stored(), NAMES, now=NOW)
     assert reason == "no CA yet"
     assert renewal_reason(certificates.serving, certificates.ca, NAMES, now=NOW) is None
-    same, reason = plan(certificates.ca, certificates.serving, NAMES, now=NOW)
+    same, reason = plan(Stored(certificates.ca, certificates.serving), NAMES, now=NOW)
     assert reason is None
     assert same == certificates
 
@@ -55,28 +55,28 @@ def test_plan_renews_the_serving_certificate(change: str, reason_start: str) -> 
         serving = new_serving_cert(ca, ["other"], now=NOW)
     else:
         serving = new_serving_cert(new_ca(now=NOW), NAMES, now=NOW)
-    renewed, reason = plan(ca, serving, NAMES, now=NOW)
+    renewed, reason = plan(Stored(ca, serving), NAMES, now=NOW)
     assert reason is not None
     assert reason.startswith(reason_start)
     assert renewed.ca == ca
     assert renewal_reason(renewed.serving, ca, NAMES, now=NOW) is None
 
 
-def test_ca_rotation_keeps_the_previous_ca_in_the_bundle_while_it_is_valid() -> None:
+def test_ca_renewal_adds_the_new_ca_to_the_bundle_and_keeps_serving_the_old_certificate() -> None:
+    """The whole rotation, step by step: tests/unit/test_certificate_rotation.py."""
     old = new_ca(days=60, now=NOW)  # inside the 90-day renewal window
     serving = new_serving_cert(old, NAMES, days=50, now=NOW)
-    rotated, reason = plan(old, serving, NAMES, now=NOW)
-    assert reason == "the CA is expiring or unreadable"
-    assert rotated.ca != old
-    assert rotated.previous_ca == old.cert_pem
-    assert rotated.ca_bundle(NOW) == rotated.ca.cert_pem + old.cert_pem
-    assert rotated.ca_bundle(NOW + datetime.timedelta(days=61)) == rotated.ca.cert_pem
-    ca, serving_back, previous = decode(secret_body(Settings(), rotated, None))
-    assert (ca, serving_back, previous) == (rotated.ca, rotated.serving, old.cert_pem)
+    rotating, reason = plan(Stored(old, serving), NAMES, now=NOW)
+    assert reason is not None
+    assert reason.startswith("the CA expires")
+    assert (rotating.ca, rotating.serving) == (old, serving)
+    assert rotating.next_ca is not None
+    assert rotating.ca_bundle(NOW) == old.cert_pem + rotating.next_ca.cert_pem
+    assert decode(secret_body(Settings(), rotating, None)) == Stored(old, serving, next_ca=rotating.next_ca)
 
 
 def test_secret_body_is_a_tls_secret_with_labels_and_the_read_version() -> None:
-    certificates, _ = plan(None, None, NAMES, now=NOW)
+    certificates, _ = plan(Stored(), NAMES, now=NOW)
     body = secret_body(Settings(), certificates, {"metadata": {"resourceVersion": "42"}})
     assert body["type"] == "kubernetes.io/tls"
     assert body["metadata"]["resourceVersion"] == "42"
@@ -86,8 +86,8 @@ def test_secret_body_is_a_tls_secret_with_labels_and_the_read_version() -> None:
 
 
 def test_decode_tolerates_missing_and_garbled_data() -> None:
-    assert decode(None) == (None, None, b"")
-    assert decode({"data": {"tls.crt": "%%%", "tls.key": "x", "ca.crt": "AAAA"}}) == (None, None, b"")
+    assert decode(None) == Stored()
+    assert decode({"data": {"tls.crt": "%%%", "tls.key": "x", "ca.crt": "AAAA"}}) == Stored()
 
 
 def settings_from(argv: list[str], env: dict[str, str] | None = None) -> Settings:
