@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from cardquota.cli.check import CheckResult
 from cardquota.core.cards import NodeCards, cluster_totals
 from cardquota.core.ledger import QueueUsage
+from cardquota.core.objects import CPU_MEMORY
 from cardquota.core.scheduling.simulate import Simulation
 
 NONE = "-"
@@ -92,7 +93,18 @@ def usage_table(usage: Mapping[str, QueueUsage]) -> str:
                 entry.inqueue.get(card, 0),
                 entry.pending.get(card, 0),
             ])
+        rows.extend([queue, *line, NONE] for line in cpu_memory_lines(entry))
     return render_table(["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"], rows)
+
+
+def cpu_memory_lines(entry: QueueUsage) -> list[list[str]]:
+    """For a queue with a cpu/memory ``spec.capability``: a ``cpu`` and a ``memory`` line (resource, capability,
+    allocated, inqueue) in the units Kubernetes writes, after its cards."""
+    if entry.cpu_memory is None:
+        return []
+    written = entry.cpu_memory.as_json()
+    return [[resource, written["capability"][resource], written["allocated"][resource],
+             written["inqueue"][resource]] for resource in CPU_MEMORY]
 
 
 # ------------------------------------------------------------------------------------------------ simulate
@@ -103,7 +115,7 @@ def simulation_table(result: Simulation) -> str:
              ";".join(f"{c}={','.join(i)}" for c, i in outcome.gpu_indexes.items()) or NONE,
              outcome.reason or ""] for name, outcome in result.placements.items()]
     groups = [[name, outcome.phase, outcome.reason or ""] for name, outcome in result.podgroups.items()]
-    usage = {queue: QueueUsage(**amounts) for queue, amounts in result.queues.items()}
+    usage = result.usage
     parts = [render_table(["POD", "NODE", "CARD-TYPE", "GPU-INDEXES", "REASON"], pods)]
     if groups:
         parts.append(render_table(["PODGROUP", "PHASE", "REASON"], groups))

@@ -1,8 +1,10 @@
 """Why card work cannot move on now: the scheduler's enqueue and allocate checks, as Kubernetes events (pure).
 
-* a PodGroup not yet Inqueue, job mode (capacity-card-design.md, "Job Enqueueable Check"): per key of its
-  ``volcano.sh/card.request``, allocated + inqueue + request must fit the queue's quota, an ``A|B`` key against
-  the alternatives' quotas together;
+* a PodGroup not yet Inqueue (capacity-card-design.md, "Job Enqueueable Check"), the scheduler's own enqueue
+  decision (:func:`~cardquota.core.scheduling.capacity_card.podgroup_enqueue_refusal`): its ``minResources`` cpu and
+  memory within the queue's ``spec.capability`` (``InsufficientCPUQuota``, ``InsufficientMemoryQuota``;
+  ``EmptyQueueCapability`` when the queue sets none), then per key of its ``volcano.sh/card.request``, allocated +
+  inqueue + request within the queue's quota, an ``A|B`` key against the alternatives' quotas together;
 * an unbound card pod, task mode ("Task Allocatable Check"): allocated + request must fit the quota of at least
   one of its alternatives;
 * a queue with no card quota at all: ``EmptyQueueCapability``; a pod whose card request cannot be read:
@@ -17,10 +19,10 @@ from dataclasses import dataclass
 from cardquota.core import keys
 from cardquota.core.ledger import Bucket, Ledger
 from cardquota.core.objects import Pod, PodGroup
-from cardquota.core.quota import card_request
 from cardquota.core.scheduling.capacity_card import (
+    CapacityCardConfig,
     card_request_problem,
-    job_enqueue_refusal,
+    podgroup_enqueue_refusal,
     request_failed,
     task_allocate_refusal,
 )
@@ -41,14 +43,13 @@ class CardEvent:
     type: str = "Warning"
 
 
-def podgroup_event(group: PodGroup, ledger: Ledger) -> CardEvent | None:
-    """Why a PodGroup with a card.request cannot be enqueued now, or None when it can (or is past that)."""
+def podgroup_event(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None = None) -> CardEvent | None:
+    """Why a PodGroup cannot be enqueued now, or None when it can (or is past that). ``config``: the capacity-card
+    plugin's arguments, None when unknown (then ``cardUnlimitedCpuMemory`` is read as on: never an event for a job
+    the scheduler may enqueue)."""
     if group.phase not in NOT_YET_INQUEUE:
         return None
-    request = card_request(group.meta.annotations).values
-    usage = ledger.usage(group.queue)
-    refusal = job_enqueue_refusal(group.queue, request, _quota(ledger, group.queue), usage.allocated, usage.inqueue)
-    return _event("PodGroup", group.meta.namespace, group.meta.name, refusal)
+    return _event("PodGroup", group.meta.namespace, group.meta.name, podgroup_enqueue_refusal(group, ledger, config))
 
 
 def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:

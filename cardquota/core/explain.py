@@ -9,7 +9,9 @@ with what would unblock it:
 * the quota is spent — with who holds it (the queue's top PodGroups by use of that type);
 * no node offers the card type, or its resource;
 * no node can take it now (resources, affinity, taints, crossquota, mGPU: the scheduler-style summary);
-* for a PodGroup not yet Inqueue, the enqueue check (job mode).
+* for a PodGroup not yet Inqueue, the scheduler's enqueue check: its ``minResources`` cpu/memory against the queue's
+  ``spec.capability`` (how much over, who holds it, and whether releasing or raising the capability unblocks it),
+  then its card request in job mode.
 
 The quota sentences are the ones the controller's events and the scheduler rules use (one engine,
 :mod:`cardquota.core.scheduling`), so ``explain`` and ``kubectl describe`` say the same thing.
@@ -19,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
-from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session
@@ -190,22 +193,27 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
     for violation in request.violations:
         explanation.blockers.append(f"Its {keys.CARD_REQUEST} cannot be read: {violation.message} "
                                     f"({capacity_card.REQUEST_FAILED}).")
+    minimum = [f"{resource} {capacity_card.amount_text(resource, group.min_resources[resource])}"
+               for resource in CPU_MEMORY if group.min_resources.get(resource, 0) > 0]
+    if minimum:
+        explanation.facts.append(f"Its spec.minResources ask for {' and '.join(minimum)}.")
     if group.phase in ("", "Pending") and not request.violations:
         refusal = session.enqueue_refusal(group)
         if refusal is not None:
             explanation.blockers.append(f"{refusal.message} ({refusal.reason}).")
-            usage = session.ledger.usage(group.queue)
-            short = capacity_card.job_enqueue_shortfall(request.values, session.quota(group.queue), usage.allocated,
-                                                        usage.inqueue)
-            if short is not None:
-                explanation.blockers.append(
-                    f"It can be enqueued when {short.missing} {short.key} {'is' if short.missing == 1 else 'are'} "
-                    f"released (held or reserved in queue {group.queue}), or when the quota is raised by "
-                    f"{short.missing}.")
-            for card in sorted({card for key in request.values for card in card_alternatives(key)}):
-                holders = _holders(session, group.queue, card)
-                if holders:
-                    explanation.blockers.append(f"{card} in queue {group.queue} is held by {holders}.")
+            short = refusal.shortfall
+            if isinstance(short, capacity_card.CpuMemoryShortfall):
+                explanation.blockers.extend(_cpu_memory_unblockers(session, group, short))
+            else:
+                if short is not None:
+                    explanation.blockers.append(
+                        f"It can be enqueued when {short.missing} {short.key} "
+                        f"{'is' if short.missing == 1 else 'are'} released (held or reserved in queue {group.queue}), "
+                        f"or when the quota is raised by {short.missing}.")
+                for card in sorted({card for key in request.values for card in card_alternatives(key)}):
+                    holders = _holders(session, group.queue, card)
+                    if holders:
+                        explanation.blockers.append(f"{card} in queue {group.queue} is held by {holders}.")
     members = [key for key, pod in session.ledger.snapshot.pods.items() if pod.group_key == group.key]
     waiting = [key for key in members if not session.view(key).bound]
     if members:
@@ -215,6 +223,40 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
         for blocker in first.blockers:
             explanation.blockers.append(f"Pod {waiting[0][0]}/{waiting[0][1]}: {blocker}")
     return explanation
+
+
+def _cpu_memory_unblockers(session: Session, group: PodGroup, short: capacity_card.CpuMemoryShortfall) -> list[str]:
+    """What would let the job's cpu/memory in: resources released in its queue, or the queue's capability raised
+    (or set, when it has none) — and, for a card job, the plugin's ``cardUnlimitedCpuMemory``."""
+    resource, queue = short.resource, group.queue
+
+    def amount(value: Fraction) -> str:
+        return capacity_card.amount_text(resource, value)
+
+    what = f"{amount(short.missing)} {resource}" if resource == "cpu" else f"{amount(short.missing)} of memory"
+    if not short.capability_set:
+        sentence = (f"Queue {queue} sets no spec.capability, so its cpu and memory quotas are 0: it can be enqueued "
+                    f"when the queue's spec.capability sets {resource} to at least {amount(short.total)}")
+    elif short.wanted > short.capability:
+        sentence = (f"It is {what} over, and releasing cannot help: it asks for {amount(short.wanted)} on its own, "
+                    f"above the capability of {amount(short.capability)}; it can be enqueued when queue {queue}'s "
+                    f"spec.capability {resource} is raised to {amount(short.total)} (by {amount(short.missing)})")
+    else:
+        verb = "is" if resource == "memory" or short.missing == 1 else "are"
+        sentence = (f"It is {what} over: it can be enqueued when {what} {verb} released (allocated or reserved in "
+                    f"queue {queue}), or when queue {queue}'s spec.capability {resource} is raised to "
+                    f"{amount(short.total)} (by {amount(short.missing)})")
+    unlimited = session.config.capacity_card.card_unlimited_cpu_memory
+    if not unlimited and session.ledger.group_uses_cards(group):
+        sentence += ", or when the scheduler's capacity-card argument cardUnlimitedCpuMemory is true (it uses cards)"
+    blockers = [sentence + "."]
+    holders = session.ledger.cpu_memory_holders(queue, resource, unlimited)
+    if holders:
+        top = ", ".join(f"PodGroup {key[0]}/{key[1]} ({amount(held)})" for key, held in holders[:TOP_HOLDERS])
+        more = len(holders) - TOP_HOLDERS
+        blockers.append(f"{resource} in queue {queue} is allocated or reserved by {top}"
+                        + (f" and {more} more." if more > 0 else "."))
+    return blockers
 
 
 def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerConfig | None,

@@ -13,6 +13,12 @@ Rules (capacity-card-design.md):
 * **inqueue** — PodGroups in phase ``Inqueue``: their ``volcano.sh/card.request`` minus what their pods already
   hold, keyed exactly as in the request (``"A|B"`` stays one key).
 * **pending** — unbound pods that are not Succeeded/Failed, keyed by ``volcano.sh/card.name`` as written.
+* **cpu/memory** (the capacity-card plugin's CPU/memory quota, ``spec.capability``) — per PodGroup, as Volcano
+  counts a job: *allocated* is what its bound pods request, *inqueue* (phase ``Inqueue`` only, like the cards) is
+  its ``spec.minResources`` minus that, *elastic* is what it holds beyond ``minResources``; the enqueue check uses
+  ``allocated + inqueue - elastic``. Kept twice, as the plugin counts with ``cardUnlimitedCpuMemory`` off and on
+  (on: a card pod's cpu/memory is not counted, and a card job reserves none). Bound pods without a PodGroup are
+  not counted here: Volcano gives every pod it schedules a PodGroup, so such pods are not the scheduler's.
 
 A pod's "card resources" are the resources some node offers as a card type; when none of a pod's requests is
 such a resource (no node offers its card yet) every extended resource it requests (a name with a ``/``) counts.
@@ -32,10 +38,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
-from cardquota.core.quantity import whole_units
+from cardquota.core.keys import CARD_REQUEST
+from cardquota.core.objects import CPU_MEMORY, TERMINAL_POD_PHASES, Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.quantity import format_quantity, whole_units
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.snapshot import (
     ClusterSnapshot,
@@ -74,20 +81,112 @@ class Charge(NamedTuple):
     """For a pod: its ``volcano.sh/card.name`` as written (decides which card.request key it holds)."""
 
 
+ZERO = Fraction(0)
+CARD_UNLIMITED_CASES = (False, True)
+"""The two ways the capacity-card plugin counts cpu/memory: ``cardUnlimitedCpuMemory`` off, on."""
+
+
+@dataclass(frozen=True)
+class CpuMemoryUse:
+    """A queue's cpu (cores) and memory (bytes) as the capacity-card plugin counts them at enqueue."""
+
+    allocated: Mapping[str, Fraction]
+    inqueue: Mapping[str, Fraction]
+    elastic: Mapping[str, Fraction]
+
+    def used(self, resource: str) -> Fraction:
+        """``allocated + inqueue - elastic`` (the seed's "total to be used" without the job itself)."""
+        return (self.allocated.get(resource, ZERO) + self.inqueue.get(resource, ZERO)
+                - self.elastic.get(resource, ZERO))
+
+
+@dataclass(frozen=True)
+class CpuMemoryUsage:
+    """The cpu/memory lines of a queue with a ``spec.capability``: the quota, and what counts against it."""
+
+    capability: Mapping[str, Fraction]
+    use: CpuMemoryUse
+
+    def as_json(self) -> dict[str, dict[str, str]]:
+        def quantities(amounts: Mapping[str, Fraction]) -> dict[str, str]:
+            return {resource: format_quantity(amounts.get(resource, ZERO), binary=resource == "memory")
+                    for resource in CPU_MEMORY}
+
+        return {"capability": quantities(self.capability), "allocated": quantities(self.use.allocated),
+                "inqueue": quantities(self.use.inqueue), "elastic": quantities(self.use.elastic)}
+
+
 @dataclass(frozen=True)
 class QueueUsage:
     quota: Mapping[str, int]
     allocated: Mapping[str, int]
     inqueue: Mapping[str, int]
     pending: Mapping[str, int]
+    cpu_memory: CpuMemoryUsage | None = None
+    """Only for a queue with a cpu/memory ``spec.capability`` (see :meth:`Ledger.usage`)."""
 
-    def as_json(self) -> dict[str, dict[str, int]]:
-        return {
+    def as_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
             "quota": dict(self.quota),
             "allocated": dict(self.allocated),
             "inqueue": dict(self.inqueue),
             "pending": dict(self.pending),
         }
+        if self.cpu_memory is not None:
+            document["cpuMemory"] = self.cpu_memory.as_json()
+        return document
+
+
+class PodCpuMemory(NamedTuple):
+    """What one pod of a PodGroup adds to the group's cpu/memory: its requests when bound (millicores, bytes: whole
+    numbers, so that a pod event costs integer additions), and whether it uses cards (a card pod's cpu/memory is not
+    counted under ``cardUnlimitedCpuMemory``)."""
+
+    group: ObjectKey
+    cards: bool
+    milli_cpu: int
+    memory: int
+
+
+@dataclass
+class GroupHeld:
+    """The cpu/memory a PodGroup's bound pods request, card pods apart, and how many of its pods use cards."""
+
+    plain_cpu: int = 0
+    plain_memory: int = 0
+    card_cpu: int = 0
+    card_memory: int = 0
+    card_pods: int = 0
+
+    def add(self, pod: PodCpuMemory, sign: int) -> None:
+        if pod.cards:
+            self.card_cpu += sign * pod.milli_cpu
+            self.card_memory += sign * pod.memory
+            self.card_pods += sign
+        else:
+            self.plain_cpu += sign * pod.milli_cpu
+            self.plain_memory += sign * pod.memory
+
+    @property
+    def empty(self) -> bool:
+        return not (self.card_pods or self.plain_cpu or self.plain_memory or self.card_cpu or self.card_memory)
+
+
+Amounts = tuple[int, ...]
+"""Per case of :data:`CARD_UNLIMITED_CASES`: allocated cpu, allocated memory, inqueue cpu, inqueue memory, elastic
+cpu, elastic memory (millicores, bytes) — twelve whole numbers."""
+GroupContribution = tuple[str, Amounts]
+"""(the PodGroup's queue, what it adds there)."""
+NOTHING: Amounts = (0,) * 6 * len(CARD_UNLIMITED_CASES)
+
+
+def milli(amount: Fraction) -> int:
+    """Millicores, rounded up (Kubernetes' resolution for cpu)."""
+    return -(-(amount.numerator * 1000) // amount.denominator)
+
+
+def _whole(amount: Fraction) -> int:
+    return -(-amount.numerator // amount.denominator)
 
 
 @dataclass
@@ -105,6 +204,13 @@ class Ledger:
     _cluster_resource_dependents: set[ObjectKey] = field(default_factory=set)
     _card_resource_refs: dict[str, int] = field(default_factory=dict)
     _pending_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    _pod_cpu_memory: dict[ObjectKey, PodCpuMemory] = field(default_factory=dict)
+    _group_held: dict[ObjectKey, GroupHeld] = field(default_factory=dict)
+    _group_cpu_memory: dict[ObjectKey, GroupContribution] = field(default_factory=dict)
+    _cpu_memory_totals: dict[str, Amounts] = field(default_factory=dict)
+    """Per queue, its PodGroups' :data:`Amounts` added up."""
+    _groups_with_extended_minimum: set[ObjectKey] = field(default_factory=set)
+    """PodGroups whose minResources name a resource other than cpu/memory: card jobs when nodes offer it as cards."""
     touched_queues: set[str] = field(default_factory=set)
     """Queues whose usage or quota may have changed since the publisher last drained this set."""
     touched_nodes: set[str] = field(default_factory=set)
@@ -260,21 +366,55 @@ class Ledger:
         """Every Queue object, plus any queue that objects are charged to without a Queue object."""
         return sorted(set(self.snapshot.queues) | set(self._totals))
 
-    def usage(self, queue: str) -> QueueUsage:
+    def usage(self, queue: str, *, card_unlimited_cpu_memory: bool = False) -> QueueUsage:
+        """The queue's cards; and, when it has a cpu/memory ``spec.capability``, its cpu/memory as the plugin counts
+        them with ``cardUnlimitedCpuMemory`` as given."""
         record = self.snapshot.queues.get(queue)
         quota = dict(record.quota.values) if record is not None else {}
         totals = self._totals.get(queue, {})
         allocated = dict.fromkeys(quota, 0)
         allocated.update(totals.get(Bucket.ALLOCATED, {}))
+        capability = record.queue.capability if record is not None else None
         return QueueUsage(
             quota=quota,
             allocated=_sorted(allocated),
             inqueue=_sorted(totals.get(Bucket.INQUEUE, {})),
             pending=_sorted(totals.get(Bucket.PENDING, {})),
+            cpu_memory=(CpuMemoryUsage(capability, self.cpu_memory(queue, card_unlimited_cpu_memory))
+                        if capability is not None else None),
         )
 
-    def all_usage(self) -> dict[str, QueueUsage]:
-        return {queue: self.usage(queue) for queue in self.queue_names()}
+    def all_usage(self, *, card_unlimited_cpu_memory: bool = False) -> dict[str, QueueUsage]:
+        return {queue: self.usage(queue, card_unlimited_cpu_memory=card_unlimited_cpu_memory)
+                for queue in self.queue_names()}
+
+    def cpu_memory(self, queue: str, card_unlimited_cpu_memory: bool) -> CpuMemoryUse:
+        """The queue's cpu/memory allocated, inqueue and elastic, counted as the capacity-card plugin counts them
+        with ``cardUnlimitedCpuMemory`` off or on."""
+        totals = self._cpu_memory_totals.get(queue, NOTHING)
+        return _use(totals, CARD_UNLIMITED_CASES.index(card_unlimited_cpu_memory))
+
+    def cpu_memory_holders(self, queue: str, resource: str, card_unlimited_cpu_memory: bool
+                           ) -> list[tuple[ObjectKey, Fraction]]:
+        """The queue's PodGroups by the ``resource`` they count for at enqueue (allocated + inqueue - elastic), most
+        first, then by name; those counting nothing are left out."""
+        case = CARD_UNLIMITED_CASES.index(card_unlimited_cpu_memory)
+        holders = []
+        for key, (group_queue, amounts) in self._group_cpu_memory.items():
+            if group_queue == queue and (amount := _use(amounts, case).used(resource)) > 0:
+                holders.append((key, amount))
+        return sorted(holders, key=lambda item: (-item[1], item[0]))
+
+    def group_uses_cards(self, group: PodGroup) -> bool:
+        """Whether a PodGroup is a card job for the plugin: its ``volcano.sh/card.request`` asks for cards, one of its
+        pods uses cards, or its ``minResources`` name a resource nodes offer as cards."""
+        held = self._group_held.get(group.key)
+        if held is not None and held.card_pods > 0:
+            return True
+        if any(amount > 0 and resource in self._card_resource_refs
+               for resource, amount in group.min_resources.items()):
+            return True
+        return bool(group.meta.annotations.get(CARD_REQUEST)) and bool(card_request(group.meta.annotations).values)
 
     def node_card_usage(self) -> dict[str, dict[str, int]]:
         """Per node, the cards its bound pods hold, by card type (pods charged to a type their node offers)."""
@@ -316,6 +456,8 @@ class Ledger:
         if resources_changed:
             affected |= self._cluster_resource_dependents
         self._recharge_pods(affected)
+        if resources_changed:
+            self._after_pod_charges(list(self._groups_with_extended_minimum))
 
     def _add_pod(self, pod: Pod) -> None:
         """Add a pod the ledger has never seen (the full build's path: no previous charge to take back)."""
@@ -328,6 +470,9 @@ class Ledger:
             self._apply_pod_charge(key, charge, +1)
             if charge.group is not None:
                 self._after_pod_charges((charge.group,))
+        group = self._recount_pod_cpu_memory(key, pod, charge)
+        if group is not None and (charge is None or charge.group != group):
+            self._after_pod_charges((group,))
 
     def _recharge_pods(self, pod_keys: Iterable[ObjectKey]) -> None:
         groups_to_recharge: set[ObjectKey] = set()
@@ -337,6 +482,9 @@ class Ledger:
             new = self._charge_pod(pod) if pod is not None else None
             if new is not None:
                 self._pod_charges[key] = new
+            group = self._recount_pod_cpu_memory(key, pod, new)
+            if group is not None:
+                groups_to_recharge.add(group)
             if old == new:
                 continue
             self._cluster_resource_dependents.discard(key)
@@ -377,6 +525,101 @@ class Ledger:
         if new is not None:
             self._group_charges[key] = new
             self._add_to_totals(new, +1)
+        self._recharge_group_cpu_memory(key, group)
+
+    # --------------------------------------------------------------------------------------------- cpu/memory
+
+    def _recount_pod_cpu_memory(self, key: ObjectKey, pod: Pod | None, charge: Charge | None) -> ObjectKey | None:
+        """Bring the pod's share of its PodGroup's cpu/memory up to date; the PodGroup whose share changed (the new
+        one; the old one, when the pod moved, is recharged here), or None. (On every pod event: kept lean.)"""
+        new = None
+        if pod is not None and pod.group_key is not None and pod.phase not in TERMINAL_POD_PHASES:
+            cpu = memory = 0
+            if pod.node_name:
+                requests = pod.requests
+                amount = requests.get("cpu")
+                if amount:
+                    cpu = -(-(amount.numerator * 1000) // amount.denominator)  # millicores, rounded up
+                amount = requests.get("memory")
+                if amount:
+                    memory = -(-amount.numerator // amount.denominator)
+            if charge is not None or cpu or memory:
+                new = PodCpuMemory(pod.group_key, charge is not None, cpu, memory)
+        old = self._pod_cpu_memory.get(key)
+        if old == new:
+            return None
+        if old is not None:
+            self._hold(old, -1)
+            del self._pod_cpu_memory[key]
+        if new is not None:
+            self._hold(new, +1)
+            self._pod_cpu_memory[key] = new
+            if old is not None and old.group != new.group:
+                self._after_pod_charges((old.group,))
+            return new.group
+        return old.group if old is not None else None
+
+    def _hold(self, pod: PodCpuMemory, sign: int) -> None:
+        held = self._group_held.get(pod.group)
+        if held is None:
+            held = self._group_held[pod.group] = GroupHeld()
+        held.add(pod, sign)
+        if sign < 0 and held.empty:
+            del self._group_held[pod.group]
+
+    def _recharge_group_cpu_memory(self, key: ObjectKey, group: PodGroup | None) -> None:
+        """A PodGroup's cpu/memory as Volcano counts the job: allocated = what its bound pods request; inqueue (phase
+        Inqueue) = minResources - allocated; elastic = allocated - minResources (each where positive); with
+        ``cardUnlimitedCpuMemory``, a card pod's requests and a card job's minResources count 0."""
+        new: GroupContribution | None = None
+        if group is not None:
+            minimum = group.min_resources
+            if len(minimum) > sum(1 for resource in CPU_MEMORY if resource in minimum):
+                self._groups_with_extended_minimum.add(key)
+            else:
+                self._groups_with_extended_minimum.discard(key)
+            cpu_amount, memory_amount = minimum.get("cpu"), minimum.get("memory")
+            min_cpu = milli(cpu_amount) if cpu_amount and cpu_amount > 0 else 0
+            min_memory = _whole(memory_amount) if memory_amount and memory_amount > 0 else 0
+            held = self._group_held.get(key)
+            if min_cpu or min_memory or held is not None:
+                held = held or GroupHeld()
+                inqueue_phase = group.phase == INQUEUE_PHASE
+                amounts: list[int] = []
+                for card_unlimited in CARD_UNLIMITED_CASES:
+                    cpu, memory = held.plain_cpu, held.plain_memory
+                    want_cpu, want_memory = min_cpu, min_memory
+                    if card_unlimited:
+                        if (want_cpu or want_memory) and self.group_uses_cards(group):
+                            want_cpu = want_memory = 0
+                    else:
+                        cpu, memory = cpu + held.card_cpu, memory + held.card_memory
+                    amounts += [cpu, memory,
+                                max(want_cpu - cpu, 0) if inqueue_phase else 0,
+                                max(want_memory - memory, 0) if inqueue_phase else 0,
+                                max(cpu - want_cpu, 0), max(memory - want_memory, 0)]
+                new = (group.queue, tuple(amounts))
+        else:
+            self._groups_with_extended_minimum.discard(key)
+        old = self._group_cpu_memory.get(key)
+        if old == new:
+            return
+        if old is not None:
+            self._add_cpu_memory(old, -1)
+            del self._group_cpu_memory[key]
+        if new is not None and any(new[1]):
+            self._group_cpu_memory[key] = new
+            self._add_cpu_memory(new, +1)
+
+    def _add_cpu_memory(self, contribution: GroupContribution, sign: int) -> None:
+        queue, amounts = contribution
+        self.touched_queues.add(queue)
+        totals = self._cpu_memory_totals.get(queue, NOTHING)
+        updated = tuple(total + sign * amount for total, amount in zip(totals, amounts, strict=True))
+        if any(updated):
+            self._cpu_memory_totals[queue] = updated
+        else:
+            self._cpu_memory_totals.pop(queue, None)
 
     def _charge_pod(self, pod: Pod) -> Charge | None:
         if pod.terminated:
@@ -526,6 +769,17 @@ def _discard(index: dict[IndexKey, set[ObjectKey]], key: IndexKey, item: ObjectK
         members.discard(item)
         if not members:
             del index[key]
+
+
+def _use(amounts: Amounts, case: int) -> CpuMemoryUse:
+    """One case of :data:`Amounts` as cores and bytes (resources at 0 left out)."""
+    cpu, memory, inqueue_cpu, inqueue_memory, elastic_cpu, elastic_memory = amounts[6 * case:6 * case + 6]
+
+    def pair(milli_cpu: int, amount: int) -> dict[str, Fraction]:
+        values = {"cpu": Fraction(milli_cpu, 1000), "memory": Fraction(amount)}
+        return {resource: value for resource, value in values.items() if value}
+
+    return CpuMemoryUse(pair(cpu, memory), pair(inqueue_cpu, inqueue_memory), pair(elastic_cpu, elastic_memory))
 
 
 def _sorted(amounts: Mapping[str, int]) -> dict[str, int]:

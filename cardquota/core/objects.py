@@ -7,7 +7,7 @@ path when one of them has the wrong shape. Views are immutable values: a watch e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -22,6 +22,7 @@ ObjectKey = tuple[str, str]
 """(namespace, name); the namespace is "" for cluster-scoped objects."""
 
 NO_STRINGS: Mapping[str, str] = MappingProxyType({})
+NO_AMOUNTS: Mapping[str, Fraction] = MappingProxyType({})
 """The labels or annotations of an object that has none (shared: most objects have no labels or no annotations)."""
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 RESTART_POLICY_ALWAYS = "Always"
@@ -101,6 +102,8 @@ class Queue:
     state: str
     dra: Mapping[str, Any]
     """``spec.dra`` as written (validated by the DRA policy, not here); empty when absent."""
+    capability: Mapping[str, Fraction] | None = None
+    """``spec.capability`` cpu and memory (cores, bytes); None when it sets neither (see :func:`cpu_memory_of`)."""
 
     @property
     def name(self) -> str:
@@ -116,6 +119,7 @@ class Queue:
             parent=_optional_string(spec.get("parent"), "spec.parent"),
             state=_optional_string(status.get("state"), "status.state"),
             dra=_mapping(spec.get("dra"), "spec.dra"),
+            capability=cpu_memory_of(spec.get("capability")) or None,
         )
 
 
@@ -124,6 +128,9 @@ class PodGroup:
     meta: ObjectMeta
     queue: str
     phase: str
+    min_resources: Mapping[str, Fraction] = field(default_factory=lambda: NO_AMOUNTS)
+    """``spec.minResources`` (what the job needs to start; Volcano's job controller sums its first
+    ``minAvailable`` pods), unreadable amounts left out; empty when unset."""
 
     @property
     def key(self) -> ObjectKey:
@@ -138,6 +145,7 @@ class PodGroup:
             meta=meta,
             queue=_optional_string(spec.get("queue"), "spec.queue") or keys.DEFAULT_QUEUE,
             phase=_optional_string(status.get("phase"), "status.phase"),
+            min_resources=readable_amounts(spec.get("minResources")),
         )
 
 
@@ -194,6 +202,32 @@ class Pod(NamedTuple):
             _optional_string(status.get("phase"), "status.phase"),
             effective_requests(spec, "spec"),
         )
+
+
+CPU_MEMORY = ("cpu", "memory")
+
+
+def readable_amounts(value: object) -> Mapping[str, Fraction]:
+    """A resource list (``spec.minResources``, ``spec.capability``) as amounts; entries that are not quantities are
+    left out (the API server validates these lists, and the admission policies report them), so one bad amount
+    never makes the whole object unreadable."""
+    if not isinstance(value, Mapping) or not value:
+        return NO_AMOUNTS
+    amounts: dict[str, Fraction] = {}
+    for resource, amount in value.items():
+        if isinstance(resource, str):
+            try:
+                amounts[resource] = parse_quantity(amount)
+            except InputError:
+                continue
+    return amounts
+
+
+def cpu_memory_of(capability: object) -> dict[str, Fraction]:
+    """The cpu and memory of a queue's ``spec.capability`` (the capacity-card plugin's CPU/memory quota); empty when
+    it sets neither."""
+    amounts = readable_amounts(capability)
+    return {resource: amounts[resource] for resource in CPU_MEMORY if resource in amounts}
 
 
 def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Fraction]:

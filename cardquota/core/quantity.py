@@ -90,3 +90,22 @@ def _parse_text(value: str) -> Fraction:
 def whole_units(amount: Fraction) -> int:
     """Round a countable amount (cards, pods) up to whole units, as the scheduler does for extended resources."""
     return -(-amount.numerator // amount.denominator)  # math.ceil, without Fraction's slower generic protocol
+
+
+def format_quantity(amount: Fraction, *, binary: bool = False) -> str:
+    """An amount written back as a quantity the API server accepts and a person reads: whole numbers as they are
+    (``binary``: with the largest binary suffix that divides them, ``200Gi``), else in thousandths (``1500m``),
+    else a decimal rounded to thousandths (amounts no manifest writes)."""
+    sign = "-" if amount < 0 else ""
+    amount = abs(amount)
+    if amount.denominator == 1:
+        whole = amount.numerator
+        if binary and whole:
+            for suffix, factor in reversed(_BINARY_SUFFIXES.items()):
+                if whole % factor == 0:
+                    return f"{sign}{whole // factor}{suffix}"
+        return f"{sign}{whole}"
+    milli = amount * 1000
+    if milli.denominator == 1:
+        return f"{sign}{milli.numerator}m"
+    return f"{sign}{float(amount):.3f}".rstrip("0").rstrip(".")

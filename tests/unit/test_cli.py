@@ -185,7 +185,12 @@ def test_usage_on_the_bundled_example(queue_name, field, expected):
 def test_usage_on_the_bundled_example_lists_every_queue():
     queues = cardquota("usage", "--cluster", str(EXAMPLE), "-o", "json").json()["queues"]
     assert list(queues) == ["cpu-batch", "default", "inference", "research", "team-a", "team-b"]
-    assert all(set(entry) == {"quota", "allocated", "inqueue", "pending"} for entry in queues.values())
+    cards = {"quota", "allocated", "inqueue", "pending"}
+    # cpuMemory only for the queues whose spec.capability sets cpu/memory (the capacity-card plugin's quota)
+    assert {name: set(entry) - cards for name, entry in queues.items()} == {
+        "cpu-batch": {"cpuMemory"}, "default": set(), "inference": set(), "research": set(),
+        "team-a": {"cpuMemory"}, "team-b": {"cpuMemory"}}
+    assert queues["team-a"]["cpuMemory"]["capability"] == {"cpu": "100", "memory": "200Gi"}
 
 
 def test_invalid_card_quota_warns_and_gives_empty_quota(tmp_path):

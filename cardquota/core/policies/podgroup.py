@@ -12,6 +12,7 @@ from cardquota.core.policies.cards import CARD_REQUEST_PATH, request_against_que
 from cardquota.core.policies.common import ratcheting, read_view
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quota import CardAmounts, card_request
+from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
 from cardquota.core.violations import Violation
@@ -48,6 +49,9 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if header.request.values and header.queue_ok:
         fit, warnings = request_against_queue(header.request.values, header.queue, snapshot, CARD_REQUEST_PATH)
         header.violations.extend(fit)
+    elif header.queue_ok and (record := snapshot.queues.get(header.queue)) is not None:
+        warning = minimum_beyond_capability(manifest, header.queue, record.queue.capability)
+        warnings += [warning] if warning else []
     return decide(header.violations, warnings)
 
 

@@ -1,7 +1,11 @@
 """capacity-card (capacity-card-design.md, "Main Workflows" and "Implementation Details").
 
-* **Job enqueue, job mode**: per key of the job's card request, ``allocated + inqueue - elastic + request`` must fit
-  the queue's capability; an ``A|B`` key adds up the alternatives on both sides (different tasks of one job may use
+* **Job enqueue** ("Job Enqueueable Check"), one function for every caller (:func:`podgroup_enqueue_refusal`: the
+  scheduling session, so ``simulate`` and the extender's ``jobEnqueueable``; the controller's events; ``explain``):
+  first the job's ``minResources`` cpu and memory — ``allocated + inqueue - elastic + minResources`` within the
+  queue's ``spec.capability`` (unset: 0), skipped for a card job when ``cardUnlimitedCpuMemory`` is on — then, in
+  job mode, per key of the job's card request, ``allocated + inqueue - elastic + request`` must fit the queue's
+  card capability; an ``A|B`` key adds up the alternatives on both sides (different tasks of one job may use
   different types).
 * **Task allocation, task mode**: ``allocated + request`` must fit the capability of at least one alternative
   (one task uses one type).
@@ -20,10 +24,11 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
-from cardquota.core.errors import InputError
+from cardquota.core.ledger import CpuMemoryUse, Ledger
+from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
 from cardquota.core.policies.schedconf import read_bool, read_number
-from cardquota.core.quantity import parse_quantity
-from cardquota.core.quota import card_alternatives, card_name_problem
+from cardquota.core.quantity import format_quantity
+from cardquota.core.quota import card_alternatives, card_name_problem, card_request
 from cardquota.core.scheduling.refusal import Refusal
 
 PLUGIN = "capacity-card"
@@ -33,7 +38,6 @@ INSUFFICIENT_MEMORY = "InsufficientMemoryQuota"
 EMPTY_CAPABILITY = "EmptyQueueCapability"
 REQUEST_FAILED = "GetTaskRequestResourceFailed"
 BASE_SCORE = 100.0
-CPU_MEMORY = ("cpu", "memory")
 
 
 @dataclass(frozen=True)
@@ -107,18 +111,152 @@ def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, i
     return None
 
 
+@dataclass(frozen=True)
+class CpuMemoryShortfall:
+    """The job's ``minResources`` cpu or memory that does not fit its queue's ``spec.capability``."""
+
+    resource: str
+    """``cpu`` (cores) or ``memory`` (bytes)."""
+    wanted: Fraction
+    total: Fraction
+    """What the queue would use with the job: allocated + inqueue - elastic + minResources."""
+    capability: Fraction
+    capability_set: bool
+    """False when the queue sets no cpu/memory capability at all (every quota is 0)."""
+
+    @property
+    def missing(self) -> Fraction:
+        return self.total - self.capability
+
+
+@dataclass(frozen=True)
+class CpuMemoryDemand:
+    """What the enqueue check weighs for a job's cpu and memory."""
+
+    minimum: Mapping[str, Fraction]
+    """The job's ``minResources`` cpu and memory."""
+    capability: Mapping[str, Fraction] | None
+    """The queue's ``spec.capability`` cpu and memory; None when it sets neither (both quotas 0)."""
+    use: CpuMemoryUse
+    """The queue's allocated, inqueue and elastic cpu/memory, counted as the plugin's arguments say."""
+    judged: bool = True
+    """False for a card job under ``cardUnlimitedCpuMemory``: its cpu/memory are not the queue's business."""
+
+
+@dataclass(frozen=True)
+class EnqueueRefusal(Refusal):
+    """Why a job cannot be enqueued now, with the numbers behind the sentence (for ``explain``)."""
+
+    shortfall: Shortfall | CpuMemoryShortfall | None = None
+
+
+def cpu_memory_enqueue_shortfall(demand: CpuMemoryDemand) -> CpuMemoryShortfall | None:
+    """The seed's step 3: cpu, then memory, of ``allocated + inqueue - elastic + minResources`` within the queue's
+    capability (unset: 0). Only a resource the job asks for is checked, as Volcano's ``LessEqualWithDimension``."""
+    if not demand.judged:
+        return None
+    capability = demand.capability or {}
+    for resource in CPU_MEMORY:
+        wanted = demand.minimum.get(resource, Fraction(0))
+        if wanted <= 0:
+            continue
+        limit = capability.get(resource, Fraction(0))
+        total = demand.use.used(resource) + wanted
+        if total > limit:
+            return CpuMemoryShortfall(resource, wanted, total, limit, demand.capability is not None)
+    return None
+
+
 def job_enqueue_refusal(queue: str, request: Mapping[str, int], capability: Mapping[str, int],
                         allocated: Mapping[str, int], inqueue: Mapping[str, int],
-                        elastic: Mapping[str, int] | None = None) -> Refusal | None:
-    """Job mode: None when every key of ``request`` fits, else why the first key that does not cannot."""
+                        elastic: Mapping[str, int] | None = None, *,
+                        cpu_memory: CpuMemoryDemand | None = None) -> EnqueueRefusal | None:
+    """The enqueue check: None when the job fits, else why not — its cpu/memory first (step 3), then each key of
+    its card ``request`` in job mode (step 4)."""
+    if cpu_memory is not None:
+        over = cpu_memory_enqueue_shortfall(cpu_memory)
+        if over is not None:
+            return cpu_memory_enqueue_refusal(queue, over)
     if not request:
         return None
     if not capability:
-        return empty_capability(queue, "card requests in it cannot be enqueued")
+        empty = empty_capability(queue, "card requests in it cannot be enqueued")
+        return EnqueueRefusal(empty.reason, empty.message)
     short = job_enqueue_shortfall(request, capability, allocated, inqueue, elastic)
     if short is None:
         return None
-    return Refusal(INSUFFICIENT_SCALAR, insufficient(queue, short.key, short.wanted, short.total, short.capability))
+    return EnqueueRefusal(INSUFFICIENT_SCALAR, insufficient(queue, short.key, short.wanted, short.total,
+                                                            short.capability), short)
+
+
+def cpu_memory_enqueue_refusal(queue: str, over: CpuMemoryShortfall) -> EnqueueRefusal:
+    """``InsufficientCPUQuota`` / ``InsufficientMemoryQuota`` with the seed's numbers; ``EmptyQueueCapability`` when
+    the queue sets no cpu/memory capability at all."""
+    numbers = (f"requested {_amount(over.resource, over.wanted)}, total would be {_amount(over.resource, over.total)}, "
+               f"but capability is {_amount(over.resource, over.capability)}")
+    if not over.capability_set:
+        return EnqueueRefusal(EMPTY_CAPABILITY, f"Queue {queue} has no cpu/memory capability (spec.capability), so "
+                                                f"its {over.resource} quota is 0: {numbers}", over)
+    reason = INSUFFICIENT_CPU if over.resource == "cpu" else INSUFFICIENT_MEMORY
+    return EnqueueRefusal(reason, f"Queue {queue} has insufficient {over.resource} quota: {numbers}", over)
+
+
+def podgroup_enqueue_refusal(group: PodGroup, ledger: Ledger,
+                             config: CapacityCardConfig | None) -> EnqueueRefusal | None:
+    """Whether the scheduler would enqueue ``group`` now, on ``ledger``'s counts — the one decision the scheduling
+    session (``simulate``, the extender's ``jobEnqueueable``), the controller's events and ``explain`` share.
+
+    ``config`` None means the plugin's arguments are not known (the controller does not read the scheduler's
+    ConfigMap): ``cardUnlimitedCpuMemory`` is then taken as on, the reading that blocks least, so that no job is
+    said to be blocked that the scheduler may enqueue (a CPU-only job is judged either way)."""
+    request = card_request(group.meta.annotations).values
+    usage = ledger.usage(group.queue)
+    return job_enqueue_refusal(group.queue, request, usage.quota, usage.allocated, usage.inqueue,
+                               cpu_memory=cpu_memory_demand(group, ledger, config))
+
+
+def cpu_memory_demand(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None) -> CpuMemoryDemand | None:
+    """What the enqueue check weighs for ``group``'s cpu/memory; None when there is nothing to weigh (its queue
+    does not exist, or its minResources ask for no cpu or memory)."""
+    record = ledger.snapshot.queues.get(group.queue)
+    minimum = {resource: amount for resource in CPU_MEMORY
+               if (amount := group.min_resources.get(resource, Fraction(0))) > 0}
+    if record is None or not minimum:
+        return None
+    unlimited = config.card_unlimited_cpu_memory if config is not None else True
+    judged = not (unlimited and ledger.group_uses_cards(group))
+    return CpuMemoryDemand(minimum, record.queue.capability, ledger.cpu_memory(group.queue, unlimited), judged)
+
+
+def enqueue_is_judged(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None) -> bool:
+    """Whether capacity-card has anything to say about enqueueing ``group``: it asks for cards, or for cpu/memory
+    its queue's capability limits (otherwise the extender abstains)."""
+    if card_request(group.meta.annotations).values:
+        return True
+    demand = cpu_memory_demand(group, ledger, config)
+    return demand is not None and demand.judged
+
+
+def minimum_beyond_capability(podgroup: Mapping[str, Any], queue: str,
+                              capability: Mapping[str, Fraction] | None) -> str | None:
+    """The PodGroup admission warning: a job without cards whose ``spec.minResources`` cpu or memory exceed its
+    queue's capability on their own can never be enqueued. (A job with a card request, or a card resource among its
+    minResources, may be, under ``cardUnlimitedCpuMemory``, which admission does not know: it is not judged.)"""
+    spec = podgroup.get("spec")
+    minimum = readable_amounts(spec.get("minResources") if isinstance(spec, Mapping) else None)
+    if any(amount > 0 and "/" in resource for resource, amount in minimum.items()):
+        return None
+    for resource in CPU_MEMORY:
+        wanted = minimum.get(resource, Fraction(0))
+        limit = (capability or {}).get(resource, Fraction(0))
+        if wanted > 0 and wanted > limit:
+            reason = EMPTY_CAPABILITY if capability is None else INSUFFICIENT_CPU if resource == "cpu" \
+                else INSUFFICIENT_MEMORY
+            where = ("sets no spec.capability, so its cpu/memory quota is 0" if capability is None
+                     else f"has a {resource} capability of {_amount(resource, limit)}")
+            return (f"spec.minResources {resource} {_amount(resource, wanted)} can never fit queue {queue}, which "
+                    f"{where}: the PodGroup stays Pending ({reason}) until the queue's spec.capability allows it")
+    return None
 
 
 def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: Mapping[str, int],
@@ -144,17 +282,7 @@ def fitting_alternatives(card_name: str, wanted: int, capability: Mapping[str, i
 def queue_capability(queue_spec: Mapping[str, Any]) -> dict[str, Fraction] | None:
     """``spec.capability`` cpu and memory (cores, bytes); None when the queue sets neither. Unreadable amounts are
     left out (the Queue policy refuses them at admission)."""
-    raw = queue_spec.get("capability") if isinstance(queue_spec, Mapping) else None
-    if not isinstance(raw, Mapping):
-        return None
-    capability: dict[str, Fraction] = {}
-    for resource in CPU_MEMORY:
-        if resource in raw:
-            try:
-                capability[resource] = parse_quantity(raw[resource])
-            except InputError:
-                continue
-    return capability or None
+    return cpu_memory_of(queue_spec.get("capability") if isinstance(queue_spec, Mapping) else None) or None
 
 
 def cpu_memory_refusal(queue: str, request: Mapping[str, Fraction], capability: Mapping[str, Fraction] | None,
@@ -180,6 +308,11 @@ def cpu_memory_refusal(queue: str, request: Mapping[str, Fraction], capability: 
     return None
 
 
+def amount_text(resource: str, value: Fraction) -> str:
+    """An amount of cpu (cores) or memory (Gi) as the sentences write it."""
+    return _amount(resource, value)
+
+
 def node_order_score(card_name: str | None, node_card_types: Collection[str], config: CapacityCardConfig) -> float:
     """``100 * 0.5^index * nodeOrderWeight`` for the first of the task's alternatives the node offers; 0 for a
     single-type task (no preference to express) and for a node offering none of them."""
@@ -199,6 +332,7 @@ def queue_share(allocated: Mapping[str, float], deserved: Mapping[str, float]) -
 
 def _amount(resource: str, value: Fraction) -> str:
     if resource == "memory":
-        gib = value / 2**30
-        return f"{float(gib):g}Gi"
+        if value == 0 or value.denominator != 1:
+            return f"{float(value / 2**30):g}Gi"
+        return format_quantity(value, binary=True)  # 200Gi, 512Mi, 1536Mi: as a manifest would write it
     return f"{float(value):g}"

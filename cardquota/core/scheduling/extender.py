@@ -146,12 +146,13 @@ class Extender:
             group = PodGroup.from_manifest(manifest)
         except InputError:
             return {"status": ENQUEUE_ABSTAIN}
-        if not group.meta.annotations.get("volcano.sh/card.request"):
-            return {"status": ENQUEUE_ABSTAIN}
+        if not self.session.enqueue_is_judged(group):
+            return {"status": ENQUEUE_ABSTAIN}  # no cards, no cpu/memory its queue limits: not capacity-card's say
         refusal = self.session.enqueue_refusal(group)
         if refusal is not None:
             return {"status": ENQUEUE_REJECT}
-        self.session.set_phase(manifest, "Inqueue")  # reserved: the next job in this cycle sees it
+        # Reserved: the next job in this cycle sees its cards and its minResources cpu/memory as inqueue.
+        self.session.set_phase(manifest, "Inqueue")
         return {"status": ENQUEUE_PERMIT}
 
     def queue_overused(self, request: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,13 @@ resource usage per node are added up from the bound pods, and every allocation i
 
 Rules per step (each one the design's, from :mod:`capacity_card`, :mod:`crossquota`, :mod:`mgpu`, :mod:`dra`):
 
-* ``enqueue_refusal`` — a PodGroup's card.request in job mode;
-* ``task_refusal`` — the task's queue: card quota in task mode, CPU/memory unless ``cardUnlimitedCpuMemory``,
-  the DRA quota up the queue hierarchy;
+* ``enqueue_refusal`` — a PodGroup's ``minResources`` cpu/memory against its queue's capability (unless it is a card
+  job and ``cardUnlimitedCpuMemory`` is on), then its card.request in job mode
+  (:func:`capacity_card.podgroup_enqueue_refusal`, on the ledger's counts, so a job enqueued in the session reserves
+  its cpu, memory and cards for the jobs after it);
+* ``task_refusal`` — the task's queue: card quota in task mode, CPU/memory unless ``cardUnlimitedCpuMemory``
+  (under which a card task's cpu/memory does not count against its queue either, as the plugin counts it), the DRA
+  quota up the queue hierarchy;
 * ``node_refusal`` — the plugins' node filters: the card type the node offers for the task's card resource is one
   of its alternatives with quota left, crossquota for CPU pods on GPU nodes, the mGPU filter and allocation;
 * ``fit_refusal`` — what Volcano's own predicates check (``simulate`` only): resources, node selector, required
@@ -25,8 +29,8 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
-from cardquota.core.quota import card_alternatives, card_request
+from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.quota import card_alternatives
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import Kind, kind_of
@@ -116,6 +120,8 @@ class Session:
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
+        self._queue_charges: dict[ObjectKey, tuple[str, dict[str, Fraction]]] = {}
+        """Per bound pod, the cpu/memory it was charged to its queue (taken back exactly on release)."""
         self.queue_dra: dict[str, dra.DeviceAmounts] = {}
         self._nodes_by_card_type: dict[str, list[str]] | None = None
         self._mgpu_results: dict[tuple[ObjectKey, str], tuple[int, mgpu.Allocation | Refusal | None]] = {}
@@ -173,12 +179,13 @@ class Session:
 
     # ------------------------------------------------------------------------------------------------ rules
 
-    def enqueue_refusal(self, group: PodGroup) -> Refusal | None:
-        """capacity-card job mode for a PodGroup's ``volcano.sh/card.request``."""
-        request = card_request(group.meta.annotations).values
-        usage = self.ledger.usage(group.queue)
-        return capacity_card.job_enqueue_refusal(group.queue, request, self.quota(group.queue), usage.allocated,
-                                                 usage.inqueue)
+    def enqueue_refusal(self, group: PodGroup) -> capacity_card.EnqueueRefusal | None:
+        """capacity-card's enqueue check for a PodGroup: its cpu/memory, then its ``volcano.sh/card.request``."""
+        return capacity_card.podgroup_enqueue_refusal(group, self.ledger, self.config.capacity_card)
+
+    def enqueue_is_judged(self, group: PodGroup) -> bool:
+        """Whether capacity-card has a say in enqueueing ``group`` (cards, or cpu/memory its queue limits)."""
+        return capacity_card.enqueue_is_judged(group, self.ledger, self.config.capacity_card)
 
     def task_refusal(self, key: ObjectKey) -> Refusal | None:
         """The queue-level checks of one task (the scheduler's AllocatableFn)."""
@@ -397,9 +404,17 @@ class Session:
         if not self._in_a_queue(key, pod):
             return  # a pod the scheduler does not place (a DaemonSet's, kube-system's) uses its node, not a queue
         queue = self.ledger.queue_of(pod)
+        if sign > 0:
+            # Under cardUnlimitedCpuMemory a card task's cpu/memory is not added to its queue's allocated (the
+            # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
+            exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.cards_wanted(key) > 0
+            amounts = {} if exempt else {resource: pod.requests.get(resource, Fraction(0)) for resource in CPU_MEMORY}
+            self._queue_charges[key] = (queue, amounts)
+        else:
+            queue, amounts = self._queue_charges.pop(key, (queue, {}))
         queue_used = self.queue_used.setdefault(queue, {})
-        for resource in capacity_card.CPU_MEMORY:
-            queue_used[resource] = queue_used.get(resource, Fraction(0)) + sign * pod.requests.get(resource, 0)
+        for resource, amount in amounts.items():
+            queue_used[resource] = queue_used.get(resource, Fraction(0)) + sign * amount
         claims = self.dra_request(key) if key in self.pods else {}
         for name in dra.ancestry(queue, self.parents):
             held = self.queue_dra.setdefault(name, {})

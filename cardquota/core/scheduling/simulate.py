@@ -13,10 +13,14 @@ import copy
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
-from cardquota.core.objects import Manifest, ObjectKey, PodGroup
+from cardquota.core.errors import InputError
+from cardquota.core.ledger import QueueUsage
+from cardquota.core.objects import Manifest, ObjectKey, PodGroup, effective_requests
+from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import Kind, kind_of
@@ -54,7 +58,9 @@ class GroupOutcome:
 class Simulation:
     placements: dict[str, PodOutcome]
     podgroups: dict[str, GroupOutcome]
-    queues: dict[str, dict[str, dict[str, int]]]
+    queues: dict[str, dict[str, Any]]
+    """Each queue's usage after the run, as ``cardquota usage`` writes it (:meth:`QueueUsage.as_json`)."""
+    usage: dict[str, QueueUsage] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"placements": {name: outcome.as_json() for name, outcome in self.placements.items()},
@@ -77,11 +83,14 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
         tasks = [task for task in raw_tasks if isinstance(task, Mapping)] if isinstance(raw_tasks, list) else []
         replicas = sum(_count(task.get("replicas"), 0) for task in tasks)
         group_annotations = {k: v for k, v in _map(metadata.get("annotations")).items() if k == keys.CARD_REQUEST}
+        min_member = _count(spec.get("minAvailable"), replicas or 1)
+        group_spec: dict[str, Any] = {"queue": spec.get("queue") or keys.DEFAULT_QUEUE, "minMember": min_member}
+        minimum = min_resources(tasks, min_member)
+        if minimum:
+            group_spec["minResources"] = minimum
         expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
                          "metadata": {"name": name, "namespace": namespace, "annotations": group_annotations},
-                         "spec": {"queue": spec.get("queue") or keys.DEFAULT_QUEUE,
-                                  "minMember": _count(spec.get("minAvailable"), replicas or 1)},
-                         "status": {"phase": "Pending"}})
+                         "spec": group_spec, "status": {"phase": "Pending"}})
         for task_index, task in enumerate(tasks):
             template = copy.deepcopy(_map(task.get("template")))
             pod_metadata = _map(template.get("metadata"))
@@ -95,6 +104,40 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
                                               "namespace": namespace, "annotations": annotations},
                                  "spec": copy.deepcopy(pod_spec)})
     return expanded
+
+
+def min_resources(tasks: Sequence[Mapping[str, Any]], min_available: int) -> dict[str, str]:
+    """A Volcano Job's PodGroup ``spec.minResources`` as its job controller computes it (``calcPGMinResources``):
+    when ``minAvailable`` is below the tasks' own ``minAvailable`` (default: their replicas) added up, the requests
+    of the first ``minAvailable`` pods in task order; otherwise each task's ``minAvailable`` pods, then the other
+    replicas in task order until ``minAvailable`` pods are counted. (Volcano orders tasks by priority class first;
+    offline, the classes' values are unknown and the tasks keep their order.) Empty when a template cannot be read
+    (the Job policy refuses it)."""
+    shapes: list[tuple[dict[str, Fraction], int, int]] = []
+    for task in tasks:
+        try:
+            requests = effective_requests(_map(_map(task.get("template")).get("spec")), "spec")
+        except InputError:
+            return {}
+        replicas = _count(task.get("replicas"), 0)
+        shapes.append((requests, replicas, min(_count(task.get("minAvailable"), replicas), replicas)))
+    counts = [0] * len(shapes)
+    left = min_available
+    if min_available < sum(task_minimum for _, _, task_minimum in shapes):
+        passes = [[replicas for _, replicas, _ in shapes]]
+    else:
+        passes = [[task_minimum for _, _, task_minimum in shapes], [replicas for _, replicas, _ in shapes]]
+    for limits in passes:
+        for index, limit in enumerate(limits):
+            taken = min(max(limit - counts[index], 0), left)
+            counts[index] += taken
+            left -= taken
+    total: dict[str, Fraction] = {}
+    for (requests, _, _), count in zip(shapes, counts, strict=True):
+        for resource, amount in requests.items():
+            total[resource] = total.get(resource, Fraction(0)) + amount * count
+    return {resource: format_quantity(amount, binary=resource == "memory" or resource.startswith("hugepages-"))
+            for resource, amount in total.items() if amount > 0}
 
 
 def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: SchedulerConfig | None = None
@@ -127,8 +170,8 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
         session.set_phase(manifest, outcome.phase)
     for keys_of_unit in members.values():  # pods without a PodGroup in the snapshot: groups of one
         _place_gang(session, keys_of_unit, 1, placements, memo)
-    queues = {queue: usage.as_json() for queue, usage in session.ledger.all_usage().items()}
-    return Simulation(placements, podgroups, queues)
+    usage = session.ledger.all_usage(card_unlimited_cpu_memory=session.config.capacity_card.card_unlimited_cpu_memory)
+    return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage)
 
 
 def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
