@@ -11,6 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import CPU_MEMORY
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
 from cardquota.operator.health import add_health_routes
@@ -56,6 +58,7 @@ class QueueCardCollector(Collector):
             for card, amount in totals.items():
                 requested.add_metric([queue, card], amount)
         yield from (deserved, capacity, allocated, requested, inqueue, pending)
+        yield from cpu_memory_families(self.cache.ledger)
         if self.publisher is not None:
             patches = CounterMetricFamily("cardquota_annotation_patches", "Annotation patches written",
                                           labels=["kind"])
@@ -66,6 +69,36 @@ class QueueCardCollector(Collector):
                                       value=self.publisher.stats.patch_errors)
             yield CounterMetricFamily("cardquota_events_emitted", "Kubernetes events emitted",
                                       value=self.publisher.stats.events)
+
+
+def cpu_memory_families(ledger: Ledger) -> list[GaugeMetricFamily]:
+    """The capacity-card plugin's cpu/memory quota of each queue with a ``spec.capability`` (cores, bytes): the
+    capability, and what its PodGroups have allocated and reserved (inqueue). The controller does not read the
+    scheduler's arguments, so the two latter come as the plugin counts them either way, labelled
+    ``card_unlimited_cpu_memory`` "false" / "true": pick the one your ``cardUnlimitedCpuMemory`` matches."""
+    labels = ["queue_name", "resource"]
+    capability = GaugeMetricFamily("cardquota_queue_cpu_memory_capability",
+                                   "The queue's spec.capability cpu (cores) and memory (bytes): its cpu/memory quota",
+                                   labels=labels)
+    counted = [*labels, "card_unlimited_cpu_memory"]
+    allocated = GaugeMetricFamily("cardquota_queue_cpu_memory_allocated",
+                                  "cpu (cores) and memory (bytes) the queue's PodGroups' bound pods request, as "
+                                  "capacity-card counts them", labels=counted)
+    inqueue = GaugeMetricFamily("cardquota_queue_cpu_memory_inqueue",
+                                "cpu (cores) and memory (bytes) reserved by the queue's Inqueue PodGroups "
+                                "(minResources not yet held by their pods)", labels=counted)
+    for queue, record in sorted(ledger.snapshot.queues.items()):
+        if record.queue.capability is None:
+            continue
+        for resource in CPU_MEMORY:
+            capability.add_metric([queue, resource], float(record.queue.capability.get(resource, 0)))
+        for unlimited in (False, True):
+            use = ledger.cpu_memory(queue, unlimited)
+            flag = "true" if unlimited else "false"
+            for resource in CPU_MEMORY:
+                allocated.add_metric([queue, resource, flag], float(use.allocated.get(resource, 0)))
+                inqueue.add_metric([queue, resource, flag], float(use.inqueue.get(resource, 0)))
+    return [capability, allocated, inqueue]
 
 
 def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.Application:

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, TextIO, TypeVar
 
 import yaml
@@ -22,9 +23,10 @@ from cardquota.cli.output import NONE
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.explain import Explanation, explain
-from cardquota.core.ledger import Ledger, QueueUsage
-from cardquota.core.objects import Manifest
+from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
+from cardquota.core.objects import CPU_MEMORY, Manifest
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
+from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.loader import Document, load_paths
 
@@ -183,8 +185,14 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
     refreshes = 0
     while True:
-        ledger = Ledger.build(cluster.objects())
-        usage = {name: entry for name, entry in ledger.all_usage().items() if not args.queues or name in args.queues}
+        objects = cluster.objects()
+        ledger = Ledger.build(objects)
+        # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
+        # cpu/memory capability (the only queues whose usage shows them).
+        unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())
+                     and cluster.scheduler_config(objects, err).capacity_card.card_unlimited_cpu_memory)
+        usage = {name: entry for name, entry in ledger.all_usage(card_unlimited_cpu_memory=unlimited).items()
+                 if not args.queues or name in args.queues}
         missing = [name for name in args.queues if name not in usage]
         if missing:
             raise InputError(f"no queue named {', '.join(missing)}")
@@ -287,6 +295,10 @@ def usage_table(usage: dict[str, QueueUsage], *, wide: bool, color: bool, limit:
                 row.append(_bar(share))
             rows.append(row)
             shares.append(share)
+        if entry.cpu_memory is not None:
+            for cpu_row, cpu_share in _cpu_memory_rows(queue, entry.cpu_memory, wide=wide):
+                rows.append(cpu_row)
+                shares.append(cpu_share)
     rows, shares = _limited(rows, limit, err), shares[:len(rows) if limit is not None else None]
     headers = ["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING", "FREE", "USED", *(["BAR"] if wide else [])]
 
@@ -298,6 +310,25 @@ def usage_table(usage: dict[str, QueueUsage], *, wide: bool, color: bool, limit:
         return f"{tint}{text}{_RESET}"
 
     return output.render_table(headers, rows, paint if color else None)
+
+
+def _cpu_memory_rows(queue: str, usage: CpuMemoryUsage, *, wide: bool) -> list[tuple[list[object], float | None]]:
+    """The ``cpu`` and ``memory`` rows of a queue with a capability, read as the card rows are: QUOTA is the
+    capability, FREE is capability - allocated - inqueue, USED is (allocated + inqueue) / capability (the JSON also
+    has the elastic part, which the enqueue check takes off); PENDING is not counted for them (``-``)."""
+    written = usage.as_json()
+    rows: list[tuple[list[object], float | None]] = []
+    for resource in CPU_MEMORY:
+        capability = usage.capability.get(resource, Fraction(0))
+        used = usage.use.allocated.get(resource, Fraction(0)) + usage.use.inqueue.get(resource, Fraction(0))
+        share = float(used / capability) if capability else None
+        free = format_quantity(max(capability - used, Fraction(0)), binary=resource == "memory")
+        row: list[object] = [queue, resource, written["capability"][resource], written["allocated"][resource],
+                             written["inqueue"][resource], NONE, free, f"{share:.0%}" if share is not None else NONE]
+        if wide:
+            row.append(_bar(share))
+        rows.append((row, share))
+    return rows
 
 
 def nodes_json(cards: dict[str, NodeCards], used: dict[str, dict[str, int]]) -> dict[str, Any]:
