@@ -570,44 +570,49 @@ class Ledger:
     def _recharge_group_cpu_memory(self, key: ObjectKey, group: PodGroup | None) -> None:
         """A PodGroup's cpu/memory as Volcano counts the job: allocated = what its bound pods request; inqueue (phase
         Inqueue) = minResources - allocated; elastic = allocated - minResources (each where positive); with
-        ``cardUnlimitedCpuMemory``, a card pod's requests and a card job's minResources count 0."""
+        ``cardUnlimitedCpuMemory``, a card pod's requests and a card job's minResources count 0. (On every pod event
+        of a PodGroup: kept lean.)"""
         new: GroupContribution | None = None
-        if group is not None:
-            minimum = group.min_resources
-            if len(minimum) > sum(1 for resource in CPU_MEMORY if resource in minimum):
+        min_cpu = min_memory = 0
+        if group is not None and (minimum := group.min_resources):
+            if any(resource not in CPU_MEMORY for resource in minimum):
                 self._groups_with_extended_minimum.add(key)
             else:
                 self._groups_with_extended_minimum.discard(key)
-            cpu_amount, memory_amount = minimum.get("cpu"), minimum.get("memory")
-            min_cpu = milli(cpu_amount) if cpu_amount and cpu_amount > 0 else 0
-            min_memory = _whole(memory_amount) if memory_amount and memory_amount > 0 else 0
-            held = self._group_held.get(key)
-            if min_cpu or min_memory or held is not None:
-                held = held or GroupHeld()
-                inqueue_phase = group.phase == INQUEUE_PHASE
-                amounts: list[int] = []
-                for card_unlimited in CARD_UNLIMITED_CASES:
-                    cpu, memory = held.plain_cpu, held.plain_memory
-                    want_cpu, want_memory = min_cpu, min_memory
-                    if card_unlimited:
-                        if (want_cpu or want_memory) and self.group_uses_cards(group):
-                            want_cpu = want_memory = 0
-                    else:
-                        cpu, memory = cpu + held.card_cpu, memory + held.card_memory
-                    amounts += [cpu, memory,
-                                max(want_cpu - cpu, 0) if inqueue_phase else 0,
-                                max(want_memory - memory, 0) if inqueue_phase else 0,
-                                max(cpu - want_cpu, 0), max(memory - want_memory, 0)]
-                new = (group.queue, tuple(amounts))
-        else:
+            amount = minimum.get("cpu")
+            if amount is not None and amount > 0:
+                min_cpu = -(-(amount.numerator * 1000) // amount.denominator)
+            amount = minimum.get("memory")
+            if amount is not None and amount > 0:
+                min_memory = -(-amount.numerator // amount.denominator)
+        elif key in self._groups_with_extended_minimum:
             self._groups_with_extended_minimum.discard(key)
+        held = self._group_held.get(key)
+        if group is not None and (min_cpu or min_memory or held is not None):
+            held = held or GroupHeld()
+            inqueue = group.phase == INQUEUE_PHASE
+            # cardUnlimitedCpuMemory off: every pod's requests, the whole minimum
+            cpu, memory = held.plain_cpu + held.card_cpu, held.plain_memory + held.card_memory
+            off = (cpu, memory,
+                   max(min_cpu - cpu, 0) if inqueue else 0, max(min_memory - memory, 0) if inqueue else 0,
+                   max(cpu - min_cpu, 0), max(memory - min_memory, 0))
+            # on: card pods' requests not counted, and a card job reserves nothing
+            if (min_cpu or min_memory) and self.group_uses_cards(group):
+                min_cpu = min_memory = 0
+            cpu, memory = held.plain_cpu, held.plain_memory
+            on = (cpu, memory,
+                  max(min_cpu - cpu, 0) if inqueue else 0, max(min_memory - memory, 0) if inqueue else 0,
+                  max(cpu - min_cpu, 0), max(memory - min_memory, 0))
+            amounts = off + on
+            if any(amounts):
+                new = (group.queue, amounts)
         old = self._group_cpu_memory.get(key)
         if old == new:
             return
         if old is not None:
             self._add_cpu_memory(old, -1)
             del self._group_cpu_memory[key]
-        if new is not None and any(new[1]):
+        if new is not None:
             self._group_cpu_memory[key] = new
             self._add_cpu_memory(new, +1)
 
