@@ -267,9 +267,23 @@ def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: M
     alternatives = card_alternatives(card_name)
     if any(allocated.get(card, 0) + wanted <= capability.get(card, 0) for card in alternatives):
         return None
-    first = alternatives[0]
-    return Refusal(INSUFFICIENT_SCALAR,
-                   insufficient(queue, card_name, wanted, allocated.get(first, 0) + wanted, capability.get(first, 0)))
+    if len(alternatives) == 1:
+        card = alternatives[0]
+        return Refusal(INSUFFICIENT_SCALAR,
+                       insufficient(queue, card, wanted, allocated.get(card, 0) + wanted, capability.get(card, 0)))
+    return Refusal(INSUFFICIENT_SCALAR, insufficient_alternatives(queue, card_name, wanted, capability, allocated))
+
+
+def insufficient_alternatives(queue: str, card_name: str, wanted: int, capability: Mapping[str, int],
+                              allocated: Mapping[str, int]) -> str:
+    """Task mode for ``A|B``: one task uses one type, so each alternative is quoted with its own numbers (never
+    their sum, which is what job mode weighs): ``Queue team-a has insufficient quota for every alternative of
+    NVIDIA-A100|NVIDIA-H100 (a task uses one of them): requested 4; NVIDIA-A100 total would be 12, but capability
+    is 10; NVIDIA-H100 total would be 6, but capability is 5``."""
+    each = "; ".join(f"{card} total would be {allocated.get(card, 0) + wanted}, but capability is "
+                     f"{capability.get(card, 0)}" for card in card_alternatives(card_name))
+    return (f"Queue {queue} has insufficient quota for every alternative of {card_name} (a task uses one of them): "
+            f"requested {wanted}; {each}")
 
 
 def fitting_alternatives(card_name: str, wanted: int, capability: Mapping[str, int],

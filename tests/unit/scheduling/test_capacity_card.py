@@ -70,8 +70,9 @@ def test_example_2_task_mode_any_single_alternative_fits() -> None:
     assert fitting_alternatives(f"{A100}|{H100}", 1, capability, allocated) == (H100,)
     refusal = task_allocate_refusal("q", f"{A100}|{H100}", 4, capability, allocated)
     assert refusal is not None
-    assert refusal.message == ("Queue q has insufficient NVIDIA-A100|NVIDIA-H100 quota: requested 4, total would "
-                               "be 8, but capability is 4")
+    assert refusal.message == ("Queue q has insufficient quota for every alternative of NVIDIA-A100|NVIDIA-H100 "
+                               "(a task uses one of them): requested 4; NVIDIA-A100 total would be 8, but capability "
+                               "is 4; NVIDIA-H100 total would be 5, but capability is 4")
 
 
 def test_task_mode_never_adds_alternatives_up() -> None:

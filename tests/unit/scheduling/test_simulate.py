@@ -233,3 +233,18 @@ def test_counts_that_cannot_be_read_fall_back_instead_of_failing() -> None:
     member = pod("p", namespace="ml", card=A100, gpus=1, group="g")
     member["spec"]["containers"][0]["resources"].pop("requests")
     assert simulate(cluster, [group, member], UNLIMITED).podgroups["ml/g"].phase == "Running"
+
+
+def test_an_alternatives_pod_refused_in_task_mode_quotes_each_alternative_not_the_first() -> None:
+    """Issue 18 item 7: simulate's allocation message for an ``A|B`` pod quoted the first alternative's capability
+    under the ``A|B`` name (``capability is 2`` while the enqueue check, in job mode, weighs 2 + 1 = 3). A task
+    uses one type, so the message gives each alternative its own numbers and never a sum."""
+    cluster = [gpu_node("a1", A100, 8), gpu_node("h1", H100, 8), queue("team-a", {A100: 2, H100: 1}),
+               pod("held-a", namespace="ml", card=A100, gpus=2, queue="team-a", node_name="a1")]
+    lone = pod("flex", namespace="ml", card=f"{A100}|{H100}", gpus=2, queue="team-a")
+    result = simulate(cluster, [lone], UNLIMITED)
+    reason = result.placements["ml/flex"].reason
+    assert reason == ("Queue team-a has insufficient quota for every alternative of NVIDIA-A100|NVIDIA-H100 (a task "
+                      "uses one of them): requested 2; NVIDIA-A100 total would be 4, but capability is 2; "
+                      "NVIDIA-H100 total would be 2, but capability is 1")
+    assert "capability is 3" not in reason
