@@ -184,6 +184,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
 def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
     refreshes = 0
+    warned: set[str] = set()
     while True:
         objects = cluster.objects()
         ledger = Ledger.build(objects)
@@ -196,6 +197,10 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         missing = [name for name in args.queues if name not in usage]
         if missing:
             raise InputError(f"no queue named {', '.join(missing)}")
+        for warning in output.usage_warnings(ledger, usage, source="the cluster" if cluster.live else "the input"):
+            if warning not in warned:  # each once, not again on every --watch refresh
+                warned.add(warning)
+                err.write(warning + "\n")
         fmt = args.output or ("table" if out.isatty() else "json")
         if fmt == "json":
             output.write_json(output.usage_json(usage), out)

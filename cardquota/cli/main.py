@@ -250,12 +250,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ledger = Ledger()
     for document in _unique(load_paths(args.files), set(Kind), err):
         _located(document, ledger.upsert)
-    for name, record in sorted(ledger.snapshot.queues.items()):
-        for violation in record.quota.violations:
-            err.write(f"warning: Queue {name}: {violation} (ignored)\n")
-    for name in ledger.queue_names():
-        if name not in ledger.snapshot.queues:
-            err.write(f"warning: queue {name} has card usage but no Queue object in the input\n")
+    for warning in output.usage_warnings(ledger):
+        err.write(warning + "\n")
     usage = ledger.all_usage()
     if _format(args, out) is OutputFormat.JSON:
         output.write_json(output.usage_json(usage), out)

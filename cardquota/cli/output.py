@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TextIO
 
 from cardquota.cli.check import CheckResult
 from cardquota.core.cards import NodeCards, cluster_totals
-from cardquota.core.ledger import QueueUsage
+from cardquota.core.ledger import Ledger, QueueUsage
 from cardquota.core.objects import CPU_MEMORY
 from cardquota.core.scheduling.simulate import Simulation
 
@@ -75,6 +75,19 @@ def discovery_table(nodes: Mapping[str, NodeCards]) -> str:
 
 def usage_json(usage: Mapping[str, QueueUsage]) -> dict[str, Any]:
     return {"queues": {queue: usage[queue].as_json() for queue in sorted(usage)}}
+
+
+def usage_warnings(ledger: Ledger, queues: Collection[str] | None = None, *, source: str = "the input") -> list[str]:
+    """What ``cardquota usage`` and ``kubectl cardquota usage`` both say on stderr about the queues they show (all,
+    or ``queues``): a ``volcano.sh/card.quota`` that cannot be read (counted as no quota), and usage charged to a
+    queue without a Queue object in ``source``."""
+    shown = set(ledger.queue_names()) if queues is None else set(queues)
+    warnings = [f"warning: Queue {name}: {violation} (ignored)"
+                for name, record in sorted(ledger.snapshot.queues.items()) if name in shown
+                for violation in record.quota.violations]
+    warnings.extend(f"warning: queue {name} has card usage but no Queue object in {source}"
+                    for name in ledger.queue_names() if name in shown and name not in ledger.snapshot.queues)
+    return warnings
 
 
 def usage_table(usage: Mapping[str, QueueUsage]) -> str:

@@ -180,3 +180,26 @@ def test_check_puts_objects_without_a_namespace_in_the_one_given(tmp_path: Path)
     code, text, _ = plugin("check", "-f", str(manifest), "-n", "team-b", "--cluster", CLUSTER, "-o", "json")
     assert code == 0
     assert json.loads(text)[0]["namespace"] == "team-b"
+
+
+def test_usage_warns_about_an_unreadable_quota_as_cardquota_usage_does(tmp_path: Path) -> None:
+    """Issue 18 item 9: ``kubectl cardquota usage`` was silent about a quota that cannot be read, where ``cardquota
+    usage`` says "(ignored)"; both now print the same warnings (cli.output.usage_warnings), each once under --watch,
+    and only for the queues shown."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+         "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": quota}}, "spec": {"weight": 1}}
+        for name, quota in (("broken", "{not json"), ("fine", '{"NVIDIA-A100": 2}'))]))
+    err = io.StringIO()
+    assert run("cardquota", ["usage", "--cluster", str(cluster), "-o", "json"], stdout=io.StringIO(),
+               stderr=err) == 0
+    expected = ('warning: Queue broken: metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: '
+                "Expecting property name enclosed in double quotes (ignored)\n")
+    assert err.getvalue() == expected
+    code, _, plugin_err = plugin("usage", "--cluster", str(cluster), "-o", "table", "--watch", "--interval", "0",
+                                 "--refreshes", "2")
+    assert code == 0
+    assert plugin_err == expected
+    _, _, only_fine = plugin("usage", "fine", "--cluster", str(cluster), "-o", "json")
+    assert only_fine == ""
