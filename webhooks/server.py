@@ -8,8 +8,11 @@ machinery costs latency on the API server's write path. Kopf still runs the watc
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import ssl
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from aiohttp import web
 
@@ -21,16 +24,28 @@ from cardquota.webhooks.review import MalformedReview, read_review, response
 log = logging.getLogger("cardquota.webhooks")
 MAX_BODY = 16 * 2**20
 """The API server sends objects up to ~3 MiB; a larger body is not an AdmissionReview."""
+POLICY_THREADS = 4
+"""Reviews are read, judged and answered on these threads, never on the event loop: a 3 MiB object takes tens of
+milliseconds (bench/worst_case.py), and meanwhile the loop keeps accepting and answering the other reviews (the GIL
+passes to it at least every 5 ms of Python work). More than one, so a small review does not queue behind a large
+one."""
 
 
-def build_app(admission: Admission) -> web.Application:
+def build_app(admission: Admission, executor: Executor | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
+    pool = executor or ThreadPoolExecutor(POLICY_THREADS, thread_name_prefix="cardquota-review")
 
     async def validate(request: web.Request) -> web.Response:
-        return await _review(admission, request, mutating=False)
+        return await _review(admission, pool, request, mutating=False)
 
     async def mutate(request: web.Request) -> web.Response:
-        return await _review(admission, request, mutating=True)
+        return await _review(admission, pool, request, mutating=True)
+
+    async def stop_pool(_: web.Application) -> None:
+        if executor is None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(stop_pool)
 
     app.router.add_post("/validate", validate)
     app.router.add_post("/validate/{kind}", validate)
@@ -40,24 +55,34 @@ def build_app(admission: Admission) -> web.Application:
     return app
 
 
-async def _review(admission: Admission, request: web.Request, *, mutating: bool) -> web.Response:
+async def _review(admission: Admission, pool: Executor, request: web.Request, *, mutating: bool) -> web.Response:
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
+    status, answer = await asyncio.get_running_loop().run_in_executor(pool, answer_review, admission, body, mutating)
+    return web.Response(body=answer, status=status, content_type="application/json")
+
+
+def answer_review(admission: Admission, body: bytes, mutating: bool) -> tuple[int, bytes]:
+    """(HTTP status, JSON body) for one request body: the review read, judged and answered (on a policy thread)."""
     try:
         review = read_review(body)
     except MalformedReview as error:
-        return _bad_request(str(error))
+        return 400, _json({"error": str(error)})
     timer = Timer()
     try:
         verdict = admission.review(review, mutating=mutating)
         timer.observe(review.kind, "allowed" if verdict.allowed else "denied")
-        return web.json_response(response(review.uid, verdict, with_patch=mutating))
+        return 200, _json(response(review.uid, verdict, with_patch=mutating))
     except Exception as error:  # nothing here should fail; if it does, still answer, per the kind's failure mode
         log.exception("could not answer the review of %s (uid %s)", review.identity, review.uid)
         verdict = admission.cannot_check(review, f"internal error ({type(error).__name__})")
-        return web.json_response(response(review.uid, verdict, with_patch=False))
+        return 200, _json(response(review.uid, verdict, with_patch=False))
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value).encode()
 
 
 def _bad_request(message: str) -> web.Response:

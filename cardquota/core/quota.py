@@ -17,9 +17,29 @@ from cardquota.core.violations import Violation, annotation_path, shown, written
 from cardquota.core.yamltext import json_nesting_exceeds
 
 MAX_CARD_AMOUNT = 2**63 - 1
+"""Amounts must fit in int64, as the scheduler stores them."""
 MAX_CARD_JSON_NESTING = 32
 """A card annotation is one flat object; anything nested deeper than this is refused before parsing."""
-"""Amounts must fit in int64, as the scheduler stores them."""
+
+# Limits on the card annotations, so admission and accounting cost stays linear and small whatever is written
+# (the API server alone lets an object carry 256 KiB of annotations). Each is set well above what a real cluster
+# writes, and a value beyond it is refused with a one-line message naming the limit.
+MAX_CARD_ALTERNATIVES = 128
+"""Alternatives in one card key (``A|B|…``) or ``volcano.sh/card.name``. Alternatives must share one Kubernetes
+resource, so they are the products of one vendor's whole cards (or the cards of one MIG profile, or one MPS
+resource): NVIDIA's entire data-centre and workstation lineup is well under 64 products."""
+MAX_CARD_KEYS = 1024
+"""Card types in one ``volcano.sh/card.quota`` (or keys in one ``volcano.sh/card.request``). A quota names card
+types the nodes offer; a very large heterogeneous fleet — 40 products, each as whole cards, six MIG slice types
+and an MPS type — offers about 300."""
+MAX_CARD_ANNOTATION_BYTES = 128 * 1024
+"""Size of one card annotation's text, checked before it is parsed: ``MAX_CARD_KEYS`` entries of the longest real
+card type (a 63-character product label value plus ``/mig-<profile>-mixed``) with an int64 amount need ~110 KiB."""
+MAX_NAME_SHOWN = 64
+"""A card name or key from the input longer than this is clipped in messages (a key may be kilobytes long)."""
+_CACHED_TEXT = 4096
+"""Annotations up to this size are parsed once and cached (real ones are ~100 bytes); larger ones are parsed each
+time, so hostile texts cannot fill the caches."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +72,10 @@ def parse_card_amounts(
         return CardAmounts()
     path = annotation_path(annotation)
     example = '{"NVIDIA-A100": 4}'
+    size = len(text.encode("utf-8", errors="surrogatepass")) if len(text) * 4 > MAX_CARD_ANNOTATION_BYTES else 0
+    if size > MAX_CARD_ANNOTATION_BYTES:
+        return _invalid(path, f"is {size:,} bytes long; the limit is {MAX_CARD_ANNOTATION_BYTES:,} bytes "
+                              f"({MAX_CARD_KEYS:,} card types)")
     if json_nesting_exceeds(text, MAX_CARD_JSON_NESTING):
         return _invalid(path, "is not valid JSON: nested too deeply")
     try:
@@ -68,6 +92,11 @@ def parse_card_amounts(
     values: dict[str, int] = {}
     violations: list[Violation] = []
     seen: set[str] = set()
+    if len(pairs) > MAX_CARD_KEYS:
+        kind = "card types" if not alternatives else "card keys"
+        violations.append(Violation(path, f"has {len(pairs):,} {kind}; the limit is {MAX_CARD_KEYS:,} "
+                                          f"(only the first {MAX_CARD_KEYS:,} are read)"))
+        del pairs[MAX_CARD_KEYS:]
     for name, amount in pairs:
         problem = _entry_problem(name, amount, seen, alternatives=alternatives, minimum=minimum)
         seen.add(name)
@@ -79,7 +108,7 @@ def parse_card_amounts(
 
 
 def _entry_problem(name: str, amount: object, seen: set[str], *, alternatives: bool, minimum: int) -> str | None:
-    label = shown(name)
+    label = clipped(name)
     if name in seen:
         return f"card type {label} appears more than once"
     if not name.strip():
@@ -88,7 +117,9 @@ def _entry_problem(name: str, amount: object, seen: set[str], *, alternatives: b
     if len(parts) > 1 and not alternatives:
         return (f"{label} lists alternatives; a quota names one card type per key "
                 f"(alternatives belong in {keys.CARD_REQUEST})")
-    if any(not part.strip() for part in parts):
+    if len(parts) > MAX_CARD_ALTERNATIVES:
+        return f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES} per card key"
+    if not all(map(str.strip, parts)):
         return f"{label} has an empty alternative"
     if isinstance(amount, bool) or not isinstance(amount, int):
         value = "an object" if isinstance(amount, _Pairs) else written(amount)
@@ -123,32 +154,65 @@ def card_request(annotations: Mapping[str, str]) -> CardAmounts:
     return _parsed(annotations.get(keys.CARD_REQUEST), keys.CARD_REQUEST, True, 1)
 
 
-@functools.lru_cache(maxsize=8192)
 def _parsed(text: str | None, annotation: str, alternatives: bool, minimum: int) -> CardAmounts:
     """The ledger re-reads a PodGroup's request whenever its pods change: parse each text once (results are
-    immutable)."""
+    immutable); a text too large to be a real annotation is parsed each time instead of cached."""
+    if text is not None and len(text) > _CACHED_TEXT:
+        return parse_card_amounts(text, annotation, alternatives=alternatives, minimum=minimum)
+    return _parsed_cached(text, annotation, alternatives, minimum)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parsed_cached(text: str | None, annotation: str, alternatives: bool, minimum: int) -> CardAmounts:
     return parse_card_amounts(text, annotation, alternatives=alternatives, minimum=minimum)
 
 
 def card_name_problem(card_name: str) -> str | None:
-    """What is wrong with a ``volcano.sh/card.name`` value, or None: one type or ``A|B|…`` alternatives."""
+    """What is wrong with a ``volcano.sh/card.name`` value, or None: one type or ``A|B|…`` alternatives (at most
+    :data:`MAX_CARD_ALTERNATIVES`)."""
     if not card_name.strip():
         return "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100"
-    label = json.dumps(card_name)
+    label = json.dumps(_clip(card_name))
     parts = card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
-    if any(not part.strip() for part in parts):
+    if len(parts) > MAX_CARD_ALTERNATIVES:
+        return f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES}"
+    stripped = list(map(str.strip, parts))  # (each check a pass at C speed: a Job repeats names in every task)
+    if not all(stripped):
         return f"{label} has an empty alternative"
-    if any(part != part.strip() or not part.isprintable() for part in parts):
+    if stripped != parts or not card_name.isprintable():
         return f"{label} has spaces or control characters around a card type"
     if len(set(parts)) != len(parts):
         return f"{label} lists a card type twice"
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 def card_alternatives(card_name: str) -> tuple[str, ...]:
-    """``"NVIDIA-A100|NVIDIA-H100"`` → ``("NVIDIA-A100", "NVIDIA-H100")``, most preferred first."""
+    """``"NVIDIA-A100|NVIDIA-H100"`` → ``("NVIDIA-A100", "NVIDIA-H100")``, most preferred first (cached, but for
+    names too long to be real)."""
+    if len(card_name) > _CACHED_TEXT:
+        return _alternatives(card_name)
+    return _cached_alternatives(card_name)
+
+
+def _alternatives(card_name: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR) if part.strip())
+
+
+_cached_alternatives = functools.lru_cache(maxsize=4096)(_alternatives)
+
+
+def clipped(name: str) -> str:
+    """A card name or key from the input as it goes into a message (see :func:`shown`), clipped to
+    :data:`MAX_NAME_SHOWN` characters: a key of many alternatives says how many it has."""
+    if len(name) <= MAX_NAME_SHOWN:
+        return shown(name)
+    count = name.count(keys.CARD_ALTERNATIVE_SEPARATOR) + 1
+    more = f" ({count:,} alternatives)" if count > 1 else ""
+    return shown(_clip(name)) + more
+
+
+def _clip(name: str) -> str:
+    return name if len(name) <= MAX_NAME_SHOWN else name[: MAX_NAME_SHOWN - 1] + "…"
 
 
 class _Pairs(list[tuple[str, object]]):

@@ -11,6 +11,12 @@ from cardquota.core.violations import Violation
 
 MAX_MESSAGE_PROBLEMS = 5
 """A denial message lists at most this many problems, then says how many more there are."""
+MAX_WARNING_RUNES = 256
+"""The API server cuts a warning beyond this (k8s.io/apiserver/pkg/endpoints/filters/warning.go,
+``truncateItemRunes``): cut it ourselves, visibly."""
+MAX_WARNINGS_RUNES = 4096
+"""The API server keeps this many runes of warnings per request (``truncateAtTotalRunes`` in the same file; beyond,
+it cuts every warning to 256 and drops the rest)."""
 
 
 class PatchOperation(TypedDict, total=False):
@@ -28,7 +34,11 @@ class Verdict:
     """One readable line: empty when allowed, every problem (up to a few) when denied."""
     violations: tuple[Violation, ...] = ()
     warnings: tuple[str, ...] = ()
+    """Within the API server's budget, whoever builds the verdict: see :func:`within_budget`."""
     patch: tuple[PatchOperation, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warnings", within_budget(self.warnings))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -77,3 +87,36 @@ def set_annotation(manifest: dict[str, Any] | Any, name: str, value: str) -> lis
         return [PatchOperation(op="add", path=pointer("metadata", "annotations"), value={name: value})]
     op = "replace" if name in annotations else "add"
     return [PatchOperation(op=op, path=pointer("metadata", "annotations", name), value=value)]
+
+
+def within_budget(warnings: Iterable[str]) -> tuple[str, ...]:
+    """The warnings as the API server will show them all: each on one line and at most :data:`MAX_WARNING_RUNES`
+    (cut with "…"), repeats dropped (the API server drops them too), and :data:`MAX_WARNINGS_RUNES` in all. Policies
+    list the most useful first; when they do not all fit, those that fit are kept in order and a last warning says
+    how many were left out. Linear in the warnings' length; idempotent."""
+    texts = list(dict.fromkeys(text for text in map(_cut, warnings) if text))
+    kept, left_out = _fill(texts, MAX_WARNINGS_RUNES)
+    if not left_out:
+        return tuple(kept)
+    kept, left_out = _fill(texts, MAX_WARNINGS_RUNES - _LEFT_OUT_ROOM)
+    return (*kept, f"{left_out} more warning{'s' if left_out > 1 else ''} left out: the API server shows at most "
+                   f"{MAX_WARNINGS_RUNES:,} characters of warnings")
+
+
+_LEFT_OUT_ROOM = 100
+"""Room kept for the last warning, the one that counts those left out."""
+
+
+def _fill(texts: list[str], budget: int) -> tuple[list[str], int]:
+    kept = []
+    for text in texts:
+        if len(text) <= budget:
+            kept.append(text)
+            budget -= len(text)
+    return kept, len(texts) - len(kept)
+
+
+def _cut(text: str) -> str:
+    """One line (escapes are at most 10 characters for one) of at most :data:`MAX_WARNING_RUNES`."""
+    text = one_line(text[: 4 * MAX_WARNING_RUNES]) if len(text) > MAX_WARNING_RUNES else one_line(text)
+    return text if len(text) <= MAX_WARNING_RUNES else text[: MAX_WARNING_RUNES - 1] + "…"

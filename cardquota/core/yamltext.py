@@ -18,7 +18,9 @@ import yaml
 from cardquota.core.errors import InputError
 
 MAX_NESTING = 500
-"""Deeper than any real manifest or scheduler configuration."""
+"""The CLI's limit on files (YAML or JSON): deeper than any real manifest or scheduler configuration, and safely
+below what libyaml's composer and json.loads handle on the main thread's stack and recursion limit. The admission
+webhooks accept what the API server accepts instead (webhooks/review.py: 10,000 levels)."""
 
 _Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

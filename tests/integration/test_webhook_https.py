@@ -127,7 +127,7 @@ async def test_delete_of_a_queue_with_card_work_warns(server: Server) -> None:
         (b'{"kind": "AdmissionReview", "request": {"uid": "u", "operation": "CREATE"}}', "request.kind is missing"),
         (b'{"kind": "AdmissionReview", "request": {"uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE", '
          b'"object": [1]}}', "request.object is not an object"),
-        (b"[" * 100_000, "the body nests more than 500 levels deep"),
+        (b"[" * 100_000, "the body nests more than 10,002 levels deep"),  # the API server's limit, +2 for the review
     ],
 )
 async def test_malformed_bodies_get_400_with_a_json_error(server: Server, body: bytes, error: str) -> None:

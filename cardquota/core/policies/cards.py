@@ -8,20 +8,27 @@ MIG slices, anything else whole cards), which is enough to catch a whole-card na
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.quantity import whole_units
-from cardquota.core.quota import card_alternatives
-from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
+from cardquota.core.quota import card_alternatives, clipped
+from cardquota.core.snapshot import MAX_MEMO, CardCatalog, ClusterSnapshot
 from cardquota.core.violations import Violation, annotation_path, shown
 
-_MIG_TYPE = re.compile(r"/mig-(?P<profile>.+)-mixed$")
-_MPS_TYPE = re.compile(r"/mps-")
+_MPS_TYPE = "/mps-"
 NOT_CARD_DOMAINS = ("kubernetes.io/", "vke.volcengine.com/")
+MAX_NAMED = 3
+"""Names listed in one message (a warning is one per rule): the rest are counted."""
+MAX_JOB_TASKS = 256
+"""Tasks of one Volcano Job whose rules the Job policy runs (its card names, resources and mGPU rules, per task):
+beyond, the Job is refused naming the limit, so a Job's review stays bounded whatever it holds. Real Jobs have one
+task per role — ps/worker/chief/evaluator, an MPI launcher and its workers, a Ray head and worker groups — and scale
+by ``replicas``: tens of tasks at most."""
 
 
 @dataclass(frozen=True)
@@ -42,21 +49,33 @@ def expected_resource(card_type: str, catalog: CardCatalog) -> ExpectedResource:
     resource = catalog.resource_of(card_type)
     if resource is not None:
         return ExpectedResource(resource, resource)
-    mig = _MIG_TYPE.search(card_type)
+    mig = mig_profile(card_type)
     if mig is not None:
-        return ExpectedResource(None, f"a MIG resource <vendor>/mig-{mig['profile']}")
-    if _MPS_TYPE.search(card_type):
+        return ExpectedResource(None, f"a MIG resource <vendor>/mig-{mig}")
+    if _MPS_TYPE in card_type:
         return ExpectedResource(None, "an MPS resource such as nvidia.com/gpu.shared")
     return ExpectedResource(None, "a whole-card resource such as nvidia.com/gpu")
+
+
+def mig_profile(card_type: str) -> str | None:
+    """The MIG profile of ``<product>/mig-<profile>-mixed`` (``1g.5gb``), or None: what
+    ``re.search(r"/mig-(.+)-mixed$", card_type)`` finds, in linear time (that regex backtracks quadratically on a
+    name repeating ``/mig-``, and names come from the input)."""
+    body = card_type[:-1] if card_type.endswith("\n") else card_type
+    if not body.endswith("-mixed"):
+        return None
+    body = body[:-6]
+    start = body.find("/mig-", body.rfind("\n") + 1)
+    return body[start + 5:] if 0 <= start < len(body) - 5 else None
 
 
 def _kind_matches(card_type: str, resource: str) -> bool:
     if not _is_card_like(resource):
         return False
-    mig = _MIG_TYPE.search(card_type)
+    mig = mig_profile(card_type)
     if mig is not None:
-        return resource.endswith(f"/mig-{mig['profile']}")
-    if _MPS_TYPE.search(card_type):
+        return resource.endswith(f"/mig-{mig}")
+    if _MPS_TYPE in card_type:
         return resource.endswith(".shared")
     return not resource.endswith(".shared") and "/mig-" not in resource
 
@@ -67,71 +86,149 @@ def _is_card_like(resource: str) -> bool:
 
 def card_resources_requested(requests: Mapping[str, Fraction], catalog: CardCatalog) -> dict[str, Fraction]:
     """The requested resources that are card resources: offered as cards by some node, else card-like names."""
-    known = {entry.resource for entry in catalog.entries.values()}
+    known = catalog.resources
     positive = {name: amount for name, amount in requests.items() if amount > 0}
     offered = {name: amount for name, amount in positive.items() if name in known}
     return offered or {name: amount for name, amount in positive.items() if _is_card_like(name)}
 
 
+def job_tasks_violation(manifest: Mapping[str, Any]) -> Violation | None:
+    """A Volcano Job with more than :data:`MAX_JOB_TASKS` tasks."""
+    spec = manifest.get("spec")
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    if isinstance(tasks, list) and len(tasks) > MAX_JOB_TASKS:
+        return Violation("spec.tasks", f"has {len(tasks):,} tasks; cardquota checks at most {MAX_JOB_TASKS} tasks "
+                                       "per Job (scale a task with replicas)")
+    return None
+
+
 def card_name_resource_violations(card_name: str, requests: Mapping[str, Fraction], catalog: CardCatalog,
                                   path: str, subject: str) -> list[Violation]:
     """A pod (or pod template) naming ``card_name`` must request the card type's resource, and all alternatives
-    must be requested through one resource."""
+    must be requested through one resource. Alternatives requested through the same resource are judged (and
+    reported) together, so the work is one look-up per resource, not per alternative."""
     alternatives = card_alternatives(card_name)
-    mixed = alternatives_resource_violation(alternatives, catalog, path)
-    if mixed is not None:
-        return [mixed]
+    facts = _facts(alternatives, catalog)
+    if facts.mixed:
+        return [facts.mixed_violation(path)]
     requested = card_resources_requested(requests, catalog)
     violations = []
-    for card_type in alternatives:
-        expected = expected_resource(card_type, catalog)
-        if not any(expected.matches(resource, card_type) for resource in requested):
-            asked = ", ".join(sorted(requested)) or "no card resource"
-            violations.append(Violation(
-                path,
-                f"{shown(card_type)} is requested through {expected.description}, but {subject} requests {asked}",
-            ))
+    asked = ""
+    for key, expected in facts.groups.items():
+        first = facts.members(key, 1)[0]
+        if expected.resource is not None:
+            found = expected.resource in requested
+        else:
+            found = any(expected.matches(name, first) for name in requested)
+        if not found:
+            asked = asked or listed(sorted(requested)) or "no card resource"
+            cards = facts.members(key, MAX_LISTED + 1)
+            which = f"{clipped(first)} is" if len(cards) == 1 else f"{listed_names(cards, facts.kinds.count(key))} are"
+            violations.append(Violation(path, f"{which} requested through {expected.description}, but {subject} "
+                                              f"requests {asked}"))
     return violations
 
 
 def alternatives_resource_violation(alternatives: tuple[str, ...], catalog: CardCatalog,
                                     path: str) -> Violation | None:
     """``A|B`` alternatives must share one Kubernetes resource (a pod's resources are fixed at creation)."""
-    if len(alternatives) < 2:
-        return None
-    described = {card: expected_resource(card, catalog) for card in alternatives}
-    exact = {card: e.resource for card, e in described.items() if e.resource is not None}
-    kinds = {card: _kind_of(card) for card in alternatives}
-    if len(set(exact.values())) > 1 or len(set(kinds.values())) > 1:
-        parts = ", ".join(f"{shown(card)} uses {described[card].description}" for card in alternatives)
+    facts = _facts(alternatives, catalog)
+    return facts.mixed_violation(path) if facts.mixed else None
+
+
+
+@dataclass(frozen=True)
+class _Alternatives:
+    """What the card rules need to know of one ``A|B|…`` list, worked out once per card catalog (see
+    :func:`_facts`): each alternative's (exact resource or None, kind), and per distinct one the resource it is
+    requested through."""
+
+    alternatives: tuple[str, ...]
+    kinds: list[tuple[str | None, str]]
+    groups: Mapping[tuple[str | None, str], ExpectedResource]
+
+    @property
+    def mixed(self) -> bool:
+        if len(self.groups) < 2:
+            return False
+        exact = {resource for resource, _ in self.groups if resource is not None}
+        return len(exact) > 1 or len({kind for _, kind in self.groups}) > 1
+
+    def members(self, key: tuple[str | None, str], limit: int) -> list[str]:
+        """The first ``limit`` alternatives of a group (at C speed)."""
+        return list(itertools.islice(itertools.compress(self.alternatives, map(key.__eq__, self.kinds)), limit))
+
+    def mixed_violation(self, path: str) -> Violation:
+        if len(self.alternatives) <= MAX_LISTED:
+            parts = ", ".join(f"{clipped(card)} uses {self.groups[key].description}"
+                              for card, key in zip(self.alternatives, self.kinds, strict=True))
+        else:  # the first alternative of a few of the resources
+            parts = ", ".join(f"{clipped(self.members(key, 1)[0])} uses {expected.description}"
+                              for key, expected in itertools.islice(self.groups.items(), MAX_NAMED))
+            parts += f", … ({len(self.alternatives):,} alternatives on {len(self.groups):,} resources)"
         return Violation(path, f"alternatives must share one Kubernetes resource, but {parts}")
-    return None
+
+
+_MEMO_CHARACTERS = 1024
+"""Only lists this short are remembered (real card names are tens of characters), so memory stays small."""
+
+
+def _facts(alternatives: tuple[str, ...], catalog: CardCatalog) -> _Alternatives:
+    """The :class:`_Alternatives` of a list, remembered per catalog (a card name is typically repeated by every
+    pod and task that uses it). The work per alternative runs at C speed (map, zip) but for MIG and MPS names
+    (one call each): a Volcano Job may name thousands of distinct alternatives in its tasks."""
+    memo = catalog.memo
+    facts = memo.get(alternatives)
+    if isinstance(facts, _Alternatives):
+        return facts
+    resources = map(catalog.resource_by_name.get, alternatives)
+    joined = keys.CARD_ALTERNATIVE_SEPARATOR.join(alternatives)
+    special = "/mig-" in joined or _MPS_TYPE in joined  # else every alternative is of the whole-card kind
+    kinds = map(_kind_of, alternatives) if special else itertools.repeat(_WHOLE, len(alternatives))
+    kinded = list(zip(resources, kinds, strict=True))
+    first = dict(zip(reversed(kinded), range(len(kinded) - 1, -1, -1), strict=True))  # → its first index
+    groups = {key: expected_resource(alternatives[first[key]], catalog) for key in dict.fromkeys(kinded)}
+    facts = _Alternatives(alternatives, kinded, groups)
+    if sum(map(len, alternatives)) <= _MEMO_CHARACTERS:
+        if len(memo) >= MAX_MEMO:
+            memo.clear()
+        memo[alternatives] = facts
+    return facts
+
+
+_WHOLE = "whole"
 
 
 def _kind_of(card_type: str) -> str:
-    mig = _MIG_TYPE.search(card_type)
+    mig = mig_profile(card_type)
     if mig is not None:
-        return f"mig-{mig['profile']}"
-    return "mps" if _MPS_TYPE.search(card_type) else "whole"
+        return f"mig-{mig}"
+    return "mps" if _MPS_TYPE in card_type else _WHOLE
 
 
 def quota_allows(key: str, quota: Mapping[str, int]) -> int:
     """The most of a card key a queue's quota can ever admit: the key's quota, or for an ``A|B`` key its
     alternatives' quotas together (the scheduler's enqueue rule); a type the quota does not name counts 0."""
-    return sum(quota.get(card, 0) for card in card_alternatives(key))
+    return sum(map(quota.get, card_alternatives(key), itertools.repeat(0)))
 
 
 def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot: ClusterSnapshot,
                           path: str) -> tuple[list[Violation], list[str]]:
-    """Can this card request ever be admitted by its queue? Current usage never denies (that is pending)."""
+    """Can this card request ever be admitted by its queue? Current usage never denies (that is pending).
+
+    Linear in the request, at C speed per alternative; at most one warning per rule (unknown types, alternatives
+    without quota), each naming a few and counting the rest."""
     violations: list[Violation] = []
     warnings: list[str] = []
     catalog = snapshot.catalog()
+    requested: dict[str, None] = {}
     for key in request:
-        mixed = alternatives_resource_violation(card_alternatives(key), catalog, path)
+        alternatives = card_alternatives(key)
+        mixed = alternatives_resource_violation(alternatives, catalog, path)
         if mixed is not None:
             violations.append(mixed)
-        warnings.extend(unknown_type_warnings(card_alternatives(key), snapshot))
+        requested.update(dict.fromkeys(alternatives))
+    warnings.extend(unknown_type_warnings(requested, snapshot))
     record = snapshot.queues.get(queue_name)
     if record is None:
         if snapshot.complete:
@@ -145,43 +242,81 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
         violations.append(Violation(path, f"queue {shown(queue_name)} has no card quota ({keys.CARD_QUOTA}), so "
                                           "no card request in it can ever run"))
         return violations, warnings
+    unquoted: dict[str, None] = {}
+    usable: dict[str, None] = {}
+    partly: list[str] = []
     for key, wanted in request.items():
         alternatives = card_alternatives(key)
-        quoted = [card for card in alternatives if card in quota]
+        quoted = list(filter(quota.__contains__, alternatives))
         if not quoted:
-            which = shown(key) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
+            which = clipped(key) if len(alternatives) == 1 else "any of " + listed_names(alternatives)
             violations.append(Violation(path, f"queue {shown(queue_name)} has no quota for {which} "
-                                              f"(its quota: {format_amounts(quota)})"))
+                                              f"(its quota: {format_amounts(quota, limit=MAX_LISTED)})"))
             continue
-        for card in alternatives:
-            if card not in quota:
-                warnings.append(f"queue {shown(queue_name)} has no quota for {shown(card)}: only "
-                                f"{', '.join(map(shown, quoted))} of {shown(key)} can be used")
+        if len(quoted) < len(alternatives):
+            partly.append(key)
+            unquoted.update(dict.fromkeys(itertools.filterfalse(quota.__contains__, alternatives)))
+            usable.update(dict.fromkeys(quoted))
         allowed = quota_allows(key, quota)
         if wanted > allowed:
             if len(alternatives) == 1:
-                violations.append(Violation(path, f"requests {wanted} {shown(key)} but queue {shown(queue_name)} "
-                                                  f"allows at most {allowed}: it can never run"))
+                violations.append(Violation(path, f"requests {wanted} {clipped(key)} but queue "
+                                                  f"{shown(queue_name)} allows at most {allowed}: it can never run"))
             else:
-                split = " + ".join(f"{shown(card)} {quota[card]}" for card in quoted)
-                violations.append(Violation(path, f"requests {wanted} of {shown(key)} but queue "
+                split = _listing([f"{clipped(card)} {quota[card]}" for card in quoted[:MAX_LISTED]], len(quoted),
+                                 separator=" + ")
+                violations.append(Violation(path, f"requests {wanted} of {clipped(key)} but queue "
                                                   f"{shown(queue_name)} allows at most {allowed} across them "
                                                   f"({split}): it can never run"))
+    if len(unquoted) == 1 and len(partly) == 1:
+        warnings.append(f"queue {shown(queue_name)} has no quota for {clipped(next(iter(unquoted)))}: only "
+                        f"{listed_names(list(usable))} of {clipped(partly[0])} can be used")
+    elif unquoted:
+        warnings.append(f"queue {shown(queue_name)} has no quota for {len(unquoted):,} of the alternatives "
+                        f"requested, which can never be used: {listed_names(list(unquoted))}; only "
+                        f"{listed_names(list(usable))} can be used")
     return violations, warnings
 
 
-def unknown_type_warnings(card_types: tuple[str, ...] | list[str], snapshot: ClusterSnapshot) -> list[str]:
-    """Card types no node offers (suggesting the closest discovered type), when the nodes are known."""
+def unknown_type_warnings(card_types: Iterable[str], snapshot: ClusterSnapshot) -> list[str]:
+    """Card types no node offers, when the nodes are known: one warning naming a few (each with the closest
+    discovered type, so the suggestion search runs at most :data:`MAX_NAMED` times) and counting the rest."""
     catalog = snapshot.catalog()
     if not snapshot.complete or not catalog.entries:
         return []
-    warnings = []
-    for card in card_types:
-        if catalog.get(card) is None:
-            closest = catalog.closest(card)
-            hint = f" (did you mean {closest}?)" if closest else ""
-            warnings.append(f"card type {shown(card)} is not offered by any node{hint}")
-    return warnings
+    unknown = list(itertools.filterfalse(catalog.entries.__contains__, dict.fromkeys(card_types)))
+    if not unknown:
+        return []
+    if len(unknown) == 1:
+        closest = catalog.closest(unknown[0])
+        hint = f" (did you mean {closest}?)" if closest else ""
+        return [f"card type {clipped(unknown[0])} is not offered by any node{hint}"]
+    named = []
+    for card in unknown[:MAX_NAMED]:
+        closest = catalog.closest(card)
+        named.append(clipped(card) + (f" (did you mean {closest}?)" if closest else ""))
+    more = f" and {len(unknown) - MAX_NAMED:,} more" if len(unknown) > MAX_NAMED else ""
+    return [f"{len(unknown):,} card types are not offered by any node: {', '.join(named)}{more}"]
+
+
+MAX_LISTED = 8
+"""Items a message lists in full; longer lists show :data:`MAX_NAMED` and count the rest."""
+
+
+def listed(items: list[str], *, separator: str = ", ") -> str:
+    """``a, b, c`` — or, beyond :data:`MAX_LISTED` items, the first :data:`MAX_NAMED` and ``and N more``."""
+    return _listing(items[:MAX_LISTED], len(items), separator=separator)
+
+
+def listed_names(names: Sequence[str], total: int | None = None) -> str:
+    """:func:`listed` for names from the input (each clipped: only those shown are), of ``total`` in all."""
+    return _listing([clipped(name) for name in names[:MAX_LISTED]], len(names) if total is None else total)
+
+
+def _listing(shown_items: list[str], total: int, *, separator: str = ", ") -> str:
+    if total <= MAX_LISTED:
+        return separator.join(shown_items)
+    return f"{separator.join(shown_items[:MAX_NAMED])} and {total - MAX_NAMED:,} more"
 
 
 def card_count(requests: Mapping[str, Fraction], card_name: str, catalog: CardCatalog) -> int:
@@ -195,7 +330,11 @@ def card_count(requests: Mapping[str, Fraction], card_name: str, catalog: CardCa
     return whole_units(sum(matching, Fraction(0)))
 
 
-def format_amounts(amounts: Mapping[str, int]) -> str:
+def format_amounts(amounts: Mapping[str, int], *, limit: int | None = None) -> str:
+    """``NVIDIA-A100 10, NVIDIA-H100 5``; with ``limit``, a longer map shows a few entries and counts the rest."""
+    if limit is not None and len(amounts) > limit:
+        first = ", ".join(f"{clipped(name)} {amount}" for name, amount in itertools.islice(amounts.items(), MAX_NAMED))
+        return f"{first} and {len(amounts) - MAX_NAMED:,} more"
     return ", ".join(f"{shown(name)} {amount}" for name, amount in amounts.items()) or "none"
 
 

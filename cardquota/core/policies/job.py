@@ -22,6 +22,7 @@ from cardquota.core.policies.cards import (
     CARD_REQUEST_PATH,
     card_count,
     card_name_resource_violations,
+    job_tasks_violation,
     request_against_queue,
 )
 from cardquota.core.policies.common import ratcheting
@@ -40,6 +41,9 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     header = read_request_header(manifest)
     if isinstance(header, Verdict):
         return header
+    too_many = job_tasks_violation(manifest)
+    if too_many is not None:  # the per-task rules below are not run: a review's cost stays bounded
+        return decide([*header.violations, too_many])
     request, violations = header.request, header.violations
     tasks, task_violations = _card_tasks(manifest, snapshot)
     violations.extend(task_violations)

@@ -1,0 +1,130 @@
+"""Time and memory of one admission review on each worst case (tests/worst_cases.py): the largest and most hostile
+objects the API server accepts (256 KiB of annotations, 3 MiB bodies, 10,000 levels of JSON nesting).
+
+    python bench/worst_case.py [--repeats 15] [--case NAME ...]
+
+A review is what the server does with a body: read_review, the policy over a loaded cache (a ~300-type card
+catalog), and the response encoded to JSON — for the validating and the mutating webhook. Its baseline is a no-op
+review of the same body (json.loads, then an ``allowed`` answer), run in the same thread with the same GC settings
+(enabled, collected before each run). Per case: p50 and max milliseconds of each webhook, the p50 ratio to the
+no-op, the peak of extra memory (tracemalloc, in a separate run) of the review and of the no-op, and the warnings
+the validating answer carries (count and runes; the API server keeps 4,096 runes). Budget: 50 ms and 50 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from worst_cases import Case, cases, fleet
+
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.operator.cache import ClusterCache
+from cardquota.webhooks.admission import Admission
+from cardquota.webhooks.review import MalformedReview, read_review, response
+
+STACK_BYTES = 256 * 2**20
+"""The bench's own thread: deep enough for json.loads of 10,000 levels in the no-op baseline."""
+
+
+def answer(admission: Admission, body: bytes, *, mutating: bool) -> dict[str, Any]:
+    """What the server does with one body, up to the bytes it sends back."""
+    try:
+        review = read_review(body)
+    except MalformedReview as error:
+        return {"http": 400, "error": str(error)}
+    verdict = admission.review(review, mutating=mutating)
+    answered = response(review.uid, verdict, with_patch=mutating)
+    json.dumps(answered).encode()
+    return answered
+
+
+def noop(body: bytes) -> bytes:
+    review = json.loads(body)
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
+
+
+def timed(action: Callable[[], object], repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def peak_mib(action: Callable[[], object]) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        action()
+        return (tracemalloc.get_traced_memory()[1] - before) / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def outcome(answered: dict[str, Any]) -> tuple[str, int, int]:
+    if "http" in answered:
+        return f"HTTP {answered['http']}", 0, 0
+    result = answered["response"]
+    warnings = result.get("warnings") or []
+    return ("allowed" if result["allowed"] else "denied"), len(warnings), sum(len(w) for w in warnings)
+
+
+def measure(admission: Admission, case: Case, repeats: int) -> str:
+    validate = timed(lambda: answer(admission, case.body, mutating=False), repeats)
+    mutate = timed(lambda: answer(admission, case.body, mutating=True), repeats)
+    baseline = timed(lambda: noop(case.body), repeats)
+    memory = peak_mib(lambda: answer(admission, case.body, mutating=False))
+    memory_mutate = peak_mib(lambda: answer(admission, case.body, mutating=True))
+    memory_noop = peak_mib(lambda: noop(case.body))
+    verdict, count, runes = outcome(answer(admission, case.body, mutating=False))
+    p50 = statistics.median(validate)
+    noop_p50 = statistics.median(baseline)
+    return (f"{case.name:34} {len(case.body) / 2**20:5.2f} MiB  validate {p50 * 1e3:7.1f}/{max(validate) * 1e3:7.1f} ms"
+            f"  mutate {statistics.median(mutate) * 1e3:7.1f}/{max(mutate) * 1e3:7.1f} ms"
+            f"  no-op {noop_p50 * 1e3:6.1f} ms  ratio {p50 / noop_p50:7.1f}x"
+            f"  peak {max(memory, memory_mutate):7.1f} MiB (no-op {memory_noop:5.1f})"
+            f"  {verdict:8} {count:3} warnings {runes:6} runes")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    args = parser.parse_args()
+    cache = ClusterCache()
+    cache.load(fleet())
+    admission = Admission(cache, PolicyConfig())
+    corpus = [case for case in cases() if not args.case or case.name in args.case]
+    print(f"{len(corpus)} worst cases, {args.repeats} runs each, card catalog of "
+          f"{len(cache.ledger.snapshot.catalog().entries)} types; p50/max per review; budget 50 ms, 50 MiB")
+
+    def run() -> None:
+        sys.setrecursionlimit(20_000)  # the no-op baseline's json.loads on 10,000 levels
+        for case in corpus:
+            print(measure(admission, case, args.repeats), flush=True)
+
+    threading.stack_size(STACK_BYTES)
+    worker = threading.Thread(target=run, name="bench")
+    worker.start()
+    worker.join()
+
+
+if __name__ == "__main__":
+    main()
