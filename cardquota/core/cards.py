@@ -169,10 +169,12 @@ def _mps_name(family: CardFamily, resource: str, notes: list[str]) -> str | None
     memory = _positive_int(family.memory_mib)
     replicas = _positive_int(family.replicas)
     if memory is None or replicas is None:
-        notes.append(
-            f"{resource} is allocatable but {family.base}.memory={family.memory_mib!r} / "
-            f"{family.base}.replicas={family.replicas!r} do not name an MPS card type; skipped"
-        )
+        problems = [f"the label {family.base}.{suffix} is missing" if text is None
+                    else f"{family.base}.{suffix}={text!r} is not a positive whole number"
+                    for suffix, text, value in (("memory", family.memory_mib, memory),
+                                                ("replicas", family.replicas, replicas)) if value is None]
+        notes.append(f"{resource} is allocatable but {' and '.join(problems)}, so it names no MPS card type; "
+                     "skipped")
         return None
     return mps_card_name(family.product, memory, replicas)
 

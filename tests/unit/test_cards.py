@@ -144,6 +144,22 @@ def test_mps_without_memory_or_replicas_label_is_skipped_with_a_note() -> None:
     assert "nvidia.com/gpu.shared" in found.notes[0]
 
 
+@pytest.mark.parametrize(("labels", "note"), [
+    (gpu_labels("NVIDIA-A100", replicas=8), "nvidia.com/gpu.shared is allocatable but the label nvidia.com/gpu.memory "
+     "is missing, so it names no MPS card type; skipped"),
+    (gpu_labels("NVIDIA-A100"), "nvidia.com/gpu.shared is allocatable but the label nvidia.com/gpu.memory is missing "
+     "and the label nvidia.com/gpu.replicas is missing, so it names no MPS card type; skipped"),
+    ({**gpu_labels("NVIDIA-A100", memory=81920), "nvidia.com/gpu.replicas": "eight"}, "nvidia.com/gpu.shared is "
+     "allocatable but nvidia.com/gpu.replicas='eight' is not a positive whole number, so it names no MPS card type; "
+     "skipped"),
+])
+def test_the_mps_note_names_the_missing_or_unreadable_label_never_none(labels: dict[str, str], note: str) -> None:
+    """Issue 18 item 11: the discover warning printed ``nvidia.com/gpu.memory=None`` for a missing label."""
+    found = discover_card_types(Node.from_manifest(node(labels=labels, allocatable={"nvidia.com/gpu.shared": "16"})))
+    assert found.notes == (note,)
+    assert "None" not in note
+
+
 def test_several_whole_resources_prefer_the_family_resource_and_note_the_rest() -> None:
     manifest = node(labels=gpu_labels("NVIDIA-A100"), allocatable={"nvidia.com/gpu": "8", "nvidia.com/pgpu": "8"})
     found = discover_card_types(Node.from_manifest(manifest))

@@ -92,12 +92,50 @@ def conf_violations(text: str) -> list[Violation]:
     try:
         conf = load_one(text)
     except InputError as error:
-        return [Violation(CONF_PATH, one_line(f"is not valid YAML: {error}"))]
+        problem = document_end_problem(text)
+        return [Violation(CONF_PATH, problem or one_line(f"is not valid YAML: {error}"))]
     if not isinstance(conf, Mapping):
         return [Violation(CONF_PATH, f"must be a YAML map with actions and tiers, not {type_name(conf)}")]
     violations = _actions_violations(conf)
     violations.extend(_tiers_violations(conf))
     return [Violation(v.path, one_line(v.message)) for v in violations]
+
+
+_DOCUMENT_END = re.compile(r"\.\.\.(?:[ \t].*)?")
+"""A line that is YAML's document end marker ``...`` (at column 0, alone or before spaces or a comment)."""
+
+
+def read_conf(text: str) -> Any:
+    """The configuration as YAML reads it; InputError when it is not one YAML document. Text after a ``...``
+    document end marker is refused with what is wrong (Volcano's YAML reader stops at the marker and ignores the
+    rest; the parser's own message, "did not find expected <document start>", does not say so)."""
+    try:
+        return load_one(text)
+    except InputError as error:
+        problem = document_end_problem(text)
+        if problem is not None:
+            raise InputError(f"{CONF_KEY} {problem}") from None
+        raise error from None
+
+
+def document_end_problem(text: str) -> str | None:
+    """``goes on after the YAML end of document "..." on line 2: …`` when text goes on after a ``...`` line and that
+    is what stops the YAML reader (the text up to the marker reads on its own); None otherwise."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if not _DOCUMENT_END.fullmatch(line):
+            continue
+        try:
+            load_one("\n".join(lines[:index + 1]) + "\n")
+        except InputError:
+            return None  # something before the marker is wrong: the parser's message says what
+        following = next((number for number, rest in enumerate(lines[index + 1:], start=index + 2)
+                          if rest.strip() and not rest.lstrip().startswith("#")), None)
+        if following is None or lines[following - 1].startswith(("---", "%")):
+            return None
+        return (f'goes on after the YAML end of document "..." on line {index + 1}: the scheduler reads only up '
+                f'to the "..." and would ignore the rest (from line {following}); remove the "..." line')
+    return None
 
 
 def _actions_violations(conf: Mapping[Any, Any]) -> list[Violation]:
