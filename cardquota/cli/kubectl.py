@@ -18,7 +18,7 @@ from typing import Any, TextIO, TypeVar
 import yaml
 
 from cardquota.cli import crd, doctor, output
-from cardquota.cli.check import validate
+from cardquota.cli.check import in_namespace, validate
 from cardquota.cli.output import NONE
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
@@ -113,10 +113,9 @@ class Cluster:
             from cardquota.kube import list_namespaced_kind
 
             candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
-        wanted = {"pod": ("", "Pod"), "podgroup": ("scheduling.volcano.sh", "PodGroup"),
-                  "job": ("batch.volcano.sh", "Job")}[kind]
+        wanted = _EXPLAINABLE[kind]
         matches = [m for m in candidates
-                   if (str(m.get("apiVersion", "")).rpartition("/")[0], m.get("kind")) == wanted
+                   if _group_kind(m) == wanted
                    and (m.get("metadata") or {}).get("name") == name
                    and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
         where = "" if self.live else f" in {', '.join(self.files)}"
@@ -238,23 +237,37 @@ def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
     objects = cluster.objects()
+    submitted = load_paths(args.files) if args.files else []
+    if submitted:
+        validate(submitted)
+        if args.namespace:  # as kubectl apply -n would place objects that name no namespace
+            submitted = [Document(in_namespace(d.manifest, args.namespace), d.source) for d in submitted]
+        # Explained as if submitted now: every object of FILE joins the cluster, replacing its namesake there.
+        replaced = {_object_identity(document.manifest) for document in submitted}
+        objects = [m for m in objects if _object_identity(m) not in replaced]
+        objects.extend(document.manifest for document in submitted)
     config = cluster.scheduler_config(objects, err)
     targets: list[tuple[Manifest, str]] = []
-    for document in load_paths(args.files) if args.files else []:
-        targets.append((document.manifest, document.source))
     if args.target:
         kind, _, name = args.target.partition("/")
         if kind.lower() not in TARGET_KINDS or not name:
             raise InputError(f"{args.target!r}: expected pod/NAME, podgroup/NAME or job/NAME", where="explain")
         namespace = None if args.all_namespaces else args.namespace or cluster.default_namespace()
-        targets.append((cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects), args.target))
+        named = _named_in(submitted, TARGET_KINDS[kind.lower()], namespace, name)
+        if submitted and named is None:
+            raise InputError(f"{TARGET_KINDS[kind.lower()]} {namespace or '(any namespace)'}/{name} not found in "
+                             f"{', '.join(args.files)}", where="explain")
+        targets.append(named or (cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects),
+                                 args.target))
+    else:
+        targets.extend((document.manifest, document.source) for document in submitted
+                       if _explainable(document.manifest))
+        if submitted and not targets:
+            raise InputError("holds no pod, PodGroup or Volcano Job to explain", where=", ".join(args.files))
     if not targets:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
     explanations: list[Explanation] = []
     for target, source in targets:
-        if target.get("kind") not in ("Pod", "PodGroup", "Job"):
-            raise InputError(f"cannot explain a {target.get('kind')}: only pods, PodGroups and Volcano Jobs",
-                             where=source)
         try:
             explanations.append(explain(objects, target, config))
         except InputError as error:
@@ -266,6 +279,36 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         out.write("\n\n".join("\n".join(e.lines()) for e in explanations) + "\n")
     return EXIT_BLOCKED if any(e.blocked for e in explanations) else EXIT_OK
+
+
+_EXPLAINABLE = {"pod": ("", "Pod"), "podgroup": ("scheduling.volcano.sh", "PodGroup"),
+                "job": ("batch.volcano.sh", "Job")}
+"""What ``explain`` takes, by the word its KIND/NAME uses: (API group, kind)."""
+
+
+def _group_kind(manifest: Manifest) -> tuple[str, object]:
+    return str(manifest.get("apiVersion", "")).rpartition("/")[0], manifest.get("kind")
+
+
+def _explainable(manifest: Manifest) -> bool:
+    return _group_kind(manifest) in _EXPLAINABLE.values()
+
+
+def _object_identity(manifest: Manifest) -> tuple[str, object, str, str]:
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    group, kind = _group_kind(manifest)
+    return (group, kind, str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name", "")))
+
+
+def _named_in(documents: Sequence[Document], kind: str, namespace: str | None, name: str
+              ) -> tuple[Manifest, str] | None:
+    """The document of ``kind`` named ``name`` (in ``namespace``; None: any) among ``documents``."""
+    for document in documents:
+        group, found_kind, found_namespace, found_name = _object_identity(document.manifest)
+        if ((group, found_kind) == _EXPLAINABLE[kind] and found_name == name
+                and (namespace is None or found_namespace == namespace)):
+            return document.manifest, document.source
+    return None
 
 
 def live_check_documents(args: argparse.Namespace) -> list[Document]:

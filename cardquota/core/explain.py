@@ -36,6 +36,8 @@ DEFAULT_SCHEDULER = "default-scheduler"
 JOB_NAME = "volcano.sh/job-name"
 """Label and annotation the Volcano job controller puts on a job's pods."""
 TOP_HOLDERS = 3
+NOT_ENQUEUED = ("", "Pending")
+"""PodGroup phases before the scheduler's enqueue check lets it in."""
 
 
 @dataclass
@@ -88,7 +90,16 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
     manifest = session.pods[key]
     queue = session.queue_of(key)
     explanation = Explanation(f"Pod {key[0]}/{key[1]}")
-    explanation.facts.append(f"It is in queue {queue} ({_queue_source(pod, session)}).")
+    scheduler = str((manifest.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER)
+    volcano = scheduler in schedulers
+    if volcano:
+        explanation.facts.append(f"It is in queue {queue} ({_queue_source(pod, session)}).")
+    else:
+        explanation.facts.append(f"It uses scheduler {scheduler}, not {' or '.join(sorted(schedulers))}: no Volcano "
+                                 "queue or card quota applies to it.")
+        if session.cards_wanted(key) > 0:
+            explanation.facts.append(f"cardquota's usage counts its cards under queue {queue} "
+                                     f"({_queue_source(pod, session)}).")
     if pod.card_name is not None:
         wanted = session.cards_wanted(key)
         alternatives = card_alternatives(pod.card_name)
@@ -98,15 +109,27 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
         where = session.node_card_type(key, pod.node_name)
         explanation.facts.append(f"It is bound to node {pod.node_name}" + (f" ({where})." if where else "."))
         return explanation
-    if pod.group_key is not None and pod.group_key not in session.ledger.snapshot.podgroups:
+    group = session.ledger.snapshot.podgroups.get(pod.group_key) if pod.group_key is not None else None
+    if volcano and pod.group_key is not None and group is None:
         explanation.blockers.append(
             f"Its PodGroup {pod.group_key[0]}/{pod.group_key[1]} ({keys.GROUP_NAME}) does not exist: Volcano schedules "
             "a pod only with its PodGroup; create it, or fix the annotation.")
-    scheduler = str((manifest.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER)
-    if pod.card_name is not None and scheduler not in schedulers:
+    if pod.card_name is not None and not volcano:
         explanation.blockers.append(
             f"It uses scheduler {scheduler}, which does not enforce card quotas: set spec.schedulerName to "
             f"{' or '.join(sorted(schedulers))}.")
+    if volcano and group is not None:
+        explanation.facts.append(_group_phase_fact(session, group))
+        if group.phase in NOT_ENQUEUED:
+            enqueue = session.enqueue_refusal(group)
+            if group.queue not in session.ledger.snapshot.queues and enqueue is not None:
+                explanation.blockers.append(f"Its PodGroup {_name(group)}: {_missing_queue(group.queue)}")
+                return explanation
+            if enqueue is not None:
+                explanation.blockers.append(f"Its PodGroup {_name(group)} cannot be enqueued: {enqueue.message} "
+                                            f"({enqueue.reason}).")
+                explanation.blockers.extend(_enqueue_unblockers(session, group, enqueue))
+                return explanation  # its pods are not allocated before their PodGroup is enqueued
     explanation.blockers.extend(_card_blockers(session, key, queue))
     if explanation.blockers:
         return explanation
@@ -134,6 +157,8 @@ def _card_blockers(session: Session, key: ObjectKey, queue: str) -> list[str]:
         return [f"Its {keys.CARD_NAME} {pod.card_name!r} cannot be used: {problem} "
                 f"({capacity_card.REQUEST_FAILED})."]
     alternatives = card_alternatives(pod.card_name)
+    if queue not in session.ledger.snapshot.queues:
+        return [_missing_queue(queue)]
     quota = session.quota(queue)
     with_quota = [card for card in alternatives if quota.get(card, 0) > 0]
     if not with_quota:
@@ -197,23 +222,16 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
                for resource in CPU_MEMORY if group.min_resources.get(resource, 0) > 0]
     if minimum:
         explanation.facts.append(f"Its spec.minResources ask for {' and '.join(minimum)}.")
-    if group.phase in ("", "Pending") and not request.violations:
+    condition = _last_condition(session.podgroup_conditions.get(group.key))
+    if condition is not None and group.phase in NOT_ENQUEUED:
+        explanation.facts.append(condition)
+    if group.phase in NOT_ENQUEUED and not request.violations:
         refusal = session.enqueue_refusal(group)
-        if refusal is not None:
+        if refusal is not None and group.queue not in session.ledger.snapshot.queues:
+            explanation.blockers.append(_missing_queue(group.queue))
+        elif refusal is not None:
             explanation.blockers.append(f"{refusal.message} ({refusal.reason}).")
-            short = refusal.shortfall
-            if isinstance(short, capacity_card.CpuMemoryShortfall):
-                explanation.blockers.extend(_cpu_memory_unblockers(session, group, short))
-            else:
-                if short is not None:
-                    explanation.blockers.append(
-                        f"It can be enqueued when {short.missing} {short.key} "
-                        f"{'is' if short.missing == 1 else 'are'} released (held or reserved in queue {group.queue}), "
-                        f"or when the quota is raised by {short.missing}.")
-                for card in sorted({card for key in request.values for card in card_alternatives(key)}):
-                    holders = _holders(session, group.queue, card)
-                    if holders:
-                        explanation.blockers.append(f"{card} in queue {group.queue} is held by {holders}.")
+            explanation.blockers.extend(_enqueue_unblockers(session, group, refusal))
     members = [key for key, pod in session.ledger.snapshot.pods.items() if pod.group_key == group.key]
     waiting = [key for key in members if not session.view(key).bound]
     if members:
@@ -223,6 +241,65 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
         for blocker in first.blockers:
             explanation.blockers.append(f"Pod {waiting[0][0]}/{waiting[0][1]}: {blocker}")
     return explanation
+
+
+def _enqueue_unblockers(session: Session, group: PodGroup, refusal: capacity_card.EnqueueRefusal) -> list[str]:
+    """What would let ``group`` be enqueued (only what would: releasing cannot help a request above the quota on
+    its own), and who holds what it waits for."""
+    short = refusal.shortfall
+    if isinstance(short, capacity_card.CpuMemoryShortfall):
+        return _cpu_memory_unblockers(session, group, short)
+    blockers: list[str] = []
+    queue = group.queue
+    if short is not None:
+        types = card_alternatives(short.key)
+        what = short.key if len(types) == 1 else f"{' and '.join(types)} together"
+        if short.wanted > short.capability:
+            blockers.append(
+                f"Releasing cannot help: it asks for {short.wanted} {short.key} on its own, above queue {queue}'s "
+                f"quota of {short.capability} {what}; it can be enqueued when the quota is raised to {short.total} "
+                f"(by {short.missing}).")
+        else:
+            blockers.append(
+                f"It can be enqueued when {short.missing} {short.key} {'is' if short.missing == 1 else 'are'} "
+                f"released (held or reserved in queue {queue}), or when the quota is raised by {short.missing}.")
+    request = card_request(group.meta.annotations)
+    for card in sorted({card for key in request.values for card in card_alternatives(key)}):
+        holders = _holders(session, queue, card)
+        if holders:
+            blockers.append(f"{card} in queue {queue} is held by {holders}.")
+    return blockers
+
+
+def _missing_queue(queue: str) -> str:
+    return (f"Queue {queue} does not exist: Volcano schedules nothing of a queue that does not exist; create it "
+            f"(with a {keys.CARD_QUOTA} for the cards it needs), or name an existing queue.")
+
+
+def _group_phase_fact(session: Session, group: PodGroup) -> str:
+    """``Its PodGroup ml/train is in phase Pending.``, with the scheduler's last word on it when it left one."""
+    fact = f"Its PodGroup {_name(group)} is in phase {group.phase or 'Pending'}."
+    condition = _last_condition(session.podgroup_conditions.get(group.key))
+    return f"{fact} {condition}" if condition and group.phase in NOT_ENQUEUED else fact
+
+
+def _last_condition(conditions: object) -> str | None:
+    """The scheduler's last ``Unschedulable`` condition on a PodGroup (its reason and message) as a sentence; None
+    when there is none."""
+    if not isinstance(conditions, list):
+        return None
+    for condition in reversed(conditions):
+        if isinstance(condition, Mapping) and str(condition.get("status")) == "True" \
+                and condition.get("type") == "Unschedulable":
+            reason = str(condition.get("reason") or "").strip()
+            message = " ".join(str(condition.get("message") or "").split())
+            said = ": ".join(part for part in (reason, message) if part)
+            return f"The scheduler's last word on it: Unschedulable ({said})." if said else None
+    return None
+
+
+def _name(group: PodGroup) -> str:
+    return f"{group.meta.namespace}/{group.meta.name}"
 
 
 def _cpu_memory_unblockers(session: Session, group: PodGroup, short: capacity_card.CpuMemoryShortfall) -> list[str]:

@@ -139,8 +139,8 @@ def test_a_volcano_job_is_read_from_its_templates_when_it_has_no_pods_yet() -> N
     assert result.blockers == [
         "Queue team-a has insufficient NVIDIA-H100 quota: requested 2, total would be 2, but capability is 0 "
         "(InsufficientScalarQuota).",
-        "It can be enqueued when 2 NVIDIA-H100 are released (held or reserved in queue team-a), or when the quota is "
-        "raised by 2."]
+        "Releasing cannot help: it asks for 2 NVIDIA-H100 on its own, above queue team-a's quota of 0 NVIDIA-H100; "
+        "it can be enqueued when the quota is raised to 2 (by 2)."]
 
 
 def test_other_kinds_cannot_be_explained() -> None:
@@ -175,3 +175,81 @@ def test_a_pod_whose_podgroup_is_missing_is_told_so() -> None:
     assert result.facts[0] == "It is in queue default (the default queue, until its PodGroup ml/ghost exists)."
     assert result.blockers[0] == ("Its PodGroup ml/ghost (scheduling.k8s.io/group-name) does not exist: Volcano "
                                   "schedules a pod only with its PodGroup; create it, or fix the annotation.")
+
+
+# ------------------------------------------------------------------------------------------ issue 18 item 12
+
+def pending_group(name: str, request: dict[str, int], *, queue_name: str = "team-a",
+                  conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    group = podgroup(name, namespace="ml", queue=queue_name, phase="Pending", request=request)
+    if conditions is not None:
+        group["status"]["conditions"] = conditions
+    return group
+
+
+def test_a_pod_whose_podgroup_cannot_be_enqueued_is_blocked_by_it() -> None:
+    """Issue 18 item 12: ``explain pod/X`` said "Nothing in cardquota's rules blocks it" (exit 0) for a pod whose
+    PodGroup is Pending on InsufficientScalarQuota; the PodGroup's phase, the scheduler's last condition and the
+    enqueue refusal are part of the pod's answer now, and nothing about nodes is said before it is enqueued."""
+    condition = {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                 "message": "1/1 tasks in gang unschedulable: pod group is not ready"}
+    cluster = [*CLUSTER, pending_group("big", {A100: 5}, conditions=[condition])]
+    result = explain(cluster, card_pod("big-0", A100, group="big", queue_name=None), UNLIMITED)
+    assert result.blocked
+    assert ("Its PodGroup ml/big is in phase Pending. The scheduler's last word on it: Unschedulable "
+            "(NotEnoughResources: 1/1 tasks in gang unschedulable: pod group is not ready).") in result.facts
+    assert result.blockers == [
+        "Its PodGroup ml/big cannot be enqueued: Queue team-a has insufficient NVIDIA-A100 quota: requested 5, total "
+        "would be 5, but capability is 4 (InsufficientScalarQuota).",
+        "Releasing cannot help: it asks for 5 NVIDIA-A100 on its own, above queue team-a's quota of 4 NVIDIA-A100; "
+        "it can be enqueued when the quota is raised to 5 (by 1)."]
+    assert "Nothing in cardquota's rules blocks it." not in result.lines()
+    assert not any(fact.startswith("Node ") for fact in result.facts)
+
+
+def test_a_pod_whose_podgroup_fits_says_its_phase_and_is_not_blocked() -> None:
+    result = explain([*CLUSTER, pending_group("small", {A100: 1})],
+                     card_pod("small-0", A100, group="small", queue_name=None), UNLIMITED)
+    assert "Its PodGroup ml/small is in phase Pending." in result.facts
+    assert not result.blocked
+
+
+@pytest.mark.parametrize(("held", "asked", "expected"), [
+    pytest.param(0, 5, "Releasing cannot help: it asks for 5 NVIDIA-A100 on its own, above queue team-a's quota of 4 "
+                       "NVIDIA-A100; it can be enqueued when the quota is raised to 5 (by 1).", id="above-the-quota"),
+    pytest.param(3, 2, "It can be enqueued when 1 NVIDIA-A100 is released (held or reserved in queue team-a), or "
+                       "when the quota is raised by 1.", id="held-by-others"),
+])
+def test_what_would_unblock_a_podgroup_is_true(held: int, asked: int, expected: str) -> None:
+    """Issue 18 item 12: "can be enqueued when 1 NVIDIA-A100 is released" was said when the queue holds none and the
+    request exceeds the quota on its own — only raising the quota helps then."""
+    cluster = [*CLUSTER, podgroup("old", namespace="ml", queue="team-a", phase="Running"),
+               *[card_pod(f"old-{i}", A100, node_name="a1", group="old", queue_name=None) for i in range(held)]]
+    result = explain(cluster, pending_group("new", {A100: asked}), UNLIMITED)
+    assert result.blockers[1] == expected
+
+
+def test_a_missing_queue_is_said_not_to_exist() -> None:
+    """Issue 18 item 12: with the queue absent, explain said "has no card capability" instead of "does not
+    exist"."""
+    missing = ("Queue ghost does not exist: Volcano schedules nothing of a queue that does not exist; create it (with "
+               "a volcano.sh/card.quota for the cards it needs), or name an existing queue.")
+    group_result = explain(CLUSTER, pending_group("g", {A100: 1}, queue_name="ghost"), UNLIMITED)
+    assert group_result.blockers == [missing]
+    pod_result = explain(CLUSTER, card_pod("p", A100, queue_name="ghost"), UNLIMITED)
+    assert pod_result.blockers == [missing]
+    member = explain([*CLUSTER, pending_group("g", {A100: 1}, queue_name="ghost")],
+                     card_pod("g-0", A100, group="g", queue_name=None), UNLIMITED)
+    assert member.blockers == [f"Its PodGroup ml/g: {missing}"]
+    assert not any("card capability" in line for line in [*group_result.lines(), *pod_result.lines()])
+
+
+def test_a_pod_of_another_scheduler_is_in_no_volcano_queue() -> None:
+    """Issue 18 item 11: explain said a DaemonSet pod on default-scheduler "is in queue default"."""
+    daemon = pod("nvidia-device-plugin-x7k2p", namespace="kube-system", containers=[container(requests={"cpu": "50m"})])
+    daemon["spec"]["schedulerName"] = "default-scheduler"
+    result = explain(CLUSTER, daemon, UNLIMITED)
+    assert result.facts[0] == ("It uses scheduler default-scheduler, not volcano: no Volcano queue or card quota "
+                               "applies to it.")
+    assert not any("queue default" in fact for fact in result.facts)
+    assert not result.blocked

@@ -81,7 +81,7 @@ def test_explain_exits_1_when_something_blocks_and_0_when_nothing_does() -> None
     code, text, _ = plugin("explain", "job/training-job", "-n", "team-a", "--cluster", CLUSTER, "--cluster", good)
     assert code == 1
     assert "Queue team-a has insufficient NVIDIA-A100 quota: requested 8, total would be 16" in text
-    code, text, _ = plugin("explain", "pod/eval-sweep-0", "-n", "team-b", "--cluster", CLUSTER, "-o", "json")
+    code, text, _ = plugin("explain", "pod/diffusion-train-0", "-n", "team-b", "--cluster", CLUSTER, "-o", "json")
     assert code == 0
     assert json.loads(text)[0]["blocked"] is False
 
@@ -134,9 +134,9 @@ def test_the_readme_shows_what_the_plugin_prints() -> None:
 
 
 def test_all_namespaces_finds_the_object_and_an_ambiguous_name_is_refused(tmp_path: Path) -> None:
-    code, text, _ = plugin("explain", "pod/eval-sweep-0", "-A", "--cluster", CLUSTER)
+    code, text, _ = plugin("explain", "pod/diffusion-train-0", "-A", "--cluster", CLUSTER)
     assert code == 0
-    assert text.startswith("Pod team-b/eval-sweep-0:")
+    assert text.startswith("Pod team-b/diffusion-train-0:")
     twins = tmp_path / "twins.yaml"
     twins.write_text(yaml.safe_dump_all([
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "same", "namespace": namespace},
@@ -203,3 +203,35 @@ def test_usage_warns_about_an_unreadable_quota_as_cardquota_usage_does(tmp_path:
     assert plugin_err == expected
     _, _, only_fine = plugin("usage", "fine", "--cluster", str(cluster), "-o", "json")
     assert only_fine == ""
+
+
+def test_explain_kind_name_with_a_file_explains_that_object_of_the_file(tmp_path: Path) -> None:
+    """Issue 18 item 11: ``explain job/X -f FILE`` ignored ``-f`` (X was looked up in the cluster only: "not found").
+    KIND/NAME now picks the object from FILE; FILE's other objects join the cluster (a pod sees its PodGroup from
+    the same file), objects naming no namespace go to ``-n``'s."""
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(yaml.safe_dump_all([
+        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+         "metadata": {"name": "newjob", "annotations": {"volcano.sh/card.request": '{"NVIDIA-A100": 2}'}},
+         "spec": {"schedulerName": "volcano", "queue": "team-a", "minAvailable": 2, "tasks": [
+             {"name": "w", "replicas": 2, "template": {
+                 "metadata": {"annotations": {"volcano.sh/card.name": "NVIDIA-A100"}},
+                 "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}},
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+         "metadata": {"name": "huge", "annotations": {"volcano.sh/card.request": '{"NVIDIA-H100": 50}'}},
+         "spec": {"queue": "team-a", "minMember": 1}, "status": {"phase": "Pending"}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "huge-0", "annotations": {"scheduling.k8s.io/group-name": "huge",
+                                                        "volcano.sh/card.name": "NVIDIA-H100"}},
+         "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "resources": {
+             "limits": {"nvidia.com/gpu": 1}}}]}}]))
+    code, text, err = plugin("explain", "job/newjob", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)
+    assert (code, err) == (0, "")
+    assert text.startswith("Job team-a/newjob:\n")
+    assert "Pod " not in text  # only the object named
+    code, text, _ = plugin("explain", "pod/huge-0", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)
+    assert code == 1
+    assert "Its PodGroup team-a/huge cannot be enqueued" in text
+    code, _, err = plugin("explain", "job/training-job", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)
+    assert code == 2
+    assert f"job team-a/training-job not found in {workload}" in err

@@ -30,11 +30,11 @@ from typing import Any
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.policies.schedconf import read_conf
 from cardquota.core.quota import card_alternatives
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import Kind, kind_of
-from cardquota.core.yamltext import load_one
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
@@ -56,7 +56,7 @@ class SchedulerConfig:
     @classmethod
     def from_conf(cls, text: str) -> SchedulerConfig:
         """From the text of ``volcano-scheduler.conf`` (raises InputError when it is not YAML)."""
-        conf = load_one(text)
+        conf = read_conf(text)
         plugins: dict[str, Mapping[str, Any]] = {}
         for tier in (conf or {}).get("tiers") or [] if isinstance(conf, Mapping) else []:
             for plugin in (tier or {}).get("plugins") or [] if isinstance(tier, Mapping) else []:
@@ -98,6 +98,8 @@ class Session:
         self.queue_specs: dict[str, Mapping[str, Any]] = {}
         self.claims: dict[ObjectKey, dra.DeviceAmounts] = {}
         self.claim_templates: dict[ObjectKey, dra.DeviceAmounts] = {}
+        self.podgroup_conditions: dict[ObjectKey, list[Any]] = {}
+        """``status.conditions`` of the PodGroups that have some (the scheduler's last word, for ``explain``)."""
         for manifest in manifests:
             kind = kind_of(manifest)
             if kind is not None:
@@ -108,6 +110,10 @@ class Session:
                 self.nodes[name] = manifest
             elif kind is Kind.POD:
                 self.pods[(namespace, name)] = manifest
+            elif kind is Kind.PODGROUP:
+                conditions = (manifest.get("status") or {}).get("conditions")
+                if isinstance(conditions, list) and conditions:
+                    self.podgroup_conditions[(namespace, name)] = conditions
             elif kind is Kind.QUEUE:
                 spec = manifest.get("spec")
                 self.queue_specs[name] = spec if isinstance(spec, Mapping) else {}

@@ -476,3 +476,26 @@ _confs = mostly(
 @given(conf=_confs)
 def test_any_yaml_structure_gives_a_verdict(conf: Any) -> None:
     _assert_one_line(run(configmap(yaml.safe_dump(conf))))
+
+
+@pytest.mark.parametrize(("conf", "expected"), [
+    pytest.param('actions: "enqueue, allocate"\n...\ntiers:\n- plugins:\n  - name: gang\n',
+                 'goes on after the YAML end of document "..." on line 2: the scheduler reads only up to the "..." '
+                 'and would ignore the rest (from line 3); remove the "..." line', id="text-after-the-marker"),
+    pytest.param('actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: gang\n...\n# the end\n', None,
+                 id="marker-at-the-end"),
+    pytest.param("actions: [enqueue\n...\ntiers: []\n", "is not valid YAML: document 1: invalid YAML at line 2, "
+                 "column 1: did not find expected ',' or ']'", id="broken-before-the-marker"),
+])
+def test_a_document_end_marker_is_refused_only_when_text_follows_and_says_so(conf: str, expected: str | None) -> None:
+    """Issue 18 item 11: a conf with a YAML ``...`` document end followed by more text was refused with the parser's
+    "did not find expected <document start>"; it now says what is wrong (Volcano reads only up to the marker), and
+    the scheduler's own reading (SchedulerConfig.from_conf: simulate, explain, the extender) says the same."""
+    from cardquota.core.errors import InputError
+    from cardquota.core.scheduling.session import SchedulerConfig
+
+    verdict = run(configmap(conf))
+    assert [v.message for v in verdict.violations] == ([] if expected is None else [expected])
+    if expected is not None and expected.startswith("goes on"):
+        with pytest.raises(InputError, match=r"volcano-scheduler\.conf goes on after the YAML end of document"):
+            SchedulerConfig.from_conf(conf)
