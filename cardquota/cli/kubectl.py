@@ -20,6 +20,7 @@ import yaml
 from cardquota.cli import crd, doctor, output
 from cardquota.cli.check import in_namespace, validate
 from cardquota.cli.output import NONE
+from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.explain import Explanation, explain
@@ -157,7 +158,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     nodes = commands.add_parser("nodes", parents=[common], help="the card types each node offers and uses",
                                 description="Per node and card type: kind, resource, allocatable and used cards, "
                                 "with totals per card type.")
-    nodes.add_argument("-l", "--selector", default=None, help="only nodes with these labels (a=b,c=d)")
+    nodes.add_argument("-l", "--selector", default=None,
+                       help="only nodes whose labels match, as kubectl -l: key=value, key!=value, key in (a,b), "
+                       "key notin (a,b), key, !key, key>N, key<N; comma-separated, all must hold")
     nodes.add_argument("-o", "--output", choices=["table", "json", "yaml"], default=None)
     nodes.add_argument("--limit", type=int, default=None, help="print at most this many rows")
     nodes.set_defaults(command=nodes_command)
@@ -196,7 +199,9 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         missing = [name for name in args.queues if name not in usage]
         if missing:
             raise InputError(f"no queue named {', '.join(missing)}")
-        for warning in output.usage_warnings(ledger, usage, source="the cluster" if cluster.live else "the input"):
+        warnings = output.usage_warnings(ledger, usage, source="the cluster" if cluster.live else "the input")
+        no_nodes = output.no_nodes_warning(ledger, cluster.files, output.NO_NODES_IN_USAGE)
+        for warning in [*warnings, *([no_nodes] if no_nodes else [])]:
             if warning not in warned:  # each once, not again on every --watch refresh
                 warned.add(warning)
                 err.write(warning + "\n")
@@ -217,10 +222,12 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
+    selector = parse_selector(args.selector)
     ledger = Ledger.build(cluster.objects())
-    selector = _selector(args.selector)
-    records = {name: record for name, record in ledger.snapshot.nodes.items()
-               if all(record.node.labels.get(key) == value for key, value in selector.items())}
+    no_nodes = output.no_nodes_warning(ledger, cluster.files, "no card type to list")
+    if no_nodes is not None:
+        err.write(no_nodes + "\n")
+    records = {name: record for name, record in ledger.snapshot.nodes.items() if selector.matches(record.node.labels)}
     used = ledger.node_card_usage()
     cards = {name: record.cards for name, record in records.items()}
     fmt = args.output or ("table" if out.isatty() else "json")
@@ -434,19 +441,6 @@ def _kube(call: Callable[[], T]) -> T:
         if error.status == UNAUTHORIZED:
             raise InputError(f"not logged in (HTTP 401): {error}", where="cluster") from None
         raise InputError(str(error), where="cluster") from None
-
-
-def _selector(text: str | None) -> dict[str, str]:
-    if not text:
-        return {}
-    selector = {}
-    for part in text.split(","):
-        key, equals, value = part.partition("=")
-        if not equals or not key.strip():
-            raise InputError(f"{text!r}: expected key=value[,key=value] (only equality is supported)",
-                             where="--selector")
-        selector[key.strip()] = value.strip()
-    return selector
 
 
 def _limited(rows: list[list[object]], limit: int | None, err: TextIO) -> list[list[object]]:

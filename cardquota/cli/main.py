@@ -67,6 +67,7 @@ def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = No
         return int(exit_.code or 0)
     command: Command = args.command
     try:
+        _stdin_at_most_once(args)
         return command(args, out, err)
     except InputError as error:
         err.write(f"{prog}: error: {error}\n")
@@ -239,6 +240,8 @@ def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         nodes[cards.node] = cards
         for note in cards.notes:
             err.write(f"warning: Node {cards.node}: {note}\n")
+    if not nodes:
+        err.write(f"warning: no Node in {', '.join(args.files)}: nothing to discover\n")
     if _format(args, out) is OutputFormat.JSON:
         output.write_json(output.discovery_json(nodes), out)
     else:
@@ -252,6 +255,9 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _located(document, ledger.upsert)
     for warning in output.usage_warnings(ledger):
         err.write(warning + "\n")
+    no_nodes = output.no_nodes_warning(ledger, args.files, output.NO_NODES_IN_USAGE)
+    if no_nodes is not None:
+        err.write(no_nodes + "\n")
     usage = ledger.all_usage()
     if _format(args, out) is OutputFormat.JSON:
         output.write_json(output.usage_json(usage), out)
@@ -337,6 +343,9 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _located(document, ledger.upsert)
         existing[identity(document.manifest)] = document.manifest
     ledger.snapshot.complete = bool(cluster)
+    no_nodes = output.no_nodes_warning(ledger, args.cluster, output.NO_NODES_IN_CHECK) if cluster else None
+    if no_nodes is not None:
+        err.write(no_nodes + "\n")
     results: list[CheckResult] = []
     default_namespace = getattr(args, "namespace", None)  # kubectl cardquota check -n NAMESPACE
     for document in load_paths(args.files):
@@ -369,6 +378,18 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(output.simulation_table(result))
     placed = all(outcome.node is not None for outcome in result.placements.values())
     return EXIT_OK if placed else EXIT_DENIED
+
+
+STDIN = "-"
+
+
+def _stdin_at_most_once(args: argparse.Namespace) -> None:
+    """``-`` (stdin) can be read once: given to two options (``--cluster - -f -``), the second would read nothing."""
+    options = {"files": "-f", "cluster": "--cluster"}
+    given = [options[name] for name in options for path in (getattr(args, name, None) or []) if path == STDIN]
+    if len(given) > 1:
+        raise InputError(f"stdin can be read only once, but '-' is given {len(given)} times ({', '.join(given)}): "
+                         "give it to one option and files to the others")
 
 
 def _use_color(out: TextIO) -> bool:

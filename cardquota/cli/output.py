@@ -15,6 +15,11 @@ from cardquota.core.scheduling.simulate import Simulation
 
 NONE = "-"
 
+NO_NODES_IN_USAGE = ("no card type is known, so bound pods' cards count under their volcano.sh/card.name as written "
+                     "and pending pods' extended resources all count as cards")
+NO_NODES_IN_CHECK = ("the rules that need the card types nodes offer are skipped (card types no node offers, quotas "
+                     "above what the nodes offer)")
+
 
 class OutputFormat(StrEnum):
     JSON = "json"
@@ -88,6 +93,17 @@ def usage_warnings(ledger: Ledger, queues: Collection[str] | None = None, *, sou
     warnings.extend(f"warning: queue {name} has card usage but no Queue object in {source}"
                     for name in ledger.queue_names() if name in shown and name not in ledger.snapshot.queues)
     return warnings
+
+
+def no_nodes_warning(ledger: Ledger, files: Sequence[str], consequence: str) -> str | None:
+    """The warning for a cluster input (``files``; none: the live cluster) without a Node offering a card type:
+    what is skipped or counted otherwise because of it (``consequence``); None when some Node offers one."""
+    if ledger.snapshot.catalog().entries:
+        return None
+    nodes = len(ledger.snapshot.nodes)
+    where = ", ".join(files) if files else "the cluster"
+    found = "no Node" if nodes == 0 else f"no Node offering a card type ({nodes} Node{'s' if nodes != 1 else ''})"
+    return f"warning: {found} in {where}: {consequence}"
 
 
 def usage_table(usage: Mapping[str, QueueUsage]) -> str:

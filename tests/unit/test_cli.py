@@ -194,7 +194,7 @@ def test_usage_on_the_bundled_example_lists_every_queue():
 
 
 def test_invalid_card_quota_warns_and_gives_empty_quota(tmp_path):
-    path = write(tmp_path / "q.yaml", queue("broken", "{not json"), queue("ok", {"A": 1}))
+    path = write(tmp_path / "q.yaml", gpu_node("n1", "A", 1), queue("broken", "{not json"), queue("ok", {"A": 1}))
     result = cardquota("usage", "-f", path, "-o", "json")
     assert result.code == 0
     assert result.err == ('warning: Queue broken: metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: '
@@ -205,7 +205,8 @@ def test_invalid_card_quota_warns_and_gives_empty_quota(tmp_path):
 
 @pytest.mark.parametrize("annotation", ["[1, 2]", '"A"', '{"A": -1}', '{"A": 1.5}', '{"A": "2"}', '{"A": true}', ""])
 def test_card_quota_of_the_wrong_shape_warns_once_and_gives_empty_quota(tmp_path, annotation):
-    result = cardquota("usage", "-f", write(tmp_path / "q.yaml", queue("q", annotation)), "-o", "json")
+    result = cardquota("usage", "-f", write(tmp_path / "q.yaml", gpu_node("n1", "A", 1), queue("q", annotation)),
+                       "-o", "json")
     assert result.code == 0
     lines = result.err.splitlines()
     assert len(lines) == 1
@@ -242,7 +243,7 @@ def test_duplicate_node_warns_and_the_later_one_wins(tmp_path):
 
 
 def test_duplicate_queue_across_files_warns_and_the_later_one_wins(tmp_path):
-    first = write(tmp_path / "a.yaml", queue("q", {"A": 1}))
+    first = write(tmp_path / "a.yaml", queue("q", {"A": 1}), gpu_node("n1", "A", 1))
     second = write(tmp_path / "b.yaml", queue("q", {"B": 2}))
     result = cardquota("usage", "-f", first, "-f", second, "-o", "json")
     assert result.code == 0
@@ -617,3 +618,40 @@ def test_console_script_reports_bad_stdin_in_one_line():
     assert completed.returncode == 2
     assert completed.stdout == b""
     assert completed.stderr == b"cardquota: error: <stdin>: is not UTF-8 text (byte 0xff at offset 0)\n"
+
+
+def test_a_cluster_without_nodes_is_warned_about(tmp_path):
+    """Issue 18 item 13: a ``--cluster``/``-f`` file without Nodes was accepted silently by discover, check (against
+    the README: rules that need the nodes are skipped with a warning) and usage."""
+    path = write(tmp_path / "c.yaml", queue("team-a", {"NVIDIA-A100": 2}),
+                 pod("p", queue="team-a", card="NVIDIA-A100", gpus=1))
+    discovered = cardquota("discover", "-f", path, "-o", "json")
+    assert (discovered.code, discovered.err) == (0, f"warning: no Node in {path}: nothing to discover\n")
+    used = cardquota("usage", "--cluster", path, "-o", "json")
+    assert used.code == 0
+    assert used.err == (f"warning: no Node in {path}: no card type is known, so bound pods' cards count under their "
+                        "volcano.sh/card.name as written and pending pods' extended resources all count as cards\n")
+    manifest = write(tmp_path / "m.yaml", pod("q", queue="team-a", card="NVIDIA-A10", gpus=1))
+    checked = cardquota("check", "-f", manifest, "--cluster", path, "-o", "json")
+    assert checked.err == (f"warning: no Node in {path}: the rules that need the card types nodes offer are skipped "
+                           "(card types no node offers, quotas above what the nodes offer)\n")
+    cpu_only = write(tmp_path / "cpu.yaml", node("cpu-1"), queue("team-a", {"NVIDIA-A100": 2}))
+    assert cardquota("check", "-f", manifest, "--cluster", cpu_only, "-o", "json").err.startswith(
+        f"warning: no Node offering a card type (1 Node) in {cpu_only}: the rules that need")
+    with_nodes = cardquota("check", "-f", manifest, "--cluster", str(EXAMPLE), "-o", "json")
+    assert "no Node" not in with_nodes.err
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--cluster", "-", "-f", "-"],
+    ["check", "-f", "-", "--cluster", "-"],
+    ["usage", "--cluster", "-", "--cluster", "-"],
+    ["discover", "-f", "-", "-f", "-"],
+])
+def test_stdin_is_read_at_most_once(argv, monkeypatch):
+    """Issue 18 item 13: ``simulate --cluster - -f -`` read nothing the second time and reported success; ``-`` given
+    twice is refused before anything is read."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(EXAMPLE.read_text()))
+    result = cardquota(*argv, "-o", "json")
+    assert_one_error_line(result, "stdin can be read only once, but '-' is given 2 times")
+    assert sys.stdin.read() == EXAMPLE.read_text()  # untouched

@@ -91,7 +91,7 @@ def test_explain_exits_1_when_something_blocks_and_0_when_nothing_does() -> None
     (["explain", "deployment/x"], "expected pod/NAME, podgroup/NAME or job/NAME"),
     (["explain"], "name what to explain"),
     (["usage", "nobody"], "no queue named nobody"),
-    (["nodes", "-l", "gpu"], "expected key=value"),
+    (["nodes", "-l", "gpu in (a"], "--selector: 'gpu in (a': expected ',' or ')' in the values, found the end"),
 ])
 def test_input_errors_are_one_line_and_exit_2(argv: list[str], message: str) -> None:
     code, _, err = plugin(*argv, "--cluster", CLUSTER)
@@ -188,9 +188,11 @@ def test_usage_warns_about_an_unreadable_quota_as_cardquota_usage_does(tmp_path:
     and only for the queues shown."""
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump_all([
-        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-         "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": quota}}, "spec": {"weight": 1}}
-        for name, quota in (("broken", "{not json"), ("fine", '{"NVIDIA-A100": 2}'))]))
+        *[{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+           "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": quota}}, "spec": {"weight": 1}}
+          for name, quota in (("broken", "{not json"), ("fine", '{"NVIDIA-A100": 2}'))],
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {
+            "nvidia.com/gpu.product": "NVIDIA-A100"}}, "status": {"allocatable": {"nvidia.com/gpu": "1"}}}]))
     err = io.StringIO()
     assert run("cardquota", ["usage", "--cluster", str(cluster), "-o", "json"], stdout=io.StringIO(),
                stderr=err) == 0
@@ -235,3 +237,18 @@ def test_explain_kind_name_with_a_file_explains_that_object_of_the_file(tmp_path
     code, _, err = plugin("explain", "job/training-job", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)
     assert code == 2
     assert f"job team-a/training-job not found in {workload}" in err
+
+
+@pytest.mark.parametrize(("selector", "nodes"), [
+    ("nvidia.com/gpu.product==NVIDIA-H100", ["gpu-h100-01"]),
+    ("nvidia.com/gpu.product!=NVIDIA-A100,nvidia.com/gpu.product", ["gpu-4090-01", "gpu-4090-02", "gpu-h100-01"]),
+    ("nvidia.com/gpu.product in (NVIDIA-H100, NVIDIA-GeForce-RTX-4090)", ["gpu-4090-01", "gpu-4090-02",
+                                                                          "gpu-h100-01"]),
+    ("!nvidia.com/gpu.product", ["cpu-01", "gpu-unlabeled-01", "npu-910b-01"]),
+])
+def test_nodes_selector_takes_kubectls_grammar(selector: str, nodes: list[str]) -> None:
+    """Issue 18 item 13: ``nodes -l 'key!=value'`` (or ``==``) printed an empty table with exit 0; equality,
+    inequality, set-based, existence and comparison requirements are read as kubectl reads them."""
+    code, text, err = plugin("nodes", "--cluster", CLUSTER, "-o", "json", "-l", selector)
+    assert (code, err) == (0, "")
+    assert list(json.loads(text)["nodes"]) == nodes
