@@ -56,10 +56,29 @@ class KubeError(RuntimeError):
         self.status = status
 
 
+class _NoRetryChatter(logging.Filter):
+    """Drops urllib3's "Retrying (Retry(total=…)) after connection broken by …" lines: an unreachable API server
+    would print about twenty of them before the one line that says so (:class:`KubeError`, which names the host and
+    the reason). Its other messages pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Retrying ")
+
+
+_URLLIB3_POOL_LOG = logging.getLogger("urllib3.connectionpool")
+
+
+def _quiet_retries() -> None:
+    if not any(isinstance(existing, _NoRetryChatter) for existing in _URLLIB3_POOL_LOG.filters):
+        _URLLIB3_POOL_LOG.addFilter(_NoRetryChatter())
+
+
 def api_client(connection: Connection | None = None, *, kubeconfig: str | None = None,
                context: str | None = None) -> client.ApiClient:
     """A client for ``connection``; else the kubeconfig (``kubeconfig``/``context`` when given, then the usual
-    places) or, without one, the in-cluster service account."""
+    places) or, without one, the in-cluster service account. urllib3's retry warnings are silenced (its retries
+    stay; a failure still becomes one :class:`KubeError`)."""
+    _quiet_retries()
     if kubeconfig or context:
         configuration = client.Configuration()
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TextIO, TypeVar
@@ -29,6 +29,7 @@ from cardquota.core.objects import CPU_MEMORY, Manifest
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
 
 EXIT_OK, EXIT_BLOCKED = 0, 1
@@ -59,6 +60,9 @@ class Cluster:
         if self._api is None:
             from cardquota.kube import api_client
 
+            problem = kubeconfig_problem(self.kubeconfig, os.environ)
+            if problem is not None:
+                raise InputError(problem, where="cluster")
             self._api = _kube(lambda: api_client(kubeconfig=self.kubeconfig, context=self.context))
         return self._api
 
@@ -126,6 +130,44 @@ class Cluster:
             namespaces = ", ".join(sorted(str((m.get("metadata") or {}).get("namespace")) for m in matches))
             raise InputError(f"{kind} {name} is in several namespaces ({namespaces}): choose one with -n")
         return matches[0]
+
+
+IN_CLUSTER_VARIABLE = "KUBERNETES_SERVICE_HOST"
+"""Set in every pod: the service account is used when there is no kubeconfig."""
+DEFAULT_KUBECONFIG = "~/.kube/config"
+USE_ANOTHER = "pass --kubeconfig FILE, or read the objects offline with --cluster FILE"
+
+
+def kubeconfig_problem(kubeconfig: str | None, environ: Mapping[str, str]) -> str | None:
+    """What keeps the plugin from reading a kubeconfig, said as the user can act on it — no such file (the one
+    ``--kubeconfig`` names, else ``$KUBECONFIG``'s, else ``~/.kube/config`` outside a pod), not YAML (with the line)
+    — or None when the kubernetes library should try (and name anything else wrong in one line)."""
+    if kubeconfig is not None:
+        paths, where = [kubeconfig], f"--kubeconfig {kubeconfig}"
+    else:
+        variable = environ.get("KUBECONFIG", "")
+        paths = [path for path in variable.split(os.pathsep) if path] or [DEFAULT_KUBECONFIG]
+        where = f"KUBECONFIG={variable}" if variable else DEFAULT_KUBECONFIG
+        if not any(os.path.exists(os.path.expanduser(path)) for path in paths):
+            if environ.get(IN_CLUSTER_VARIABLE):
+                return None  # in a pod: its service account
+            return f"no kubeconfig ({where}: no such file) and not in a pod: {USE_ANOTHER}"
+    for path in paths:
+        full = os.path.expanduser(path)
+        if not os.path.exists(full):
+            if kubeconfig is not None:
+                return f"{where}: no such file"
+            continue
+        try:
+            with open(full, encoding="utf-8") as file:
+                document = load_one(file.read())
+        except (OSError, UnicodeDecodeError) as error:
+            return f"the kubeconfig {path} cannot be read: {getattr(error, 'strerror', None) or error}"
+        except InputError as error:
+            return f"the kubeconfig {path} is not YAML: {error}"
+        if not isinstance(document, Mapping):
+            return f"the kubeconfig {path} is not a kubeconfig (a YAML map with clusters, contexts and users)"
+    return None
 
 
 def cluster_options(parser_class: type[P]) -> P:
@@ -436,11 +478,12 @@ def _kube(call: Callable[[], T]) -> T:
     try:
         return call()
     except KubeError as error:
+        said = " ".join(str(error).split())  # the kubernetes library's messages may span lines (YAML errors)
         if error.status == FORBIDDEN:
-            raise InputError(f"not allowed: {error}", where="cluster") from None
+            raise InputError(f"not allowed: {said}", where="cluster") from None
         if error.status == UNAUTHORIZED:
-            raise InputError(f"not logged in (HTTP 401): {error}", where="cluster") from None
-        raise InputError(str(error), where="cluster") from None
+            raise InputError(f"not logged in (HTTP 401): {said}", where="cluster") from None
+        raise InputError(said, where="cluster") from None
 
 
 def _limited(rows: list[list[object]], limit: int | None, err: TextIO) -> list[list[object]]:
