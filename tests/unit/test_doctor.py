@@ -1016,4 +1016,4 @@ def test_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert err.count("\n") == 1
     code, _, err = plugin("doctor", "--kubeconfig", str(tmp_path / "missing"))
     assert code == 2
-    assert "cannot use the kubeconfig" in err
+    assert f"--kubeconfig {tmp_path / 'missing'}: no such file" in err  # issue 18 item 14
