@@ -251,6 +251,7 @@ async def test_a_review_whose_policy_is_held_does_not_hold_up_another(server: Se
     held, release = threading.Event(), threading.Event()
     loop_thread = threading.get_ident()
     threads: list[int] = []
+    released: list[bool] = []
     kinds = server.admission.kinds
 
     def holding(admit: Any) -> Any:
@@ -258,7 +259,7 @@ async def test_a_review_whose_policy_is_held_does_not_hold_up_another(server: Se
             threads.append(threading.get_ident())
             if manifest.get("metadata", {}).get("name") == "held":
                 held.set()
-                release.wait()
+                released.append(release.wait(30))  # (not forever: on the loop, this would block it)
             return admit(manifest, *args)
         return admit_held
 
@@ -268,13 +269,13 @@ async def test_a_review_whose_policy_is_held_does_not_hold_up_another(server: Se
     while not held.is_set():
         await asyncio.sleep(0.01)
     try:
-        second = await asyncio.wait_for(server.validate(review(pod("other", namespace="ml", card=A100, gpus=1,
-                                                                   queue="team-a"))), 60)
+        second = await server.validate(review(pod("other", namespace="ml", card=A100, gpus=1, queue="team-a")))
         assert second["allowed"] is True
         assert not first.done()
     finally:
         release.set()
     assert (await first)["allowed"] is True
+    assert released == [True]  # the first was still held when the second was answered
     assert loop_thread not in threads
 
 
