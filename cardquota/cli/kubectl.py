@@ -12,10 +12,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, TextIO, TypeVar
-
-import yaml
 
 from cardquota.cli import crd, doctor, output
 from cardquota.cli.check import in_namespace, validate
@@ -24,10 +21,9 @@ from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.explain import Explanation, explain
-from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
-from cardquota.core.objects import CPU_MEMORY, Manifest
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
-from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
@@ -190,7 +186,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     usage = commands.add_parser("usage", parents=[common], help="each queue's card quota and what uses it",
                                 description="Per queue and card type: quota, allocated, inqueue, pending, free.")
     usage.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
-    usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None)
+    usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
+                       help="table (fits 80 columns), wide (adds FREE, USED and a bar), json or yaml (default: table "
+                       "on a terminal, json otherwise)")
     usage.add_argument("--limit", type=int, default=None, help="print at most this many rows")
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
     usage.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
@@ -203,7 +201,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     nodes.add_argument("-l", "--selector", default=None,
                        help="only nodes whose labels match, as kubectl -l: key=value, key!=value, key in (a,b), "
                        "key notin (a,b), key, !key, key>N, key<N; comma-separated, all must hold")
-    nodes.add_argument("-o", "--output", choices=["table", "json", "yaml"], default=None)
+    nodes.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
+                       help="table (fits 80 columns), wide (every column), json or yaml (default: table on a "
+                       "terminal, json otherwise)")
     nodes.add_argument("--limit", type=int, default=None, help="print at most this many rows")
     nodes.set_defaults(command=nodes_command)
 
@@ -251,9 +251,10 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if fmt == "json":
             output.write_json(output.usage_json(usage), out)
         elif fmt == "yaml":
-            out.write(yaml.safe_dump(output.usage_json(usage), sort_keys=False))
+            output.write_yaml(output.usage_json(usage), out)
         else:
-            out.write(usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err))
+            out.write(output.usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err,
+                                         width=output.width_of(out)))
         refreshes += 1
         if not args.watch or (args.refreshes and refreshes >= args.refreshes):
             return EXIT_OK
@@ -277,9 +278,10 @@ def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if fmt == "json":
         output.write_json(document, out)
     elif fmt == "yaml":
-        out.write(yaml.safe_dump(document, sort_keys=False))
+        output.write_yaml(document, out)
     else:
-        out.write(nodes_table(cards, used, limit=args.limit, err=err))
+        out.write(nodes_table(cards, used, limit=args.limit, err=err, wide=fmt == "wide",
+                              width=output.width_of(out)))
     return EXIT_OK
 
 
@@ -324,9 +326,11 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.output == "json":
         output.write_json([e.as_json() for e in explanations], out)
     elif args.output == "yaml":
-        out.write(yaml.safe_dump([e.as_json() for e in explanations], sort_keys=False))
+        output.write_yaml([e.as_json() for e in explanations], out)
     else:
-        out.write("\n\n".join("\n".join(e.lines()) for e in explanations) + "\n")
+        width = output.width_of(out)
+        out.write("\n\n".join("\n".join(wrapped for line in e.lines() for wrapped in output.wrapped(line, width))
+                                for e in explanations) + "\n")
     return EXIT_BLOCKED if any(e.blocked for e in explanations) else EXIT_OK
 
 
@@ -369,65 +373,6 @@ def live_check_documents(args: argparse.Namespace) -> list[Document]:
 # --------------------------------------------------------------------------------------------------- formatting
 
 
-def usage_table(usage: dict[str, QueueUsage], *, wide: bool, color: bool, limit: int | None, err: TextIO) -> str:
-    """QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE, PENDING, FREE (quota - allocated - inqueue) and USED % (with a bar
-    in ``wide``)."""
-    rows: list[list[object]] = []
-    shares: list[float | None] = []
-    for queue in sorted(usage):
-        entry = usage[queue]
-        cards = sorted({*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending})
-        if not cards:
-            rows.append([queue, NONE, NONE, 0, 0, 0, NONE, NONE, *([""] if wide else [])])
-            shares.append(None)
-        for card in cards:
-            quota = entry.quota.get(card)
-            allocated, inqueue = entry.allocated.get(card, 0), entry.inqueue.get(card, 0)
-            share = (allocated + inqueue) / quota if quota else None
-            free = max(quota - allocated - inqueue, 0) if quota is not None else NONE
-            used = f"{share:.0%}" if share is not None else NONE
-            row: list[object] = [queue, card, quota if quota is not None else NONE, allocated, inqueue,
-                                 entry.pending.get(card, 0), free, used]
-            if wide:
-                row.append(_bar(share))
-            rows.append(row)
-            shares.append(share)
-        if entry.cpu_memory is not None:
-            for cpu_row, cpu_share in _cpu_memory_rows(queue, entry.cpu_memory, wide=wide):
-                rows.append(cpu_row)
-                shares.append(cpu_share)
-    rows, shares = _limited(rows, limit, err), shares[:len(rows) if limit is not None else None]
-    headers = ["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING", "FREE", "USED", *(["BAR"] if wide else [])]
-
-    def paint(row: int, column: int, text: str) -> str:
-        share = shares[row] if row < len(shares) else None
-        if column < 6 or share is None:
-            return text
-        tint = _RED if share >= 1 else _YELLOW if share >= 0.8 else _GREEN
-        return f"{tint}{text}{_RESET}"
-
-    return output.render_table(headers, rows, paint if color else None)
-
-
-def _cpu_memory_rows(queue: str, usage: CpuMemoryUsage, *, wide: bool) -> list[tuple[list[object], float | None]]:
-    """The ``cpu`` and ``memory`` rows of a queue with a capability, read as the card rows are: QUOTA is the
-    capability, FREE is capability - allocated - inqueue, USED is (allocated + inqueue) / capability (the JSON also
-    has the elastic part, which the enqueue check takes off); PENDING is not counted for them (``-``)."""
-    written = usage.as_json()
-    rows: list[tuple[list[object], float | None]] = []
-    for resource in CPU_MEMORY:
-        capability = usage.capability.get(resource, Fraction(0))
-        used = usage.use.allocated.get(resource, Fraction(0)) + usage.use.inqueue.get(resource, Fraction(0))
-        share = float(used / capability) if capability else None
-        free = format_quantity(max(capability - used, Fraction(0)), binary=resource == "memory")
-        row: list[object] = [queue, resource, written["capability"][resource], written["allocated"][resource],
-                             written["inqueue"][resource], NONE, free, f"{share:.0%}" if share is not None else NONE]
-        if wide:
-            row.append(_bar(share))
-        rows.append((row, share))
-    return rows
-
-
 def nodes_json(cards: dict[str, NodeCards], used: dict[str, dict[str, int]]) -> dict[str, Any]:
     nodes: dict[str, Any] = {}
     totals: dict[str, dict[str, Any]] = {}
@@ -446,20 +391,25 @@ def nodes_json(cards: dict[str, NodeCards], used: dict[str, dict[str, int]]) -> 
 
 
 def nodes_table(cards: dict[str, NodeCards], used: dict[str, dict[str, int]], *, limit: int | None,
-                err: TextIO) -> str:
+                err: TextIO, wide: bool = False, width: int = output.WIDTH) -> str:
+    """NODE, CARD TYPE, KIND, ALLOCATABLE and USED (``wide``: RESOURCE too), then the totals per card type."""
     document = nodes_json(cards, used)
     rows: list[list[object]] = []
     for name, entries in document["nodes"].items():
         if not entries:
-            rows.append([name, NONE, NONE, NONE, NONE, NONE])
+            rows.append([name, NONE, NONE, *([NONE] if wide else []), NONE, NONE])
         for card_name, entry in entries.items():
-            rows.append([name, card_name, entry["kind"], entry["resource"], entry["allocatable"], entry["used"]])
-    text = output.render_table(["NODE", "CARD TYPE", "KIND", "RESOURCE", "ALLOCATABLE", "USED"],
-                               _limited(rows, limit, err))
-    totals = [[card_name, entry["kind"], entry["resource"], entry["allocatable"], entry["used"]]
+            rows.append([name, card_name, entry["kind"], *([entry["resource"]] if wide else []),
+                         entry["allocatable"], entry["used"]])
+    resource = ["RESOURCE"] if wide else []
+    fit = None if wide else width
+    text = output.render_table(["NODE", "CARD TYPE", "KIND", *resource, "ALLOCATABLE", "USED"],
+                               _limited(rows, limit, err), width=fit, elide=(0, 1))
+    totals = [[card_name, entry["kind"], *([entry["resource"]] if wide else []), entry["allocatable"], entry["used"]]
               for card_name, entry in document["totals"].items()]
     if totals:
-        text += "\n" + output.render_table(["CARD TYPE", "KIND", "RESOURCE", "ALLOCATABLE", "USED"], totals)
+        text += "\n" + output.render_table(["CARD TYPE", "KIND", *resource, "ALLOCATABLE", "USED"], totals,
+                                           width=fit, elide=(0,))
     return text
 
 
@@ -491,13 +441,6 @@ def _limited(rows: list[list[object]], limit: int | None, err: TextIO) -> list[l
         return rows
     err.write(f"{len(rows) - limit} more row{'s' if len(rows) - limit != 1 else ''} not shown (raise --limit)\n")
     return rows[:max(limit, 0)]
-
-
-def _bar(share: float | None) -> str:
-    if share is None:
-        return ""
-    filled = min(BAR_WIDTH, round(share * BAR_WIDTH))
-    return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
 
 
 def _color(out: TextIO) -> bool:

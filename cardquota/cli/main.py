@@ -144,7 +144,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        f"{', '.join(sorted(DEFAULT_CARD_AWARE_SCHEDULERS))})")
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
-    _add_output(check)
+    _add_output(check, wide=False)
     check.set_defaults(command=check_command)
 
     simulate = commands.add_parser(
@@ -223,14 +223,16 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
                        help="a scheduler that enforces card quotas (repeatable; default: volcano)")
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
-    _add_output(check)
+    _add_output(check, wide=False)
     check.set_defaults(command=check_command, live=True)
     return parser
 
 
-def _add_output(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", choices=[f.value for f in OutputFormat], default=None,
-                        help="output format (default: table on a terminal, json otherwise)")
+def _add_output(parser: argparse.ArgumentParser, *, wide: bool = True) -> None:
+    formats = [f.value for f in OutputFormat if wide or f is not OutputFormat.WIDE]
+    parser.add_argument("-o", "--output", choices=formats, default=None,
+                        help="table (fits 80 columns)" + (", wide (every column, however wide)" if wide else "")
+                        + ", json or yaml (default: table on a terminal, json otherwise)")
 
 
 def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -242,10 +244,8 @@ def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"warning: Node {cards.node}: {note}\n")
     if not nodes:
         err.write(f"warning: no Node in {', '.join(args.files)}: nothing to discover\n")
-    if _format(args, out) is OutputFormat.JSON:
-        output.write_json(output.discovery_json(nodes), out)
-    else:
-        out.write(output.discovery_table(nodes))
+    _write(args, out, output.discovery_json(nodes),
+           lambda wide: output.discovery_table(nodes, wide=wide, width=output.width_of(out)))
     return EXIT_OK
 
 
@@ -259,10 +259,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if no_nodes is not None:
         err.write(no_nodes + "\n")
     usage = ledger.all_usage()
-    if _format(args, out) is OutputFormat.JSON:
-        output.write_json(output.usage_json(usage), out)
-    else:
-        out.write(output.usage_table(usage))
+    _write(args, out, output.usage_json(usage),
+           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)))
     return EXIT_OK
 
 
@@ -358,10 +356,8 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _located(Document(admitted, document.source), ledger.upsert)
             existing[key] = admitted
         results.append(CheckResult(document, key, verdict))
-    if _format(args, out) is OutputFormat.JSON:
-        output.write_json([result.as_json() for result in results], out)
-    else:
-        out.write(output.check_table(results, color=_use_color(out)))
+    _write(args, out, [result.as_json() for result in results],
+           lambda wide: output.check_table(results, color=_use_color(out)))
     return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED
 
 
@@ -372,10 +368,8 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     manifests = [document.manifest for document in [*cluster, *workload]]
     config = SchedulerConfig.from_manifests(manifests, args.scheduler_configmap)
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config)
-    if _format(args, out) is OutputFormat.JSON:
-        output.write_json(result.as_json(), out)
-    else:
-        out.write(output.simulation_table(result))
+    _write(args, out, result.as_json(),
+           lambda wide: output.simulation_table(result, wide=wide, width=output.width_of(out)))
     placed = all(outcome.node is not None for outcome in result.placements.values())
     return EXIT_OK if placed else EXIT_DENIED
 
@@ -418,6 +412,18 @@ def _unique(documents: list[Document], kinds: set[Kind], err: TextIO) -> list[Do
             del seen[key]
         seen[key] = document
     return list(seen.values())
+
+
+def _write(args: argparse.Namespace, out: TextIO, document: object, table: Callable[[bool], str]) -> None:
+    """The command's result as ``-o`` asks: its JSON document (or the same as YAML), or its table (``wide`` or
+    not)."""
+    chosen = _format(args, out)
+    if chosen is OutputFormat.JSON:
+        output.write_json(document, out)
+    elif chosen is OutputFormat.YAML:
+        output.write_yaml(document, out)
+    else:
+        out.write(table(chosen is OutputFormat.WIDE))
 
 
 def _format(args: argparse.Namespace, out: TextIO) -> OutputFormat:

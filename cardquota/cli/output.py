@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import StrEnum
+from fractions import Fraction
 from typing import Any, TextIO
+
+import yaml
 
 from cardquota.cli.check import CheckResult
 from cardquota.core.cards import NodeCards, cluster_totals
-from cardquota.core.ledger import Ledger, QueueUsage
+from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
 from cardquota.core.objects import CPU_MEMORY
+from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
 
 NONE = "-"
@@ -23,7 +29,18 @@ NO_NODES_IN_CHECK = ("the rules that need the card types nodes offer are skipped
 
 class OutputFormat(StrEnum):
     JSON = "json"
+    YAML = "yaml"
     TABLE = "table"
+    WIDE = "wide"
+    """A table with every column, however wide (``table`` fits :data:`WIDTH` columns)."""
+
+
+WIDTH = 80
+"""What a table (``-o table``) and explain's text fit, unless the terminal says it is wider."""
+SEPARATOR = "  "
+MIN_ELIDED = 16
+"""A name column is never cut below this many characters to make a table fit."""
+ELLIPSIS = "…"
 
 
 def write_json(document: Any, out: TextIO) -> None:
@@ -31,22 +48,67 @@ def write_json(document: Any, out: TextIO) -> None:
     out.write("\n")
 
 
+def write_yaml(document: Any, out: TextIO) -> None:
+    out.write(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+
+
+def width_of(out: TextIO) -> int:
+    """The columns a table or text may take: the terminal's (at least :data:`WIDTH`), else :data:`WIDTH`."""
+    if out.isatty():
+        return max(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+    return WIDTH
+
+
 Paint = Callable[[int, int, str], str]
 """(row index among the data rows, column index, padded cell text) -> the text to print (colour codes added)."""
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint: Paint | None = None) -> str:
-    """Columns left-aligned, separated by three spaces, as kubectl prints them; ``paint`` colours data cells after
-    the widths are measured, so colour never shifts a column."""
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint: Paint | None = None, *,
+                 width: int | None = None, elide: Collection[int] = ()) -> str:
+    """Columns left-aligned, separated by two spaces; ``paint`` colours data cells after the widths are measured,
+    so colour never shifts a column. With ``width``, a table wider than that has its ``elide`` columns (names) cut
+    in the middle (``NVIDIA-A100-S…g.10gb-mixed``), widest first and never below :data:`MIN_ELIDED`, until it fits;
+    ``-o wide`` passes no width and shows every name whole."""
     cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
     widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
+    if width is not None:
+        _fit(cells, widths, width, elide)
     lines = []
     for index, row in enumerate(cells):
-        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        padded = [cell.ljust(size) for cell, size in zip(row, widths, strict=True)]
         if paint is not None and index > 0:
             padded = [paint(index - 1, column, text) for column, text in enumerate(padded)]
-        lines.append("   ".join(padded).rstrip())
+        lines.append(SEPARATOR.join(padded).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _fit(cells: list[list[str]], widths: list[int], width: int, elide: Collection[int]) -> None:
+    while (over := sum(widths) + len(SEPARATOR) * (len(widths) - 1) - width) > 0:
+        candidates = [column for column in elide if widths[column] > max(MIN_ELIDED, len(cells[0][column]))]
+        if not candidates:
+            return
+        column = max(candidates, key=lambda index: widths[index])
+        widths[column] = max(MIN_ELIDED, len(cells[0][column]), widths[column] - over)
+        for row in cells[1:]:
+            row[column] = elided(row[column], widths[column])
+
+
+def elided(text: str, size: int) -> str:
+    """``text`` cut to ``size`` characters in the middle (both ends of a card or node name tell them apart)."""
+    if len(text) <= size:
+        return text
+    head = (size - 1) // 2
+    return text[:head] + ELLIPSIS + text[len(text) - (size - 1 - head):]
+
+
+def wrapped(line: str, width: int) -> list[str]:
+    """A line of text wrapped at word boundaries to ``width`` columns; continuation lines are indented under its
+    text (after its leading spaces and a ``- `` bullet). Words longer than a line are left whole."""
+    body = line.lstrip(" ")
+    indent = len(line) - len(body)
+    hanging = indent + (2 if body.startswith("- ") else 0)
+    return textwrap.wrap(body, width=max(width, hanging + 20), initial_indent=" " * indent,
+                         subsequent_indent=" " * hanging, break_long_words=False, break_on_hyphens=False) or [line]
 
 
 # ------------------------------------------------------------------------------------------------ discover
@@ -59,19 +121,22 @@ def discovery_json(nodes: Mapping[str, NodeCards]) -> dict[str, Any]:
     }
 
 
-def discovery_table(nodes: Mapping[str, NodeCards]) -> str:
+def discovery_table(nodes: Mapping[str, NodeCards], *, wide: bool = False, width: int | None = WIDTH) -> str:
+    """NODE, CARD TYPE, KIND and COUNT (``wide``: RESOURCE too), then the totals per card type."""
     rows: list[list[object]] = []
     for name in sorted(nodes):
         cards = nodes[name].types
         if not cards:
-            rows.append([name, NONE, NONE, NONE, NONE])
+            rows.append([name, NONE, NONE, *([NONE] if wide else []), NONE])
         for card_name in sorted(cards):
             card = cards[card_name]
-            rows.append([name, card.name, card.kind.value, card.resource, card.count])
-    text = render_table(["NODE", "CARD TYPE", "KIND", "RESOURCE", "COUNT"], rows)
+            rows.append([name, card.name, card.kind.value, *([card.resource] if wide else []), card.count])
+    headers = ["NODE", "CARD TYPE", "KIND", *(["RESOURCE"] if wide else []), "COUNT"]
+    text = render_table(headers, rows, width=None if wide else width, elide=(0, 1))
     totals = cluster_totals(nodes.values())
     if totals:
-        text += "\n" + render_table(["CARD TYPE", "TOTAL"], [[name, count] for name, count in totals.items()])
+        text += "\n" + render_table(["CARD TYPE", "TOTAL"], [[name, count] for name, count in totals.items()],
+                                    width=None if wide else width, elide=(0,))
     return text
 
 
@@ -106,56 +171,122 @@ def no_nodes_warning(ledger: Ledger, files: Sequence[str], consequence: str) -> 
     return f"warning: {found} in {where}: {consequence}"
 
 
-def usage_table(usage: Mapping[str, QueueUsage]) -> str:
+_RED, _YELLOW, _GREEN, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
+BAR_WIDTH = 20
+USAGE_HEADERS = ["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"]
+WIDE_USAGE_HEADERS = [*USAGE_HEADERS, "FREE", "USED", "BAR"]
+
+
+def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: bool = False,
+                limit: int | None = None, err: TextIO | None = None, width: int | None = WIDTH) -> str:
+    """``cardquota usage``'s and ``kubectl cardquota usage``'s table: QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE and
+    PENDING; ``wide`` adds FREE (quota - allocated - inqueue), USED ((allocated + inqueue) / quota) and a bar. A
+    queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows. With ``color``, the share used tints
+    ALLOCATED and INQUEUE (``wide``: FREE, USED and the bar): green, yellow from 80 %, red from 100 %."""
     rows: list[list[object]] = []
+    shares: list[float | None] = []
     for queue in sorted(usage):
         entry = usage[queue]
-        cards = list(dict.fromkeys([*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending]))
+        cards = sorted({*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending})
         if not cards:
-            rows.append([queue, NONE, NONE, 0, 0, 0])
-        for card in sorted(cards):
-            rows.append([
-                queue,
-                card,
-                entry.quota.get(card, NONE),
-                entry.allocated.get(card, 0),
-                entry.inqueue.get(card, 0),
-                entry.pending.get(card, 0),
-            ])
-        rows.extend([queue, *line, NONE] for line in cpu_memory_lines(entry))
-    return render_table(["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"], rows)
+            rows.append([queue, NONE, NONE, 0, 0, 0, *([NONE, NONE, ""] if wide else [])])
+            shares.append(None)
+        for card in cards:
+            quota = entry.quota.get(card)
+            allocated, inqueue = entry.allocated.get(card, 0), entry.inqueue.get(card, 0)
+            share = (allocated + inqueue) / quota if quota else None
+            row: list[object] = [queue, card, quota if quota is not None else NONE, allocated, inqueue,
+                                 entry.pending.get(card, 0)]
+            if wide:
+                free = max(quota - allocated - inqueue, 0) if quota is not None else NONE
+                row += [free, f"{share:.0%}" if share is not None else NONE, _bar(share)]
+            rows.append(row)
+            shares.append(share)
+        if entry.cpu_memory is not None:
+            for cpu_row, cpu_share in _cpu_memory_rows(queue, entry.cpu_memory, wide=wide):
+                rows.append(cpu_row)
+                shares.append(cpu_share)
+    if limit is not None and len(rows) > limit:
+        if err is not None:
+            more = len(rows) - limit
+            err.write(f"{more} more row{'s' if more != 1 else ''} not shown (raise --limit)\n")
+        rows, shares = rows[:max(limit, 0)], shares[:max(limit, 0)]
+    tinted = range(6, 9) if wide else range(3, 5)
+
+    def paint(row: int, column: int, text: str) -> str:
+        share = shares[row] if row < len(shares) else None
+        if column not in tinted or share is None:
+            return text
+        tint = _RED if share >= 1 else _YELLOW if share >= 0.8 else _GREEN
+        return f"{tint}{text}{_RESET}"
+
+    return render_table(WIDE_USAGE_HEADERS if wide else USAGE_HEADERS, rows, paint if color else None,
+                        width=None if wide else width, elide=(0, 1))
 
 
-def cpu_memory_lines(entry: QueueUsage) -> list[list[str]]:
-    """For a queue with a cpu/memory ``spec.capability``: a ``cpu`` and a ``memory`` line (resource, capability,
-    allocated, inqueue) in the units Kubernetes writes, after its cards."""
-    if entry.cpu_memory is None:
-        return []
-    written = entry.cpu_memory.as_json()
-    return [[resource, written["capability"][resource], written["allocated"][resource],
-             written["inqueue"][resource]] for resource in CPU_MEMORY]
+def _cpu_memory_rows(queue: str, usage: CpuMemoryUsage, *, wide: bool) -> list[tuple[list[object], float | None]]:
+    """The ``cpu`` and ``memory`` rows of a queue with a capability, read as the card rows are: QUOTA is the
+    capability, FREE is capability - allocated - inqueue, USED is (allocated + inqueue) / capability (the JSON also
+    has the elastic part, which the enqueue check takes off); PENDING is not counted for them (``-``)."""
+    written = usage.as_json()
+    rows: list[tuple[list[object], float | None]] = []
+    for resource in CPU_MEMORY:
+        capability = usage.capability.get(resource, Fraction(0))
+        used = usage.use.allocated.get(resource, Fraction(0)) + usage.use.inqueue.get(resource, Fraction(0))
+        share = float(used / capability) if capability else None
+        row: list[object] = [queue, resource, written["capability"][resource], written["allocated"][resource],
+                             written["inqueue"][resource], NONE]
+        if wide:
+            free = format_quantity(max(capability - used, Fraction(0)), binary=resource == "memory")
+            row += [free, f"{share:.0%}" if share is not None else NONE, _bar(share)]
+        rows.append((row, share))
+    return rows
+
+
+def _bar(share: float | None) -> str:
+    if share is None:
+        return ""
+    filled = min(BAR_WIDTH, round(share * BAR_WIDTH))
+    return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
 
 
 # ------------------------------------------------------------------------------------------------ simulate
 
 
-def simulation_table(result: Simulation) -> str:
-    pods = [[name, outcome.node or NONE, outcome.card_type or NONE,
-             ";".join(f"{c}={','.join(i)}" for c, i in outcome.gpu_indexes.items()) or NONE,
-             outcome.reason or ""] for name, outcome in result.placements.items()]
-    groups = [[name, outcome.phase, outcome.reason or ""] for name, outcome in result.podgroups.items()]
-    usage = result.usage
-    parts = [render_table(["POD", "NODE", "CARD-TYPE", "GPU-INDEXES", "REASON"], pods)]
+def simulation_table(result: Simulation, *, wide: bool = False, width: int = WIDTH) -> str:
+    """Each pod's node and card type (GPU indexes when any pod has some), each PodGroup's phase, then the queues'
+    usage after the run. A reason (why not placed, why not enqueued) is its own line under the row, wrapped to
+    ``width``; ``wide`` keeps it in a REASON column, one row per pod, however long."""
+    indexes = {name: ";".join(f"{c}={','.join(i)}" for c, i in outcome.gpu_indexes.items()) or NONE
+               for name, outcome in result.placements.items()}
+    show_indexes = wide or any(text != NONE for text in indexes.values())
+    pod_headers = ["POD", "NODE", "CARD-TYPE", *(["GPU-INDEXES"] if show_indexes else [])]
+    pods = [[name, outcome.node or NONE, outcome.card_type or NONE, *([indexes[name]] if show_indexes else [])]
+            for name, outcome in result.placements.items()]
+    pod_reasons = [outcome.reason or "" for outcome in result.placements.values()]
+    groups = [[name, outcome.phase] for name, outcome in result.podgroups.items()]
+    group_reasons = [outcome.reason or "" for outcome in result.podgroups.values()]
+    parts = [_with_reasons(pod_headers, pods, pod_reasons, wide=wide, width=width)]
     if groups:
-        parts.append(render_table(["PODGROUP", "PHASE", "REASON"], groups))
-    parts.append(usage_table(usage))
+        parts.append(_with_reasons(["PODGROUP", "PHASE"], groups, group_reasons, wide=wide, width=width))
+    parts.append(usage_table(result.usage, wide=wide, width=width))
     return "\n".join(parts)
 
 
+def _with_reasons(headers: list[str], rows: Sequence[Sequence[object]], reasons: list[str], *, wide: bool,
+                  width: int) -> str:
+    if wide:
+        return render_table([*headers, "REASON"], [[*row, reason] for row, reason in zip(rows, reasons, strict=True)])
+    table = render_table(headers, rows, width=width, elide=range(len(headers))).splitlines()
+    lines = [table[0]]
+    for line, reason in zip(table[1:], reasons, strict=True):
+        lines.append(line)
+        if reason:
+            lines.extend(wrapped(f"  {reason}", width))
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------------------------------- check
-
-_GREEN, _RED, _YELLOW, _RESET = "\033[32m", "\033[31m", "\033[33m", "\033[0m"
-
 
 def check_table(results: Sequence[CheckResult], *, color: bool) -> str:
     """One line per document (ALLOWED/DENIED, the object, the message), warnings and patches indented below."""

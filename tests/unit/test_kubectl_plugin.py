@@ -10,8 +10,9 @@ import pytest
 import yaml
 from kubeconfigs import write_kubeconfig
 
-from cardquota.cli.kubectl import _kube, usage_table
+from cardquota.cli.kubectl import _kube
 from cardquota.cli.main import run
+from cardquota.cli.output import usage_table
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import QueueUsage
 from cardquota.kube import KubeError
@@ -44,8 +45,8 @@ def test_usage_table_shows_free_and_used_share_and_a_bar_when_wide() -> None:
     usage = {"q": QueueUsage(quota={"A": 10}, allocated={"A": 6}, inqueue={"A": 2}, pending={"A": 5})}
     table = usage_table(usage, wide=True, color=False, limit=None, err=io.StringIO())
     assert table.splitlines() == [
-        "QUEUE   CARD   QUOTA   ALLOCATED   INQUEUE   PENDING   FREE   USED   BAR",
-        "q       A      10      6           2         5         2      80%    [################....]",
+        "QUEUE  CARD  QUOTA  ALLOCATED  INQUEUE  PENDING  FREE  USED  BAR",
+        "q      A     10     6          2        5        2     80%   [################....]",
     ]
     painted = usage_table(usage, wide=False, color=True, limit=None, err=io.StringIO())
     assert "\033[33m" in painted  # 80 % used: yellow
@@ -80,7 +81,7 @@ def test_explain_exits_1_when_something_blocks_and_0_when_nothing_does() -> None
     good = str(REPO / "examples" / "check" / "good.yaml")
     code, text, _ = plugin("explain", "job/training-job", "-n", "team-a", "--cluster", CLUSTER, "--cluster", good)
     assert code == 1
-    assert "Queue team-a has insufficient NVIDIA-A100 quota: requested 8, total would be 16" in text
+    assert "Queue team-a has insufficient NVIDIA-A100 quota: requested 8, total would be 16" in " ".join(text.split())
     code, text, _ = plugin("explain", "pod/diffusion-train-0", "-n", "team-b", "--cluster", CLUSTER, "-o", "json")
     assert code == 0
     assert json.loads(text)[0]["blocked"] is False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,66 @@ def test_an_alternatives_pod_refused_in_task_mode_quotes_each_alternative_not_th
                       "uses one of them): requested 2; NVIDIA-A100 total would be 4, but capability is 2; "
                       "NVIDIA-H100 total would be 2, but capability is 1")
     assert "capability is 3" not in reason
+
+
+TWO_JOBS_CLUSTER = """\
+apiVersion: v1
+kind: Node
+metadata: {name: cpu-1}
+status: {allocatable: {cpu: "256", memory: 1Ti, pods: "110"}}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: queue-a}
+spec: {weight: 1, capability: {cpu: "100", memory: 200Gi}}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: PodGroup
+metadata: {name: held, namespace: ml}
+spec: {queue: queue-a, minMember: 1, minResources: {cpu: "90"}}
+status: {phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: held-0, namespace: ml, annotations: {scheduling.k8s.io/group-name: held}}
+spec: {schedulerName: volcano, nodeName: cpu-1, containers: [{name: c, resources: {requests: {cpu: "90"}}}]}
+status: {phase: Running}
+"""
+TWO_JOBS = "\n---\n".join(f"""\
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: PodGroup
+metadata: {{name: {name}, namespace: ml}}
+spec: {{queue: queue-a, minMember: 1, minResources: {{cpu: "10"}}}}
+status: {{phase: Pending}}
+""" for name in ("first", "second"))
+
+
+def test_the_readme_two_jobs_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    """The README's ``cardquota simulate --cluster cluster.yaml -f two-jobs.yaml -o table`` example, run again (queue-a
+    has cpu 100, a running job holds 90, two PodGroups of minResources cpu 10); the table fits 80 columns, each
+    reason on its own wrapped line (issue 18 item 15)."""
+    readme = (REPO / "README.md").read_text()
+    command = "$ cardquota simulate --cluster cluster.yaml -f two-jobs.yaml -o table\n"
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    (tmp_path / "cluster.yaml").write_text(TWO_JOBS_CLUSTER)
+    (tmp_path / "two-jobs.yaml").write_text(TWO_JOBS)
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "-f", str(tmp_path / "two-jobs.yaml"), "-o",
+            "table"]
+    run("cardquota", argv, stdout=out, stderr=err)
+    assert out.getvalue() == shown
+    assert max(map(len, shown.splitlines())) <= 80
+
+
+def test_simulate_tables_fit_80_columns_and_wide_keeps_every_column() -> None:
+    """Issue 18 item 15: ``simulate``'s table was 138 columns on the bundled example."""
+    argv = ["simulate", "--cluster", str(REPO / "examples" / "cluster.yaml"), "-f",
+            str(REPO / "examples" / "simulate" / "workload.yaml")]
+    table, wide = io.StringIO(), io.StringIO()
+    run("cardquota", [*argv, "-o", "table"], stdout=table, stderr=io.StringIO())
+    run("cardquota", [*argv, "-o", "wide"], stdout=wide, stderr=io.StringIO())
+    assert max(map(len, table.getvalue().splitlines())) <= 80
+    assert "  Queue team-b has insufficient NVIDIA-A100 quota: requested 64, total would be" in table.getvalue()
+    assert wide.getvalue().splitlines()[0].split() == ["POD", "NODE", "CARD-TYPE", "GPU-INDEXES", "REASON"]
+    assert "team-b/too-big            Pending  Queue team-b has insufficient NVIDIA-A100 quota: requested 64, " \
+           "total would be 64, but capability is 3" in wide.getvalue()
