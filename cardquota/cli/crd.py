@@ -41,8 +41,8 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                         "(default: all three)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the JSON patch each CRD would get, change nothing (implied by --cluster)")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    parser.set_defaults(command=crd_command)
+    parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    parser.set_defaults(command=crd_command, namespace_options=())
 
 
 def crd_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -58,12 +58,21 @@ def crd_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     dry_run = args.dry_run or not cluster.live
     compute = crd_additions.install_patch if action == "install" else crd_additions.uninstall_patch
     results = [_change(source, name, compute, dry_run=dry_run) for name in names]
-    if args.output == "json":
-        out.write(json.dumps(results, indent=2) + "\n")
+    if args.output in ("json", "yaml"):
+        _document(results, args.output, out)
     else:
         for result in results:
             out.write(_sentence(result, action, dry_run) + "\n")
     return EXIT_OK if all(result["ok"] for result in results) else EXIT_WRONG
+
+
+def _document(document: object, form: str, out: TextIO) -> None:
+    from cardquota.cli import output
+
+    if form == "yaml":
+        output.write_yaml(document, out)
+    else:
+        out.write(json.dumps(document, indent=2) + "\n")
 
 
 def _names(given: Sequence[str]) -> list[str]:
@@ -164,8 +173,8 @@ def _status(source: CrdSource, names: Sequence[str], output: str, out: TextIO) -
         states = crd_additions.inspect(crd) if crd is not None else []
         healthy &= crd is not None and all(state.state in {State.PRESENT, State.FOREIGN} for state in states)
         report.append({"crd": name, "found": crd is not None, "states": [_state_json(s) for s in states]})
-    if output == "json":
-        out.write(json.dumps(report, indent=2) + "\n")
+    if output in ("json", "yaml"):
+        _document(report, output, out)
     else:
         for entry in report:
             out.write(status_lines(entry["crd"], entry["found"], entry["states"]))

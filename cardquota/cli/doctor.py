@@ -68,8 +68,8 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                         help=f"the Secret holding the serving certificate (default {defaults.tls_secret})")
     parser.add_argument("--deployment", default=defaults.deployment,
                         help=f"the operator's Deployment (default {defaults.deployment})")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    parser.set_defaults(command=doctor_command)
+    parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    parser.set_defaults(command=doctor_command, namespace_options=("-n",))
 
 
 def doctor_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -82,8 +82,11 @@ def doctor_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     else fetch_files(cluster.files, target, now))
     results = run_checks(installation, target)
     status = overall(results)
+    document = {"status": status.value, "results": [result.as_json() for result in results]}
     if args.output == "json":
-        output.write_json({"status": status.value, "results": [result.as_json() for result in results]}, out)
+        output.write_json(document, out)
+    elif args.output == "yaml":
+        output.write_yaml(document, out)
     else:
         out.write(render(results, color=_color(out)))
     return EXIT[status]

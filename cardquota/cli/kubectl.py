@@ -32,6 +32,7 @@ EXIT_OK, EXIT_BLOCKED = 0, 1
 T = TypeVar("T")
 P = TypeVar("P", bound=argparse.ArgumentParser)
 SCHEDULER_NAMESPACE = "volcano-system"
+ELSEWHERE = " (another namespace: -n NAMESPACE; every namespace: -A)"
 TARGET_KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "podgroup": "podgroup", "podgroups": "podgroup",
                 "pg": "podgroup", "job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job"}
 _RED, _YELLOW, _GREEN, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
@@ -107,7 +108,7 @@ class Cluster:
 
             found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
             if found is None:
-                raise InputError(f"{kind} {namespace}/{name} not found")
+                raise InputError(f"{kind} {namespace}/{name} not found{ELSEWHERE}")
             return found
         candidates = list(objects)
         if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
@@ -120,8 +121,10 @@ class Cluster:
                    and (m.get("metadata") or {}).get("name") == name
                    and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
         where = "" if self.live else f" in {', '.join(self.files)}"
+        if not matches and namespace is None:
+            raise InputError(f"{kind} {name} not found in any namespace{where}")
         if not matches:
-            raise InputError(f"{kind} {namespace or '(any namespace)'}/{name} not found{where}")
+            raise InputError(f"{kind} {namespace}/{name} not found{where}{ELSEWHERE}")
         if len(matches) > 1:
             namespaces = ", ".join(sorted(str((m.get("metadata") or {}).get("namespace")) for m in matches))
             raise InputError(f"{kind} {name} is in several namespaces ({namespaces}): choose one with -n")
@@ -174,10 +177,30 @@ def cluster_options(parser_class: type[P]) -> P:
     common.add_argument("--cluster", dest="cluster", action="append", default=[], metavar="FILE",
                         help="read these manifests instead of the live cluster (repeatable)")
     common.add_argument("-n", "--namespace", default=None,
-                        help="namespace of the object (default: the kubeconfig context's, else default)")
+                        help="explain: the object's namespace (default: the kubeconfig context's, else default); "
+                        "check: the namespace of objects that name none; doctor: cardquota's namespace; refused "
+                        "elsewhere (queues, nodes and CRDs are cluster-wide)")
     common.add_argument("-A", "--all-namespaces", action="store_true",
-                        help="find the object in any namespace (explain)")
+                        help="explain: find the object in any namespace; refused elsewhere")
     return common
+
+
+NAMESPACE_OPTIONS = {"-n": ("namespace", "-n/--namespace"), "-A": ("all_namespaces", "-A/--all-namespaces")}
+WHY_NO_NAMESPACE = {"usage": "queues are cluster-wide", "nodes": "nodes are cluster-wide",
+                    "crd": "CRDs are cluster-wide", "check": "-n alone places the objects that name no namespace",
+                    "doctor": "-n names cardquota's namespace"}
+
+
+def refuse_unused_namespace_options(args: argparse.Namespace, command: str) -> None:
+    """``-n``/``-A`` given to a command they mean nothing to (each command says which it reads in
+    ``namespace_options``) are refused, rather than silently ignored."""
+    allowed = getattr(args, "namespace_options", None)
+    if allowed is None:
+        return
+    for flag, (dest, spelled) in NAMESPACE_OPTIONS.items():
+        if flag not in allowed and getattr(args, dest, None):
+            why = WHY_NO_NAMESPACE.get(command)
+            raise InputError(f"{spelled} does nothing here{f': {why}' if why else ''}; leave it out", where=command)
 
 
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # commands: argparse's subparsers
@@ -193,7 +216,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
     usage.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
     usage.add_argument("--refreshes", type=int, default=0, help=argparse.SUPPRESS)
-    usage.set_defaults(command=usage_command)
+    usage.set_defaults(command=usage_command, namespace_options=())
 
     nodes = commands.add_parser("nodes", parents=[common], help="the card types each node offers and uses",
                                 description="Per node and card type: kind, resource, allocatable and used cards, "
@@ -205,7 +228,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                        help="table (fits 80 columns), wide (every column), json or yaml (default: table on a "
                        "terminal, json otherwise)")
     nodes.add_argument("--limit", type=int, default=None, help="print at most this many rows")
-    nodes.set_defaults(command=nodes_command)
+    nodes.set_defaults(command=nodes_command, namespace_options=())
 
     explain_parser = commands.add_parser(
         "explain", parents=[common], help="why is this pod, PodGroup or Volcano Job not running?",
@@ -216,7 +239,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     explain_parser.add_argument("-f", "--filename", dest="files", action="append", default=[], metavar="FILE",
                                 help="explain these objects as if they were submitted now")
     explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
-    explain_parser.set_defaults(command=explain_command)
+    explain_parser.set_defaults(command=explain_command, namespace_options=("-n", "-A"))
 
     crd.add_command(commands, common)
     doctor.add_command(commands, common)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import functools
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TextIO, TypeVar
+from typing import NoReturn, TextIO, TypeVar
 
 from cardquota import __version__
 from cardquota.cli import output
@@ -68,6 +70,10 @@ def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = No
     command: Command = args.command
     try:
         _stdin_at_most_once(args)
+        if prog == KUBECTL_PROG:
+            from cardquota.cli.kubectl import refuse_unused_namespace_options
+
+            refuse_unused_namespace_options(args, command.__name__.removesuffix("_command"))
         return command(args, out, err)
     except InputError as error:
         err.write(f"{prog}: error: {error}\n")
@@ -85,10 +91,20 @@ def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = No
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, writing help and usage errors to the streams the command was given."""
+    """argparse, writing help and usage errors to the streams the command was given, and suggesting the closest
+    choice for a mistyped command or value (``invalid choice: 'usge' … did you mean 'usage'?``)."""
 
     out: TextIO = sys.stdout
     err: TextIO = sys.stderr
+
+    def error(self, message: str) -> NoReturn:
+        found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if found is not None:
+            choices = re.findall(r"'([^']*)'", found.group(2))
+            close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        super().error(message)
 
     def _print_message(self, message: str, file: object = None) -> None:
         if message:
@@ -121,9 +137,10 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         description="Show each Queue's card quota and the cards its pods hold (allocated), its Inqueue "
         "PodGroups have reserved (inqueue) and its unbound pods wait for (pending).",
     )
-    usage.add_argument("-f", "--cluster", dest="files", action="append", required=True, metavar="FILE",
+    usage.add_argument("--cluster", dest="files", action="append", default=[], metavar="CLUSTER",
                        help="a cluster snapshot: Nodes, Queues, PodGroups and Pods (file, directory or -); "
                        "repeatable")
+    usage.add_argument("-f", dest="files", action="append", help=argparse.SUPPRESS)  # an alias older scripts use
     _add_output(usage)
     usage.set_defaults(command=usage_command)
 
@@ -224,7 +241,7 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     _add_output(check, wide=False)
-    check.set_defaults(command=check_command, live=True)
+    check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
     return parser
 
 
@@ -250,6 +267,9 @@ def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.files:
+        raise InputError("name the cluster to read: --cluster FILE (a file, a directory or - for stdin)",
+                         where="usage")
     ledger = Ledger()
     for document in _unique(load_paths(args.files), set(Kind), err):
         _located(document, ledger.upsert)

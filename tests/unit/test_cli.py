@@ -498,7 +498,7 @@ def test_version():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["discover"], "the following arguments are required: -f/--filename"),
-    (["usage"], "the following arguments are required: -f/--cluster"),
+    (["usage"], "name the cluster to read: --cluster FILE"),
     (["discover", "-f", "x.yaml", "-o", "xml"], "invalid choice: 'xml'"),
     ([], "the following arguments are required: COMMAND"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),

@@ -1,0 +1,88 @@
+"""One way to say each thing across ``cardquota`` and ``kubectl cardquota`` (issue 18 item 15): ``usage`` takes
+``--cluster`` as the README says, every command with a JSON document also prints it as YAML, ``-n``/``-A`` are
+refused where they do nothing, "not found" says where else to look, and a mistyped command or value gets the
+closest one suggested."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cardquota.cli.main import run
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = str(REPO / "examples" / "cluster.yaml")
+
+
+def call(prog: str, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run(prog, list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_usage_takes_cluster_as_the_readme_says_and_its_help_shows_that() -> None:
+    _, help_text, _ = call("cardquota", "usage", "--help")
+    assert "--cluster CLUSTER" in help_text
+    assert "-f" not in help_text.split("options:", 1)[1].replace("-f,", "")  # -f stays an undocumented alias
+    assert call("cardquota", "usage", "--cluster", CLUSTER, "-o", "json")[1] == call(
+        "cardquota", "usage", "-f", CLUSTER, "-o", "json")[1]
+    code, _, err = call("cardquota", "usage")
+    assert code == 2
+    assert "name the cluster to read: --cluster FILE" in err
+
+
+@pytest.mark.parametrize(("prog", "argv"), [
+    ("cardquota", ["discover", "-f", CLUSTER]),
+    ("cardquota", ["usage", "--cluster", CLUSTER]),
+    ("cardquota", ["check", "-f", str(REPO / "examples" / "check" / "good.yaml"), "--cluster", CLUSTER]),
+    ("cardquota", ["simulate", "--cluster", CLUSTER, "-f", str(REPO / "examples" / "simulate" / "workload.yaml")]),
+    ("kubectl cardquota", ["usage", "--cluster", CLUSTER]),
+    ("kubectl cardquota", ["nodes", "--cluster", CLUSTER]),
+    ("kubectl cardquota", ["explain", "pod/diffusion-train-0", "-n", "team-b", "--cluster", CLUSTER]),
+    ("kubectl cardquota", ["crd", "--cluster", CLUSTER]),
+    ("kubectl cardquota", ["doctor", "--cluster", CLUSTER]),
+])
+def test_every_json_document_is_also_yaml(prog: str, argv: list[str]) -> None:
+    _, as_json, _ = call(prog, *argv, "-o", "json")
+    _, as_yaml, _ = call(prog, *argv, "-o", "yaml")
+    assert yaml.safe_load(as_yaml) == json.loads(as_json)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["usage", "-n", "ml"], "usage: -n/--namespace does nothing here: queues are cluster-wide; leave it out"),
+    (["usage", "-A"], "usage: -A/--all-namespaces does nothing here: queues are cluster-wide; leave it out"),
+    (["nodes", "-n", "ml"], "nodes: -n/--namespace does nothing here: nodes are cluster-wide; leave it out"),
+    (["crd", "-A"], "crd: -A/--all-namespaces does nothing here: CRDs are cluster-wide; leave it out"),
+    (["doctor", "-A"], "doctor: -A/--all-namespaces does nothing here: -n names cardquota's namespace"),
+    (["check", "-A", "-f", CLUSTER], "check: -A/--all-namespaces does nothing here: -n alone places the objects"),
+])
+def test_namespace_options_are_refused_where_they_do_nothing(argv: list[str], message: str) -> None:
+    code, out, err = call("kubectl cardquota", *argv, "--cluster", CLUSTER)
+    assert (code, out) == (2, "")
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_not_found_says_where_else_to_look() -> None:
+    _, _, err = call("kubectl cardquota", "explain", "pod/nope", "-n", "team-a", "--cluster", CLUSTER)
+    assert err.rstrip().endswith("pod team-a/nope not found in " + CLUSTER
+                                 + " (another namespace: -n NAMESPACE; every namespace: -A)")
+    _, _, err = call("kubectl cardquota", "explain", "pod/nope", "-A", "--cluster", CLUSTER)
+    assert err.rstrip().endswith(f"pod nope not found in any namespace in {CLUSTER}")
+
+
+@pytest.mark.parametrize(("prog", "argv", "suggestion"), [
+    ("cardquota", ["usge"], "did you mean 'usage'?"),
+    ("cardquota", ["simulte"], "did you mean 'simulate'?"),
+    ("kubectl cardquota", ["nodse"], "did you mean 'nodes'?"),
+    ("kubectl cardquota", ["explian"], "did you mean 'explain'?"),
+    ("kubectl cardquota", ["usage", "-o", "tabel"], "did you mean 'table'?"),
+])
+def test_a_mistyped_command_gets_the_closest_suggested(prog: str, argv: list[str], suggestion: str) -> None:
+    code, _, err = call(prog, *argv)
+    assert code == 2
+    assert err.rstrip().endswith(suggestion)
