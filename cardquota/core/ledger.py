@@ -44,6 +44,7 @@ from cardquota.core.keys import CARD_REQUEST
 from cardquota.core.objects import CPU_MEMORY, TERMINAL_POD_PHASES, Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.quantity import format_quantity, whole_units
 from cardquota.core.quota import card_alternatives, card_request
+from cardquota.core.resources import is_card_resource
 from cardquota.core.snapshot import (
     ClusterSnapshot,
     Kind,
@@ -660,12 +661,12 @@ class Ledger:
 
     def _card_amount(self, pod: Pod) -> int:
         """Whole cards a pod asks for: its requests of resources that nodes offer as cards, else of every
-        extended resource (no node offers its card yet)."""
+        resource that can be a card (no node offers its card yet; :func:`is_card_resource`)."""
         positive = {resource: amount for resource, amount in pod.requests.items() if amount > 0}
         known = [a for r, a in positive.items() if r in self._card_resource_refs]
         if known:
             return whole_units(known[0] if len(known) == 1 else sum(known, Fraction(0)))
-        extended = [a for r, a in positive.items() if "/" in r]
+        extended = [a for r, a in positive.items() if is_card_resource(r)]
         return whole_units(extended[0] if len(extended) == 1 else sum(extended, Fraction(0)))
 
     def _charge_group(self, group: PodGroup) -> Charge | None:

@@ -17,11 +17,11 @@ from typing import Any
 from cardquota.core import keys
 from cardquota.core.quantity import whole_units
 from cardquota.core.quota import card_alternatives, clipped
+from cardquota.core.resources import is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, CardCatalog, ClusterSnapshot
 from cardquota.core.violations import Violation, annotation_path, shown
 
 _MPS_TYPE = "/mps-"
-NOT_CARD_DOMAINS = ("kubernetes.io/", "vke.volcengine.com/")
 MAX_NAMED = 3
 """Names listed in one message (a warning is one per rule): the rest are counted."""
 MAX_JOB_TASKS = 256
@@ -70,7 +70,7 @@ def mig_profile(card_type: str) -> str | None:
 
 
 def _kind_matches(card_type: str, resource: str) -> bool:
-    if not _is_card_like(resource):
+    if not is_card_resource(resource):
         return False
     mig = mig_profile(card_type)
     if mig is not None:
@@ -80,16 +80,12 @@ def _kind_matches(card_type: str, resource: str) -> bool:
     return not resource.endswith(".shared") and "/mig-" not in resource
 
 
-def _is_card_like(resource: str) -> bool:
-    return "/" in resource and not resource.startswith(NOT_CARD_DOMAINS) and ".kubernetes.io/" not in resource
-
-
 def card_resources_requested(requests: Mapping[str, Fraction], catalog: CardCatalog) -> dict[str, Fraction]:
     """The requested resources that are card resources: offered as cards by some node, else card-like names."""
     known = catalog.resources
     positive = {name: amount for name, amount in requests.items() if amount > 0}
     offered = {name: amount for name, amount in positive.items() if name in known}
-    return offered or {name: amount for name, amount in positive.items() if _is_card_like(name)}
+    return offered or {name: amount for name, amount in positive.items() if is_card_resource(name)}
 
 
 def job_tasks_violation(manifest: Mapping[str, Any]) -> Violation | None:

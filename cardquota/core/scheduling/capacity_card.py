@@ -29,6 +29,7 @@ from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable
 from cardquota.core.policies.schedconf import read_bool, read_number
 from cardquota.core.quantity import format_quantity
 from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.resources import is_card_resource
 from cardquota.core.scheduling.refusal import Refusal
 
 PLUGIN = "capacity-card"
@@ -244,7 +245,7 @@ def minimum_beyond_capability(podgroup: Mapping[str, Any], queue: str,
     minResources, may be, under ``cardUnlimitedCpuMemory``, which admission does not know: it is not judged.)"""
     spec = podgroup.get("spec")
     minimum = readable_amounts(spec.get("minResources") if isinstance(spec, Mapping) else None)
-    if any(amount > 0 and "/" in resource for resource, amount in minimum.items()):
+    if any(amount > 0 and is_card_resource(resource) for resource, amount in minimum.items()):
         return None
     for resource in CPU_MEMORY:
         wanted = minimum.get(resource, Fraction(0))

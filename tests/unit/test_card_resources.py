@@ -1,0 +1,66 @@
+"""One definition of "card resource" (issue 18 item 8): HAMi's memory/core/percentage shares and other vendors'
+non-card resources are never counted as cards by the ledger, the policies or the scheduling session."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from builders import container, pod, queue
+
+from cardquota.core.ledger import Ledger
+from cardquota.core.policies.cards import card_resources_requested
+from cardquota.core.resources import is_card_resource
+from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
+from cardquota.core.snapshot import CardCatalog
+
+CARDS = ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared", "huawei.com/Ascend910",
+         "huawei.com/Ascend910B", "amd.com/gpu", "habana.ai/gaudi", "aws.amazon.com/neuroncore",
+         "metax-tech.com/sgpu", "cambricon.com/mlu"]
+NOT_CARDS = ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "kubernetes.io/batch-cpu",
+             "scheduling.kubernetes.io/anything", "vke.volcengine.com/eni-ip", "vke.volcengine.com/mgpu-core",
+             "vke.volcengine.com/mgpu-memory", "rdma/hca", "rdma/rdma_shared_device_a",
+             "k8s.v1.cni.cncf.io/net1", "devices.kubevirt.io/kvm",
+             # HAMi (project-hami.io) and the vendors' virtualisation plugins: memory, cores, percent, priority
+             "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpumem-percentage", "nvidia.com/priority",
+             "hygon.com/dcumem", "hygon.com/dcucores", "cambricon.com/mlu.smlu.vmemory",
+             "cambricon.com/mlu.smlu.vcore", "iluvatar.ai/vcuda-core", "iluvatar.ai/vcuda-memory",
+             "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core", "metax-tech.com/vmemory",
+             "metax-tech.com/vcore", "huawei.com/Ascend910B-memory", "huawei.com/Ascend310P-memory"]
+
+
+@pytest.mark.parametrize("resource", CARDS)
+def test_card_resources(resource: str) -> None:
+    assert is_card_resource(resource)
+
+
+@pytest.mark.parametrize("resource", NOT_CARDS)
+def test_not_card_resources(resource: str) -> None:
+    assert not is_card_resource(resource)
+
+
+HAMI = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
+
+
+@pytest.mark.parametrize("resource", NOT_CARDS)
+def test_the_policies_and_the_ledger_use_it(resource: str) -> None:
+    """Item 8: the policies' card resources and the ledger's card count of a pod (no node offers a card type)."""
+    requests = {resource: Fraction(3000), "nvidia.com/gpu": Fraction(1)}
+    assert card_resources_requested(requests, CardCatalog()) == {"nvidia.com/gpu": Fraction(1)}
+    ledger = Ledger.build([queue("q", {"NVIDIA-A100": 4}),
+                           pod("p", queue="q", card="NVIDIA-A100",
+                               containers=[container(limits={"nvidia.com/gpu": "1", resource: "3000"})])])
+    assert ledger.usage("q").pending == {"NVIDIA-A100": 1}
+
+
+def test_a_hami_pod_is_one_pending_card_not_3031() -> None:
+    """Item 8 as reported: nvidia.com/gpumem 3000 and gpucores 30 beside nvidia.com/gpu 1, no node yet."""
+    ledger = Ledger.build([queue("q", {"NVIDIA-A100": 4}),
+                           pod("hami", queue="q", card="NVIDIA-A100", containers=[container(limits=HAMI)])])
+    assert ledger.usage("q").pending == {"NVIDIA-A100": 1}
+
+
+def test_the_scheduling_rules_use_it() -> None:
+    """Item 8: a job whose minResources name only HAMi shares (no card) is judged on its cpu/memory."""
+    podgroup = {"spec": {"minResources": {"cpu": "8", "nvidia.com/gpumem": "3000"}}}
+    assert minimum_beyond_capability(podgroup, "q", {"cpu": Fraction(4)}) is not None
