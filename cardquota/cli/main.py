@@ -190,7 +190,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         "extender",
         help="serve the Volcano scheduler's extender plugin: the card, crossquota, mGPU and DRA rules",
         description="Serve the verbs of Volcano's extender plugin (onSessionOpen, predicate, prioritize, "
-        "jobEnqueueable, queueOverused, jobReady, allocateFunc, deallocateFunc) over HTTP with the design's rules, "
+        "jobEnqueueable, queueOverused, jobReady, allocateFunc, deallocateFunc) over HTTP with cardquota's rules, "
         "so a stock Volcano scheduler enforces them. mGPU results are patched onto the pods.",
     )
     # The environment is read when the command runs (settings.extender_settings), never while building the parser.
