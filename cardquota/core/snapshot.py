@@ -6,9 +6,11 @@ can be fed in as it is.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 import itertools
+import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +102,57 @@ class Closest:
     name: str | None
 
 
+MAX_SUGGESTED = 4
+"""Discovered types one suggestion names (the rest are counted: ``… and 2 more``)."""
+MAX_INDEXED_TOKENS = 8
+"""Words of a product name indexed as places a written name may start (GFD products have at most 5)."""
+_WORD_SEPARATORS = re.compile(r"[-_ ]+")
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """What a card type no node offers most likely meant: ``names`` (sorted, at most the limit asked for) out of
+    ``total`` discovered types; empty when nothing is close."""
+
+    names: tuple[str, ...] = ()
+    total: int = 0
+
+
+def _words(product: str) -> list[str]:
+    return [word for word in _WORD_SEPARATORS.split(product.casefold()) if word]
+
+
+def _split_type(name: str) -> tuple[str, str]:
+    """A card type's product and what follows it (``NVIDIA-A100/mig-1g.5gb-mixed`` → product, ``mig-1g.5gb-mixed``),
+    the latter lower-cased."""
+    product, _, rest = name.partition("/")
+    return product, rest.casefold()
+
+
+@dataclass(frozen=True)
+class _WordIndex:
+    """Sorted keys ``<rest>\x01<word>-<word>…`` (a product's words from some word on) with the type each is of:
+    every type whose words extend a written run of words is found by two bisections."""
+
+    keys: list[str]
+    names: list[str]
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> _WordIndex:
+        ordered = sorted(pairs)
+        return cls([key for key, _ in ordered], [name for _, name in ordered])
+
+    def extending(self, rest: str, words: list[str]) -> list[str]:
+        """The types (each once, sorted) with keys that are ``words``, or ``words`` followed by more words."""
+        run = f"{rest}\x01{'-'.join(words)}"
+        low = bisect.bisect_left(self.keys, run)
+        exact = bisect.bisect_right(self.keys, run, low)
+        # keys starting with run + "-" sort from there up to run + "." ("." follows "-"; words hold no "-")
+        high = bisect.bisect_left(self.keys, run + ".", exact)
+        names = self.names[low:exact] + self.names[bisect.bisect_left(self.keys, run + "-", exact):high]
+        return sorted(set(names))
+
+
 @dataclass(frozen=True)
 class CardCatalog:
     """Every card type some node offers, by name."""
@@ -134,6 +187,65 @@ class CardCatalog:
     def _counted(self) -> list[tuple[str, Counter[str]]]:
         """The index the suggestion search uses, built once per catalog: each name with its characters counted."""
         return [(name, Counter(name)) for name in self.entries]
+
+    @functools.cached_property
+    def _word_indexes(self) -> tuple[_WordIndex, _WordIndex]:
+        """The indexes :meth:`suggest` uses, built once per catalog: products by their words from the first, and
+        from each later word (at most :data:`MAX_INDEXED_TOKENS` places per type)."""
+        starts: list[tuple[str, str]] = []
+        inner: list[tuple[str, str]] = []
+        for name in self.entries:
+            product, rest = _split_type(name)
+            words = _words(product)[:MAX_INDEXED_TOKENS]
+            for place in range(len(words)):
+                (inner if place else starts).append((f"{rest}\x01{'-'.join(words[place:])}", name))
+        return _WordIndex.of(starts), _WordIndex.of(inner)
+
+    def suggest(self, name: str, limit: int = MAX_SUGGESTED) -> Suggestion:
+        """The discovered types a card type no node offers most likely meant, as GPU feature discovery names
+        products (``NVIDIA-A100-SXM4-80GB``, ``NVIDIA-H100-80GB-HBM3``, ``Tesla-T4``) and people write them
+        (``NVIDIA-A100``, ``H100``, ``NVIDIA-T4``), the first rule that finds any:
+
+        1. the types whose product extends the written one word by word, case aside (``NVIDIA-A100`` →
+           ``NVIDIA-A100-SXM4-40GB``, ``NVIDIA-A100-SXM4-80GB``; not ``NVIDIA-A1000``), with the same MIG or MPS
+           suffix, if any (``NVIDIA-A100/mig-1g.5gb-mixed`` → ``NVIDIA-A100-SXM4-40GB/mig-1g.5gb-mixed``);
+        2. the types whose product has the written words further in (``H100`` → ``NVIDIA-H100-PCIe``);
+        3. the same two with the first written word (a vendor: ``NVIDIA-T4`` → ``Tesla-T4``) left out, when a word
+           with a digit (a model) remains;
+        4. :meth:`closest`, the edit-distance match of a typo (``NVIDIA-A10O`` → ``NVIDIA-A100``).
+
+        All the types a rule finds are counted, the first ``limit`` named. Bounded like :meth:`closest`: rules 1-3
+        are bisections of indexes built once per catalog (and take the matching types), rule 4 is
+        :meth:`closest`; the answer is remembered."""
+        remembered = self.memo.get(("suggest", name, limit))
+        if isinstance(remembered, Suggestion):
+            return remembered
+        found = self._suggest(name)
+        if found is None:
+            closest = self.closest(name)
+            suggestion = Suggestion((closest,), 1) if closest is not None else Suggestion()
+        else:
+            suggestion = Suggestion(tuple(found[:limit]), len(found))
+        if len(name) <= 256:
+            if len(self.memo) >= MAX_MEMO:
+                self.memo.clear()
+            self.memo[("suggest", name, limit)] = suggestion
+        return suggestion
+
+    def _suggest(self, name: str) -> list[str] | None:
+        product, rest = _split_type(name)
+        words = _words(product)
+        if not words or len(words) > MAX_INDEXED_TOKENS:
+            return None
+        tries = [words]
+        if len(words) > 1 and any(char.isdigit() for word in words[1:] for char in word):
+            tries.append(words[1:])
+        for written in tries:
+            for index in self._word_indexes:
+                found = [candidate for candidate in index.extending(rest, written) if candidate != name]
+                if found:
+                    return found
+        return None
 
     def closest(self, name: str) -> str | None:
         """The discovered type a typo most likely meant (``NVIDIA-A10O`` → ``NVIDIA-A100``): the best difflib ratio

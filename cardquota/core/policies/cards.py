@@ -18,7 +18,7 @@ from cardquota.core import keys
 from cardquota.core.quantity import whole_units
 from cardquota.core.quota import card_alternatives, clipped
 from cardquota.core.resources import is_card_resource
-from cardquota.core.snapshot import MAX_MEMO, CardCatalog, ClusterSnapshot
+from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
 from cardquota.core.violations import Violation, annotation_path, shown
 
 _MPS_TYPE = "/mps-"
@@ -275,8 +275,8 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
 
 
 def unknown_type_warnings(card_types: Iterable[str], snapshot: ClusterSnapshot) -> list[str]:
-    """Card types no node offers, when the nodes are known: one warning naming a few (each with the closest
-    discovered type, so the suggestion search runs at most :data:`MAX_NAMED` times) and counting the rest."""
+    """Card types no node offers, when the nodes are known: one warning naming a few (each with what it most likely
+    meant, so the suggestion search runs at most :data:`MAX_NAMED` times) and counting the rest."""
     catalog = snapshot.catalog()
     if not snapshot.complete or not catalog.entries:
         return []
@@ -284,15 +284,30 @@ def unknown_type_warnings(card_types: Iterable[str], snapshot: ClusterSnapshot) 
     if not unknown:
         return []
     if len(unknown) == 1:
-        closest = catalog.closest(unknown[0])
-        hint = f" (did you mean {closest}?)" if closest else ""
-        return [f"card type {clipped(unknown[0])} is not offered by any node{hint}"]
-    named = []
-    for card in unknown[:MAX_NAMED]:
-        closest = catalog.closest(card)
-        named.append(clipped(card) + (f" (did you mean {closest}?)" if closest else ""))
+        return [f"card type {clipped(unknown[0])} is not offered by any node"
+                f"{did_you_mean(catalog, unknown[0], MAX_SUGGESTED)}"]
+    named = [clipped(card) + did_you_mean(catalog, card, MAX_SUGGESTED_EACH) for card in unknown[:MAX_NAMED]]
     more = f" and {len(unknown) - MAX_NAMED:,} more" if len(unknown) > MAX_NAMED else ""
     return [f"{len(unknown):,} card types are not offered by any node: {', '.join(named)}{more}"]
+
+
+MAX_SUGGESTED_EACH = 2
+"""Discovered types suggested for each of several unknown types in one warning (one alone gets
+:data:`~cardquota.core.snapshot.MAX_SUGGESTED`)."""
+
+
+def did_you_mean(catalog: CardCatalog, card: str, limit: int) -> str:
+    """`` (did you mean NVIDIA-A100-SXM4-40GB or NVIDIA-A100-SXM4-80GB?)`` — every discovered type ``card`` most
+    likely meant (:meth:`CardCatalog.suggest`), the first ``limit`` named and the rest counted; empty for none."""
+    suggestion = catalog.suggest(card, limit)
+    names = [clipped(name) for name in suggestion.names]
+    if not names:
+        return ""
+    if suggestion.total > len(names):
+        return f" (did you mean one of {', '.join(names)} and {suggestion.total - len(names):,} more?)"
+    if len(names) == 1:
+        return f" (did you mean {names[0]}?)"
+    return f" (did you mean {', '.join(names[:-1])} or {names[-1]}?)"
 
 
 MAX_LISTED = 8
