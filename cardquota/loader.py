@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from cardquota.core.errors import InputError
+from cardquota.core.objects import given_name
 from cardquota.core.violations import type_name
 from cardquota.core.yamltext import load_documents
 
@@ -117,6 +118,5 @@ def _objects(value: object, where: str) -> list[Document]:
 
 
 def _check_metadata(value: Mapping[str, Any], where: str) -> None:
-    metadata = value.get("metadata")
-    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+    if not given_name(value.get("metadata")):  # generateName is enough, as for kubectl create
         raise InputError(f"{value['kind']} has no metadata.name", where=where)

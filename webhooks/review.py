@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from cardquota.core.objects import completed
 from cardquota.core.verdict import MAX_WARNING_RUNES, PatchOperation, Verdict
 
 API_VERSION = "admission.k8s.io/v1"
@@ -224,16 +225,7 @@ def encode_patch(patch: Sequence[PatchOperation]) -> str:
 
 
 def _completed(manifest: Mapping[str, Any] | None, name: str, namespace: str) -> Mapping[str, Any] | None:
-    if manifest is None:
-        return None
-    metadata = manifest.get("metadata")
-    metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
-    if not metadata.get("name"):
-        generated = metadata.get("generateName")
-        metadata["name"] = name or (f"{generated}*" if isinstance(generated, str) and generated else "(unnamed)")
-    if namespace and not metadata.get("namespace"):
-        metadata["namespace"] = namespace
-    return {**manifest, "metadata": metadata}
+    return None if manifest is None else completed(manifest, name, namespace)
 
 
 def _text(value: object) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +10,7 @@ import jsonpatch
 
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest
+from cardquota.core.objects import Manifest, completed, given_name, is_generated
 from cardquota.core.snapshot import kind_of
 from cardquota.core.verdict import PatchOperation, Verdict
 from cardquota.loader import Document
@@ -19,7 +19,10 @@ Identity = tuple[str, str, str, str]
 """(API group, kind, namespace, name)."""
 
 NAMESPACED = frozenset({"Pod", "PodGroup", "Job", "ConfigMap", "Deployment", "StatefulSet", "ReplicaSet",
-                        "DaemonSet", "CronJob", "HorizontalPodAutoscaler", "Service", "Secret"})
+                        "DaemonSet", "CronJob", "HorizontalPodAutoscaler", "Service", "Secret",
+                        # upstream workload kinds no rule concerns (shown in their namespace all the same)
+                        "Workflow", "CronWorkflow", "PipelineRun", "TaskRun", "JobSet", "Workload", "RayJob",
+                        "RayCluster", "PyTorchJob", "TFJob", "MPIJob"})
 
 
 def identity(manifest: Manifest) -> Identity:
@@ -30,8 +33,51 @@ def identity(manifest: Manifest) -> Identity:
     namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
     if not isinstance(namespace, str) or not namespace:
         namespace = "default" if kind in NAMESPACED else ""
-    name = metadata.get("name") if isinstance(metadata, dict) else None
-    return (api_version.rpartition("/")[0], kind, namespace, str(name or ""))
+    return (api_version.rpartition("/")[0], kind, namespace, given_name(metadata))
+
+
+def to_admit(manifest: Manifest, existing: Mapping[Identity, Manifest]) -> tuple[Identity, Manifest, Manifest | None]:
+    """What the webhooks would be asked about a manifest ``kubectl apply`` sends: its identity (an object with only
+    ``generateName`` is ``<generateName>*``, always a CREATE), the object as the policy reads it (named, see
+    :func:`completed`; for an object already in the cluster, the manifest merged onto it as ``kubectl apply``
+    merges: see :func:`applied`) and the old object (None for a CREATE)."""
+    key = identity(manifest)
+    old = None if is_generated(key[3]) else existing.get(key)
+    new = completed(manifest) if old is None else applied(manifest, old)
+    return key, new, old
+
+
+def stored_as(admitted: Manifest, existing: Mapping[Identity, Manifest]) -> tuple[Identity, Manifest]:
+    """The key and object under which an admitted object joins the cluster for the documents after it: objects
+    created from the same ``generateName`` are different objects (``train-*``, ``train-*2``, …)."""
+    key = identity(admitted)
+    if not is_generated(key[3]):
+        return key, admitted
+    serial, name = 1, key[3]
+    while (key[0], key[1], key[2], name) in existing:
+        serial += 1
+        name = f"{key[3]}{serial}"
+    return (key[0], key[1], key[2], name), {**admitted, "metadata": {**admitted.get("metadata", {}), "name": name}}
+
+
+def applied(manifest: Manifest, live: Manifest) -> Manifest:
+    """The object ``kubectl apply`` makes of a manifest for an object that exists: the manifest's maps merged onto
+    the live object's (fields it leaves out are kept, lists it sets replace the live ones) and the live status
+    carried (``status`` is a subresource apply does not write)."""
+    merged = _merged(live, {key: value for key, value in manifest.items() if key != "status"})
+    if "status" in live:
+        merged["status"] = live["status"]
+    elif "status" in manifest:
+        merged["status"] = manifest["status"]
+    return merged
+
+
+def _merged(live: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(live)
+    for key, value in patch.items():
+        before = merged.get(key)
+        merged[key] = _merged(before, value) if isinstance(before, Mapping) and isinstance(value, Mapping) else value
+    return merged
 
 
 def validate(documents: Sequence[Document]) -> None:

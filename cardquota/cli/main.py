@@ -19,7 +19,16 @@ from typing import NoReturn, TextIO, TypeVar
 
 from cardquota import __version__
 from cardquota.cli import output
-from cardquota.cli.check import CheckResult, Identity, apply_patch, identity, in_namespace, validate
+from cardquota.cli.check import (
+    CheckResult,
+    Identity,
+    apply_patch,
+    identity,
+    in_namespace,
+    stored_as,
+    to_admit,
+    validate,
+)
 from cardquota.cli.output import OutputFormat
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
@@ -369,12 +378,12 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for document in load_paths(args.files):
         if default_namespace:
             document = Document(in_namespace(document.manifest, default_namespace), document.source)
-        key = identity(document.manifest)
-        verdict = admit(document.manifest, existing.get(key), ledger.snapshot, config)
+        key, manifest, old = to_admit(document.manifest, existing)
+        verdict = admit(manifest, old, ledger.snapshot, config)
         if verdict.allowed:
-            admitted = apply_patch(document.manifest, verdict.patch)
+            stored, admitted = stored_as(apply_patch(manifest, verdict.patch), existing)
             _located(Document(admitted, document.source), ledger.upsert)
-            existing[key] = admitted
+            existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
     _write(args, out, [result.as_json() for result in results],
            lambda wide: output.check_table(results, color=_use_color(out)))

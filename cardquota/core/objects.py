@@ -45,14 +45,50 @@ class ObjectMeta(NamedTuple):
         return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
 
 
+GENERATED_MARK = "*"
+"""Ends the name an object with only ``metadata.generateName`` is shown and keyed by (``train-*``): no object name
+can contain it."""
+
+
+def given_name(metadata: object) -> str:
+    """The object's name: ``metadata.name``, else ``metadata.generateName`` followed by ``*`` (the API server
+    generates the rest on create; ``kubectl create -f`` accepts such objects), else ""."""
+    if not isinstance(metadata, Mapping):
+        return ""
+    name = metadata.get("name")
+    if isinstance(name, str) and name:
+        return name
+    generated = metadata.get("generateName")
+    return generated + GENERATED_MARK if isinstance(generated, str) and generated else ""
+
+
+def is_generated(name: str) -> bool:
+    """Whether a name from :func:`given_name` stands for one the API server will generate."""
+    return name.endswith(GENERATED_MARK)
+
+
+def completed(manifest: Manifest, name: str = "", namespace: str = "") -> Manifest:
+    """The object as a policy reads it: ``metadata.name`` filled (``name`` when given, as an admission request
+    gives it, else the :func:`given_name`, else ``(unnamed)``) and ``metadata.namespace`` filled from
+    ``namespace`` when the object leaves it out. The webhooks and ``cardquota check`` both read objects so."""
+    metadata = manifest.get("metadata")
+    metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
+    if not (isinstance(metadata.get("name"), str) and metadata["name"]):
+        metadata["name"] = name or given_name(metadata) or "(unnamed)"
+    if namespace and not metadata.get("namespace"):
+        metadata["namespace"] = namespace
+    return {**manifest, "metadata": metadata}
+
+
 def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
-    """The identity, labels and annotations of any object, validated."""
+    """The identity, labels and annotations of any object, validated (an object with only
+    ``metadata.generateName`` is named by :func:`given_name`)."""
     kind = manifest.get("kind")
     if not isinstance(kind, str) or not kind:
         raise InputError("missing or non-string 'kind'", where="kind")
     metadata = _mapping(manifest.get("metadata"), "metadata", required=True)
-    name = metadata.get("name")
-    if not isinstance(name, str) or not name:
+    name = given_name(metadata)
+    if not name:
         raise InputError(f"{kind} has no metadata.name", where="metadata.name")
     namespace = metadata.get("namespace", "default" if namespaced else "")
     if namespace is None:
