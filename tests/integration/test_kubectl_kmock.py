@@ -59,9 +59,10 @@ async def test_usage_nodes_and_explain_read_the_live_cluster(volcano_kmock: Any,
                                                  "used": 3}}
     code, text, err = await plugin("explain", "pod/solo", "--kubeconfig", config)  # the context's namespace: ml
     assert code == 1
+    said = " ".join(text.split())  # explain wraps its sentences at 80 columns
     assert ("Queue team-a has insufficient NVIDIA-A100 quota: requested 2, total would be 5, but capability is 4 "
-            "(InsufficientScalarQuota).") in text
-    assert "Held by PodGroup ml/train (3)." in text
+            "(InsufficientScalarQuota).") in said
+    assert "Held by PodGroup ml/train (3)." in said
 
 
 async def test_unknown_objects_and_check_against_the_live_cluster(volcano_kmock: Any, tmp_path: Path) -> None:
