@@ -17,6 +17,7 @@ CORE = REPO / "cardquota" / "core"
 ALLOWED_STDLIB = {
     "__future__", "collections", "dataclasses", "enum", "fractions", "json", "math", "re", "typing", "decimal",
     "functools", "itertools", "operator", "difflib", "yaml", "ipaddress", "string", "copy", "warnings", "types",
+    "bisect",
     "gc", "contextlib",  # gc only to pause the cyclic collector while a full build allocates many acyclic views
 }
 
