@@ -15,7 +15,9 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
     ``cache``."""
 
     def feed(kind: str, api_version: str) -> Any:
-        def handler(event: dict[str, Any], **_: Any) -> None:
+        # async, so Kopf runs it on the event loop (a plain function would run on Kopf's executor threads): the cache
+        # changes only there, where the admission policies read it, and never under a policy half-way through.
+        async def handler(event: dict[str, Any], **_: Any) -> None:
             manifest = event.get("object")
             if isinstance(manifest, dict):
                 cache.apply(event.get("type"), {"apiVersion": api_version, "kind": kind, **manifest})

@@ -26,7 +26,6 @@ import sys
 import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ from worst_cases import (
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import CardCatalog
 from cardquota.operator.cache import ClusterCache
+from cardquota.webhooks import server as server_module
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import MalformedReview, read_review, response
 from cardquota.webhooks.server import build_app, serve
@@ -245,25 +245,32 @@ async def test_every_worst_case_over_https(server: Server) -> None:
             assert_within_warning_budget(answer)
 
 
-async def test_a_review_whose_policy_is_held_does_not_hold_up_another(server: Server) -> None:
-    """The policy runs on a thread of its own: while one review's policy is held, the event loop answers another
-    review (had the policy run on the loop, the second could not be answered until the first was let go)."""
+async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server: Server,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a body (what grows with a 3 MiB object) runs on a policy thread: while one review's body is held
+    there, the event loop answers another review. The policy then runs on the loop — the thread where watch events
+    change the cache — so it never reads a snapshot half-way through an event."""
     held, release = threading.Event(), threading.Event()
     loop_thread = threading.get_ident()
-    threads: list[int] = []
+    readers: list[int] = []
+    judges: list[int] = []
     released: list[bool] = []
-    kinds = server.admission.kinds
+    real_read, real_judge = server_module.read_review, server_module.judge
 
-    def holding(admit: Any) -> Any:
-        def admit_held(manifest: Any, *args: Any) -> Any:
-            threads.append(threading.get_ident())
-            if manifest.get("metadata", {}).get("name") == "held":
-                held.set()
-                released.append(release.wait(30))  # (not forever: on the loop, this would block it)
-            return admit(manifest, *args)
-        return admit_held
+    def read_held(body: bytes) -> Any:
+        readers.append(threading.get_ident())
+        request = real_read(body)
+        if request.name == "held":
+            held.set()
+            released.append(release.wait(30))  # (not forever: on the loop, this would block it)
+        return request
 
-    server.admission.kinds = {key: replace(kind, admit=holding(kind.admit)) for key, kind in kinds.items()}
+    def judge_recorded(*args: Any) -> Any:
+        judges.append(threading.get_ident())
+        return real_judge(*args)
+
+    monkeypatch.setattr(server_module, "read_review", read_held)
+    monkeypatch.setattr(server_module, "judge", judge_recorded)
     first = asyncio.ensure_future(server.validate(review(pod("held", namespace="ml", card=A100, gpus=1,
                                                              queue="team-a"))))
     while not held.is_set():
@@ -276,7 +283,8 @@ async def test_a_review_whose_policy_is_held_does_not_hold_up_another(server: Se
         release.set()
     assert (await first)["allowed"] is True
     assert released == [True]  # the first was still held when the second was answered
-    assert loop_thread not in threads
+    assert loop_thread not in readers
+    assert set(judges) == {loop_thread}
 
 
 # ------------------------------------------------------------------------------------------- helpers
