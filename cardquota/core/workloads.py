@@ -3,7 +3,8 @@ template is, and how a snapshot keys them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cardquota.core.objects import Manifest
 
@@ -51,3 +52,46 @@ def template_only(manifest: Manifest) -> Manifest:
     assert isinstance(kept, dict)
     return {"apiVersion": manifest.get("apiVersion"), "kind": key[1],
             "metadata": {"name": key[3], "namespace": key[2]}, **kept}
+
+
+def count_of(value: object, default: int) -> int:
+    """A replica or member count as written (an int, or digits in a string); ``default`` otherwise (the admission
+    policies refuse such objects; the simulation reads what it can)."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return default
+
+
+def job_min_available(spec: Mapping[str, Any], tasks: Sequence[Mapping[str, Any]]) -> int:
+    """A Volcano Job's ``spec.minAvailable``; Volcano's default is every task's replicas (at least 1)."""
+    replicas = sum(count_of(task.get("replicas"), 0) for task in tasks)
+    return count_of(spec.get("minAvailable"), replicas or 1)
+
+
+def gang_pod_counts(tasks: Sequence[Mapping[str, Any]], min_available: int) -> list[int]:
+    """How many pods of each task a Volcano Job's gang holds — the pods its job controller adds up into the
+    PodGroup's ``spec.minResources`` (``calcPGMinResources``), what the job needs to be enqueued: when
+    ``minAvailable`` is below the tasks' own ``minAvailable`` (default: their replicas) added up, the first
+    ``minAvailable`` pods in task order; otherwise each task's ``minAvailable`` pods, then the other replicas in task
+    order until ``minAvailable`` pods are counted. (Volcano orders tasks by priority class first; offline, the
+    classes' values are unknown and the tasks keep their order.) One count per task, in order."""
+    shapes = []
+    for task in tasks:
+        replicas = count_of(task.get("replicas"), 0)
+        shapes.append((replicas, min(count_of(task.get("minAvailable"), replicas), replicas)))
+    counts = [0] * len(shapes)
+    left = min_available
+    if min_available < sum(task_minimum for _, task_minimum in shapes):
+        passes = [[replicas for replicas, _ in shapes]]
+    else:
+        passes = [[task_minimum for _, task_minimum in shapes], [replicas for replicas, _ in shapes]]
+    for limits in passes:
+        for index, limit in enumerate(limits):
+            taken = min(max(limit - counts[index], 0), left)
+            counts[index] += taken
+            left -= taken
+    return counts

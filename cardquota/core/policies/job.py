@@ -5,8 +5,13 @@
   the template must request the card type's resource (denials name the task and the expected resource).
 * each task's template also gets the pod rules that are not about cards: mGPU requests and the crossquota scoring
   strategy (the Pod policy's own rule functions), at the template's path;
-* mutation: a Job with no card.request whose tasks name cards gets one — replicas x cards per pod, per card key —
-  and that request must fit its queue like a written one.
+* each task's template also gets the pod rules' affinity-typo warning (``nodeAffinity.requiredDuringScheduling…``
+  misspelt), at the template's path;
+* mutation: a Job with no card.request whose tasks name cards gets one — what the gang needs to be enqueued: the
+  cards of the pods Volcano counts in the PodGroup's minResources (``minAvailable``'s pods, see
+  :func:`cardquota.core.workloads.gang_pod_counts`), per card key — and that request must fit its queue like a
+  written one; an elastic Job whose every replica together needs more than the queue's quota is allowed with a
+  warning giving the numbers (the pods beyond the quota wait for cards, as ``simulate`` shows).
 """
 
 from __future__ import annotations
@@ -23,17 +28,20 @@ from cardquota.core.policies.cards import (
     card_count,
     card_name_resource_violations,
     job_tasks_violation,
+    quota_allows,
     request_against_queue,
 )
 from cardquota.core.policies.common import ratcheting
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
+from cardquota.core.policies.pod import affinity_typo_warnings
 from cardquota.core.policies.podgroup import read_request_header
-from cardquota.core.quota import card_alternatives, card_name_problem
+from cardquota.core.quota import card_alternatives, card_name_problem, clipped
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import Violation, shown
+from cardquota.core.workloads import gang_pod_counts, job_min_available
 
 
 @ratcheting
@@ -61,20 +69,26 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
                     f"task {shown(task.name)} uses {', '.join(map(shown, missing))}, which the Job's "
                     f"{keys.CARD_REQUEST} does not request",
                 ))
-    elif tasks:
-        wanted = _derived_request(tasks)
+    warnings: list[str] = [*_template_pod_warnings(manifest)]
+    full: dict[str, int] = {}
+    if not request.present and tasks:
+        wanted = _derived_request(tasks, _gang_counts(manifest))
+        full = _derived_request(tasks, None)
         if wanted:
             patch = set_annotation(manifest, keys.CARD_REQUEST, json.dumps(wanted, separators=(",", ":")))
-    warnings: list[str] = []
     if wanted and header.queue_ok and request.ok:
-        fit, warnings = request_against_queue(wanted, header.queue, snapshot, CARD_REQUEST_PATH)
+        fit, fit_warnings = request_against_queue(wanted, header.queue, snapshot, CARD_REQUEST_PATH)
         violations.extend(fit)
+        warnings.extend(fit_warnings)
+        if full and not fit and full != wanted:
+            warnings.extend(_elastic_warnings(wanted, full, tasks, header.queue, snapshot))
     return decide(violations, warnings, patch)
 
 
 class _CardTask:
     def __init__(self, name: str, index: int, card_name: str, replicas: int, cards_per_pod: int) -> None:
         self.name = name
+        self.index = index
         self.card_name = card_name
         self.replicas = replicas
         self.cards_per_pod = cards_per_pod
@@ -142,17 +156,59 @@ def _template_pod_violations(manifest: Manifest) -> list[Violation]:
     return violations
 
 
+def _template_pod_warnings(manifest: Manifest) -> list[str]:
+    """The pod rules' warnings on each task's template (the affinity typos), at the template's path."""
+    spec = manifest.get("spec")
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    warnings: list[str] = []
+    for index, task in enumerate(tasks if isinstance(tasks, list) else []):
+        template = task.get("template") if isinstance(task, Mapping) else None
+        if isinstance(template, Mapping):
+            warnings.extend(f"spec.tasks[{index}].template.{warning}" for warning in affinity_typo_warnings(template))
+    return warnings
+
+
 def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = template.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     return annotations if isinstance(annotations, Mapping) else {}
 
 
-def _derived_request(tasks: list[_CardTask]) -> dict[str, int]:
-    """replicas x cards per pod, summed per card key, in task order."""
+def _gang_counts(manifest: Manifest) -> list[int]:
+    """Pods per task in the gang (what Volcano's minResources counts), by task index."""
+    spec = manifest.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    raw = spec.get("tasks")
+    tasks = [task if isinstance(task, Mapping) else {} for task in raw] if isinstance(raw, list) else []
+    return gang_pod_counts(tasks, job_min_available(spec, tasks))
+
+
+def _derived_request(tasks: list[_CardTask], gang: list[int] | None) -> dict[str, int]:
+    """Pods x cards per pod, summed per card key, in task order: the gang's pods (``gang``: pods per task index),
+    or every replica (None)."""
     request: dict[str, int] = {}
     for task in tasks:
-        amount = task.replicas * task.cards_per_pod
+        pods = task.replicas if gang is None else min(gang[task.index], task.replicas)
+        amount = pods * task.cards_per_pod
         if amount > 0:
             request[task.card_name] = request.get(task.card_name, 0) + amount
     return request
+
+
+def _elastic_warnings(wanted: Mapping[str, int], full: Mapping[str, int], tasks: list[_CardTask], queue: str,
+                      snapshot: ClusterSnapshot) -> list[str]:
+    """An elastic Job (minAvailable below its replicas) whose replicas together need more cards than its queue's
+    quota allows: it is enqueued with its gang's cards, and the pods beyond the quota stay Pending."""
+    record = snapshot.queues.get(queue)
+    if record is None or not record.quota.values:
+        return []
+    pods = sum(task.replicas for task in tasks)
+    warnings = []
+    for key, amount in full.items():
+        allowed = quota_allows(key, record.quota.values)
+        if amount > allowed:
+            warnings.append(
+                f"{keys.CARD_REQUEST} set to the gang's {wanted.get(key, 0)} {clipped(key)} (minAvailable's pods); "
+                f"all {pods} pods need {amount} {clipped(key)}, but queue {shown(queue)} allows at most {allowed}: "
+                f"at most {allowed} of those cards are ever in use, the other pods stay Pending")
+    return warnings

@@ -58,7 +58,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     violations.extend(_rebinding_violations(pod, old))
     violations.extend(mgpu_violations(manifest))
     violations.extend(scoring_strategy_violations(pod.meta.annotations))
-    warnings = _affinity_typo_warnings(manifest)
+    warnings = affinity_typo_warnings(manifest)
     patch: list[PatchOperation] = []
     if pod.card_name is not None:
         card_violations, card_warnings = _card_rules(pod, manifest, snapshot, config)
@@ -200,7 +200,8 @@ def _product_label(alternatives: tuple[str, ...], pod: Pod, catalog: CardCatalog
     return f"{vendor}/gpu.product"
 
 
-def _affinity_typo_warnings(manifest: Manifest) -> list[str]:
+def affinity_typo_warnings(manifest: Manifest) -> list[str]:
+    """A pod's (or pod template's) node affinity fields misspelt so that Kubernetes ignores them."""
     spec = manifest.get("spec")
     affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
     node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None

@@ -24,6 +24,7 @@ from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.workloads import count_of, gang_pod_counts, job_min_available
 
 VOLCANO_JOB_API = "batch.volcano.sh/"
 PODGROUP_API = "scheduling.volcano.sh/v1beta1"
@@ -81,9 +82,8 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
         name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
         raw_tasks = spec.get("tasks")
         tasks = [task for task in raw_tasks if isinstance(task, Mapping)] if isinstance(raw_tasks, list) else []
-        replicas = sum(_count(task.get("replicas"), 0) for task in tasks)
         group_annotations = {k: v for k, v in _map(metadata.get("annotations")).items() if k == keys.CARD_REQUEST}
-        min_member = _count(spec.get("minAvailable"), replicas or 1)
+        min_member = job_min_available(spec, tasks)
         group_spec: dict[str, Any] = {"queue": spec.get("queue") or keys.DEFAULT_QUEUE, "minMember": min_member}
         minimum = min_resources(tasks, min_member)
         if minimum:
@@ -108,32 +108,17 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
 
 def min_resources(tasks: Sequence[Mapping[str, Any]], min_available: int) -> dict[str, str]:
     """A Volcano Job's PodGroup ``spec.minResources`` as its job controller computes it (``calcPGMinResources``):
-    when ``minAvailable`` is below the tasks' own ``minAvailable`` (default: their replicas) added up, the requests
-    of the first ``minAvailable`` pods in task order; otherwise each task's ``minAvailable`` pods, then the other
-    replicas in task order until ``minAvailable`` pods are counted. (Volcano orders tasks by priority class first;
-    offline, the classes' values are unknown and the tasks keep their order.) Empty when a template cannot be read
-    (the Job policy refuses it)."""
-    shapes: list[tuple[dict[str, Fraction], int, int]] = []
+    the requests of the gang's pods (:func:`gang_pod_counts`, which the Job policy's derived card.request uses too).
+    Empty when a template cannot be read (the Job policy refuses it)."""
+    shapes: list[dict[str, Fraction]] = []
     for task in tasks:
         try:
-            requests = effective_requests(_map(_map(task.get("template")).get("spec")), "spec")
+            shapes.append(effective_requests(_map(_map(task.get("template")).get("spec")), "spec"))
         except InputError:
             return {}
-        replicas = _count(task.get("replicas"), 0)
-        shapes.append((requests, replicas, min(_count(task.get("minAvailable"), replicas), replicas)))
-    counts = [0] * len(shapes)
-    left = min_available
-    if min_available < sum(task_minimum for _, _, task_minimum in shapes):
-        passes = [[replicas for _, replicas, _ in shapes]]
-    else:
-        passes = [[task_minimum for _, _, task_minimum in shapes], [replicas for _, replicas, _ in shapes]]
-    for limits in passes:
-        for index, limit in enumerate(limits):
-            taken = min(max(limit - counts[index], 0), left)
-            counts[index] += taken
-            left -= taken
+    counts = gang_pod_counts(tasks, min_available)
     total: dict[str, Fraction] = {}
-    for (requests, _, _), count in zip(shapes, counts, strict=True):
+    for requests, count in zip(shapes, counts, strict=True):
         for resource, amount in requests.items():
             total[resource] = total.get(resource, Fraction(0)) + amount * count
     return {resource: format_quantity(amount, binary=resource == "memory" or resource.startswith("hugepages-"))
@@ -267,16 +252,7 @@ def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _count(value: object, default: int) -> int:
-    """A replica or member count as written (an int, or digits in a string); ``default`` otherwise (the admission
-    policies refuse such objects; a simulation reads what it can)."""
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, int):
-        return max(0, value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return default
+_count = count_of
 
 
 def _name(key: ObjectKey) -> str:

@@ -227,12 +227,14 @@ def test_alternatives_on_different_resources_are_denied() -> None:
 # ---------------------------------------------------------------------------------------------- Volcano Job
 
 
-def vcjob(request: dict[str, int] | None, *tasks: dict[str, Any], queue_name: str = "team-a") -> dict[str, Any]:
+def vcjob(request: dict[str, int] | None, *tasks: dict[str, Any], queue_name: str = "team-a",
+          min_available: int = 1) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": "training-job", "namespace": "ml"}
     if request is not None:
         metadata["annotations"] = {"volcano.sh/card.request": json.dumps(request)}
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata,
-            "spec": {"schedulerName": "volcano", "queue": queue_name, "minAvailable": 1, "tasks": list(tasks)}}
+            "spec": {"schedulerName": "volcano", "queue": queue_name, "minAvailable": min_available,
+                     "tasks": list(tasks)}}
 
 
 def task(name: str, card: str | None, replicas: int = 1, resource: str = "nvidia.com/gpu",
@@ -260,7 +262,9 @@ def test_task_template_must_request_the_card_types_resource() -> None:
 
 
 def test_job_without_request_gets_one_by_mutation() -> None:
-    job = vcjob(None, task("worker", A100, replicas=4, amount=2), task("ps", None), task("eval", A100))
+    """The gang (minAvailable 6: every pod) needs 4 x 2 + 1 cards (issue 18 item 2: minAvailable's pods)."""
+    job = vcjob(None, task("worker", A100, replicas=4, amount=2), task("ps", None), task("eval", A100),
+                min_available=6)
     verdict = check(job, cluster(team_a()))
     assert verdict.allowed
     assert [dict(op) for op in verdict.patch] == [{
@@ -270,7 +274,7 @@ def test_job_without_request_gets_one_by_mutation() -> None:
 
 
 def test_derived_request_that_can_never_fit_is_denied() -> None:
-    denied_with(check(vcjob(None, task("worker", A100, replicas=11)), cluster(team_a())),
+    denied_with(check(vcjob(None, task("worker", A100, replicas=11), min_available=11), cluster(team_a())),
                 "requests 11 NVIDIA-A100 but queue team-a allows at most 10")
 
 
