@@ -19,6 +19,10 @@ from cardquota.core.yamltext import load_documents
 
 STDIN = "-"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_INPUT_BYTES = 1 << 30
+"""The most read from one file or stdin (1 GiB): ``kubectl get nodes,queues,podgroups,pods -A -o json`` of 1,000
+nodes and 40,000 pods is ~570 MB (~240 MB as YAML). At most this plus one byte is ever read, so an endless input
+(``/dev/zero``) is refused at once."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def _read(path: str, stdin: BinaryIO | None) -> Iterator[tuple[str, bytes]]:
     if path == STDIN:
         stream = stdin if stdin is not None else sys.stdin.buffer
         try:
-            yield "<stdin>", stream.read()
+            yield "<stdin>", _bounded(stream, "<stdin>")
         except OSError as error:
             raise InputError(f"cannot read: {error.strerror or error}", where="<stdin>") from None
         return
@@ -70,9 +74,9 @@ def _read(path: str, stdin: BinaryIO | None) -> Iterator[tuple[str, bytes]]:
             if not files:
                 raise InputError("directory holds no .yaml, .yml or .json file", where=path)
             for file in files:
-                yield str(file), file.read_bytes()
+                yield str(file), _read_file(file, str(file))
         else:
-            yield path, target.read_bytes()
+            yield path, _read_file(target, path)
     except FileNotFoundError:
         raise InputError("no such file or directory", where=path) from None
     except PermissionError:
@@ -81,6 +85,21 @@ def _read(path: str, stdin: BinaryIO | None) -> Iterator[tuple[str, bytes]]:
         raise InputError(f"cannot read: {error.strerror or error}", where=path) from None
     except ValueError as error:  # e.g. an embedded NUL byte in the path
         raise InputError(f"is not a usable path: {error}", where=repr(path)) from None
+
+
+def _read_file(path: Path, name: str) -> bytes:
+    with path.open("rb") as stream:
+        return _bounded(stream, name)
+
+
+def _bounded(stream: BinaryIO, name: str) -> bytes:
+    """Everything ``stream`` holds, up to :data:`MAX_INPUT_BYTES`; beyond, a one-line refusal naming the limit."""
+    data = stream.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"is larger than {MAX_INPUT_BYTES >> 30} GiB ({MAX_INPUT_BYTES:,} bytes), the most cardquota "
+                         "reads from one input: split it (one kubectl get per kind, each file given to its own "
+                         "-f/--cluster)", where=name)
+    return data
 
 
 def _decode(data: bytes, name: str) -> str:

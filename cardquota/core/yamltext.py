@@ -22,7 +22,9 @@ MAX_NESTING = 500
 below what libyaml's composer and json.loads handle on the main thread's stack and recursion limit. The admission
 webhooks accept what the API server accepts instead (webhooks/review.py: 10,000 levels)."""
 
-_Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YAML_LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader on libyaml (C) where PyYAML was built with it, else the pure-Python one."""
+_Loader = YAML_LOADER
 
 
 def load_documents(text: str) -> Iterator[tuple[int, Any]]:
@@ -35,6 +37,11 @@ def load_documents(text: str) -> Iterator[tuple[int, Any]]:
         if value is not _NOT_JSON:
             yield 1, value
             return
+    try:
+        yield from _built_documents(text)
+        return
+    except _Unusual:
+        pass  # (nothing was yielded: a value the fast reader leaves to PyYAML's constructors is seen first)
     _check_nesting(text)
     index = 0
     try:
@@ -45,6 +52,114 @@ def load_documents(text: str) -> Iterator[tuple[int, Any]]:
     except Exception as error:  # PyYAML's constructors raise KeyError, IndexError, … on badly tagged values
         raise InputError(f"has a value that cannot be read ({type(error).__name__}: {error})",
                          where=f"document {index + 1}") from None
+
+
+class _Unusual(Exception):
+    """The text holds what :func:`_built_documents` leaves to PyYAML's composer and constructors."""
+
+
+_RESOLVER: Any = yaml.resolver.Resolver()  # (untyped)
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "timestamp"))
+_STR_TAG = "tag:yaml.org,2002:str"
+MAX_REMEMBERED_SCALARS = 65_536
+"""Plain scalars whose value :func:`_built_documents` remembers (a cluster dump repeats a few thousand)."""
+
+
+def _built_documents(text: str) -> Iterator[tuple[int, Any]]:
+    """:func:`load_documents` for YAML, in one pass over libyaml's events: values built as the events come (no
+    node graph held, so memory is the values'), nesting counted on the way (libyaml's parser does not recurse).
+    The values are PyYAML's (SafeConstructor's scalar constructors, the resolver's implicit tags); anything but
+    plain maps, lists and scalars — an anchor, an alias, an explicit tag, a merge key, a collection as a key —
+    raises :class:`_Unusual` before any document is yielded, and PyYAML's loader reads the text instead.
+
+    Documents are yielded only once the whole text is read (as PyYAML's loader would not have failed on a later
+    one before, nor will it here)."""
+    parser = _Loader(text)
+    documents: list[tuple[int, Any]] = []
+    scalars: dict[tuple[str, bool], Any] = {}
+    stack: list[list[Any] | dict[Any, Any]] = []
+    keys: list[Any] = []  # per open mapping: its pending key (_NO_KEY when the next scalar is a key)
+    value: Any = None
+    ended = 0
+    try:
+        while True:
+            event = parser.get_event()
+            kind = type(event)
+            if kind is yaml.ScalarEvent:
+                if event.anchor is not None or event.tag not in (None, "!"):
+                    raise _Unusual
+                plain = event.implicit[0]
+                if not plain:
+                    value = event.value
+                else:
+                    key = (event.value, event.tag is None)
+                    value = scalars.get(key, _NO_KEY)
+                    if value is _NO_KEY:
+                        value = _plain_scalar(event.value, event.implicit)
+                        if len(scalars) < MAX_REMEMBERED_SCALARS:
+                            scalars[key] = value
+            elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+                if event.anchor is not None or event.tag not in (None, "!"):
+                    raise _Unusual
+                if len(stack) >= MAX_NESTING:
+                    raise InputError(f"is nested more than {MAX_NESTING} levels deep", where=f"document {ended + 1}")
+                if stack and type(stack[-1]) is dict and keys[-1] is _NO_KEY:
+                    raise _Unusual  # a collection as a key
+                stack.append({} if kind is yaml.MappingStartEvent else [])
+                keys.append(_NO_KEY)
+                continue
+            elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+                value = stack.pop()
+                keys.pop()
+            elif kind is yaml.DocumentEndEvent:
+                ended += 1
+                documents.append((ended, value))
+                value = None
+                continue
+            elif kind is yaml.StreamEndEvent:
+                break
+            elif kind is yaml.AliasEvent:
+                raise _Unusual
+            else:  # stream and document starts
+                continue
+            if not stack:
+                continue  # a document's root: kept in value until its end
+            top = stack[-1]
+            if type(top) is list:
+                top.append(value)
+            elif keys[-1] is _NO_KEY:
+                if value == "<<" and event.implicit[0] and type(value) is str:
+                    raise _Unusual  # a merge key
+                try:
+                    hash(value)
+                except TypeError:
+                    raise _Unusual from None
+                keys[-1] = value
+            else:
+                top[keys[-1]] = value
+                keys[-1] = _NO_KEY
+    except yaml.YAMLError as error:
+        raise InputError(_yaml_problem(error), where=f"document {ended + 1}") from None
+    except (InputError, _Unusual):
+        raise
+    except Exception:  # a scalar PyYAML's constructors refuse ("2026-13-45" as a timestamp): its reader says how
+        raise _Unusual from None
+    finally:
+        parser.dispose()
+    yield from documents
+
+
+_NO_KEY = object()
+
+
+def _plain_scalar(text: str, implicit: tuple[bool, bool]) -> Any:
+    tag = _RESOLVER.resolve(yaml.ScalarNode, text, implicit)
+    if tag == _STR_TAG:
+        return text
+    if tag not in _PLAIN_TAGS:
+        raise _Unusual  # (the "=" value tag and other resolutions SafeConstructor cannot construct)
+    return _CONSTRUCTOR.yaml_constructors[tag](_CONSTRUCTOR, yaml.ScalarNode(tag, text))
 
 
 def load_one(text: str) -> Any:
@@ -67,9 +182,7 @@ def _json(text: str) -> Any:
         raise InputError(f"is nested more than {MAX_NESTING} levels deep", where="document 1") from None
     except ValueError:
         return _NOT_JSON  # not JSON after all (YAML flow style, several documents): read it as YAML
-    if depth(value) > MAX_NESTING:
-        raise InputError(f"is nested more than {MAX_NESTING} levels deep", where="document 1")
-    return value
+    return value  # (no deeper than MAX_NESTING: json_nesting_exceeds measured the text json.loads read)
 
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
