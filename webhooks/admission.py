@@ -13,14 +13,14 @@ from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.verdict import Verdict, allow, deny
 from cardquota.core.violations import Violation
 from cardquota.operator.cache import ClusterCache
-from cardquota.webhooks import job, node, pod, podgroup, queue, schedconf, workload
+from cardquota.webhooks import cronjob, job, node, pod, podgroup, queue, schedconf, workload
 from cardquota.webhooks.kinds import AdmittedKind, FailureMode
 from cardquota.webhooks.review import AdmissionRequest
 
 log = logging.getLogger("cardquota.webhooks")
 
 ADMITTED: dict[tuple[str, str], AdmittedKind] = {
-    kind.key: kind for kind in (*(module.WEBHOOK for module in (queue, podgroup, job, pod, node, schedconf)),
+    kind.key: kind for kind in (*(module.WEBHOOK for module in (queue, podgroup, job, cronjob, pod, node, schedconf)),
                                 *workload.WEBHOOKS)
 }
 

@@ -26,6 +26,7 @@ from volcano_crds import patched_crd
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
+from cardquota.core.policies.cronjob import admit as admit_volcano_cronjob
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.policies.schedconf import admit as admit_schedconf
 from cardquota.core.policies.schedconf import conf_violations
@@ -700,4 +701,41 @@ def test_a_workload_the_match_condition_skips_is_one_the_workload_policy_leaves_
     deployment = _deployment(template_pod)
     if not _matches(VALIDATE_DEPLOYMENTS, deployment):
         verdict = admit_workload(deployment, None, EXAMPLE_SNAPSHOT, PolicyConfig())
+        assert (verdict.allowed, verdict.warnings, verdict.patch) == (True, (), ()), verdict
+
+
+VALIDATE_VOLCANO_CRONJOBS = _condition("volcanocronjobs.validate.cardquota.io")
+
+
+def _volcano_cronjob(template_pod: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    job_template: dict[str, Any] = {"spec": {"queue": "default", "tasks": [
+        {"name": "w", "replicas": 1, "template": {"metadata": template_pod["metadata"],
+                                                  "spec": template_pod["spec"]}}]}}
+    if annotations is not None:
+        job_template["metadata"] = {"annotations": annotations}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "CronJob", "metadata": {"name": "c"},
+            "spec": {"schedule": "0 2 * * *", "jobTemplate": job_template}}
+
+
+def test_volcano_cronjob_match_condition_looks_at_the_job_template() -> None:
+    """Issue 18 item 5: a Volcano CronJob whose job template carries a card goes to the webhook, a plain one not."""
+    assert _matches(VALIDATE_VOLCANO_CRONJOBS, _volcano_cronjob(pod("p", card="NVIDIA-A100", gpus=1)))
+    assert _matches(VALIDATE_VOLCANO_CRONJOBS, _volcano_cronjob(pod("p", gpus=1)))
+    plain = pod("p", containers=[container(requests={"cpu": "1"})])
+    assert _matches(VALIDATE_VOLCANO_CRONJOBS, _volcano_cronjob(plain, {"volcano.sh/card.request": '{"A":1}'}))
+    assert not _matches(VALIDATE_VOLCANO_CRONJOBS, _volcano_cronjob(plain))
+    assert not _matches(VALIDATE_VOLCANO_CRONJOBS, {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "CronJob",
+                                                    "metadata": {"name": "c"}, "spec": {"schedule": "@daily"}})
+
+
+@given(annotations=_annotations, requests=_resources, limits=_resources, init=st.one_of(st.none(), _resources))
+def test_a_volcano_cronjob_the_match_condition_skips_is_one_the_policy_leaves_alone(
+    annotations: dict[str, str], requests: dict[str, str], limits: dict[str, str], init: dict[str, str] | None,
+) -> None:
+    """Issue 18 item 5: whatever the condition skips, the CronJob policy would have allowed unchanged."""
+    template_pod = pod("p", annotations=annotations, containers=[container(requests=requests, limits=limits)],
+                       init_containers=None if init is None else [container(limits=init)])
+    cronjob = _volcano_cronjob(template_pod)
+    if not _matches(VALIDATE_VOLCANO_CRONJOBS, cronjob):
+        verdict = admit_volcano_cronjob(cronjob, None, EXAMPLE_SNAPSHOT, PolicyConfig())
         assert (verdict.allowed, verdict.warnings, verdict.patch) == (True, (), ()), verdict

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cardquota.core.policies import cronjob as cronjob_policy
 from cardquota.core.policies import job as job_policy
 from cardquota.core.policies import node as node_policy
 from cardquota.core.policies import pod as pod_policy
@@ -16,6 +17,7 @@ POLICIES: dict[tuple[str, str], Admit] = {
     ("scheduling.volcano.sh", "Queue"): queue_policy.admit,
     ("scheduling.volcano.sh", "PodGroup"): podgroup_policy.admit,
     ("batch.volcano.sh", "Job"): job_policy.admit,
+    ("batch.volcano.sh", "CronJob"): cronjob_policy.admit,
     ("", "Pod"): pod_policy.admit,
     ("", "Node"): node_policy.admit,
     ("", "ConfigMap"): schedconf_policy.admit,
