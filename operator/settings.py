@@ -193,14 +193,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service-account", help="the operator's own service account, whose writes the webhooks "
                         f"never refuse (env {ENV_SERVICE_ACCOUNT}; default {defaults.service_account})")
     parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default {defaults.host})")
-    parser.add_argument("--port", type=int, help=f"HTTPS port of the admission server (env {ENV_WEBHOOK_PORT}; "
+    parser.add_argument("--port", "--webhook-port-number", dest="port", type=int,
+                        help=f"HTTPS port of the admission server (env {ENV_WEBHOOK_PORT}; "
                         f"default {defaults.port})")
-    parser.add_argument("--card-aware-scheduler", dest="schedulers", action="append",
+    parser.add_argument("--card-aware-scheduler", "--schedulers", dest="schedulers", action="append",
                         help=f"scheduler that enforces card quotas, repeatable (env {ENV_SCHEDULERS}, "
                         "comma-separated; default volcano)")
     parser.add_argument("--scheduler-configmap", help=f"name of the Volcano scheduler ConfigMap (env "
                         f"{ENV_SCHEDULER_CONFIGMAP}; default {defaults.scheduler_configmap})")
-    parser.add_argument("--failure-mode", dest="failure_modes", action="append", default=[], metavar="KIND=MODE",
+    parser.add_argument("--failure-mode", "--failure-modes", dest="failure_modes", action="append", default=[],
+                        metavar="KIND=MODE",
                         help="open or closed per kind when cardquota cannot check, repeatable (env "
                         f"{ENV_FAILURE_MODES}, comma-separated; defaults: Pod=open, Node=open, others closed)")
     parser.add_argument("--tls-secret", help=f"Secret holding the CA and serving certificate (env {ENV_TLS_SECRET}; "
@@ -217,7 +219,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-grace-period", type=float, help="seconds a renewed CA is in the webhooks' caBundle "
                         "before the serving certificate switches to it, and the old CA stays after the switch (env "
                         f"{ENV_CERT_GRACE_PERIOD}; default {defaults.cert_grace_period:g})")
-    parser.add_argument("--metrics-port", type=int, help="plain-HTTP port for /metrics, /healthz and /readyz (env "
+    parser.add_argument("--metrics-port", "--metrics-port-number", dest="metrics_port", type=int,
+                        help="plain-HTTP port for /metrics, /healthz and /readyz (env "
                         f"{ENV_METRICS_PORT}; default {defaults.metrics_port})")
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], help="json for machines, text for "
                         f"humans (env {ENV_LOG_FORMAT}; default {defaults.log_format.value})")

@@ -206,7 +206,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     extender_defaults = settings.ExtenderSettings()
     extender.add_argument("--host", help=f"address to listen on (env {settings.ENV_HOST}; default "
                           f"{extender_defaults.host})")
-    extender.add_argument("--port", type=int, help=f"HTTP port (env {settings.ENV_EXTENDER_PORT}; default "
+    extender.add_argument("--port", "--extender-port-number", dest="port", type=int,
+                          help=f"HTTP port (env {settings.ENV_EXTENDER_PORT}; default "
                           f"{extender_defaults.port})")
     extender.add_argument("--scheduler-conf", metavar="FILE",
                           help="volcano-scheduler.conf, for the plugins' arguments (the scheduler ConfigMap "

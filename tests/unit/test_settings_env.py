@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import ast
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,25 @@ def test_a_bad_failure_mode_on_the_command_line_names_the_option() -> None:
     code, err = _cli(["operator", "--dev", "--failure-mode", "Pod=never"])
     assert code == 2
     assert err.startswith("cardquota: error: --failure-mode: 'Pod=never': expected KIND=open|closed")
+
+
+def _option_names(command: str) -> set[str]:
+    """Every long option of ``cardquota <command>``, as the variable name the CARDQUOTA_<OPTION> rule makes of it."""
+    from cardquota.cli.main import build_parser
+
+    parser = build_parser("cardquota")
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return {"CARDQUOTA_" + option.removeprefix("--").replace("-", "_").upper()
+            for action in commands.choices[command]._actions for option in action.option_strings
+            if option.startswith("--")}
+
+
+@pytest.mark.parametrize("command", ["operator", "extender"])
+def test_every_variable_is_cardquota_and_an_option_of_the_command(command: str) -> None:
+    """Issue 18 item 15: each variable a command reads is CARDQUOTA_<OPTION> for one of its options (the ports, whose
+    short names Service links would set, have options named after their variables: --webhook-port-number, …)."""
+    out = io.StringIO()
+    run("cardquota", [command, "--help"], out, io.StringIO())
+    read = set(re.findall(r"\bCARDQUOTA_[A-Z_]+\b", out.getvalue())) & set(NAMES_IN_CODE)
+    assert read
+    assert read <= _option_names(command), read - _option_names(command)
