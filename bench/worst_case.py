@@ -24,7 +24,6 @@ import statistics
 import sys
 import threading
 import time
-import tracemalloc
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from measuring import peak_bytes
 from worst_cases import Case, cases, fleet
 
 from cardquota.core.policies.config import PolicyConfig
@@ -76,15 +76,7 @@ def timed(action: Callable[[], object], repeats: int) -> list[float]:
 
 
 def peak_mib(action: Callable[[], object]) -> float:
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        action()
-        return (tracemalloc.get_traced_memory()[1] - before) / 2**20
-    finally:
-        tracemalloc.stop()
+    return peak_bytes(action) / 2**20
 
 
 def outcome(answered: dict[str, Any]) -> tuple[str, int, int]:

@@ -20,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import difflib
 import functools
-import gc
 import json
 import sys
 import threading
-import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import aiohttp
 import pytest
 from admission_reviews import A100, Server, client_context, review
 from builders import pod
+from measuring import counting, peak_bytes
 from worst_cases import (
     JOB,
     JSON_DEPTH_LIMIT,
@@ -290,26 +289,3 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
 # ------------------------------------------------------------------------------------------- helpers
 
 
-def counting(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> Callable[[], int]:
-    original = getattr(owner, name)
-    count = 0
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal count
-        count += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, counted)
-    return lambda: count
-
-
-def peak_bytes(action: Callable[[], object]) -> int:
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        action()
-        return tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()

@@ -13,6 +13,7 @@ import pytest
 from builders import gpu_labels, gpu_node, node, podgroup, queue
 from hypothesis import given
 from hypothesis import strategies as st
+from measuring import counting
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
@@ -216,24 +217,16 @@ def fresh_catalog() -> CardCatalog:
 
 
 def test_the_suggestion_search_is_bounded_and_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
-    ratios = 0
-    original = difflib.SequenceMatcher.ratio
-
-    def counted(self: difflib.SequenceMatcher[str]) -> float:
-        nonlocal ratios
-        ratios += 1
-        return original(self)
-
-    monkeypatch.setattr(difflib.SequenceMatcher, "ratio", counted)
+    ratios = counting(monkeypatch, difflib.SequenceMatcher, "ratio")
     catalog = fresh_catalog()
     assert catalog.closest("NVIDIA-H1O0") == "NVIDIA-H100"
-    assert 0 < ratios <= MAX_CLOSEST_CANDIDATES
-    searched = ratios
+    assert 0 < ratios() <= MAX_CLOSEST_CANDIDATES
+    searched = ratios()
     assert catalog.closest("NVIDIA-H1O0") == "NVIDIA-H100"
-    assert ratios == searched  # remembered
+    assert ratios() == searched  # remembered
     assert catalog.closest("N" * 100_000) is None  # no catalog name is within 5/3 of its length
     assert catalog.closest("") is None
-    assert ratios == searched
+    assert ratios() == searched
 
 
 # ------------------------------------------------------------------------------------------ the MIG profile

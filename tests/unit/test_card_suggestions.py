@@ -9,6 +9,7 @@ import difflib
 
 import pytest
 from builders import gpu_node, queue
+from measuring import counting
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
@@ -98,19 +99,11 @@ def test_the_word_index_is_built_once_and_the_edit_distance_stays_bounded(
     catalog = CardCatalog(dict(gfd_cluster().catalog().entries))
     assert catalog.suggest("NVIDIA-A100").total == 4
     index = catalog._word_indexes
-    ratios = 0
-    original = difflib.SequenceMatcher.ratio
-
-    def counted(self: difflib.SequenceMatcher[str]) -> float:
-        nonlocal ratios
-        ratios += 1
-        return original(self)
-
-    monkeypatch.setattr(difflib.SequenceMatcher, "ratio", counted)
+    ratios = counting(monkeypatch, difflib.SequenceMatcher, "ratio")
     assert catalog.suggest("H100").total == 3
-    assert ratios == 0  # found by the index: no edit distance computed
+    assert ratios() == 0  # found by the index: no edit distance computed
     assert catalog.suggest("NVIDIA-H20O") == Suggestion(("NVIDIA-H200",), 1)
-    assert 0 < ratios <= MAX_CLOSEST_CANDIDATES
+    assert 0 < ratios() <= MAX_CLOSEST_CANDIDATES
     assert catalog._word_indexes is index
     assert catalog.suggest("-" * 100_000) == Suggestion()
     assert catalog.suggest("A-" * 50_000) == Suggestion()  # more words than a product has: not indexed
