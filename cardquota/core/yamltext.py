@@ -248,6 +248,8 @@ def _check_nesting(text: str) -> None:
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
+    if "maximum nesting depth" in str(error):  # libyaml's own limit (1,000 levels in PyYAML 6.0.4's): deeper than ours
+        return f"is nested more than {MAX_NESTING} levels deep"
     if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
         mark = error.problem_mark
         problem = error.problem or error.context or "syntax error"

@@ -226,7 +226,8 @@ def start(container: Container, rendered: list[dict[str, Any]], folder: Path, *,
     url = f"http://127.0.0.1:{ports[str(probe['port'])]}{probe.get('path', '/')}" if probe else None
     base = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "KUBECONFIG": str(kubeconfig(folder)),
             "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    command = [mounted(argument, local) for argument in container.command()]
+    executable, *arguments = container.command()  # the local script, wherever this checkout lives (even in /tmp)
+    command = [executable, *(mounted(argument, local) for argument in arguments)]
     process = subprocess.Popen(command, env={**base, **env}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=folder)
     return Started(container, env, process, url)
