@@ -275,6 +275,10 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
     """
     containers = _sequence(pod_spec.get("containers"), f"{path}.containers")
     init_containers = _sequence(pod_spec.get("initContainers"), f"{path}.initContainers")
+    entries = _resource_entries(containers) + _resource_entries(init_containers)
+    if entries > MAX_RESOURCE_ENTRIES:
+        raise InputError(f"has {entries} resource requests and limits in its containers: cardquota reads at most "
+                         f"{MAX_RESOURCE_ENTRIES} per pod", where=path)
     if len(containers) == 1 and not init_containers and not pod_spec.get("overhead"):
         return container_requests(containers[0], f"{path}.containers[0]")  # the common pod: nothing to add up
     total: dict[str, Fraction] = {}
@@ -301,6 +305,24 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
     overhead = _mapping(pod_spec.get("overhead"), f"{path}.overhead")
     _add(total, {name: _quantity(value, f'{path}.overhead["{name}"]') for name, value in overhead.items()})
     return total
+
+
+MAX_RESOURCE_ENTRIES = 4_096
+"""Requests and limits across a pod's containers and init containers. Real pods name a handful of resources in a
+handful of containers (a few hundred entries at the very most); beyond this the exact sums cost tens of ms per
+thousand entries on the event loop, so such a pod is refused in one line instead of read."""
+
+
+def _resource_entries(containers: Sequence[Any]) -> int:
+    """How many requests and limits ``containers`` carry (counted without reading them; malformed parts count 0)."""
+    count = 0
+    for container in containers:
+        resources = container.get("resources") if type(container) is dict else None
+        if type(resources) is dict:
+            for section in ("limits", "requests"):
+                values = resources.get(section)
+                count += len(values) if type(values) is dict else 0
+    return count
 
 
 def container_requests(container: object, path: str) -> dict[str, Fraction]:

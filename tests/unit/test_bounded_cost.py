@@ -246,3 +246,26 @@ def test_the_mig_profile_is_read_in_linear_time() -> None:
     """The regex backtracks quadratically here (minutes at this size); the reading is one pass."""
     assert mig_profile("/mig-" * 50_000) is None
     assert mig_profile("A100" + "/mig-" * 50_000 + "x-mixed") == "/mig-" * 49_999 + "x"
+
+
+def test_a_pod_with_more_resource_entries_than_any_real_pod_is_refused_in_one_line() -> None:
+    """Issue 17 item 1: 3 MiB of containers naming ~128K extended resources took ~240 ms of exact sums on the event
+    loop; past MAX_RESOURCE_ENTRIES the pod is refused, naming the limit, before any quantity is read."""
+    from builders import container, pod
+
+    from cardquota.core.objects import MAX_RESOURCE_ENTRIES
+    from cardquota.core.policies.config import PolicyConfig
+    from cardquota.core.policies.pod import admit as admit_pod
+    from cardquota.core.snapshot import ClusterSnapshot
+
+    per_container = 64
+    count = MAX_RESOURCE_ENTRIES // per_container
+    containers = [container(f"c{i}", limits={f"example.com/r{r}": "1" for r in range(per_container)})
+                  for i in range(count)]
+    at_limit = admit_pod(pod("p", containers=containers), None, ClusterSnapshot(), PolicyConfig())
+    assert at_limit.allowed
+    over = admit_pod(pod("p", containers=[*containers, container("one-more", limits={"cpu": "1"})]), None,
+                     ClusterSnapshot(), PolicyConfig())
+    assert not over.allowed
+    assert over.message == (f"spec: has {MAX_RESOURCE_ENTRIES + 1} resource requests and limits in its containers: "
+                            f"cardquota reads at most {MAX_RESOURCE_ENTRIES} per pod")
