@@ -12,15 +12,20 @@ from synthetic import pod
 from cardquota.core.ledger import Ledger
 
 
-def best_of(repeats: int, action: Callable[[], object]) -> float:
-    """The fastest of several runs (after a collection): the least disturbed by the rest of the machine."""
-    times = []
+def timed(action: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` runs, each after a collection."""
+    samples = []
     for _ in range(repeats):
         gc.collect()
         start = time.perf_counter()
         action()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def best_of(repeats: int, action: Callable[[], object]) -> float:
+    """The fastest of several runs (after a collection): the least disturbed by the rest of the machine."""
+    return min(timed(action, repeats))
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import statistics
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from measuring import peak_bytes
+from timing import timed
 from worst_cases import Case, cases, fleet
 
 from cardquota.core.policies.config import PolicyConfig
@@ -63,16 +63,6 @@ def noop(body: bytes) -> bytes:
             sys.setrecursionlimit(limit)
     return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                        "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
-
-
-def timed(action: Callable[[], object], repeats: int) -> list[float]:
-    samples = []
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - start)
-    return samples
 
 
 def peak_mib(action: Callable[[], object]) -> float:
