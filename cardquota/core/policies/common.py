@@ -4,8 +4,8 @@ ratcheting updates."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest
@@ -25,6 +25,13 @@ def read_view(build: Callable[[Manifest], View], manifest: Manifest) -> tuple[Vi
         return build(manifest), []
     except InputError as error:
         return None, [Violation(error.where or "object", error.message)]
+
+
+def annotations_of(manifest: object) -> Mapping[Any, Any]:
+    """An object's (or a pod template's) ``metadata.annotations``; empty when either is missing or not a map."""
+    metadata = manifest.get("metadata") if isinstance(manifest, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def skipped(what: str) -> str:

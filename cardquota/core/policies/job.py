@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
@@ -31,7 +30,7 @@ from cardquota.core.policies.cards import (
     quota_allows,
     request_against_queue,
 )
-from cardquota.core.policies.common import ratcheting
+from cardquota.core.policies.common import annotations_of, ratcheting
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
@@ -116,7 +115,7 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
         if not isinstance(template, Mapping):
             violations.append(Violation(f"{path}.template", "must be a map"))
             continue
-        annotations = _annotations(template)
+        annotations = annotations_of(template)
         card_name = annotations.get(keys.CARD_NAME)
         if not isinstance(card_name, str):
             continue
@@ -151,7 +150,7 @@ def _template_pod_violations(manifest: Manifest) -> list[Violation]:
         if not isinstance(template, Mapping):
             continue
         prefix = f"spec.tasks[{index}].template."
-        found = [*mgpu_violations(template), *scoring_strategy_violations(_annotations(template))]
+        found = [*mgpu_violations(template), *scoring_strategy_violations(annotations_of(template))]
         violations.extend(Violation(prefix + violation.path, violation.message) for violation in found)
     return violations
 
@@ -166,12 +165,6 @@ def _template_pod_warnings(manifest: Manifest) -> list[str]:
         if isinstance(template, Mapping):
             warnings.extend(f"spec.tasks[{index}].template.{warning}" for warning in affinity_typo_warnings(template))
     return warnings
-
-
-def _annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
-    metadata = template.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def _gang_counts(manifest: Manifest) -> list[int]:

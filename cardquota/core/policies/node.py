@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cardquota.core.objects import Manifest
+from cardquota.core.policies.common import annotations_of
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import node_annotation_violations
 from cardquota.core.snapshot import ClusterSnapshot
@@ -26,7 +27,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     violations = node_annotation_violations(manifest)
     if old is None or not violations:
         return decide(violations)
-    annotations, previous = _annotations(manifest), _annotations(old)
+    annotations, previous = annotations_of(manifest), annotations_of(old)
     unchanged = {name: value for name, value in annotations.items()
                  if name in previous and _same(previous[name], value)}
     if not unchanged:
@@ -35,12 +36,6 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     denied = node_annotation_violations(_with_annotations(manifest, changed))
     kept = node_annotation_violations(_with_annotations(manifest, unchanged))
     return decide(denied, [f"{violation} ({UNCHANGED_NOTE})" for violation in kept])
-
-
-def _annotations(manifest: object) -> Mapping[Any, Any]:
-    metadata = manifest.get("metadata") if isinstance(manifest, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
 
 
 def _with_annotations(manifest: Manifest, annotations: Mapping[Any, Any]) -> dict[str, Any]:

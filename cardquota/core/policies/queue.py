@@ -22,7 +22,7 @@ from cardquota.core.crd_additions import DRA_ADDITION, restore_command
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, quota_allows, unknown_type_warnings
-from cardquota.core.policies.common import ratcheting, read_view, skipped
+from cardquota.core.policies.common import annotations_of, ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import dra_violations
 from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request
@@ -76,8 +76,7 @@ def _lowered_quota_warnings(queue: Queue, quota: CardAmounts, old: Manifest | No
     work waits), and below what its PodGroups request (they can never run) — said with the numbers."""
     if old is None or not quota.ok or not quota.present:
         return []
-    metadata = old.get("metadata")
-    before = card_quota(metadata.get("annotations") or {} if isinstance(metadata, Mapping) else {})
+    before = card_quota(annotations_of(old))
     if not before.ok:
         return []
     lowered = {card: (amount, quota.values.get(card, 0)) for card, amount in before.values.items()

@@ -174,3 +174,12 @@ def test_card_name_of_a_pending_pod_is_judged_in_full_and_unchanged_problems_rat
     verdict = admit(updated(before, **{"volcano.sh/card.note": "x"}), before, lowered, CONFIG)
     assert verdict.allowed
     assert len(carried(verdict)) == 1
+
+
+@pytest.mark.parametrize("old_metadata", [None, "garbage", {"name": "team-a", "annotations": ["not", "a", "map"]}])
+def test_an_old_object_with_unreadable_metadata_does_not_break_the_quota_lowering_check(old_metadata: Any) -> None:
+    manifest = queue("team-a", {A100: 2})
+    old = {**queue("team-a", {A100: 8}), "metadata": old_metadata}
+    verdict = admit(manifest, old, cluster(manifest), CONFIG)
+    assert verdict.allowed
+    assert not [w for w in verdict.warnings if "lowered" in w]
