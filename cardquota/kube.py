@@ -379,12 +379,7 @@ def crd_path(name: str) -> str:
 
 def read_crd(api: client.ApiClient, name: str) -> Mapping[str, Any] | None:
     """One CustomResourceDefinition; None when it is not installed."""
-    try:
-        return with_retries(lambda: _get(api, crd_path(name)))
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return None
-        raise
+    return read_object(api, crd_path(name))
 
 
 def patch_crd(api: client.ApiClient, name: str, operations: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:

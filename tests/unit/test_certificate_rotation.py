@@ -27,6 +27,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from admission_proxy import merge_patch
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
@@ -182,19 +183,6 @@ INFORMER_DELAY = datetime.timedelta(seconds=20)
 CONFIGURATIONS = Settings().webhook_configurations
 
 
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 merge patch (null removes)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = merge(merged.get(key), value)
-    return merged
-
-
 @dataclass
 class FakeApiServer:
     """The TLS Secret, with resourceVersion preconditions, and each configuration's caBundle, every change recorded
@@ -222,7 +210,7 @@ class FakeApiServer:
                 sent = body["metadata"].get("resourceVersion")
                 if sent is not None and sent != self.secret["metadata"]["resourceVersion"]:
                     raise KubeError("the object has been modified", 409)
-                written = merge(self.secret, body)
+                written = merge_patch(self.secret, body)
             self.version += 1
             self.secret_writes += 1
             written["metadata"]["resourceVersion"] = str(self.version)
