@@ -7,6 +7,7 @@ ledger can keep accounting while the admission policies turn the same violations
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -221,3 +222,9 @@ class _Pairs(list[tuple[str, object]]):
 
 def _keep_pairs(pairs: list[tuple[str, object]]) -> _Pairs:
     return _Pairs(pairs)
+
+
+def quota_allows(key: str, quota: Mapping[str, int]) -> int:
+    """The most of a card key a queue's quota can ever admit: the key's quota, or for an ``A|B`` key its
+    alternatives' quotas together (the scheduler's enqueue rule); a type the quota does not name counts 0."""
+    return sum(map(quota.get, card_alternatives(key), itertools.repeat(0)))

@@ -16,7 +16,7 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.quantity import whole_units
-from cardquota.core.quota import card_alternatives, clipped
+from cardquota.core.quota import card_alternatives, clipped, quota_allows
 from cardquota.core.resources import is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
 from cardquota.core.violations import Violation, annotation_path, shown
@@ -200,12 +200,6 @@ def _kind_of(card_type: str) -> str:
     if mig is not None:
         return f"mig-{mig}"
     return "mps" if _MPS_TYPE in card_type else _WHOLE
-
-
-def quota_allows(key: str, quota: Mapping[str, int]) -> int:
-    """The most of a card key a queue's quota can ever admit: the key's quota, or for an ``A|B`` key its
-    alternatives' quotas together (the scheduler's enqueue rule); a type the quota does not name counts 0."""
-    return sum(map(quota.get, card_alternatives(key), itertools.repeat(0)))
 
 
 def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot: ClusterSnapshot,

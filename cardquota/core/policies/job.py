@@ -27,7 +27,6 @@ from cardquota.core.policies.cards import (
     card_count,
     card_name_resource_violations,
     job_tasks_violation,
-    quota_allows,
     request_against_queue,
 )
 from cardquota.core.policies.common import annotations_of, ratcheting
@@ -36,7 +35,7 @@ from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.policies.pod import affinity_typo_warnings
 from cardquota.core.policies.podgroup import read_request_header
-from cardquota.core.quota import card_alternatives, card_name_problem, clipped
+from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import Violation, shown

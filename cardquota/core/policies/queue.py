@@ -21,11 +21,11 @@ from cardquota.core import keys
 from cardquota.core.crd_additions import DRA_ADDITION, restore_command
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
-from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, quota_allows, unknown_type_warnings
+from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
 from cardquota.core.policies.common import annotations_of, ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import dra_violations
-from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request
+from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import Violation, shown

@@ -28,7 +28,7 @@ from cardquota.core.ledger import CpuMemoryUse, Ledger
 from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
 from cardquota.core.policies.schedconf import read_bool, read_number
 from cardquota.core.quantity import format_quantity
-from cardquota.core.quota import card_alternatives, card_name_problem, card_request
+from cardquota.core.quota import card_alternatives, card_name_problem, card_request, quota_allows
 from cardquota.core.resources import is_card_resource
 from cardquota.core.scheduling.refusal import Refusal
 
@@ -106,7 +106,7 @@ def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, i
             # The job's own single-type keys among the alternatives are part of what it would use (the scheduler
             # adds the whole request to the queue's usage before checking each key).
             used += sum(request.get(card, 0) for card in alternatives)
-        limit = sum(capability.get(card, 0) for card in alternatives)
+        limit = quota_allows(key, capability)
         if used + wanted > limit:
             return Shortfall(key, wanted, used + wanted, limit)
     return None
