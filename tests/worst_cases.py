@@ -136,20 +136,29 @@ def _largest(make: Callable[[int], T], limit: int = ANNOTATIONS_LIMIT - 100) -> 
     return make(low)
 
 
-def deep_value(depth: int, leaf: str = "1") -> str:
-    """A JSON value nested ``depth`` levels (objects and arrays alternating)."""
-    opening = "".join('{"d":' if level % 2 == 0 else "[" for level in range(depth))
+def deep_value(depth: int, leaf: str = "1", *, beside: bool = False) -> str:
+    """A JSON value nested ``depth`` levels (objects and arrays alternating), with a scalar beside each level's
+    next one when ``beside``."""
+    opening = "".join(('{"a":0,"d":' if beside else '{"d":') if level % 2 == 0 else ("[0," if beside else "[")
+                      for level in range(depth))
     closing = "".join("}" if level % 2 == 0 else "]" for level in reversed(range(depth)))
     return opening + leaf + closing
 
 
-def deep_job(object_depth: int, chains: int = 1) -> str:
+FIVE_LEVELS = "[[[[[1]]]]]"
+"""A value one level deeper than the reader's shallow runs take whole (deep_json.SHALLOW_LEVELS)."""
+
+
+def deep_job(object_depth: int, chains: int = 1, *, beside: bool = False, wide: int = 0) -> str:
     """A Volcano Job nesting ``object_depth`` levels in all (the Job is level 1), under an unknown spec field
-    (the Job CRD keeps unknown fields); ``chains`` such values side by side."""
+    (the Job CRD keeps unknown fields); ``chains`` such values side by side, and ``wide`` values of FIVE_LEVELS in
+    another unknown field."""
     job = job_object(f'{{"{A100}": 1}}', [task_object("t", A100)])
     job["spec"]["deep"] = "DEEP"  # Job (1) > spec (2) > the "deep" list (3) > each chain
-    chain = deep_value(object_depth - 3)
-    return json.dumps(job).replace('"DEEP"', "[" + ", ".join([chain] * chains) + "]")
+    job["spec"]["wide"] = "WIDE"
+    chain = deep_value(object_depth - 3, beside=beside)
+    return (json.dumps(job).replace('"DEEP"', "[" + ", ".join([chain] * chains) + "]")
+            .replace('"WIDE"', "[" + ",".join([FIVE_LEVELS] * wide) + "]"))
 
 
 def _deployment(card: str, padding: int) -> dict[str, Any]:
@@ -175,6 +184,7 @@ def cases() -> list[Case]:
     big_card_name = _largest(lambda n: alternatives(n, "NVIDIA-X"))
     many_annotations = {f"example.com/note-{index:05d}": "v" * 200 for index in range(1200)}
     chain = len(deep_value(JSON_DEPTH_LIMIT - 3)) + 2
+    chain_beside = len(deep_value(JSON_DEPTH_LIMIT - 3, beside=True)) + 2
     return [
         Case("podgroup-16k-alternatives", "PodGroup",
              review_body(podgroup_object(json.dumps({huge_key: 1})), **PODGROUP),
@@ -223,6 +233,13 @@ def cases() -> list[Case]:
         Case("job-depth-10000-3mib", "Job",
              review_body(deep_job(JSON_DEPTH_LIMIT, (BODY_LIMIT - 4096) // chain), **JOB),
              f"{(BODY_LIMIT - 4096) // chain} values nested 10,000 levels side by side (3 MiB)"),
+        Case("job-depth-10000-3mib-scalars-beside", "Job",
+             review_body(deep_job(JSON_DEPTH_LIMIT, (BODY_LIMIT - 4096) // chain_beside, beside=True), **JOB),
+             f"{(BODY_LIMIT - 4096) // chain_beside} values nested 10,000 levels with a scalar beside each level"),
+        Case("job-deep-and-broad-3mib", "Job",
+             review_body(deep_job(JSON_DEPTH_LIMIT, wide=(BODY_LIMIT - chain - 4096) // (len(FIVE_LEVELS) + 1)),
+                         **JOB),
+             "a value nested 10,000 levels beside an array of 5-level values filling 3 MiB"),
         Case("pod-3mib", "Pod",
              _largest(lambda n: review_body(pod_object(A100, containers=60, padding=n), **POD), BODY_LIMIT),
              "a card pod of 3 MiB (60 containers with long env lists)"),

@@ -8,43 +8,24 @@ from __future__ import annotations
 
 import base64
 import json
-import json.decoder
-import json.scanner
-import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from cardquota.core.objects import completed
 from cardquota.core.verdict import MAX_WARNING_RUNES, PatchOperation, Verdict
+from cardquota.webhooks.deep_json import TooDeep, loads_deep
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNING_LENGTH = MAX_WARNING_RUNES
 """The API server truncates longer warnings: the Verdict cuts them (and keeps the total within budget)."""
 MAX_MESSAGE_LENGTH = 2048
-API_SERVER_JSON_NESTING = 10_000
-"""The deepest JSON the API server decodes: ``maxNestingDepth = 10000`` in sigs.k8s.io/json's
-internal/golang/encoding/json/scanner.go (imported from Go 1.17's encoding/json in 2021, unchanged since), the
-decoder of k8s.io/apimachinery/pkg/util/json and of the JSON serializer (whose ``maxDepth`` is 10000 too). A
-Volcano Job keeps unknown fields, so an object that deep is legal and reaches the webhook."""
-MAX_REVIEW_NESTING = API_SERVER_JSON_NESTING + 2
-"""A review wraps the object in two levels (``{"request": {"object": …}}``): anything deeper than this cannot come
-from the API server and is answered HTTP 400."""
-KEPT_NESTING = 100
-"""A body too deep for json.loads is read keeping values this many levels deep (no rule reads deeper than ~20:
-``spec.tasks[0].template.spec.affinity.nodeAffinity…values[0]``); deeper containers are read but kept as None."""
-_SHALLOW = 400
+_FEW_BRACKETS = 400
 """A body with at most this many opening brackets cannot nest deeper than that: json.loads reads it in place."""
 _SAFE_RECURSION_LIMIT = 5_000
 """json.loads recurses once per level on the C stack, stopped at the recursion limit (Python ≤ 3.11) or at a fixed
 C limit (3.12: ~1,500 levels; 3.13: ~10,000): up to this limit any thread's stack (≥ 2 MiB) holds the attempt."""
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_skip = cast("Callable[[str, int], re.Match[str]]", _WHITESPACE.match)  # (it always matches, maybe empty)
-_SCALAR = cast("Callable[[str, int], tuple[Any, int]]", json.scanner.make_scanner(cast(Any, json.JSONDecoder())))
-"""json's C scanner, used on scalars only (where it does not recurse); StopIteration where there is no value."""
-_STRING = cast("Callable[[str, int], tuple[str, int]]", vars(json.decoder)["scanstring"])
-"""json's C string reader: the text after an opening quote → (the string, the position after its closing quote)."""
 
 
 class MalformedReview(ValueError):
@@ -123,87 +104,19 @@ def read_review(body: bytes) -> AdmissionRequest:
 
 
 def loads(body: bytes) -> Any:
-    """The body's JSON, nested as deep as the API server's decoder allows (:data:`MAX_REVIEW_NESTING`), in time
-    linear in its size and without RecursionError on any Python: json.loads in place when it can (the body cannot be
-    deep, or the attempt succeeds), else :func:`loads_deep`. Raises MalformedReview when it is deeper than that,
+    """The body's JSON, nested as deep as the API server's decoder allows (``deep_json.MAX_REVIEW_NESTING``), in
+    time linear in its size and without RecursionError on any Python: json.loads in place when it can (the body
+    cannot be deep, or the attempt succeeds), else :func:`loads_deep`. Raises MalformedReview when it is deeper,
     ValueError when it is not JSON."""
-    if sys.getrecursionlimit() <= _SAFE_RECURSION_LIMIT or body.count(b"[") + body.count(b"{") <= _SHALLOW:
+    if sys.getrecursionlimit() <= _SAFE_RECURSION_LIMIT or body.count(b"[") + body.count(b"{") <= _FEW_BRACKETS:
         try:
             return json.loads(body)
         except RecursionError:  # deeper than json.loads can go here
             pass
-    return loads_deep(body.decode(json.detect_encoding(body)))
-
-
-def loads_deep(text: str) -> Any:
-    """JSON text read without recursion: containers on an explicit stack, scalars by json's own C scanner.
-    Values nested deeper than :data:`KEPT_NESTING` are read (and checked) but kept as None, so memory stays that of
-    the kept part; nesting beyond :data:`MAX_REVIEW_NESTING` raises MalformedReview. About one microsecond per token
-    (a 40 KiB Volcano Job nested 10,000 levels: ~10 ms); bytecode all along, so the event loop's thread gets the GIL
-    in between, where json.loads would hold it for the whole body."""
-    skip = _skip
-    scalar = _SCALAR
-    end = len(text)
-    stack: list[list[Any]] = []  # [container (None when not kept), pending key, closing character]
-    position = skip(text, 0).end()
-    while True:
-        if position >= end:
-            raise ValueError(f"Expecting value: char {position}")
-        opening = text[position]
-        if opening == "[" or opening == "{":
-            if len(stack) >= MAX_REVIEW_NESTING:
-                raise MalformedReview(f"the body nests more than {MAX_REVIEW_NESTING:,} levels deep (the API server "
-                                      f"decodes at most {API_SERVER_JSON_NESTING:,} in the object)")
-            kept = len(stack) < KEPT_NESTING
-            frame: list[Any] = [([] if opening == "[" else {}) if kept else None, None, "]" if opening == "[" else "}"]
-            stack.append(frame)
-            position = skip(text, position + 1).end()
-            if text.startswith(frame[2], position):  # empty
-                value, position = frame[0], position + 1
-                stack.pop()
-            elif opening == "[":
-                continue
-            else:
-                frame[1], position = _key(text, position)
-                continue
-        else:
-            try:
-                value, position = scalar(text, position)
-            except StopIteration:
-                raise ValueError(f"Expecting value: char {position}") from None
-        while True:  # a value is complete: into its container, then "," or the container's end
-            if not stack:
-                if skip(text, position).end() != end:
-                    raise ValueError(f"Extra data: char {position}")
-                return value
-            frame = stack[-1]
-            container = frame[0]
-            if container is not None:
-                if frame[2] == "]":
-                    container.append(value)
-                else:
-                    container[frame[1]] = value
-            position = skip(text, position).end()
-            if text.startswith(",", position):
-                position = skip(text, position + 1).end()
-                if frame[2] == "}":
-                    frame[1], position = _key(text, position)
-                break
-            if not text.startswith(frame[2], position):
-                raise ValueError(f"Expecting ',' or {frame[2]!r}: char {position}")
-            value, position = container, position + 1
-            stack.pop()
-
-
-def _key(text: str, position: int) -> tuple[str, int]:
-    """An object's key and the position after its colon."""
-    if not text.startswith('"', position):
-        raise ValueError(f"Expecting property name enclosed in double quotes: char {position}")
-    key, position = _STRING(text, position + 1)
-    position = _skip(text, position).end()
-    if not text.startswith(":", position):
-        raise ValueError(f"Expecting ':' delimiter: char {position}")
-    return key, _skip(text, position + 1).end()
+    try:
+        return loads_deep(body.decode(json.detect_encoding(body)))
+    except TooDeep as error:
+        raise MalformedReview(str(error)) from None
 
 
 def response(uid: str, verdict: Verdict, *, with_patch: bool) -> dict[str, Any]:

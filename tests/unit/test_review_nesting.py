@@ -15,14 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cardquota.webhooks.review import (
-    KEPT_NESTING,
-    MAX_REVIEW_NESTING,
-    MalformedReview,
-    loads,
-    loads_deep,
-    read_review,
-)
+from cardquota.webhooks.deep_json import KEPT_NESTING, MAX_REVIEW_NESTING, loads_deep
+from cardquota.webhooks.review import MalformedReview, loads, read_review
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats(allow_nan=False) | st.text(max_size=8),
