@@ -327,12 +327,18 @@ class ClusterSnapshot:
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
 
     def put_node(self, record: NodeRecord) -> None:
+        """A node added or changed: the card catalog is recomputed only when its card types or counts changed (not
+        on the kubelet's status heartbeats, many a second at 5,000 nodes)."""
+        previous = self.nodes.get(record.node.name)
         self.nodes[record.node.name] = record
-        self._catalog = None
+        if previous is None or previous.cards != record.cards:
+            self._catalog = None
 
     def remove_node(self, name: str) -> NodeRecord | None:
-        self._catalog = None
-        return self.nodes.pop(name, None)
+        removed = self.nodes.pop(name, None)
+        if removed is not None and removed.cards.types:
+            self._catalog = None
+        return removed
 
     def catalog(self) -> CardCatalog:
         """The card types the nodes offer (recomputed only after a node changed)."""
