@@ -1,5 +1,5 @@
 """The card catalog survives node events that change no card type (issue 20: every kubelet heartbeat threw it away,
-and the next admission rebuilt it from all nodes — 3.3–4.0 ms at 5,000 nodes); it is rebuilt when a node's card
+and the next admission rebuilt it from all nodes — 3.3 to 4.0 ms at 5,000 nodes); it is rebuilt when a node's card
 types or counts change, or a node offering cards goes."""
 
 from __future__ import annotations
