@@ -7,14 +7,16 @@ never waits on the API server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client, config
@@ -286,8 +288,9 @@ def list_all(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str
     return manifests
 
 
-async def list_all_async(api: client.ApiClient) -> list[Mapping[str, Any]]:
-    return await asyncio.to_thread(list_all, api)
+async def list_all_async(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str]] = CACHED_RESOURCES,
+                         ) -> list[Mapping[str, Any]]:
+    return await asyncio.to_thread(list_all, api, resources)
 
 
 UNREACHABLE = -1
@@ -404,9 +407,137 @@ def list_objects(api: client.ApiClient, path: str, api_version: str, kind: str, 
                  label_selector: str = "") -> list[Mapping[str, Any]]:
     """Every object the list at ``path`` returns (``label_selector`` narrows it on the server), with apiVersion and
     kind set on each (lists leave them out), with retries."""
-    from urllib.parse import quote
-
     query = f"?labelSelector={quote(label_selector, safe='=,/')}" if label_selector else ""
     listing = with_retries(lambda: _get(api, path + query))
     return [{"apiVersion": api_version, "kind": kind, **item} for item in listing.get("items") or []
             if isinstance(item, Mapping)]
+
+
+# ------------------------------------------------------------------------------------------ list and watch
+
+GONE = 410
+"""A continue token or a watch's resourceVersion too old for the API server's history: list again."""
+LIST_PAGE_SIZE = 500
+"""Objects per page of a paginated list (client-go's reflector lists 500 at a time as well)."""
+WATCH_SECONDS = 290
+"""How long the API server keeps one watch request open (``timeoutSeconds``); the caller then watches again from
+the last resourceVersion it saw."""
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """One page of a paginated list: its objects (apiVersion and kind set), and the list's resourceVersion."""
+
+    items: Sequence[Mapping[str, Any]]
+    resource_version: str
+    last: bool
+
+
+def list_pages(api: client.ApiClient, path: str, api_version: str, kind: str, *,
+               limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+    """The list at ``path`` in pages of ``limit`` objects (``limit``/``continue``), each page retried with backoff;
+    so that a large cluster is never held in one response. An expired continue token raises KubeError 410 (the
+    caller lists again from the start). A server that ignores ``limit`` answers in one page."""
+    token = ""
+    while True:
+        query = f"?limit={limit}" + (f"&continue={quote(token, safe='')}" if token else "")
+        listing = with_retries(functools.partial(_get, api, path + query), retryable=RETRYABLE - {GONE})
+        metadata = listing.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        token = metadata.get("continue") or ""
+        items = [{"apiVersion": api_version, "kind": kind, **item} for item in listing.get("items") or []
+                 if isinstance(item, Mapping)]
+        yield ListPage(items, str(metadata.get("resourceVersion") or ""), not token)
+        if not token:
+            return
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch stream: ADDED, MODIFIED, DELETED or BOOKMARK, and the object (apiVersion and kind
+    set)."""
+
+    type: str
+    object: Mapping[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        metadata = self.object.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        return version if isinstance(version, str) else ""
+
+
+class WatchStream:
+    """One watch request (``watch=true`` from a resourceVersion, with bookmarks), read line by line on the calling
+    thread. :meth:`close` may be called from another thread: it ends a read that is waiting for the next event.
+
+    Raises KubeError: the HTTP status of a refused request, 410 for an ERROR event saying the resourceVersion is too
+    old (the API server's own status code), UNREACHABLE when the stream breaks."""
+
+    def __init__(self, api: client.ApiClient, path: str, api_version: str, kind: str, resource_version: str, *,
+                 timeout_seconds: int = WATCH_SECONDS) -> None:
+        self._api = api
+        self._path = (f"{path}?watch=true&allowWatchBookmarks=true&timeoutSeconds={timeout_seconds}"
+                      f"&resourceVersion={quote(resource_version, safe='')}")
+        self._identity = {"apiVersion": api_version, "kind": kind}
+        self._timeout = timeout_seconds
+        self._response: Any = None
+        self._closed = False
+
+    def events(self) -> Iterator[WatchEvent]:
+        method, url, headers, _, _ = self._api.param_serialize("GET", self._path, auth_settings=["BearerToken"])
+        try:
+            response = self._api.call_api(method, url, header_params=headers,
+                                          _request_timeout=(10, self._timeout + 30))
+        except urllib3.exceptions.HTTPError as error:
+            raise KubeError(f"watch {self._path}: no Kubernetes API reachable: {error}", UNREACHABLE) from None
+        if not 200 <= response.status < 300:
+            data = response.read()  # type: ignore[no-untyped-call]
+            raise KubeError(f"watch {self._path}: HTTP {response.status}: {_status_message(data)}", response.status)
+        self._response = response.response
+        if self._closed:
+            self.close()
+        try:
+            for line in _lines(self._response.stream(65536)):
+                yield self._event(line)
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            if not self._closed:
+                raise KubeError(f"watch {self._path}: the stream broke: {error}", UNREACHABLE) from None
+        finally:
+            self._response.release_conn()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            with contextlib.suppress(Exception):  # (closing from another thread, half-way through a read)
+                self._response.shutdown()
+
+    def _event(self, line: bytes) -> WatchEvent:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise KubeError(f"watch {self._path}: not a JSON event: {line[:200]!r}", UNREACHABLE) from None
+        kind, manifest = event.get("type"), event.get("object")
+        if not isinstance(manifest, Mapping) or not isinstance(kind, str):
+            raise KubeError(f"watch {self._path}: not a watch event: {line[:200]!r}", UNREACHABLE)
+        if kind == "ERROR":
+            code = manifest.get("code")
+            raise KubeError(f"watch {self._path}: {manifest.get('message') or manifest}",
+                            code if isinstance(code, int) else UNREACHABLE)
+        return WatchEvent(kind, {**self._identity, **manifest})
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The non-empty lines of a byte stream cut anywhere (each chunk split once: linear in the stream)."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        head, *rest = chunk.split(b"\n")
+        if not rest:
+            pending.append(head)
+            continue
+        pending.append(head)
+        lines = [b"".join(pending), *rest[:-1]]
+        pending = [rest[-1]]
+        yield from (line for line in lines if line.strip())
+    if tail := b"".join(pending).strip():
+        yield tail

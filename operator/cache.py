@@ -32,12 +32,9 @@ class ClusterCache:
         """True once the first full list has arrived."""
         return self.ledger.snapshot.complete
 
-    def load(self, manifests: Iterable[Mapping[str, Any]]) -> None:
-        """A full list: the cache now reflects the whole cluster.
-
-        The objects loaded are then frozen out of the cyclic garbage collector's scans: a full collection over a
-        large cluster's worth of objects would otherwise pause admission answers for milliseconds.
-        """
+    def load(self, manifests: Iterable[Mapping[str, Any]], *, complete: bool = True) -> None:
+        """A full list: the cache now reflects the whole cluster (unless ``complete`` is False: more kinds are
+        still being listed, and :meth:`mark_complete` follows)."""
         was_enabled = gc.isenabled()
         gc.disable()  # the views hold no cycles: collections during the load would only walk the growing heap
         try:
@@ -46,6 +43,13 @@ class ClusterCache:
         finally:
             if was_enabled:
                 gc.enable()
+        if complete:
+            self.mark_complete()
+
+    def mark_complete(self) -> None:
+        """Every kind is listed: the cache reflects the whole cluster. The objects loaded are then frozen out of
+        the cyclic garbage collector's scans: a full collection over a large cluster's worth of objects would
+        otherwise pause admission answers for milliseconds."""
         self.ledger.snapshot.complete = True
         gc.collect()
         gc.freeze()

@@ -11,8 +11,8 @@ from cardquota.operator.metrics import EVENTS_PROCESSED
 
 
 def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
-    """Handlers for nodes, queues, podgroups, pods and the scalable workloads; each feeds its events to
-    ``cache``."""
+    """Handlers for nodes, queues, podgroups and the scalable workloads; each feeds its events to ``cache``. Pods
+    are not Kopf's: operator/reflector.py lists and watches them at O(event) cost."""
 
     def feed(kind: str, api_version: str) -> Any:
         # async, so Kopf runs it on the event loop (a plain function would run on Kopf's executor threads): the cache
@@ -26,7 +26,6 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
         return handler
 
     kopf.on.event("v1", "nodes", registry=registry, id="node_event")(feed("Node", "v1"))
-    kopf.on.event("v1", "pods", registry=registry, id="pod_event")(feed("Pod", "v1"))
     kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues", registry=registry,
                   id="queue_event")(feed("Queue", "scheduling.volcano.sh/v1beta1"))
     kopf.on.event("scheduling.volcano.sh", "v1beta1", "podgroups", registry=registry,

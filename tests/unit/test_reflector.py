@@ -1,0 +1,196 @@
+"""The pod reflector (operator/reflector.py) over a scripted API server: paginated list streamed into the cache,
+watch from the list's resourceVersion, bookmarks, a stream that ends or breaks (watch again from the last
+resourceVersion, with backoff), 410 Gone (list again, deleting what the new list no longer holds) — and after each,
+a ledger equal to one rebuilt from the API server's truth.
+
+The semantics are those of client-go's reflector (k8s.io/client-go/tools/cache/reflector.go: list, then watch from
+the list's resourceVersion; ``IsExpiredError``/410 → relist) and of the watch API (a watch ends after
+``timeoutSeconds``; an ERROR event with code 410 when the resourceVersion is too old)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from builders import gpu_node, pod, podgroup, queue
+from polling import eventually
+
+from cardquota.kube import GONE, UNREACHABLE, KubeError, ListPage, WatchEvent
+from cardquota.operator.cache import ClusterCache
+from cardquota.operator.reflector import Reflector
+
+pytestmark = pytest.mark.asyncio
+
+
+def versioned(manifest: Mapping[str, Any], version: int) -> dict[str, Any]:
+    return {**manifest, "apiVersion": "v1", "kind": "Pod",
+            "metadata": {**manifest["metadata"], "resourceVersion": str(version)}}
+
+
+def card_pod(name: str, version: int, *, node_name: str | None = "a100-1") -> dict[str, Any]:
+    return versioned(pod(name, namespace="ml", group="pg", gpus=1, node_name=node_name,
+                         phase="Running" if node_name else "Pending"), version)
+
+
+@dataclass
+class ScriptedWatch:
+    """One watch request: its events (or an error at the end), then — if ``hold`` — open until closed."""
+
+    events_script: list[WatchEvent | KubeError]
+    hold: bool = False
+    meanwhile: Callable[[], None] | None = None
+    """What changes in the cluster before this watch's events (and after the list before it)."""
+    closed: threading.Event = field(default_factory=threading.Event)
+
+    def events(self) -> Iterator[WatchEvent]:
+        if self.meanwhile is not None:
+            self.meanwhile()
+        for item in self.events_script:
+            if isinstance(item, KubeError):
+                raise item
+            yield item
+        if self.hold:
+            self.closed.wait(10)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+@dataclass
+class ScriptedServer:
+    """Lists answered from ``pods`` in pages of two; watches from ``watches`` in order (the last one held)."""
+
+    pods: dict[str, dict[str, Any]]
+    list_version: str
+    watches: list[ScriptedWatch]
+    watched_from: list[str] = field(default_factory=list)
+    page_requests: int = 0
+
+    def lister(self) -> Iterator[ListPage]:
+        items = sorted(self.pods.values(), key=lambda item: item["metadata"]["name"])
+        for start in range(0, max(len(items), 1), 2):
+            self.page_requests += 1
+            yield ListPage(items[start:start + 2], self.list_version, start + 2 >= len(items))
+
+    def watcher(self, version: str) -> ScriptedWatch:
+        self.watched_from.append(version)
+        return self.watches.pop(0) if self.watches else ScriptedWatch([], hold=True)
+
+
+def reflector_over(server: ScriptedServer, cache: ClusterCache, sleeps: list[float]) -> Reflector:
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+
+    return Reflector(cache, "v1", "Pod", lister=server.lister, watcher=server.watcher,
+                     cached_keys=lambda: list(cache.ledger.snapshot.pods), sleep=sleep)
+
+
+def base_cache() -> ClusterCache:
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", "NVIDIA-A100", 8), queue("team-a", quota={"NVIDIA-A100": 8}),
+                podgroup("pg", namespace="ml", queue="team-a", request={"NVIDIA-A100": 4})], complete=False)
+    return cache
+
+
+def rebuilt(pods: Mapping[str, Mapping[str, Any]]) -> ClusterCache:
+    cache = base_cache()
+    cache.load(pods.values())
+    return cache
+
+
+def assert_same_ledger(cache: ClusterCache, truth: Mapping[str, Mapping[str, Any]]) -> None:
+    expected = rebuilt(truth)
+    assert set(cache.ledger.snapshot.pods) == set(expected.ledger.snapshot.pods)
+    assert cache.ledger.usage("team-a") == expected.ledger.usage("team-a")
+
+
+async def running(reflector: Reflector) -> asyncio.Task[None]:
+    task = asyncio.create_task(reflector.run())
+    await asyncio.wait_for(reflector.synced.wait(), 5)
+    return task
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_the_list_is_paged_into_the_cache_and_the_watch_starts_from_its_version() -> None:
+    truth = {f"p{index}": card_pod(f"p{index}", 10 + index) for index in range(5)}
+    server = ScriptedServer(dict(truth), "100", [])
+    cache = base_cache()
+    task = await running(reflector_over(server, cache, []))
+    await eventually(lambda: server.watched_from == ["100"])
+    assert server.page_requests == 3  # 5 pods, 2 a page
+    assert_same_ledger(cache, truth)
+    await stopped(task)
+
+
+async def test_watch_events_bookmarks_and_a_stream_that_ends() -> None:
+    server = ScriptedServer({"p0": card_pod("p0", 10)}, "100", [
+        ScriptedWatch([WatchEvent("ADDED", card_pod("p1", 101)),
+                       WatchEvent("MODIFIED", card_pod("p0", 102, node_name=None)),
+                       WatchEvent("BOOKMARK", {"kind": "Pod", "apiVersion": "v1",
+                                               "metadata": {"resourceVersion": "150"}})]),
+        ScriptedWatch([WatchEvent("DELETED", card_pod("p1", 151))]),
+    ])
+    cache = base_cache()
+    reflector = reflector_over(server, cache, sleeps := [])
+    task = await running(reflector)
+    await eventually(lambda: len(server.watched_from) == 3)
+    assert server.watched_from == ["100", "150", "151"]  # each watch from the last version seen (a bookmark's too)
+    assert sleeps == []  # a watch that ends normally is not a failure
+    assert_same_ledger(cache, {"p0": card_pod("p0", 102, node_name=None)})
+    await stopped(task)
+
+
+async def test_a_broken_stream_is_watched_again_from_the_last_version_with_backoff() -> None:
+    server = ScriptedServer({"p0": card_pod("p0", 10)}, "100", [
+        ScriptedWatch([WatchEvent("ADDED", card_pod("p1", 101)), KubeError("the stream broke", UNREACHABLE)]),
+        ScriptedWatch([KubeError("no Kubernetes API reachable", UNREACHABLE)]),
+        ScriptedWatch([WatchEvent("ADDED", card_pod("p2", 102))]),
+    ])
+    cache = base_cache()
+    reflector = reflector_over(server, cache, sleeps := [])
+    task = await running(reflector)
+    await eventually(lambda: len(server.watched_from) == 4)
+    assert server.watched_from == ["100", "101", "101", "102"]
+    assert sleeps == [0.5, 1.0]  # backoff grows with consecutive failures
+    assert reflector.lists == 1  # no relist for a broken stream
+    assert_same_ledger(cache, {name: card_pod(name, 100 + index) for index, name in enumerate(["p0", "p1", "p2"])}
+                       | {"p0": card_pod("p0", 10)})
+    await stopped(task)
+
+
+async def test_410_gone_lists_again_and_deletes_what_went_meanwhile() -> None:
+    # Meanwhile (the watch's history lost): p1 deleted, p2 changed, p3 created.
+    truth = {"p0": card_pod("p0", 10), "p2": card_pod("p2", 5001, node_name=None), "p3": card_pod("p3", 5002)}
+
+    def meanwhile() -> None:
+        server.pods, server.list_version = dict(truth), "5002"
+
+    server = ScriptedServer({name: card_pod(name, 10 + index) for index, name in enumerate(["p0", "p1", "p2"])},
+                            "100", [ScriptedWatch([KubeError("too old resource version: 100 (5000)", GONE)],
+                                                  meanwhile=meanwhile)])
+    cache = base_cache()
+    reflector = reflector_over(server, cache, sleeps := [])
+    task = await running(reflector)
+    await eventually(lambda: server.watched_from[-1:] == ["5002"])
+    assert reflector.lists == 2
+    assert sleeps == []
+    assert_same_ledger(cache, truth)
+    await stopped(task)
+
+
+async def test_a_cancelled_reflector_closes_its_watch() -> None:
+    held = ScriptedWatch([], hold=True)
+    server = ScriptedServer({}, "7", [held])
+    task = await running(reflector_over(server, base_cache(), []))
+    await eventually(lambda: server.watched_from == ["7"])
+    await stopped(task)
+    assert held.closed.wait(5)
