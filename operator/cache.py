@@ -10,14 +10,29 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
-from cardquota.core.snapshot import kind_of, object_key
+from cardquota.core.objects import read_meta
+from cardquota.core.snapshot import ClusterSnapshot, kind_of, object_key
 from cardquota.core.workloads import workload_key
 
 DELETED = "DELETED"
+SINK_ONLY_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
+"""Kinds only a sink reads (the extender's DRA quota); the admission ledger has no use for them."""
+
+
+class CacheSink(Protocol):
+    """What the cache can feed instead of its own ledger: the extender's scheduling session reads the same events
+    (core.scheduling.extender.Extender)."""
+
+    @property
+    def snapshot(self) -> ClusterSnapshot: ...
+
+    def upsert(self, manifest: Mapping[str, Any]) -> None: ...
+
+    def delete(self, manifest: Mapping[str, Any]) -> None: ...
 
 
 @dataclass
@@ -26,11 +41,17 @@ class ClusterCache:
     versions: dict[tuple[str, str, str], int] = field(default_factory=dict)
     rejected: int = 0
     """Events whose object could not be read (logged by the caller; the API server should never send one)."""
+    sink: CacheSink | None = None
+    """Where the events go instead of :attr:`ledger`, when set."""
+
+    @property
+    def target(self) -> CacheSink | Ledger:
+        return self.ledger if self.sink is None else self.sink
 
     @property
     def ready(self) -> bool:
         """True once the first full list has arrived."""
-        return self.ledger.snapshot.complete
+        return self.target.snapshot.complete
 
     def load(self, manifests: Iterable[Mapping[str, Any]], *, complete: bool = True) -> None:
         """A full list: the cache now reflects the whole cluster (unless ``complete`` is False: more kinds are
@@ -50,7 +71,7 @@ class ClusterCache:
         """Every kind is listed: the cache reflects the whole cluster. The objects loaded are then frozen out of
         the cyclic garbage collector's scans: a full collection over a large cluster's worth of objects would
         otherwise pause admission answers for milliseconds."""
-        self.ledger.snapshot.complete = True
+        self.target.snapshot.complete = True
         gc.collect()
         gc.freeze()
 
@@ -58,9 +79,17 @@ class ClusterCache:
         """Apply one watch event; False when it was stale, of a kind not cached, or unreadable."""
         kind = kind_of(manifest)
         workload = workload_key(manifest) if kind is None else None
-        if kind is None and workload is None:
+        if kind is None and workload is None and not (self.sink is not None
+                                                      and manifest.get("kind") in SINK_ONLY_KINDS):
             return False
-        if workload is not None:
+        if kind is None and workload is None:
+            try:
+                meta = read_meta(manifest, namespaced=True)
+            except InputError:
+                self.rejected += 1
+                return False
+            identity = (str(manifest.get("kind")), meta.key[0], meta.key[1])
+        elif workload is not None:
             identity = (f"{workload[0]}/{workload[1]}", workload[2], workload[3])
         else:
             assert kind is not None
@@ -76,10 +105,10 @@ class ClusterCache:
             return False
         try:
             if event_type == DELETED:
-                self.ledger.delete(manifest)
+                self.target.delete(manifest)
                 self.versions.pop(identity, None)
             else:
-                self.ledger.upsert(manifest)
+                self.target.upsert(manifest)
                 if version is not None:
                     self.versions[identity] = version
         except InputError:

@@ -5,6 +5,13 @@ JSON, an unknown verb or a failure inside gets the verb's abstaining answer (see
 :mod:`cardquota.core.scheduling.extender`), logged. The handlers do no I/O: the scheduler's 1 s timeout is spent
 on the rules only. After ``allocateFunc`` places an mGPU pod, its result annotations are patched onto the pod in
 the background (merge patch, with retries).
+
+Served, the extender keeps its session by watches (:func:`run_extender` with an API client: the operator's cluster
+cache and pod reflector, feeding the session instead of a ledger): ``onSessionOpen`` is answered at once, its body
+never read, and every verb costs what its job or node costs, whatever the cluster's size. Until the first full list
+is in, it is *degraded*: each verb abstains (the scheduler goes on without card quotas), ``/readyz`` answers 503,
+``cardquota_extender_synced`` is 0 and every abstention is counted in ``cardquota_extender_abstentions_total`` and
+logged (at most once a minute) — never silently.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from cardquota.core.objects import Manifest
 from cardquota.core.scheduling.extender import Extender
@@ -29,6 +36,11 @@ log = logging.getLogger("cardquota.extender")
 DEFAULT_PORT = 8713
 VERB_SECONDS = Histogram("cardquota_extender_duration_seconds", "Extender verb latency in the server", ["verb"],
                          registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+SYNCED = Gauge("cardquota_extender_synced", "1 once the extender's watched session holds the whole cluster",
+               registry=REGISTRY)
+ABSTENTIONS = Counter("cardquota_extender_abstentions_total", "Verbs answered without judging, by why",
+                      ["verb", "reason"], registry=REGISTRY)
+DEGRADED_LOG_SECONDS = 60.0
 PodPatcher = Callable[[Manifest, dict[str, str]], Coroutine[Any, Any, None]]
 
 ABSTAIN: dict[str, dict[str, Any]] = {
@@ -44,8 +56,12 @@ ABSTAIN: dict[str, dict[str, Any]] = {
 """Per verb (lower case), the answer that never blocks the scheduler."""
 
 
-def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None) -> web.Application:
+def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
+                       synced: Callable[[], bool] | None = None) -> web.Application:
+    """The verbs' routes. ``synced`` says whether the watched session holds the whole cluster (None: the session
+    comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode)."""
     background: set[asyncio.Task[None]] = set()
+    last_degraded_log = [float("-inf")]
     verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
         "onsessionopen": extender.on_session_open,
         "onsessionclose": extender.on_session_close,
@@ -57,9 +73,25 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None) 
         "deallocatefunc": extender.deallocate_func,
     }
 
+    def degraded(verb: str) -> web.Response:
+        ABSTENTIONS.labels(verb, "not-synced").inc()
+        now = time.monotonic()
+        if now - last_degraded_log[0] >= DEGRADED_LOG_SECONDS:
+            last_degraded_log[0] = now
+            log.warning("extender degraded: the cluster is not listed yet; verbs abstain (card quotas not enforced "
+                        "by the extender until then)")
+        return web.json_response(dict(ABSTAIN.get(verb, {})))
+
     async def handle(request: web.Request) -> web.Response:
         verb = request.match_info["verb"].lower()
         started = time.perf_counter()
+        if synced is not None:
+            if not synced():
+                return degraded(verb)
+            if verb in ("onsessionopen", "onsessionclose"):  # the watched session: the body is never read
+                answer = verbs[verb]({})
+                VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
+                return web.json_response(answer)
         try:
             body = await request.read()
             try:  # deep nesting cannot change the answer here (anything unreadable gets the abstaining one)
@@ -96,9 +128,9 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None) 
     async def metrics(_: web.Request) -> web.Response:
         return metrics_response()
 
-    app = web.Application(client_max_size=64 * 2**20)  # onSessionOpen carries the whole cluster
+    app = web.Application(client_max_size=64 * 2**20)  # onSessionOpen carries the whole cluster (body-fed mode)
     app.router.add_get("/metrics", metrics)
-    add_health_routes(app, lambda: True)
+    add_health_routes(app, synced or (lambda: True))
     app.router.add_post("/{verb}", handle)
     return app
 
@@ -119,13 +151,36 @@ def api_pod_patcher(api: Any) -> PodPatcher:
 
 
 async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodPatcher | None,
-                       stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set (forever when None)."""
+                       stop: asyncio.Event | None = None, *, api: Any = None, connection: Any = None,
+                       on_listening: Callable[[int], None] | None = None) -> None:
+    """Serve until ``stop`` is set (forever when None); with ``api``, the session is kept by watches (degraded until
+    the first full list is in)."""
+    from cardquota.operator.cache import ClusterCache
     from cardquota.operator.metrics import serve_http
 
-    runner = await serve_http(build_extender_app(extender, patch_pod), host, port)
-    log.info("extender listening on http://%s:%s", host, port)
+    cache = ClusterCache(sink=extender) if api is not None else None
+    SYNCED.set(0)
+
+    def synced() -> bool:
+        ready = cache is not None and cache.ready
+        SYNCED.set(1 if ready else 0)
+        return ready
+
+    runner = await serve_http(build_extender_app(extender, patch_pod, synced if cache is not None else None),
+                              host, port)
+    if on_listening is not None:
+        on_listening(runner.addresses[0][1])
+    log.info("extender listening on http://%s:%s%s", host, port, " (session kept by watches)" if cache else "")
+    tasks: list[asyncio.Task[None]] = []
     try:
-        await (stop or asyncio.Event()).wait()
+        if cache is not None:
+            from cardquota.operator.watch import follow
+
+            await follow(cache, api, connection, stop, tasks, claims=True)
+        else:
+            await (stop or asyncio.Event()).wait()
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()

@@ -9,28 +9,22 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import kopf
-
-from cardquota.kube import CACHED_RESOURCES, Connection, api_client, list_all_async
+from cardquota.kube import Connection, api_client
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher
 from cardquota.operator.crd_drift import CrdDriftCheck
 from cardquota.operator.leader import LeaderElection
 from cardquota.operator.metrics import metrics_app, serve_http
-from cardquota.operator.reflector import Reflector, pod_reflector
 from cardquota.operator.settings import LogFormat, Settings
-from cardquota.operator.watch import register
+from cardquota.operator.watch import follow
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app, serve
 from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 
 log = logging.getLogger("cardquota.operator")
 CERT_CHECK_SECONDS = 60.0
-LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2] != "Pod")
-"""Listed once at start-up, then kept current by Kopf; pods are the reflector's (paginated list, then watch)."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -76,17 +70,6 @@ async def watch_certificate_files(source: Path, tls: ReloadableContext) -> None:
             log.warning("serving certificate in %s not reloaded: %s", source, error)
 
 
-async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
-    """Until the reflector's first list is in the cache (its task failing first raises its error)."""
-    waiting = asyncio.ensure_future(reflector.synced.wait())
-    try:
-        await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiting.cancel()
-    if not reflector.synced.is_set():
-        task.result()
-
-
 async def run(settings: Settings, *, connection: Connection | None = None, stop: asyncio.Event | None = None,
               started: asyncio.Event | None = None, on_listening: Callable[[int], None] | None = None) -> None:
     """Serve admissions until ``stop`` is set; ``started`` is set once the cluster snapshot has loaded, and
@@ -108,13 +91,6 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     runner = await serve(build_app(admission), settings.host, settings.port, tls.context)
     if on_listening is not None:
         on_listening(runner.addresses[0][1])
-    registry = kopf.OperatorRegistry()
-    register(registry, cache)
-    if connection is not None:
-        @kopf.on.login(registry=registry, id="login")
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
-                                       token=connection.token or None)
     leader = LeaderElection(api, settings.namespace)
     publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
     metrics_runner = await serve_http(metrics_app(cache, publisher), settings.host, settings.metrics_port)
@@ -122,21 +98,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run()),
               asyncio.create_task(drift.run())]
     try:
-        cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
-        pods = pod_reflector(cache, api)
-        tasks.append(asyncio.create_task(pods.run()))
-        await synced(pods, tasks[-1])
-        cache.mark_complete()
-        log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods",
-                 len(cache.ledger.snapshot.nodes), len(cache.ledger.snapshot.queues),
-                 len(cache.ledger.snapshot.podgroups), len(cache.ledger.snapshot.pods))
-        if started is not None:
-            started.set()
-        kopf_settings = kopf.OperatorSettings()
-        kopf_settings.posting.enabled = False
-        kopf_settings.scanning.disabled = True  # the resources are fixed: no CRD or namespace watch (no RBAC for it)
-        await kopf.operator(registry=registry, settings=kopf_settings, clusterwide=True, standalone=True,
-                            stop_flag=stop)
+        await follow(cache, api, connection, stop, tasks, started=started)
     finally:
         for task in tasks:
             task.cancel()

@@ -17,6 +17,7 @@ cache changes (the admission policies read it there, never half-way through a ch
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -163,3 +164,28 @@ def pod_reflector(cache: ClusterCache, api: client.ApiClient) -> Reflector:
                      lister=lambda: list_pages(api, path, "v1", "Pod"),
                      watcher=lambda version: WatchStream(api, path, "v1", "Pod", version),
                      cached_keys=lambda: list(cache.ledger.snapshot.pods))
+
+
+CLAIM_KINDS = (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate"))
+DRA_API_VERSION = "resource.k8s.io/v1beta1"
+"""The DRA API the extender's DRA quota reads (Kubernetes 1.32+; v1beta1 is still served beside v1 in 1.34)."""
+
+
+def claim_reflectors(cache: ClusterCache, api: client.ApiClient) -> list[Reflector]:
+    """DRA ResourceClaims and ResourceClaimTemplates of every namespace (for a sink that reads them)."""
+    def keys(kind: str) -> list[ObjectKey]:
+        return [(namespace, name) for (cached_kind, namespace, name) in cache.versions if cached_kind == kind]
+
+    reflectors = []
+    for plural, kind in CLAIM_KINDS:
+        path = f"/apis/{DRA_API_VERSION}/{plural}"
+        reflectors.append(Reflector(
+            cache, DRA_API_VERSION, kind,
+            lister=functools.partial(list_pages, api, path, DRA_API_VERSION, kind),
+            watcher=functools.partial(_watch, api, path, kind),
+            cached_keys=functools.partial(keys, kind)))
+    return reflectors
+
+
+def _watch(api: client.ApiClient, path: str, kind: str, version: str) -> WatchStream:
+    return WatchStream(api, path, DRA_API_VERSION, kind, version)

@@ -1,13 +1,23 @@
-"""Kopf watch handlers that keep the cluster cache current (``<kind>_event``, one per cached kind)."""
+"""Keeping a cluster cache current: the start-up list, the pod reflector and Kopf's watch handlers (``<kind>_event``,
+one per low-cardinality kind) — the same for the operator's admission ledger and the extender's scheduling session."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import kopf
+from kubernetes import client
 
+from cardquota.kube import CACHED_RESOURCES, Connection, list_all_async
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.metrics import EVENTS_PROCESSED
+from cardquota.operator.reflector import Reflector, claim_reflectors, pod_reflector
+
+log = logging.getLogger("cardquota.watch")
+LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2] != "Pod")
+"""Listed once at start-up, then kept current by Kopf; pods are the reflector's (paginated list, then watch)."""
 
 
 def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
@@ -34,3 +44,47 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
                          ("replicasets", "ReplicaSet")):
         kopf.on.event("apps", "v1", plural, registry=registry,
                       id=f"{kind.lower()}_event")(feed(kind, "apps/v1"))
+
+
+async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
+    """Until the reflector's first list is in the cache (its task failing first raises its error)."""
+    waiting = asyncio.ensure_future(reflector.synced.wait())
+    try:
+        await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if not reflector.synced.is_set():
+        task.result()
+
+
+async def follow(cache: ClusterCache, api: client.ApiClient, connection: Connection | None,
+                 stop: asyncio.Event | None, tasks: list[asyncio.Task[None]], *, claims: bool = False,
+                 started: asyncio.Event | None = None) -> None:
+    """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the pods' reflector
+    synced (then the cache is complete and ``started`` set), then Kopf's watches; with ``claims``, reflectors for
+    DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
+    added to ``tasks`` for the caller to cancel."""
+    registry = kopf.OperatorRegistry()
+    register(registry, cache)
+    if connection is not None:
+        @kopf.on.login(registry=registry, id="login")
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
+                                       token=connection.token or None)
+    cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
+    pods = pod_reflector(cache, api)
+    tasks.append(asyncio.create_task(pods.run()))
+    await synced(pods, tasks[-1])
+    if claims:
+        tasks.extend(asyncio.create_task(reflector.run()) for reflector in claim_reflectors(cache, api))
+    cache.mark_complete()
+    snapshot = cache.target.snapshot
+    log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods", len(snapshot.nodes),
+             len(snapshot.queues), len(snapshot.podgroups), len(snapshot.pods))
+    if started is not None:
+        started.set()
+    kopf_settings = kopf.OperatorSettings()
+    kopf_settings.posting.enabled = False
+    kopf_settings.scanning.disabled = True  # the resources are fixed: no CRD or namespace watch (no RBAC for it)
+    await kopf.operator(registry=registry, settings=kopf_settings, clusterwide=True, standalone=True,
+                        stop_flag=stop)

@@ -200,7 +200,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         help="serve the Volcano scheduler's extender plugin: the card, crossquota, mGPU and DRA rules",
         description="Serve the verbs of Volcano's extender plugin (onSessionOpen, predicate, prioritize, "
         "jobEnqueueable, queueOverused, jobReady, allocateFunc, deallocateFunc) over HTTP with cardquota's rules, "
-        "so a stock Volcano scheduler enforces them. mGPU results are patched onto the pods.",
+        "so a stock Volcano scheduler enforces them. The cluster is kept by watches (nodes, queues, podgroups, pods, "
+        "DRA ResourceClaims), so onSessionOpen's body is never read. mGPU results are patched onto the pods.",
     )
     # The environment is read when the command runs (settings.extender_settings), never while building the parser.
     extender_defaults = settings.ExtenderSettings()
@@ -213,7 +214,11 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           help="volcano-scheduler.conf, for the plugins' arguments (the scheduler ConfigMap "
                           f"mounted as a file; env {settings.ENV_SCHEDULER_CONF}); default: the plugins' defaults")
     extender.add_argument("--no-patch", action="store_true",
-                          help="do not patch mGPU results onto pods (no Kubernetes API access needed)")
+                          help="do not patch mGPU results onto pods")
+    extender.add_argument("--session-from-body", action="store_true",
+                          help="read the cluster from each onSessionOpen body instead of watching it (no Kubernetes "
+                          "API access needed with --no-patch; parses the whole cluster every cycle: for small "
+                          "clusters and tests)")
     extender.set_defaults(command=extender_command)
 
     operator = commands.add_parser(
@@ -312,17 +317,23 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise InputError(f"cannot read it: {error.strerror}", where=settings.scheduler_conf) from None
         except InputError as error:
             raise error.located(settings.scheduler_conf) from None
-    patcher = None
-    if not args.no_patch:
+    patcher, api = None, None
+    if not (args.no_patch and args.session_from_body):
         from cardquota.kube import KubeError, api_client
 
         try:
-            patcher = api_pod_patcher(api_client())
+            api = api_client()
         except KubeError as error:
+            if not args.session_from_body:
+                raise InputError(f"the extender watches the cluster and cannot reach it: {error} (or serve with "
+                                 "--session-from-body)", where="extender") from None
             err.write(f"warning: mGPU results will not be patched onto pods: {error}\n")
+        if api is not None and not args.no_patch:
+            patcher = api_pod_patcher(api)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_extender(Extender(config), settings.host, settings.port, patcher))
+        asyncio.run(run_extender(Extender(config), settings.host, settings.port, patcher,
+                                 api=None if args.session_from_body else api))
     except OSError as error:
         raise InputError(f"cannot listen: {error.strerror}", where=f"{settings.host}:{settings.port}") from None
     return EXIT_OK

@@ -37,6 +37,7 @@ from cardquota.loader import load_paths
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
 from cardquota.operator.metrics import REGISTRY, QueueCardCollector
+from cardquota.operator.reflector import CLAIM_KINDS, DRA_API_VERSION
 from cardquota.operator.settings import Settings
 from cardquota.webhooks.admission import ADMITTED
 from cardquota.webhooks.kinds import AdmittedKind, FailureMode
@@ -649,9 +650,28 @@ def test_the_extender_runs_one_replica_on_the_port_the_example_configmap_calls()
     assert env["CARDQUOTA_SCHEDULER_CONF"].endswith("/volcano-scheduler.conf")
 
 
-def test_the_extender_may_only_patch_pods() -> None:
-    (rule,) = _one("ClusterRole", EXTENDER)["rules"]
-    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
+def test_the_extender_may_list_and_watch_what_it_follows_and_write_only_pods() -> None:
+    """The watched session (operator/watch.py follow, with the DRA claims): every kind listed and watched is
+    granted list and watch, and the only write is the mGPU result patch onto pods."""
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in _one("ClusterRole", EXTENDER)["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    followed = {(prefix.removeprefix("/apis/").removeprefix("/api").split("/")[0] if prefix.startswith("/apis/")
+                 else "", plural) for prefix, plural, _, _ in CACHED_RESOURCES}
+    followed |= {(DRA_API_VERSION.split("/")[0], plural) for plural, _ in CLAIM_KINDS}
+    assert set(granted) == followed
+    assert all({"list", "watch"} <= verbs for verbs in granted.values())
+    reads = {"list", "watch", "get"}
+    assert {key: verbs - reads for key, verbs in granted.items() if verbs - reads} == {("", "pods"): {"patch"}}
+
+
+def test_the_example_configmap_sends_no_session_body() -> None:
+    (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
+    conf = yaml.safe_load(example["data"]["volcano-scheduler.conf"])
+    (plugin,) = [p for tier in conf["tiers"] for p in tier["plugins"] if p["name"] == "extender"]
+    assert "extender.onSessionOpenVerb" not in plugin["arguments"]
 
 
 def test_a_managed_resources_string_is_refused_since_it_makes_the_scheduler_exit() -> None:

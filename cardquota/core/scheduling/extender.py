@@ -10,7 +10,9 @@ queue not overused, job ready, allocation accepted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.errors import InputError
@@ -18,6 +20,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.core.snapshot import ClusterSnapshot, Kind, kind_of
 
 CODE_PASS = 0
 CODE_ERROR = 1
@@ -26,6 +29,11 @@ CODE_UNRESOLVABLE = 3
 ENQUEUE_REJECT, ENQUEUE_ABSTAIN, ENQUEUE_PERMIT = -1, 0, 1
 BOUND_STATUSES = 2 | 8 | 16 | 32 | 64
 """TaskInfo.Status bits that mean the task holds its node: Allocated, Binding, Bound, Running, Releasing."""
+ASSUMED_SECONDS = 30.0
+"""How long a decision made in a cycle (a task allocated to a node, a job enqueued) stands before the watch shows it
+(the pod bound, the PodGroup Inqueue): Volcano binds and writes the PodGroup's phase after the session closes, and
+until the watch brings that, the next cycle must still see those cards taken — as the scheduler's own cache
+"assumes" a binding. Undone when it expires unseen (the bind failed)."""
 
 
 def field(obj: object, name: str) -> Any:
@@ -91,23 +99,131 @@ def session_manifests(snapshot: Mapping[str, Any]) -> list[Manifest]:
     return [*manifests, *pods.values()]
 
 
-class Extender:
-    """The verbs, over the session opened by ``onSessionOpen`` (and the allocations made in it since)."""
+@dataclass(frozen=True)
+class _Assumed:
+    """A decision of a cycle not yet seen through the watch: until when it stands, and the object as last watched
+    (put back if it expires)."""
 
-    def __init__(self, config: SchedulerConfig | None = None) -> None:
+    until: float
+    watched: Manifest
+
+
+class Extender:
+    """The verbs, over a :class:`Session` — kept by watches (the served extender: :meth:`upsert`/:meth:`delete`
+    fed by the operator's cluster cache, so ``onSessionOpen`` needs no body), or opened from each ``onSessionOpen``
+    snapshot when nothing feeds it (:attr:`watch_fed` False) — and the decisions of the cycle on top."""
+
+    def __init__(self, config: SchedulerConfig | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config or SchedulerConfig()
         self.session: Session | None = None
+        self.watch_fed = False
+        """True once a watch feeds the session: the ``onSessionOpen`` body is then never read."""
+        self.clock = clock
+        self._allocated: dict[ObjectKey, _Assumed] = {}
+        self._enqueued: dict[ObjectKey, _Assumed] = {}
+        self._next_expiry = float("inf")
 
     # ------------------------------------------------------------------------------------------------- session
 
     def on_session_open(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        self.session = Session(_readable(session_manifests(request)), self.config)
+        if self.watch_fed:
+            self._expire()
+        else:
+            self.session = Session(_readable(session_manifests(request)), self.config)
         return {}
 
     def on_session_close(self, request: Mapping[str, Any]) -> dict[str, Any]:
         del request
-        self.session = None
+        if self.watch_fed:
+            self._expire()
+        else:
+            self.session = None
         return {}
+
+    # ------------------------------------------------------------------------------------ watch events (a sink)
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        """The watched cluster (what the operator's cluster cache reads back of its sink)."""
+        return self._watched().ledger.snapshot
+
+    def upsert(self, manifest: Mapping[str, Any]) -> None:
+        """A watched object added or changed. A pod allocated in a cycle and not yet shown bound keeps its node (and
+        a PodGroup enqueued in a cycle, its Inqueue phase) until the watch shows it or :data:`ASSUMED_SECONDS`
+        pass."""
+        session = self._watched()
+        kind = kind_of(manifest)
+        if kind is Kind.POD:
+            key = Pod.from_manifest(manifest).key
+            assumed = self._allocated.get(key)
+            if assumed is not None:
+                view = Pod.from_manifest(manifest)
+                if view.bound or view.terminated:
+                    del self._allocated[key]
+                else:
+                    self._allocated[key] = _Assumed(assumed.until, manifest)
+                    manifest = _placed_as(manifest, session.pods.get(key))
+        elif kind is Kind.PODGROUP:
+            group = PodGroup.from_manifest(manifest)
+            enqueued = self._enqueued.get(group.key)
+            if enqueued is not None:
+                if group.phase not in ("", "Pending"):
+                    del self._enqueued[group.key]
+                else:
+                    self._enqueued[group.key] = _Assumed(enqueued.until, manifest)
+                    manifest = {**manifest, "status": {**(manifest.get("status") or {}), "phase": "Inqueue"}}
+        session.upsert(manifest)
+
+    def delete(self, manifest: Mapping[str, Any]) -> None:
+        session = self._watched()
+        metadata = manifest.get("metadata") or {}
+        key = (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+        kind = kind_of(manifest)
+        if kind is Kind.POD:
+            self._allocated.pop(key, None)
+        elif kind is Kind.PODGROUP:
+            self._enqueued.pop(key, None)
+        session.delete(manifest)
+
+    def load(self, manifests: Iterable[Mapping[str, Any]]) -> None:
+        """A full list, as the watch's start gives it (tests, benchmarks)."""
+        for manifest in manifests:
+            try:
+                self.upsert(manifest)
+            except InputError:
+                continue
+        self.snapshot.complete = True
+
+    def _watched(self) -> Session:
+        if not self.watch_fed or self.session is None:
+            self.session = Session([], self.config)
+            self.watch_fed = True
+        return self.session
+
+    def _expire(self) -> None:
+        """Decisions of past cycles the watch never confirmed are undone: the objects as last watched. Checked at
+        every session open and close and every task verb (a scheduler configured without the session verbs), at
+        the cost of a clock read when none is due."""
+        now = self.clock()
+        if now < self._next_expiry:
+            return
+        session = self._watched()
+        soonest = float("inf")
+        for decisions in (self._allocated, self._enqueued):
+            for key, assumed in list(decisions.items()):
+                if assumed.until <= now:
+                    del decisions[key]
+                    session.upsert(assumed.watched)
+                else:
+                    soonest = min(soonest, assumed.until)
+        self._next_expiry = soonest
+
+    def _assume(self, decisions: dict[ObjectKey, _Assumed], key: ObjectKey, watched: Manifest) -> None:
+        if key not in decisions:
+            until = self.clock() + ASSUMED_SECONDS
+            decisions[key] = _Assumed(until, watched)
+            self._next_expiry = min(self._next_expiry, until)
 
     # --------------------------------------------------------------------------------------------------- verbs
 
@@ -142,6 +258,8 @@ class Extender:
         manifest = podgroup_manifest(field(request, "job"))
         if self.session is None or manifest is None:
             return {"status": ENQUEUE_ABSTAIN}
+        if self.watch_fed:
+            self._expire()
         try:
             group = PodGroup.from_manifest(manifest)
         except InputError:
@@ -152,6 +270,8 @@ class Extender:
         if refusal is not None:
             return {"status": ENQUEUE_REJECT}
         # Reserved: the next job in this cycle sees its cards and its minResources cpu/memory as inqueue.
+        if self.watch_fed:  # (the PodGroup as the scheduler read it: phase Pending)
+            self._assume(self._enqueued, group.key, manifest)
         self.session.set_phase(manifest, "Inqueue")
         return {"status": ENQUEUE_PERMIT}
 
@@ -183,13 +303,19 @@ class Extender:
         refusal = session.task_refusal(key) or session.node_refusal(key, node)
         if refusal is not None:
             return {"errorMessage": f"{refusal.reason}: {refusal.message}"}, None, {}
+        if self.watch_fed:
+            self._assume(self._allocated, key, session.pods[key])
         placement = session.allocate(key, node)
         return {"errorMessage": ""}, session.pods[key], dict(placement.annotations)
 
     def deallocate_func(self, request: Mapping[str, Any]) -> dict[str, Any]:
         session, key = self._task(field(request, "task"))
         if session is not None and key is not None:
-            session.deallocate(key)
+            assumed = self._allocated.pop(key, None)
+            if assumed is not None:
+                session.upsert(assumed.watched)
+            else:
+                session.deallocate(key)
         return {"errorMessage": ""}
 
     # ------------------------------------------------------------------------------------------------ internals
@@ -198,6 +324,8 @@ class Extender:
         """The session and the task's pod in it (added as pending when the session has not seen it)."""
         if self.session is None:
             return None, None
+        if self.watch_fed:
+            self._expire()
         manifest = task_pod(task)
         if manifest is None:
             return self.session, None
@@ -208,6 +336,17 @@ class Extender:
         except InputError:
             return self.session, None
         return self.session, key
+
+
+def _placed_as(manifest: Mapping[str, Any], placed: Manifest | None) -> Manifest:
+    """A watched pod that is not bound yet, with the node and result annotations the cycle gave it."""
+    if placed is None:
+        return manifest
+    node = (placed.get("spec") or {}).get("nodeName")
+    annotations = {**((manifest.get("metadata") or {}).get("annotations") or {}),
+                   **((placed.get("metadata") or {}).get("annotations") or {})}
+    return {**manifest, "metadata": {**(manifest.get("metadata") or {}), "annotations": annotations},
+            "spec": {**(manifest.get("spec") or {}), "nodeName": node}, "status": {"phase": "Running"}}
 
 
 def _known(session: Session, node: Manifest) -> bool:

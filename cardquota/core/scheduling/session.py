@@ -89,7 +89,31 @@ class Placement:
     """What the pod gets on allocation (the mGPU result annotations), empty when nothing."""
 
 
+@dataclass(frozen=True)
+class _QueueCharge:
+    """What one bound pod was charged: cpu/memory to its queue, DRA devices to it and every queue above."""
+
+    queue: str
+    cpu_memory: Mapping[str, Fraction]
+    devices: dra.DeviceAmounts
+    ancestry: tuple[str, ...]
+
+
+def _holds_node(pod: Pod) -> bool:
+    return pod.bound and not pod.terminated
+
+
+def _node_facts(node: Manifest) -> tuple[object, ...]:
+    """What the rules read of a node (labels, annotations, allocatable, taints): a change elsewhere is a heartbeat."""
+    metadata = node.get("metadata") or {}
+    return (metadata.get("labels"), metadata.get("annotations"), (node.get("status") or {}).get("allocatable"),
+            (node.get("spec") or {}).get("taints"), (node.get("spec") or {}).get("unschedulable"))
+
+
 class Session:
+    """The cluster as the scheduler sees it, and the scheduling rules over it: built from a list of objects, then
+    kept current by watch events (:meth:`upsert`, :meth:`delete`) and by the cycle's own allocations."""
+
     def __init__(self, manifests: Iterable[Manifest], config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
         accounted: list[Manifest] = []
@@ -126,8 +150,11 @@ class Session:
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
-        self._queue_charges: dict[ObjectKey, tuple[str, dict[str, Fraction]]] = {}
-        """Per bound pod, the cpu/memory it was charged to its queue (taken back exactly on release)."""
+        self._queue_charges: dict[ObjectKey, _QueueCharge] = {}
+        """Per bound pod, what it was charged to its queue and the queues above (taken back exactly on release)."""
+        self._parents: dict[str, str] | None = None
+        self._members: dict[ObjectKey, set[ObjectKey]] = {}
+        """Pods per PodGroup (of the pods the session holds), to recharge them when their group changes queue."""
         self.queue_dra: dict[str, dra.DeviceAmounts] = {}
         self._nodes_by_card_type: dict[str, list[str]] | None = None
         self._mgpu_results: dict[tuple[ObjectKey, str], tuple[int, mgpu.Allocation | Refusal | None]] = {}
@@ -136,14 +163,18 @@ class Session:
         self.version = 0
         """Counts every change of the session (any allocation, release, pod, node or phase added or changed)."""
         for key, pod in self.ledger.snapshot.pods.items():
-            if pod.bound and not pod.terminated:
+            self._index_member(key, None, pod)
+            if _holds_node(pod):
                 self._charge(key, pod, +1)
 
     # ------------------------------------------------------------------------------------------------ facts
 
     @property
     def parents(self) -> dict[str, str]:
-        return {name: record.queue.parent for name, record in self.ledger.snapshot.queues.items()}
+        """Each queue's parent (kept until a queue changes: read once per bound pod charged)."""
+        if self._parents is None:
+            self._parents = {name: record.queue.parent for name, record in self.ledger.snapshot.queues.items()}
+        return self._parents
 
     def view(self, key: ObjectKey) -> Pod:
         return self.ledger.snapshot.pods[key]
@@ -367,9 +398,138 @@ class Session:
 
     def remove(self, key: ObjectKey) -> None:
         self.version += 1
-        self.deallocate(key)
+        pod = self.ledger.snapshot.pods.get(key)
+        if pod is not None and _holds_node(pod):
+            self._charge(key, pod, -1)
+            self.releases += 1
+        self._index_member(key, pod, None)
         self.pods.pop(key, None)
         self.ledger.delete_pod(key)
+
+    # ------------------------------------------------------------------------------------------ watch events
+
+    def upsert(self, manifest: Manifest) -> None:
+        """An object added or changed in the cluster (a watch event): the session's usage follows, at the cost of
+        that object (raises InputError when it cannot be read)."""
+        kind = kind_of(manifest)
+        if kind is Kind.POD:
+            self._upsert_pod(manifest)
+        elif kind is Kind.NODE:
+            self._upsert_node(manifest)
+        elif kind is Kind.QUEUE:
+            self._upsert_queue(manifest)
+        elif kind is Kind.PODGROUP:
+            self._upsert_podgroup(manifest)
+        elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
+            self._upsert_claim(manifest, deleted=False)
+        else:
+            return
+        self.version += 1
+
+    def delete(self, manifest: Manifest) -> None:
+        """An object deleted from the cluster (only its kind and identity are read)."""
+        kind = kind_of(manifest)
+        metadata = manifest.get("metadata") or {}
+        name = str(metadata.get("name", ""))
+        key = (str(metadata.get("namespace") or "default"), name)
+        if kind is Kind.POD:
+            self.remove(key)
+        elif kind is Kind.NODE:  # (what its pods use of it stays counted: they are charged until they go)
+            self.ledger.delete(manifest)
+            self.nodes.pop(name, None)
+            self._nodes_by_card_type = None
+        elif kind is Kind.QUEUE:
+            self.ledger.delete(manifest)
+            self.queue_specs.pop(name, None)
+            self._queues_changed()
+        elif kind is Kind.PODGROUP:
+            self.ledger.delete(manifest)
+            self.podgroup_conditions.pop(key, None)
+            self._recharge(self._members.get(key, set()))
+        elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
+            self._upsert_claim(manifest, deleted=True)
+        else:
+            return
+        self.version += 1
+
+    def _upsert_pod(self, manifest: Manifest) -> None:
+        key = Pod.from_manifest(manifest).key
+        previous = self.ledger.snapshot.pods.get(key)
+        if previous is not None and _holds_node(previous):
+            self._charge(key, previous, -1)
+            self.releases += 1
+        self.ledger.upsert(manifest)
+        self.pods[key] = manifest
+        pod = self.view(key)
+        self._index_member(key, previous, pod)
+        if _holds_node(pod):
+            self._charge(key, pod, +1)
+
+    def _upsert_node(self, manifest: Manifest) -> None:
+        name = str((manifest.get("metadata") or {}).get("name", ""))
+        previous = self.nodes.get(name)
+        self.ledger.upsert(manifest)
+        self.nodes[name] = manifest
+        self.node_used.setdefault(name, {})
+        self.node_pods.setdefault(name, set())
+        if previous is None or _node_facts(previous) != _node_facts(manifest):  # not a status heartbeat
+            self._nodes_by_card_type = None
+            self.releases += 1
+
+    def _upsert_queue(self, manifest: Manifest) -> None:
+        name = str((manifest.get("metadata") or {}).get("name", ""))
+        previous = self.ledger.snapshot.queues.get(name)
+        self.ledger.upsert(manifest)
+        spec = manifest.get("spec")
+        self.queue_specs[name] = spec if isinstance(spec, Mapping) else {}
+        current = self.ledger.snapshot.queues.get(name)
+        if previous is None or current is None or previous.queue.parent != current.queue.parent:
+            self._queues_changed()
+
+    def _upsert_podgroup(self, manifest: Manifest) -> None:
+        group = PodGroup.from_manifest(manifest)
+        previous = self.ledger.snapshot.podgroups.get(group.key)
+        self.ledger.upsert(manifest)
+        conditions = (manifest.get("status") or {}).get("conditions")
+        if isinstance(conditions, list) and conditions:
+            self.podgroup_conditions[group.key] = conditions
+        else:
+            self.podgroup_conditions.pop(group.key, None)
+        if previous is None or previous.queue != group.queue:
+            self._recharge(self._members.get(group.key, set()))
+
+    def _upsert_claim(self, manifest: Manifest, *, deleted: bool) -> None:
+        metadata = manifest.get("metadata") or {}
+        key = (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+        template = manifest.get("kind") == "ResourceClaimTemplate"
+        claims = self.claim_templates if template else self.claims
+        if deleted:
+            claims.pop(key, None)
+        else:
+            spec = manifest.get("spec") or {}
+            claims[key] = dra.claim_amounts((spec.get("spec") or {}) if template else spec)
+        reference = "resourceClaimTemplateName" if template else "resourceClaimName"
+        self._recharge(pod_key for pod_key, pod in self.pods.items() if pod_key[0] == key[0] and any(
+            isinstance(claim, Mapping) and claim.get(reference) == key[1]
+            for claim in (pod.get("spec") or {}).get("resourceClaims") or []))
+
+    def _queues_changed(self) -> None:
+        """A queue came, went or changed parent: the queue charges (DRA up the hierarchy) are taken again."""
+        self._parents = None
+        self._recharge(list(self._queue_charges))
+
+    def _recharge(self, keys: Iterable[ObjectKey]) -> None:
+        for key in list(keys):
+            pod = self.ledger.snapshot.pods.get(key)
+            if pod is not None and key in self._queue_charges:
+                self._charge(key, pod, -1)
+                self._charge(key, pod, +1)
+
+    def _index_member(self, key: ObjectKey, previous: Pod | None, pod: Pod | None) -> None:
+        if previous is not None and previous.group_key is not None:
+            self._members.get(previous.group_key, set()).discard(key)
+        if pod is not None and pod.group_key is not None:
+            self._members.setdefault(pod.group_key, set()).add(key)
 
     def best_node(self, key: ObjectKey) -> tuple[str | None, str]:
         """Every node scored: (the one that can take the pod now, the best by score, ties by name — or None, and
@@ -409,22 +569,26 @@ class Session:
             members.discard(key)
         if not self._in_a_queue(key, pod):
             return  # a pod the scheduler does not place (a DaemonSet's, kube-system's) uses its node, not a queue
-        queue = self.ledger.queue_of(pod)
         if sign > 0:
+            queue = self.ledger.queue_of(pod)
             # Under cardUnlimitedCpuMemory a card task's cpu/memory is not added to its queue's allocated (the
             # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
             exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.cards_wanted(key) > 0
             amounts = {} if exempt else {resource: pod.requests.get(resource, Fraction(0)) for resource in CPU_MEMORY}
-            self._queue_charges[key] = (queue, amounts)
+            charge = _QueueCharge(queue, amounts, self.dra_request(key) if key in self.pods else {},
+                                  tuple(dra.ancestry(queue, self.parents)))
+            self._queue_charges[key] = charge
         else:
-            queue, amounts = self._queue_charges.pop(key, (queue, {}))
-        queue_used = self.queue_used.setdefault(queue, {})
-        for resource, amount in amounts.items():
+            taken = self._queue_charges.pop(key, None)
+            if taken is None:
+                return
+            charge = taken
+        queue_used = self.queue_used.setdefault(charge.queue, {})
+        for resource, amount in charge.cpu_memory.items():
             queue_used[resource] = queue_used.get(resource, Fraction(0)) + sign * amount
-        claims = self.dra_request(key) if key in self.pods else {}
-        for name in dra.ancestry(queue, self.parents):
+        for name in charge.ancestry:
             held = self.queue_dra.setdefault(name, {})
-            for device_class, device_amount in claims.items():
+            for device_class, device_amount in charge.devices.items():
                 held.setdefault(device_class, dra.DeviceAmount()).add(device_amount, sign)
 
     def _in_a_queue(self, key: ObjectKey, pod: Pod) -> bool:
