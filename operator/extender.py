@@ -9,9 +9,9 @@ the background (merge patch, with retries).
 Served, the extender keeps its session by watches (:func:`run_extender` with an API client: the operator's cluster
 cache and pod reflector, feeding the session instead of a ledger): ``onSessionOpen`` is answered at once, its body
 never read, and every verb costs what its job or node costs, whatever the cluster's size. Until the first full list
-is in, it is *degraded*: each verb abstains (the scheduler goes on without card quotas), ``/readyz`` answers 503,
-``cardquota_extender_synced`` is 0 and every abstention is counted in ``cardquota_extender_abstentions_total`` and
-logged (at most once a minute) — never silently.
+is in, and while its pod watch has been failing for a minute, it is *degraded*: each verb abstains (the scheduler
+goes on without card quotas), ``/readyz`` answers 503, ``cardquota_extender_synced`` is 0 and every abstention is
+counted in ``cardquota_extender_abstentions_total`` and logged (at most once a minute) — never silently.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
         now = time.monotonic()
         if now - last_degraded_log[0] >= DEGRADED_LOG_SECONDS:
             last_degraded_log[0] = now
-            log.warning("extender degraded: the cluster is not listed yet; verbs abstain (card quotas not enforced "
-                        "by the extender until then)")
+            log.warning("extender degraded: the cluster is not listed yet, or its watch has been failing for a "
+                        "minute; verbs abstain (card quotas not enforced by the extender until then)")
         return web.json_response(dict(ABSTAIN.get(verb, {})))
 
     async def handle(request: web.Request) -> web.Response:
@@ -157,12 +157,15 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
     the first full list is in)."""
     from cardquota.operator.cache import ClusterCache
     from cardquota.operator.metrics import serve_http
+    from cardquota.operator.reflector import Reflector
 
     cache = ClusterCache(sink=extender) if api is not None else None
+    reflectors: list[Reflector] = []
     SYNCED.set(0)
 
     def synced() -> bool:
-        ready = cache is not None and cache.ready
+        """Listed, and no watch of pods failing for a minute (the session might be that far behind)."""
+        ready = cache is not None and cache.ready and not any(reflector.behind() for reflector in reflectors)
         SYNCED.set(1 if ready else 0)
         return ready
 
@@ -176,7 +179,7 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
         if cache is not None:
             from cardquota.operator.watch import follow
 
-            await follow(cache, api, connection, stop, tasks, claims=True)
+            await follow(cache, api, connection, stop, tasks, claims=True, reflectors=reflectors)
         else:
             await (stop or asyncio.Event()).wait()
     finally:

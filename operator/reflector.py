@@ -20,16 +20,18 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes import client
+from prometheus_client import Gauge
 
 from cardquota.core.objects import ObjectKey
 from cardquota.kube import GONE, KubeError, ListPage, WatchEvent, WatchStream, list_pages
 from cardquota.operator.cache import DELETED, ClusterCache
-from cardquota.operator.metrics import EVENTS_PROCESSED
+from cardquota.operator.metrics import EVENTS_PROCESSED, REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,10 @@ BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Waits after consecutive failed list or watch requests (the last repeats)."""
 EVENTS_PER_SLICE = 200
 """Events applied before the reflector lets the event loop run other tasks (admissions) again."""
+BEHIND_AFTER_SECONDS = 60.0
+"""A list or watch failing this long means the cache may be behind the cluster: who reads it reports degraded."""
+WATCH_FAILING = Gauge("cardquota_watch_failing", "1 while the list or watch of a kind fails (the cache may lag)",
+                      ["kind"], registry=REGISTRY)
 
 
 class Watch(Protocol):
@@ -70,6 +76,19 @@ class Reflector:
     """Full lists taken (the first, then one after each 410 Gone)."""
     resource_version: str = ""
     """The last resourceVersion seen: where the next watch starts."""
+    clock: Callable[[], float] = time.monotonic
+    failing_since: float | None = None
+    """Since when the list or watch has been failing (None while it works)."""
+
+    def behind(self) -> bool:
+        """Failing for :data:`BEHIND_AFTER_SECONDS`: what the cache holds of this kind may be that old."""
+        return self.failing_since is not None and self.clock() - self.failing_since >= BEHIND_AFTER_SECONDS
+
+    def _working(self) -> None:
+        if self.failing_since is not None:
+            log.info("%s list and watch work again", self.kind)
+        self.failing_since = None
+        WATCH_FAILING.labels(self.kind).set(0)
 
     async def run(self) -> None:
         failures = 0
@@ -80,8 +99,10 @@ class Reflector:
                     self.resource_version = await self.relist()
                     listed = True
                     self.synced.set()
+                    self._working()
                 await self.watch_once()
                 failures = 0
+                self._working()
             except KubeError as error:
                 if error.status == GONE:
                     log.info("%s watch: resourceVersion %s is too old (%s): listing again", self.kind,
@@ -90,6 +111,9 @@ class Reflector:
                     continue
                 delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
                 failures += 1
+                if self.failing_since is None:
+                    self.failing_since = self.clock()
+                WATCH_FAILING.labels(self.kind).set(1)
                 log.warning("%s %s failed (%s): again in %.1f s", self.kind, "watch" if listed else "list", error,
                             delay)
                 await self.sleep(delay)
@@ -145,6 +169,8 @@ class Reflector:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
+                if applied == 0:
+                    self._working()
                 if item.type != "BOOKMARK":
                     self.cache.apply(item.type, item.object)
                     EVENTS_PROCESSED.labels(kind=self.kind).inc()

@@ -59,11 +59,11 @@ async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
 
 async def follow(cache: ClusterCache, api: client.ApiClient, connection: Connection | None,
                  stop: asyncio.Event | None, tasks: list[asyncio.Task[None]], *, claims: bool = False,
-                 started: asyncio.Event | None = None) -> None:
+                 started: asyncio.Event | None = None, reflectors: list[Reflector] | None = None) -> None:
     """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the pods' reflector
     synced (then the cache is complete and ``started`` set), then Kopf's watches; with ``claims``, reflectors for
     DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
-    added to ``tasks`` for the caller to cancel."""
+    added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags)."""
     registry = kopf.OperatorRegistry()
     register(registry, cache)
     if connection is not None:
@@ -73,6 +73,8 @@ async def follow(cache: ClusterCache, api: client.ApiClient, connection: Connect
                                        token=connection.token or None)
     cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
     pods = pod_reflector(cache, api)
+    if reflectors is not None:
+        reflectors.append(pods)
     tasks.append(asyncio.create_task(pods.run()))
     await synced(pods, tasks[-1])
     if claims:

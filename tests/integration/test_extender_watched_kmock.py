@@ -41,7 +41,7 @@ async def test_degraded_until_listed_never_silently(aiohttp_client: Any, caplog:
     assert answer == {"status": "", "code": 0}
     assert ABSTENTIONS.labels("predicate", "not-synced")._value.get() == before + 1
     assert (await client.get("/readyz")).status == 503
-    assert "extender degraded: the cluster is not listed yet" in caplog.text
+    assert "extender degraded: the cluster is not listed yet, or its watch" in caplog.text
     listed[0] = True
     assert (await client.get("/readyz")).status == 200
     caplog.clear()

@@ -194,3 +194,35 @@ async def test_a_cancelled_reflector_closes_its_watch() -> None:
     await eventually(lambda: server.watched_from == ["7"])
     await stopped(task)
     assert held.closed.wait(5)
+
+
+async def test_a_watch_failing_for_a_minute_is_behind_and_recovers() -> None:
+    now = [0.0]
+    server = ScriptedServer({"p0": card_pod("p0", 10)}, "100", [
+        ScriptedWatch([KubeError("no Kubernetes API reachable", UNREACHABLE)]),
+        ScriptedWatch([KubeError("no Kubernetes API reachable", UNREACHABLE)]),
+        ScriptedWatch([WatchEvent("BOOKMARK", {"kind": "Pod", "apiVersion": "v1",
+                                               "metadata": {"resourceVersion": "200"}})], hold=True),
+    ])
+    reflector = reflector_over(server, base_cache(), [])
+    reflector.clock = lambda: now[0]
+    reflector.sleep = lambda _: now.__setitem__(0, now[0] + 30) or asyncio.sleep(0)  # each backoff: 30 s
+    failing: list[float | None] = []
+    working = reflector._working
+
+    def recovered() -> None:
+        failing.append(reflector.failing_since)
+        working()
+
+    reflector._working = recovered  # type: ignore[method-assign]
+    task = await running(reflector)
+    await eventually(lambda: len(server.watched_from) == 3 and reflector.failing_since is None)
+    assert now[0] == 60.0  # two failed watches, 30 s of backoff each
+    assert failing[-1] == 0.0  # the third watch delivered (a bookmark): working again after failing since t=0
+    assert not reflector.behind()
+    reflector.failing_since = 0.0  # failing since t=0: behind once a minute has passed
+    now[0] = 59.0
+    assert not reflector.behind()
+    now[0] = 60.0
+    assert reflector.behind()
+    await stopped(task)
