@@ -51,11 +51,65 @@ class Connection:
 
 
 class KubeError(RuntimeError):
-    """The API server answered with an error, or could not be reached."""
+    """The API server answered with an error, or could not be reached. Raised from here as the subclass the HTTP
+    status names (:func:`api_error`); callers catch the class, never compare statuses. ``status`` stays for
+    messages and metrics (-1: no answer came)."""
 
     def __init__(self, message: str, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+class NotConfigured(KubeError):
+    """No usable Kubernetes configuration (not in a cluster, no usable kubeconfig)."""
+
+
+class Unreachable(KubeError):
+    """No (whole) answer came: connection refused, reset or timed out, a watch stream that broke."""
+
+
+class Unauthorized(KubeError):
+    """401: the credentials were not accepted."""
+
+
+class Forbidden(KubeError):
+    """403: RBAC does not allow it (the message names the verb and resource)."""
+
+
+class NotFound(KubeError):
+    """404: no such object, or the API server does not serve that resource."""
+
+
+class Conflict(KubeError):
+    """409: written since it was read (a resourceVersion precondition), or created already."""
+
+
+class Gone(KubeError):
+    """410: a continue token or resourceVersion older than the API server's history: list again."""
+
+
+class Invalid(KubeError):
+    """422: the request was refused as invalid (a JSON patch whose ``test`` failed included)."""
+
+
+class Throttled(KubeError):
+    """429: too many requests (API priority and fairness)."""
+
+
+class ServerError(KubeError):
+    """5xx: the API server (or what stands in front of it) failed."""
+
+
+_ERRORS: dict[int, type[KubeError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone,
+                                       422: Invalid, 429: Throttled}
+
+
+def api_error(message: str, status: int) -> KubeError:
+    """The KubeError for an HTTP status (-1 for no answer)."""
+    if status == UNREACHABLE:
+        return Unreachable(message, status)
+    kind = _ERRORS.get(status) or (ServerError if status >= 500 else KubeError)
+    return kind(message, status)
 
 
 class _NoRetryChatter(logging.Filter):
@@ -87,7 +141,7 @@ def api_client(connection: Connection | None = None, *, kubeconfig: str | None =
             config.load_kube_config(config_file=kubeconfig, context=context,  # type: ignore[no-untyped-call]
                                     client_configuration=configuration)
         except Exception as error:  # a missing file, broken YAML, bad certificate data: all one line for the user
-            raise KubeError(f"cannot use the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}"
+            raise NotConfigured(f"cannot use the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}"
                             f"{f' (context {context})' if context else ''}: {error}") from None
         return client.ApiClient(configuration)
     if connection is not None and connection.host:
@@ -103,12 +157,9 @@ def api_client(connection: Connection | None = None, *, kubeconfig: str | None =
         try:
             config.load_kube_config()  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as error:
-            raise KubeError(f"no Kubernetes configuration (not in a cluster, no usable kubeconfig): {error}") from None
+            raise NotConfigured(f"no Kubernetes configuration (not in a cluster, no usable kubeconfig): {error}"
+                                ) from None
     return client.ApiClient()
-
-
-NOT_FOUND = 404
-CONFLICT = 409
 
 
 def _request(api: client.ApiClient, method: str, path: str, body: object = None,
@@ -121,9 +172,9 @@ def _request(api: client.ApiClient, method: str, path: str, body: object = None,
         data = response.read()  # type: ignore[no-untyped-call]
     except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out — before or during the answer
         reason = getattr(error, "reason", None) or error
-        raise KubeError(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
+        raise Unreachable(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
     if not 200 <= response.status < 300:
-        raise KubeError(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status)
+        raise api_error(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status)
     document: Mapping[str, Any] = json.loads(data) if data else {}
     return document
 
@@ -138,7 +189,6 @@ def _status_message(data: bytes) -> str:
     return message if isinstance(message, str) else repr(data[:200])
 
 
-FORBIDDEN, UNAUTHORIZED = 403, 401
 NAMESPACED_PATHS: dict[str, tuple[str, str, str, str]] = {
     # kind (as typed on the command line) -> (API path prefix, plural, kind, apiVersion)
     "pod": ("/api/v1", "pods", "Pod", "v1"),
@@ -154,10 +204,8 @@ def read_namespaced(api: client.ApiClient, kind: str, namespace: str, name: str)
     prefix, plural, kind_name, api_version = NAMESPACED_PATHS[kind]
     try:
         found = _get(api, f"{prefix}/namespaces/{namespace}/{plural}/{name}")
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return None
-        raise
+    except NotFound:
+        return None
     return {"apiVersion": api_version, "kind": kind_name, **found}
 
 
@@ -175,10 +223,8 @@ def _get(api: client.ApiClient, path: str) -> Mapping[str, Any]:
 def read_secret(api: client.ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
     try:
         return _get(api, f"/api/v1/namespaces/{namespace}/secrets/{name}")
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def write_secret(api: client.ApiClient, secret: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
@@ -202,8 +248,7 @@ class BundlePatch(Enum):
     """At least one webhook's caBundle was set."""
 
 
-UNPROCESSABLE = 422
-BUNDLE_PATCH_STALE = frozenset({CONFLICT, UNPROCESSABLE, 500})
+BUNDLE_PATCH_STALE: tuple[type[KubeError], ...] = (Conflict, Invalid, ServerError)
 """Answers to a caBundle patch that mean "the configuration changed after it was read: read it again". 422 is the
 API server's answer to a JSON patch whose ``test`` fails (and to an index past the end: a webhook removed meanwhile);
 409 a conflicting write; older API servers, and kmock, answer a failed ``test`` with 500. Retrying a genuine 500 from
@@ -240,19 +285,17 @@ def patch_ca_bundle(api: client.ApiClient, kind: str, name: str, ca_bundle: str,
     for attempt in range(1, attempts + 1):
         try:
             configuration = with_retries(functools.partial(_get, api, path))
-        except KubeError as error:
-            if error.status == NOT_FOUND:
-                return BundlePatch.MISSING
-            raise
+        except NotFound:
+            return BundlePatch.MISSING
         operations = ca_bundle_patch(configuration, ca_bundle)
         if not operations:
             return BundlePatch.IN_PLACE
         try:
             _request(api, "PATCH", path, operations, "application/json-patch+json")
-        except KubeError as error:
-            if error.status == NOT_FOUND:
-                return BundlePatch.MISSING
-            if error.status not in BUNDLE_PATCH_STALE or attempt == attempts:
+        except NotFound:
+            return BundlePatch.MISSING
+        except BUNDLE_PATCH_STALE as error:
+            if attempt == attempts:
                 raise
             log.info("%s %s changed while its caBundle was being set (%s): reading it again", kind, name, error)
             continue
@@ -274,11 +317,13 @@ def list_all(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str
         prefix, plural, kind, api_version = resource
         try:
             listing = with_retries(functools.partial(_get, api, f"{prefix}/{plural}"))
-        except KubeError as error:
-            if resource in optional and error.status == FORBIDDEN:
-                log.warning("%s %s cannot be listed (%s): left out", api_version, plural, error)
-                continue
-            if error.status != NOT_FOUND or not prefix.startswith("/apis/scheduling.volcano.sh"):
+        except Forbidden as error:
+            if resource not in optional:
+                raise
+            log.warning("%s %s cannot be listed (%s): left out", api_version, plural, error)
+            continue
+        except NotFound:
+            if not prefix.startswith("/apis/scheduling.volcano.sh"):
                 raise
             log.warning("%s %s are not served by the API server (are the Volcano CRDs installed?): counted as none "
                         "until the operator restarts", api_version, plural)
@@ -295,19 +340,23 @@ async def list_all_async(api: client.ApiClient, resources: Sequence[tuple[str, s
 
 UNREACHABLE = -1
 """The status of a KubeError raised because no (whole) answer came: connection refused, reset, timed out."""
-RETRYABLE = frozenset({UNREACHABLE, 409, 410, 429, 500, 502, 503, 504})
+RETRYABLE: tuple[type[KubeError], ...] = (Unreachable, Conflict, Gone, Throttled, ServerError)
 RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
+def retryable_but(kind: type[KubeError]) -> tuple[type[KubeError], ...]:
+    return tuple(retryable for retryable in RETRYABLE if retryable is not kind)
+
+
 def with_retries(action: Callable[[], T], *, delays: Sequence[float] = RETRY_DELAYS,
-                 sleep: Callable[[float], None] = time.sleep, retryable: frozenset[int] = RETRYABLE) -> T:
+                 sleep: Callable[[float], None] = time.sleep,
+                 retryable: tuple[type[KubeError], ...] = RETRYABLE) -> T:
     """Run ``action``, retrying with backoff on conflicts, throttling, server errors and lost connections."""
     for delay in delays:
         try:
             return action()
-        except KubeError as error:
-            if error.status not in retryable:
-                raise
+        except retryable:
+            pass
         except (OSError, urllib3.exceptions.HTTPError):
             pass
         sleep(delay)
@@ -332,17 +381,15 @@ def patch_annotations(api: client.ApiClient, path: str, changes: Mapping[str, st
     body = {"metadata": {"annotations": dict(changes)}}
     try:
         with_retries(lambda: _request(api, "PATCH", path, body, "application/merge-patch+json"))
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return False
-        raise
+    except NotFound:
+        return False
     return True
 
 
 def create_event(api: client.ApiClient, namespace: str, event: Mapping[str, Any]) -> None:
     """Create an event (a 409 means it exists already: creating is not retried on conflicts)."""
     with_retries(lambda: _request(api, "POST", f"/api/v1/namespaces/{namespace}/events", event),
-                 retryable=RETRYABLE - {CONFLICT})
+                 retryable=retryable_but(Conflict))
 
 
 def lease_path(namespace: str, name: str = "") -> str:
@@ -353,10 +400,8 @@ def lease_path(namespace: str, name: str = "") -> str:
 def read_lease(api: client.ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
     try:
         return _get(api, lease_path(namespace, name))
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def create_lease(api: client.ApiClient, namespace: str, lease: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -397,10 +442,8 @@ def read_object(api: client.ApiClient, path: str) -> Mapping[str, Any] | None:
     not exist."""
     try:
         return with_retries(lambda: _get(api, path))
-    except KubeError as error:
-        if error.status == NOT_FOUND:
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def list_objects(api: client.ApiClient, path: str, api_version: str, kind: str, *,
@@ -415,8 +458,6 @@ def list_objects(api: client.ApiClient, path: str, api_version: str, kind: str, 
 
 # ------------------------------------------------------------------------------------------ list and watch
 
-GONE = 410
-"""A continue token or a watch's resourceVersion too old for the API server's history: list again."""
 LIST_PAGE_SIZE = 500
 """Objects per page of a paginated list (client-go's reflector lists 500 at a time as well)."""
 WATCH_SECONDS = 290
@@ -441,7 +482,7 @@ def list_pages(api: client.ApiClient, path: str, api_version: str, kind: str, *,
     token = ""
     while True:
         query = f"?limit={limit}" + (f"&continue={quote(token, safe='')}" if token else "")
-        listing = with_retries(functools.partial(_get, api, path + query), retryable=RETRYABLE - {GONE})
+        listing = with_retries(functools.partial(_get, api, path + query), retryable=retryable_but(Gone))
         metadata = listing.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
         token = metadata.get("continue") or ""
@@ -490,10 +531,10 @@ class WatchStream:
             response = self._api.call_api(method, url, header_params=headers,
                                           _request_timeout=(10, self._timeout + 30))
         except urllib3.exceptions.HTTPError as error:
-            raise KubeError(f"watch {self._path}: no Kubernetes API reachable: {error}", UNREACHABLE) from None
+            raise Unreachable(f"watch {self._path}: no Kubernetes API reachable: {error}", UNREACHABLE) from None
         if not 200 <= response.status < 300:
             data = response.read()  # type: ignore[no-untyped-call]
-            raise KubeError(f"watch {self._path}: HTTP {response.status}: {_status_message(data)}", response.status)
+            raise api_error(f"watch {self._path}: HTTP {response.status}: {_status_message(data)}", response.status)
         self._response = response.response
         if self._closed:
             self.close()
@@ -502,7 +543,7 @@ class WatchStream:
                 yield self._event(line)
         except (urllib3.exceptions.HTTPError, OSError) as error:
             if not self._closed:
-                raise KubeError(f"watch {self._path}: the stream broke: {error}", UNREACHABLE) from None
+                raise Unreachable(f"watch {self._path}: the stream broke: {error}", UNREACHABLE) from None
         finally:
             self._response.release_conn()
 
@@ -516,13 +557,13 @@ class WatchStream:
         try:
             event = json.loads(line)
         except ValueError:
-            raise KubeError(f"watch {self._path}: not a JSON event: {line[:200]!r}", UNREACHABLE) from None
+            raise Unreachable(f"watch {self._path}: not a JSON event: {line[:200]!r}", UNREACHABLE) from None
         kind, manifest = event.get("type"), event.get("object")
         if not isinstance(manifest, Mapping) or not isinstance(kind, str):
-            raise KubeError(f"watch {self._path}: not a watch event: {line[:200]!r}", UNREACHABLE)
+            raise Unreachable(f"watch {self._path}: not a watch event: {line[:200]!r}", UNREACHABLE)
         if kind == "ERROR":
             code = manifest.get("code")
-            raise KubeError(f"watch {self._path}: {manifest.get('message') or manifest}",
+            raise api_error(f"watch {self._path}: {manifest.get('message') or manifest}",
                             code if isinstance(code, int) else UNREACHABLE)
         return WatchEvent(kind, {**self._identity, **manifest})
 

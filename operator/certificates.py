@@ -42,8 +42,8 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from cardquota.kube import (
-    CONFLICT,
     BundlePatch,
+    Conflict,
     KubeError,
     patch_ca_bundle,
     read_namespaced,
@@ -331,9 +331,7 @@ def ensure_certificates(api: client.ApiClient, settings: Settings, now: datetime
                 write_secret(api, secret_body(settings, certificates, existing), create=False)
                 log.info("every webhook configuration's caBundle holds the new CA: the serving certificate switches "
                          "to it in %g s", grace.total_seconds())
-        except KubeError as error:
-            if error.status != CONFLICT:
-                raise
+        except Conflict:
             log.info("TLS Secret %s/%s changed meanwhile (another replica); reading it again",
                      settings.namespace, settings.tls_secret)
             continue

@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 from cardquota.core import crd_additions
 from cardquota.core.crd_additions import QUEUE_CRD
 from cardquota.core.events import CardEvent
-from cardquota.kube import FORBIDDEN, KubeError, create_event, read_crd
+from cardquota.kube import Forbidden, KubeError, create_event, read_crd
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import EVENT_NAMESPACE, kubernetes_event
 from cardquota.operator.metrics import REGISTRY
@@ -56,7 +56,7 @@ class CrdDriftCheck:
             crd = await asyncio.to_thread(read_crd, self.api, QUEUE_CRD)
         except KubeError as error:
             MISSING.labels(crd=QUEUE_CRD).set(-1)
-            hint = " (the ClusterRole grants get on this one CRD)" if error.status == FORBIDDEN else ""
+            hint = " (the ClusterRole grants get on this one CRD)" if isinstance(error, Forbidden) else ""
             log.warning("cannot read the %s CRD to check cardquota's additions%s: %s", QUEUE_CRD, hint, error)
             return
         if crd is None:

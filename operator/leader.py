@@ -14,7 +14,7 @@ from typing import Any
 import urllib3
 from kubernetes import client
 
-from cardquota.kube import CONFLICT, KubeError, create_lease, read_lease, update_lease
+from cardquota.kube import Conflict, KubeError, create_lease, read_lease, update_lease
 
 log = logging.getLogger("cardquota.leader")
 LEASE_SECONDS = 15
@@ -74,9 +74,10 @@ class LeaderElection:
             update_lease(self.api, self.namespace, self.name, spec,
                          (lease.get("metadata") or {}).get("resourceVersion"))
             return self._became(True)
+        except Conflict:  # another replica wrote the Lease since it was read: not leading this round
+            return self._became(False)
         except KubeError as error:
-            if error.status != CONFLICT:
-                log.warning("leader election round failed: %s", error)
+            log.warning("leader election round failed: %s", error)
             return self._became(False)
         except (OSError, urllib3.exceptions.HTTPError) as error:  # API unreachable: stop writing until it is back
             log.warning("leader election round failed, API unreachable: %s", error)

@@ -29,7 +29,7 @@ from kubernetes import client
 from prometheus_client import Gauge
 
 from cardquota.core.objects import ObjectKey
-from cardquota.kube import GONE, KubeError, ListPage, WatchEvent, WatchStream, list_pages
+from cardquota.kube import Gone, KubeError, ListPage, WatchEvent, WatchStream, list_pages
 from cardquota.operator.cache import DELETED, ClusterCache
 from cardquota.operator.metrics import EVENTS_PROCESSED, REGISTRY
 
@@ -104,7 +104,7 @@ class Reflector:
                 failures = 0
                 self._working()
             except KubeError as error:
-                if error.status == GONE:
+                if isinstance(error, Gone):
                     log.info("%s watch: resourceVersion %s is too old (%s): listing again", self.kind,
                              self.resource_version, error)
                     listed = False

@@ -25,8 +25,6 @@ SHORT_NAMES = {"queue": crd_additions.QUEUE_CRD, "queues": crd_additions.QUEUE_C
                "job": crd_additions.JOB_CRD, "jobs": crd_additions.JOB_CRD, **{name: name for name in CRD_NAMES}}
 ATTEMPTS = 3
 """A patch refused because the CRD changed after it was read is recomputed from a new read, this many times."""
-STALE = frozenset({409, 422})
-"""What the API server answers a JSON patch whose ``test`` operations fail (422) or a conflicting write (409)."""
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -122,7 +120,9 @@ class FileCrds:
 
 
 def _change(source: CrdSource, name: str, compute: Any, *, dry_run: bool) -> dict[str, Any]:
-    from cardquota.kube import KubeError
+    from cardquota.kube import Conflict, Invalid, KubeError
+
+    stale = (Conflict, Invalid)  # what the API server answers a JSON patch whose ``test`` fails, a conflicting write
 
     for attempt in range(ATTEMPTS):
         crd = source.read(name)
@@ -138,7 +138,7 @@ def _change(source: CrdSource, name: str, compute: Any, *, dry_run: bool) -> dic
         try:
             source.patch(name, patch)
         except KubeError as error:
-            if error.status in STALE and attempt < ATTEMPTS - 1:
+            if isinstance(error, stale) and attempt < ATTEMPTS - 1:
                 continue
             raise InputError(f"cannot patch the CRD: {error}", where=name) from None
         crd = source.read(name) or crd

@@ -266,16 +266,16 @@ def _read(call: Callable[[], T]) -> T | Unreadable:
     """One read: its value, or Unreadable when the API refused or failed it. No API at all, or credentials it does
     not accept, are raised (as one line, exit 2): nothing could be told."""
     from cardquota.cli.kubectl import _kube
-    from cardquota.kube import FORBIDDEN, UNAUTHORIZED, UNREACHABLE, KubeError
+    from cardquota.kube import Forbidden, KubeError, NotConfigured, Unauthorized, Unreachable
 
     def attempt() -> T | Unreadable:
         try:
             return call()
+        except (Unreachable, Unauthorized, NotConfigured):
+            raise
         except KubeError as error:
-            if error.status in (UNREACHABLE, UNAUTHORIZED, 0):
-                raise
             message = str(error).split(": HTTP ", 1)[-1]
-            return Unreadable(f"not allowed (HTTP {message})" if error.status == FORBIDDEN else f"HTTP {message}")
+            return Unreadable(f"not allowed (HTTP {message})" if isinstance(error, Forbidden) else f"HTTP {message}")
 
     return _kube(attempt)
 

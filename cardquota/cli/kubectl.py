@@ -446,15 +446,15 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 def _kube(call: Callable[[], T]) -> T:
     """A Kubernetes call whose failure becomes one line: not reachable, not allowed (the API's own sentence names
     the verb and resource), or any other error."""
-    from cardquota.kube import FORBIDDEN, UNAUTHORIZED, KubeError
+    from cardquota.kube import Forbidden, KubeError, Unauthorized
 
     try:
         return call()
     except KubeError as error:
         said = " ".join(str(error).split())  # the kubernetes library's messages may span lines (YAML errors)
-        if error.status == FORBIDDEN:
+        if isinstance(error, Forbidden):
             raise InputError(f"not allowed: {said}", where="cluster") from None
-        if error.status == UNAUTHORIZED:
+        if isinstance(error, Unauthorized):
             raise InputError(f"not logged in (HTTP 401): {said}", where="cluster") from None
         raise InputError(said, where="cluster") from None
 

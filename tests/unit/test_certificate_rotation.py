@@ -32,7 +32,7 @@ from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from cardquota import kube
-from cardquota.kube import BundlePatch, KubeError, patch_ca_bundle
+from cardquota.kube import BundlePatch, KubeError, api_error, patch_ca_bundle
 from cardquota.operator import certificates
 from cardquota.operator.certificates import (
     BUNDLE_SINCE,
@@ -203,13 +203,13 @@ class FakeApiServer:
         with self.lock:
             if create:
                 if self.secret is not None:
-                    raise KubeError("already exists", 409)
+                    raise api_error("already exists", 409)
                 written = copy.deepcopy(body)
             else:
                 assert self.secret is not None
                 sent = body["metadata"].get("resourceVersion")
                 if sent is not None and sent != self.secret["metadata"]["resourceVersion"]:
-                    raise KubeError("the object has been modified", 409)
+                    raise api_error("the object has been modified", 409)
                 written = merge_patch(self.secret, body)
             self.version += 1
             self.secret_writes += 1
@@ -425,7 +425,7 @@ class FakeConfiguration:
         try:
             self.configuration = jsonpatch.apply_patch(self.configuration, body)
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
-            raise KubeError(f"PATCH {path}: HTTP {self.refusal}: {error}", self.refusal) from None
+            raise api_error(f"PATCH {path}: HTTP {self.refusal}: {error}", self.refusal) from None
         return self.configuration
 
 
@@ -448,7 +448,7 @@ def test_a_refused_ca_bundle_patch_is_computed_again_from_a_fresh_read(monkeypat
 
 def test_a_ca_bundle_patch_refused_every_time_or_forbidden_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def always_stale(_api: object, method: str, path: str, body: Any = None, _content_type: str = "") -> Any:
-        raise KubeError(f"{method} {path}: HTTP 422: test failed", 422)
+        raise api_error(f"{method} {path}: HTTP 422: test failed", 422)
 
     fake = FakeConfiguration(webhooks("a"), lambda configuration: configuration)
     monkeypatch.setattr(kube, "_get", fake.get)
@@ -467,7 +467,7 @@ def test_a_ca_bundle_patch_refused_every_time_or_forbidden_is_an_error(monkeypat
 
 def test_a_configuration_that_is_not_installed_gets_no_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(_api: object, path: str) -> Any:
-        raise KubeError(f"GET {path}: HTTP 404: not found", 404)
+        raise api_error(f"GET {path}: HTTP 404: not found", 404)
 
     monkeypatch.setattr(kube, "_get", missing)
     assert patch_ca_bundle(object(), "MutatingWebhookConfiguration", "m", "new") is BundlePatch.MISSING

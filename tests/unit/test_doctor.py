@@ -991,11 +991,11 @@ def test_the_defaults_are_the_operators_settings() -> None:
 
 def test_reads_the_api_refuses_make_their_check_unknown_and_no_api_is_one_line() -> None:
     from cardquota.core.errors import InputError
-    from cardquota.kube import UNREACHABLE, KubeError
+    from cardquota.kube import UNREACHABLE, api_error
 
     def failing(status: int, message: str) -> Callable[[], Any]:
         def call() -> Any:
-            raise KubeError(message, status)
+            raise api_error(message, status)
         return call
 
     refused = doctor_cli._read(failing(403, 'GET /api/v1/x: HTTP 403: x is forbidden: User "dev" cannot get "x"'))

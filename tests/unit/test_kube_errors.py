@@ -12,7 +12,7 @@ import pytest
 from kubeconfigs import write_kubeconfig
 
 from cardquota.cli.main import run
-from cardquota.kube import KubeError, _get, api_client
+from cardquota.kube import KubeError, _get, api_client, api_error
 
 
 @pytest.fixture
@@ -80,3 +80,15 @@ def test_an_unreachable_api_logs_no_retry_lines_before_the_error(tmp_path: Path,
     assert not [record for record in caplog.records if "Retrying" in record.getMessage()]
     logging.getLogger("urllib3.connectionpool").warning("Connection pool is full, discarding connection: %s", "x")
     assert "Connection pool is full" in caplog.text  # urllib3's other warnings still pass
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (-1, "Unreachable"), (401, "Unauthorized"), (403, "Forbidden"), (404, "NotFound"), (409, "Conflict"),
+    (410, "Gone"), (422, "Invalid"), (429, "Throttled"), (500, "ServerError"), (503, "ServerError"),
+    (400, "KubeError")])
+def test_each_api_status_is_raised_as_its_class(status: int, kind: str) -> None:
+    """Callers catch the class (issue 21: no status comparisons outside kube.py); the status stays for messages."""
+    error = api_error("GET /x: HTTP …", status)
+    assert type(error).__name__ == kind
+    assert isinstance(error, KubeError)
+    assert error.status == status

@@ -15,7 +15,7 @@ from cardquota.cli.main import run
 from cardquota.cli.output import usage_table
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import QueueUsage
-from cardquota.kube import KubeError
+from cardquota.kube import api_error
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = str(REPO / "examples" / "cluster.yaml")
@@ -103,7 +103,7 @@ def test_input_errors_are_one_line_and_exit_2(argv: list[str], message: str) -> 
 
 
 def test_api_errors_become_one_line_naming_what_was_refused() -> None:
-    forbidden = KubeError('GET /api/v1/pods: HTTP 403: pods is forbidden: User "dev" cannot list resource "pods" in '
+    forbidden = api_error('GET /api/v1/pods: HTTP 403: pods is forbidden: User "dev" cannot list resource "pods" in '
                           'API group "" at the cluster scope', 403)
 
     def refuse() -> None:

@@ -19,7 +19,7 @@ from cardquota.core.publish import (
     queue_annotations,
     usage_summary,
 )
-from cardquota.kube import KubeError, with_retries
+from cardquota.kube import KubeError, api_error, with_retries
 from cardquota.operator.controller import kubernetes_event
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
@@ -141,7 +141,7 @@ def test_retries_with_backoff_only_on_transient_errors(status: int, retried: boo
     def action() -> str:
         calls.append(1)
         if len(calls) < 3:
-            raise KubeError("nope", status)
+            raise api_error("nope", status)
         return "done"
 
     if retried:
@@ -155,7 +155,7 @@ def test_retries_with_backoff_only_on_transient_errors(status: int, retried: boo
 
 def test_retries_give_up_after_the_last_delay() -> None:
     def action() -> str:
-        raise KubeError("still failing", 503)
+        raise api_error("still failing", 503)
 
     sleeps: list[float] = []
     with pytest.raises(KubeError, match="still failing"):

@@ -19,7 +19,7 @@ import pytest
 from builders import gpu_node, pod, podgroup, queue
 from polling import eventually
 
-from cardquota.kube import GONE, UNREACHABLE, KubeError, ListPage, WatchEvent
+from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, Unreachable, WatchEvent
 from cardquota.operator.cache import ClusterCache
 from cardquota.operator.reflector import Reflector
 
@@ -151,8 +151,8 @@ async def test_watch_events_bookmarks_and_a_stream_that_ends() -> None:
 
 async def test_a_broken_stream_is_watched_again_from_the_last_version_with_backoff() -> None:
     server = ScriptedServer({"p0": card_pod("p0", 10)}, "100", [
-        ScriptedWatch([WatchEvent("ADDED", card_pod("p1", 101)), KubeError("the stream broke", UNREACHABLE)]),
-        ScriptedWatch([KubeError("no Kubernetes API reachable", UNREACHABLE)]),
+        ScriptedWatch([WatchEvent("ADDED", card_pod("p1", 101)), Unreachable("the stream broke", UNREACHABLE)]),
+        ScriptedWatch([Unreachable("no Kubernetes API reachable", UNREACHABLE)]),
         ScriptedWatch([WatchEvent("ADDED", card_pod("p2", 102))]),
     ])
     cache = base_cache()
@@ -175,7 +175,7 @@ async def test_410_gone_lists_again_and_deletes_what_went_meanwhile() -> None:
         server.pods, server.list_version = dict(truth), "5002"
 
     server = ScriptedServer({name: card_pod(name, 10 + index) for index, name in enumerate(["p0", "p1", "p2"])},
-                            "100", [ScriptedWatch([KubeError("too old resource version: 100 (5000)", GONE)],
+                            "100", [ScriptedWatch([Gone("too old resource version: 100 (5000)", 410)],
                                                   meanwhile=meanwhile)])
     cache = base_cache()
     reflector = reflector_over(server, cache, sleeps := [])
@@ -199,8 +199,8 @@ async def test_a_cancelled_reflector_closes_its_watch() -> None:
 async def test_a_watch_failing_for_a_minute_is_behind_and_recovers() -> None:
     now = [0.0]
     server = ScriptedServer({"p0": card_pod("p0", 10)}, "100", [
-        ScriptedWatch([KubeError("no Kubernetes API reachable", UNREACHABLE)]),
-        ScriptedWatch([KubeError("no Kubernetes API reachable", UNREACHABLE)]),
+        ScriptedWatch([Unreachable("no Kubernetes API reachable", UNREACHABLE)]),
+        ScriptedWatch([Unreachable("no Kubernetes API reachable", UNREACHABLE)]),
         ScriptedWatch([WatchEvent("BOOKMARK", {"kind": "Pod", "apiVersion": "v1",
                                                "metadata": {"resourceVersion": "200"}})], hold=True),
     ])
