@@ -28,6 +28,7 @@ from cardquota.core.objects import Manifest, Node
 from cardquota.core.policies import schedconf
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.publish import CARD_USAGE, QUEUE_ANNOTATIONS, queue_annotations
+from cardquota.core.schedconf.reader import CONF_KEY
 from cardquota.core.snapshot import ClusterSnapshot, Kind, describe, kind_of, node_record
 from cardquota.core.yamltext import load_one
 
@@ -586,7 +587,7 @@ def check_scheduler(configmap: Read, target: Target) -> list[Result]:
 
 def scheduler_plugins(configmap: Manifest) -> set[str] | None:
     """The plugin names ``volcano-scheduler.conf`` enables; None when it cannot be read (the policy says why)."""
-    text = _map(configmap.get("data")).get(schedconf.CONF_KEY)
+    text = _map(configmap.get("data")).get(CONF_KEY)
     if not isinstance(text, str):
         return None
     try:

@@ -21,3 +21,27 @@ DEFAULT_QUEUE = "default"
 """The queue of a pod that names none, directly or through its PodGroup."""
 
 CARD_ALTERNATIVE_SEPARATOR = "|"
+
+# mGPU (shared GPUs, mgpu-design.md): the resources and the pod annotation the webhooks and the scheduler read.
+
+MGPU_CORE = "vke.volcengine.com/mgpu-core"
+"""Percent of one card's compute; a multiple of 100 asks for whole cards."""
+MGPU_MEMORY = "vke.volcengine.com/mgpu-memory"
+"""Card memory in MiB."""
+CONTAINER_MULTIPLE_GPU = "vke.volcengine.com/container-multiple-gpu"
+"""Pod annotation: the number of cards each container of ``spec.containers`` shares, e.g. ``"2,1,3"``."""
+
+FULL_CARD_CORE = 100
+"""What ``mgpu-core`` one whole card is."""
+
+# crossquota (CPU quota on GPU nodes, crossquota-design.md): node annotations and the pod's scoring strategy.
+
+ANNOTATION_QUOTA_PREFIX = "volcano.sh/crossquota-"
+"""Node annotation ``volcano.sh/crossquota-<resource>``: an absolute quota (highest priority)."""
+ANNOTATION_QUOTA_PERCENTAGE_PREFIX = "volcano.sh/crossquota-percentage-"
+"""Node annotation ``volcano.sh/crossquota-percentage-<resource>``: a percentage of the node's allocatable."""
+SCORING_STRATEGY_ANNOTATION = "volcano.sh/crossquota-scoring-strategy"
+"""Pod annotation choosing how the plugin scores nodes for the pod."""
+
+MOST_ALLOCATED = "most-allocated"
+LEAST_ALLOCATED = "least-allocated"

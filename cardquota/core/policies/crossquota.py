@@ -26,18 +26,16 @@ from decimal import Decimal
 from typing import Any
 
 from cardquota.core.errors import InputError
+from cardquota.core.keys import (
+    ANNOTATION_QUOTA_PERCENTAGE_PREFIX,
+    ANNOTATION_QUOTA_PREFIX,
+    LEAST_ALLOCATED,
+    MOST_ALLOCATED,
+    SCORING_STRATEGY_ANNOTATION,
+)
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.violations import Violation, annotation_path, quoted, shown, type_name, written
 
-ANNOTATION_QUOTA_PREFIX = "volcano.sh/crossquota-"
-"""Node annotation ``volcano.sh/crossquota-<resource>``: an absolute quota (highest priority)."""
-ANNOTATION_QUOTA_PERCENTAGE_PREFIX = "volcano.sh/crossquota-percentage-"
-"""Node annotation ``volcano.sh/crossquota-percentage-<resource>``: a percentage of the node's allocatable."""
-SCORING_STRATEGY_ANNOTATION = "volcano.sh/crossquota-scoring-strategy"
-"""Pod annotation choosing how the plugin scores nodes for the pod."""
-
-MOST_ALLOCATED = "most-allocated"
-LEAST_ALLOCATED = "least-allocated"
 SCORING_STRATEGIES = (MOST_ALLOCATED, LEAST_ALLOCATED)
 """The valid scoring strategies; most-allocated is the plugin's default."""
 

@@ -17,60 +17,30 @@ snapshot become warnings saying they were skipped.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
-from cardquota.core.errors import InputError, one_line
+from cardquota.core.dra_quota import (
+    CAPABILITY,
+    CAPACITY,
+    COUNT,
+    DESERVED,
+    DRA_PATH,
+    GUARANTEE,
+    ROOT_QUEUE,
+    SECTIONS,
+    DeviceQuota,
+    Quotas,
+    Value,
+    field_path,
+    index_path,
+    name_of,
+    read_quotas,
+)
+from cardquota.core.errors import one_line
 from cardquota.core.policies.common import skipped
-from cardquota.core.quantity import parse_quantity
 from cardquota.core.snapshot import ClusterSnapshot
-from cardquota.core.violations import Violation, shown, type_name, written
-
-DRA_PATH = "spec.dra"
-CAPABILITY, DESERVED, GUARANTEE = "capability", "deserved", "guarantee"
-SECTIONS = (CAPABILITY, DESERVED, GUARANTEE)
-"""The fields of ``spec.dra``, from the largest bound to the smallest."""
-COUNT, CAPACITY = "count", "capacity"
-ENTRY_FIELDS = (COUNT, CAPACITY)
-MAX_COUNT = 2**63 - 1
-"""``count`` is an int64 in the Queue CRD."""
-MAX_DNS_SUBDOMAIN = 253
-ROOT_QUEUE = "root"
-"""Volcano's implicit top of the queue hierarchy: a parent named so need not exist as an object."""
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_HUGE_BITS = 256
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class Value:
-    """One bound: the exact amount and the text it was written as (shown in messages)."""
-
-    amount: Fraction
-    written: str
-
-
-@dataclass
-class DeviceQuota:
-    """The valid parts of one DeviceClass entry: the count (None when missing or invalid) and capacity dimensions."""
-
-    count: Value | None = None
-    capacity: dict[str, Value] = field(default_factory=dict)
-
-    def metrics(self) -> Iterator[tuple[str | None, Value]]:
-        """(dimension or None for the count, value) for every bound this entry sets."""
-        if self.count is not None:
-            yield None, self.count
-        yield from self.capacity.items()
-
-
-Quotas = dict[str, DeviceQuota]
-"""DeviceClass name → its valid quota."""
+from cardquota.core.violations import Violation, shown, type_name
 
 
 def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple[list[Violation], list[str]]:
@@ -87,15 +57,15 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
     for key in dra:
         if key not in SECTIONS:
             violations.append(Violation(
-                DRA_PATH + _field(key),
-                f"unknown field {_name(key)} (spec.dra has capability, deserved and guarantee)",
+                DRA_PATH + field_path(key),
+                f"unknown field {name_of(key)} (spec.dra has capability, deserved and guarantee)",
             ))
     sections = {section: read_quotas(dra.get(section), f"{DRA_PATH}.{section}", violations) for section in SECTIONS}
     violations.extend(_order_violations(sections))
     warnings: list[str] = []
     capability = sections[CAPABILITY]
     if capability:
-        name = _queue_name(queue)
+        name = _queuename_of(queue)
         parent = spec.get("parent")
         if isinstance(parent, str) and parent and parent != name:
             parent_violations, parent_warnings = _parent_violations(parent, capability, snapshot)
@@ -105,102 +75,6 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
             # Against the children the snapshot holds; like the card-quota rule, no warning for those it lacks.
             violations.extend(_child_violations(name, capability, snapshot))
     return [Violation(v.path, one_line(v.message)) for v in violations], [one_line(w) for w in warnings]
-
-
-def read_quotas(section: object, path: str, violations: list[Violation] | None = None) -> Quotas:
-    """The valid entries of one of ``capability`` / ``deserved`` / ``guarantee``; what is wrong goes to
-    ``violations`` (pass None to read another queue's section leniently)."""
-    problems: list[Violation] = [] if violations is None else violations
-    if section is None:
-        return {}
-    if not isinstance(section, Mapping):
-        problems.append(Violation(path, f"must be a map of DeviceClass name to quota, not {type_name(section)}"))
-        return {}
-    quotas: Quotas = {}
-    for name, entry in section.items():
-        entry_path = path + _index(name)
-        problem = device_class_problem(name)
-        if problem is not None:
-            problems.append(Violation(entry_path, problem))
-            continue
-        quota = _read_entry(name, entry, entry_path, problems)
-        if quota is not None:
-            quotas[name] = quota
-    return quotas
-
-
-def device_class_problem(name: object) -> str | None:
-    """What is wrong with a DeviceClass name (a DNS subdomain: lowercase RFC 1123, at most 253 characters)."""
-    if not isinstance(name, str):
-        return f"DeviceClass names must be strings, not {type_name(name)} {_name(name)}"
-    if not name:
-        return "DeviceClass names must not be empty"
-    if len(name) > MAX_DNS_SUBDOMAIN:
-        return f"DeviceClass name {shown(name[:40])}... is {len(name)} characters long (at most {MAX_DNS_SUBDOMAIN})"
-    if _DNS_SUBDOMAIN.fullmatch(name) is None:
-        return (f"DeviceClass name {shown(name)} is not a DNS subdomain (lowercase letters, digits, '-' and '.', "
-                f"starting and ending with a letter or digit, such as nvidia-h100 or gpu.example.com)")
-    return None
-
-
-def _read_entry(device_class: str, entry: object, path: str, problems: list[Violation]) -> DeviceQuota | None:
-    label = f"DeviceClass {device_class}"
-    if not isinstance(entry, Mapping):
-        problems.append(Violation(path, f"{label}: must be a map with count and optional capacity, "
-                                        f"not {type_name(entry)}"))
-        return None
-    for key in entry:
-        if key not in ENTRY_FIELDS:
-            problems.append(Violation(path + _field(key),
-                                      f"{label}: unknown field {_name(key)} (an entry has count and capacity)"))
-    quota = DeviceQuota()
-    count = entry.get(COUNT)
-    count_path = f"{path}.{COUNT}"
-    if count is None:
-        problems.append(Violation(count_path, f"{label}: count is required (the number of devices)"))
-    elif isinstance(count, bool) or not isinstance(count, int):
-        problems.append(Violation(count_path, f"{label}: count must be a whole number, not {written(count)}"))
-    elif count < 0:
-        problems.append(Violation(count_path, f"{label}: count {written(count)} is negative"))
-    elif count > MAX_COUNT:
-        problems.append(Violation(count_path, f"{label}: count {written(count)} is too large (at most {MAX_COUNT})"))
-    else:
-        quota.count = Value(Fraction(count), str(count))
-    capacity = entry.get(CAPACITY)
-    capacity_path = f"{path}.{CAPACITY}"
-    if capacity is not None and not isinstance(capacity, Mapping):
-        problems.append(Violation(capacity_path,
-                                  f"{label}: capacity must be a map of dimension to quantity, "
-                                  f"not {type_name(capacity)}"))
-    elif capacity is not None:
-        for dimension, amount in capacity.items():
-            dimension_path = capacity_path + _index(dimension)
-            if not isinstance(dimension, str) or not dimension.strip():
-                problems.append(Violation(dimension_path,
-                                          f"{label}: capacity dimension {_name(dimension)} must be a non-empty name"))
-                continue
-            value = _read_quantity(amount)
-            if isinstance(value, str):
-                problems.append(Violation(dimension_path, f"{label}: capacity {shown(dimension)}: {value}"))
-            else:
-                quota.capacity[dimension] = value
-    return quota
-
-
-def _read_quantity(amount: object) -> Value | str:
-    """The value, or what is wrong with it."""
-    if isinstance(amount, bool) or not isinstance(amount, str | int | float):
-        return f"must be a quantity such as \"80Gi\", not {type_name(amount)}"
-    if isinstance(amount, int) and not isinstance(amount, bool) and amount.bit_length() > _HUGE_BITS:
-        return f"{written(amount)} is out of range"  # before parse_quantity, whose message would print it whole
-    try:
-        parsed = parse_quantity(amount)
-    except InputError as error:
-        return error.message
-    as_written = amount if isinstance(amount, str) else written(amount)
-    if parsed < 0:
-        return f"{as_written} is negative"
-    return Value(parsed, as_written)
 
 
 def _order_violations(sections: Mapping[str, Quotas]) -> list[Violation]:
@@ -230,7 +104,7 @@ def _order_violations(sections: Mapping[str, Quotas]) -> list[Violation]:
 def _above(lower_name: str, upper_name: str, device_class: str, lower: DeviceQuota,
            upper: DeviceQuota) -> list[Violation]:
     return [
-        Violation(f"{DRA_PATH}.{lower_name}{_index(device_class)}{_suffix(dimension)}",
+        Violation(f"{DRA_PATH}.{lower_name}{index_path(device_class)}{_suffix(dimension)}",
                   f"DeviceClass {device_class}: {lower_name} {_metric(dimension)} {value.written} is above "
                   f"{upper_name} {_metric(dimension)} {bound.written} "
                   "(each must be guarantee <= deserved <= capability)")
@@ -257,7 +131,7 @@ def _parent_violations(parent: str, capability: Quotas,
         for dimension, value, bound in _exceeding(quota, limit):
             what = _metric(dimension)
             violations.append(Violation(
-                f"{DRA_PATH}.{CAPABILITY}{_index(device_class)}{_suffix(dimension)}",
+                f"{DRA_PATH}.{CAPABILITY}{index_path(device_class)}{_suffix(dimension)}",
                 f"DeviceClass {device_class}: capability {what} {value.written} is above parent queue "
                 f"{shown(parent)}'s capability {what} {bound.written}",
             ))
@@ -277,7 +151,7 @@ def _child_violations(name: str, capability: Quotas, snapshot: ClusterSnapshot) 
             for dimension, needed, value in _exceeding(child_quota, quota):
                 what = _metric(dimension)
                 violations.append(Violation(
-                    f"{DRA_PATH}.{CAPABILITY}{_index(device_class)}{_suffix(dimension)}",
+                    f"{DRA_PATH}.{CAPABILITY}{index_path(device_class)}{_suffix(dimension)}",
                     f"DeviceClass {device_class}: capability {what} {value.written} is below child queue "
                     f"{shown(child.queue.name)}'s capability {what} {needed.written}",
                 ))
@@ -294,7 +168,7 @@ def _exceeding(lower: DeviceQuota, upper: DeviceQuota) -> Iterator[tuple[str | N
             yield dimension, value, bound
 
 
-def _queue_name(queue: Mapping[str, Any]) -> str | None:
+def _queuename_of(queue: Mapping[str, Any]) -> str | None:
     metadata = queue.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     return name if isinstance(name, str) and name else None
@@ -305,18 +179,4 @@ def _metric(dimension: str | None) -> str:
 
 
 def _suffix(dimension: str | None) -> str:
-    return f".{COUNT}" if dimension is None else f".{CAPACITY}{_index(dimension)}"
-
-
-def _index(key: object) -> str:
-    """``["nvidia-h100"]``: a map key in a field path, escaped so the path stays on one line."""
-    return f"[{json.dumps(key if isinstance(key, str) else str(key))}]"
-
-
-def _field(key: object) -> str:
-    """``.name`` for a plain field name, ``["odd name"]`` otherwise."""
-    return f".{key}" if isinstance(key, str) and _IDENTIFIER.fullmatch(key) else _index(key)
-
-
-def _name(key: object) -> str:
-    return shown(key) if isinstance(key, str) else written(key)
+    return f".{COUNT}" if dimension is None else f".{CAPACITY}{index_path(dimension)}"

@@ -21,17 +21,10 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.errors import InputError
+from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, MGPU_CORE, MGPU_MEMORY
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.violations import Violation, annotation_path, quoted, shown, type_name, written
 
-MGPU_CORE = "vke.volcengine.com/mgpu-core"
-"""Percent of one card's compute; a multiple of 100 asks for whole cards."""
-MGPU_MEMORY = "vke.volcengine.com/mgpu-memory"
-"""Card memory in MiB."""
-CONTAINER_MULTIPLE_GPU = "vke.volcengine.com/container-multiple-gpu"
-"""Pod annotation: the number of cards each container of ``spec.containers`` shares, e.g. ``"2,1,3"``."""
-
-FULL_CARD_CORE = 100
 MIN_MGPU_MEMORY = 256
 """MiB: the least memory a container sharing a card can run with (MinGPUMemory)."""
 MAX_CARD_COUNT = 2**63 - 1

@@ -20,22 +20,27 @@ Other ConfigMaps are allowed untouched. Never raises: bad input becomes :class:`
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Mapping
-from fractions import Fraction
 from typing import Any
 
 from cardquota.core.errors import InputError, one_line
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quantity import parse_quantity
+from cardquota.core.schedconf.goregex import go_regex_problem
+from cardquota.core.schedconf.reader import (
+    CONF_KEY,
+    document_end_problem,
+    read_bool,
+    read_int,
+    read_number,
+)
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, allow, decide
 from cardquota.core.violations import Violation, shown, type_name, written
 from cardquota.core.yamltext import load_one
 
-CONF_KEY = "volcano-scheduler.conf"
 CONF_PATH = f"data[{json.dumps(CONF_KEY)}]"
 
 CAPACITY_CARD = "capacity-card"
@@ -45,23 +50,10 @@ PREDICATES = "predicates"
 CONFLICTS_WITH_CAPACITY_CARD = ("capacity", "proportion")
 """Plugins that manage queue capacity themselves: enabling one beside capacity-card makes two plugins disagree."""
 
-MAX_GO_REPEAT = 1000
-"""Go's regexp rejects a repeat count above this (``a{1001}``)."""
-MAX_NUMBER_TEXT = 64
-MAX_INT = 2**63 - 1
 RESOURCE_NAME_EXAMPLES = "a resource name (such as cpu, memory or nvidia.com/gpu)"
 
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
-_INTEGER = re.compile(r"[+-]?[0-9]+")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_OCTAL = re.compile(r"[0-7]{1,3}")
-_HEX = re.compile(r"[0-9A-Fa-f]{1,8}")
-_REPEAT = re.compile(r"\{([0-9]+)(,([0-9]*))?\}")
-_GO_FLAGS = re.compile(r"\(\?([imsU]*(?:-[imsU]+)?)([:)])")
-_GO_CLASS_NAMES = frozenset(
-    {"alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print", "punct", "space", "upper",
-     "word", "xdigit"})
 
 Check = Callable[[object], str | None]
 """What is wrong with an argument's value (a phrase such as ``must be true or false, not "yes"``), or None."""
@@ -99,43 +91,6 @@ def conf_violations(text: str) -> list[Violation]:
     violations = _actions_violations(conf)
     violations.extend(_tiers_violations(conf))
     return [Violation(v.path, one_line(v.message)) for v in violations]
-
-
-_DOCUMENT_END = re.compile(r"\.\.\.(?:[ \t].*)?")
-"""A line that is YAML's document end marker ``...`` (at column 0, alone or before spaces or a comment)."""
-
-
-def read_conf(text: str) -> Any:
-    """The configuration as YAML reads it; InputError when it is not one YAML document. Text after a ``...``
-    document end marker is refused with what is wrong (Volcano's YAML reader stops at the marker and ignores the
-    rest; the parser's own message, "did not find expected <document start>", does not say so)."""
-    try:
-        return load_one(text)
-    except InputError as error:
-        problem = document_end_problem(text)
-        if problem is not None:
-            raise InputError(f"{CONF_KEY} {problem}") from None
-        raise error from None
-
-
-def document_end_problem(text: str) -> str | None:
-    """``goes on after the YAML end of document "..." on line 2: …`` when text goes on after a ``...`` line and that
-    is what stops the YAML reader (the text up to the marker reads on its own); None otherwise."""
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        if not _DOCUMENT_END.fullmatch(line):
-            continue
-        try:
-            load_one("\n".join(lines[:index + 1]) + "\n")
-        except InputError:
-            return None  # something before the marker is wrong: the parser's message says what
-        following = next((number for number, rest in enumerate(lines[index + 1:], start=index + 2)
-                          if rest.strip() and not rest.lstrip().startswith("#")), None)
-        if following is None or lines[following - 1].startswith(("---", "%")):
-            return None
-        return (f'goes on after the YAML end of document "..." on line {index + 1}: the scheduler reads only up '
-                f'to the "..." and would ignore the rest (from line {following}); remove the "..." line')
-    return None
 
 
 def _actions_violations(conf: Mapping[Any, Any]) -> list[Violation]:
@@ -235,41 +190,6 @@ def _conflicts(plugins: list[tuple[str, str]]) -> list[Violation]:
         for name, path in plugins
         if name in CONFLICTS_WITH_CAPACITY_CARD
     ]
-
-
-# Value readers: YAML scalars or strings, None when the value is not of the kind.
-
-def read_bool(value: object) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return None
-
-
-def read_number(value: object) -> Fraction | None:
-    """A finite number, exactly: ``2``, ``2.0``, ``"2.0"``, ``"1e3"``."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(value) if math.isfinite(value) else None
-    if isinstance(value, str) and len(value) <= MAX_NUMBER_TEXT and _NUMBER.fullmatch(value):
-        return Fraction(value)
-    return None
-
-
-def read_int(value: object) -> int | None:
-    """A whole number (``16`` or ``"16"``) that fits int64."""
-    if isinstance(value, bool):
-        return None
-    number: int | None = None
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and len(value) <= 20 and _INTEGER.fullmatch(value):
-        number = int(value)
-    return number if number is not None and abs(number) <= MAX_INT else None
 
 
 # Checks of argument values.
@@ -432,188 +352,3 @@ PLUGIN_ARGUMENTS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
     ),
 }
 """Plugin → (argument → check, argument prefix → check of the value). Other arguments are not examined."""
-
-
-# Regular expressions as Go's regexp (RE2) reads them, checked with Python's re.
-
-def go_regex_problem(pattern: str) -> str | None:
-    """What Go's ``regexp.Compile`` would reject in ``pattern``, or None.
-
-    Python's ``re`` checks the syntax after Go-only spellings (``\\z``, ``\\pL``, ``\\x{..}``, ``\\Q..\\E``,
-    ``(?<name>``, ``(?U)``, ``[[:alpha:]]``, flags mid-pattern) are turned into Python ones; what Go does not
-    support although Python does (backreferences, lookaround, atomic groups, possessive repeats, conditionals,
-    ``\\Z``, repeats above 1000) is refused first.
-    """
-    translated = _python_spelling(pattern)
-    if not isinstance(translated, tuple):
-        return translated
-    text, changed = translated
-    try:
-        re.compile(text)
-    except re.error as error:
-        where = f" at position {error.pos}" if error.pos is not None and not changed else ""
-        return f"{error.msg}{where}"
-    except (ValueError, RecursionError, OverflowError, MemoryError) as error:
-        return f"{type(error).__name__}: {error}"
-    return None
-
-
-def compile_go_regex(pattern: str) -> re.Pattern[str] | None:
-    """``pattern`` (Go syntax) compiled for Python's re, or None when Go would reject it."""
-    if go_regex_problem(pattern) is not None:
-        return None
-    translated = _python_spelling(pattern)
-    return re.compile(translated[0]) if isinstance(translated, tuple) else None
-
-
-def _python_spelling(pattern: str) -> tuple[str, bool] | str:
-    """(the pattern spelled for Python's re, whether anything changed), or what Go would not support."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    in_class = False
-    class_start = 0  # index of the first character that may close the class
-    while i < n:
-        char = pattern[i]
-        if char == "\\":
-            step = _escape(pattern, i, in_class, out)
-            if isinstance(step, str):
-                return step
-            i = step
-            continue
-        if in_class:
-            if char == "]" and i >= class_start:
-                in_class = False
-                out.append(char)
-            elif char == "[" and pattern.startswith("[:", i):
-                end = pattern.find(":]", i + 2)
-                if end >= 0:  # without ":]" further on, Go reads the "[" as a literal
-                    if pattern[i + 2:end].removeprefix("^") not in _GO_CLASS_NAMES:
-                        return f"invalid character class {written(pattern[i:end + 2])}"
-                    out.append("a")
-                    i = end + 2
-                    continue
-                out.append("\\[")
-            elif char in "[&~|" or (char == "-" and pattern.startswith("--", i)):
-                out.append("\\" + char)  # literal in Go; escaped so Python does not read a nested set
-            else:
-                out.append(char)
-            i += 1
-            continue
-        if char == "[":
-            in_class = True
-            out.append(char)
-            i += 1
-            if pattern.startswith("^", i):
-                out.append("^")
-                i += 1
-            class_start = i + 1  # a "]" right after "[" or "[^" is a literal
-            continue
-        if char == "(" and pattern.startswith("(?", i):
-            step = _group(pattern, i, out)
-            if isinstance(step, str):
-                return step
-            i = step
-            continue
-        if char in "*+?":
-            if pattern.startswith("+", i + 1):
-                return f"possessive repeat {pattern[i:i + 2]} is not supported by Go's regexp"
-            out.append(char)
-            i += 1
-            continue
-        if char == "{":
-            repeat = _REPEAT.match(pattern, i)
-            if repeat is not None:
-                counts = [int(text) for text in (repeat[1], repeat[3]) if text]
-                if any(count > MAX_GO_REPEAT for count in counts):
-                    return f"repeat count {repeat[0]} is above Go's limit of {MAX_GO_REPEAT}"
-                if pattern.startswith("+", repeat.end()):
-                    return f"possessive repeat {repeat[0]}+ is not supported by Go's regexp"
-                out.append(repeat[0])
-                i = repeat.end()
-                continue
-        out.append(char)
-        i += 1
-    text = "".join(out)
-    return text, text != pattern
-
-
-def _escape(pattern: str, i: int, in_class: bool, out: list[str]) -> int | str:
-    """Append the Python spelling of the escape at ``i``; the index after it, or what Go would reject."""
-    if i + 1 >= len(pattern):
-        return "trailing backslash at end of expression"
-    code = pattern[i + 1]
-    if code in "01234567":
-        octal = _OCTAL.match(pattern, i + 1)
-        assert octal is not None
-        if code != "0" and len(octal[0]) == 1:
-            return f"backreference \\{code} is not supported by Go's regexp"
-        out.append(f"\\x{int(octal[0], 8):02x}")
-        return octal.end()
-    if code in "89":
-        return f"backreference \\{code} is not supported by Go's regexp"
-    if code == "Z":
-        return "\\Z is not supported by Go's regexp (use \\z)"
-    if code in "uUN":
-        return f"invalid escape sequence \\{code} (Go's regexp writes code points as \\x{{...}})"
-    if code == "z" and not in_class:
-        out.append("\\Z")
-        return i + 2
-    if code in "pP":
-        if pattern.startswith("{", i + 2):
-            end = pattern.find("}", i + 3)
-            if end < 0 or end == i + 3:
-                return f"invalid character class range {written(pattern[i:i + 12])}"
-            out.append("a")
-            return end + 1
-        if i + 2 >= len(pattern) or not pattern[i + 2].isalpha():
-            return f"invalid character class range {written(pattern[i:i + 3])}"
-        out.append("a")
-        return i + 3
-    if code == "x" and pattern.startswith("{", i + 2):
-        end = pattern.find("}", i + 3)
-        digits = pattern[i + 3:end] if end >= 0 else ""
-        if _HEX.fullmatch(digits) is None or int(digits, 16) > 0x10FFFF:
-            return f"invalid escape sequence {written(pattern[i:end + 1] if end >= 0 else pattern[i:i + 12])}"
-        out.append(f"\\U{int(digits, 16):08x}")
-        return end + 1
-    if code == "Q" and not in_class:
-        end = pattern.find("\\E", i + 2)
-        literal = pattern[i + 2:] if end < 0 else pattern[i + 2:end]
-        out.append(re.escape(literal))
-        return len(pattern) if end < 0 else end + 2
-    if code == "C":
-        out.append("." if not in_class else "a")
-        return i + 2
-    out.append(pattern[i:i + 2])
-    return i + 2
-
-
-def _group(pattern: str, i: int, out: list[str]) -> int | str:
-    """Append the Python spelling of the ``(?`` group at ``i``; the index after its opening, or a Go refusal."""
-    rest = pattern[i + 2:]
-    if rest.startswith(("=", "!", "<=", "<!")):
-        return "lookahead and lookbehind assertions are not supported by Go's regexp"
-    if rest.startswith("P="):
-        return "backreferences are not supported by Go's regexp"
-    if rest.startswith(">"):
-        return "atomic groups (?>...) are not supported by Go's regexp"
-    if rest.startswith("("):
-        return "conditional groups are not supported by Go's regexp"
-    if rest.startswith("#"):
-        return "comments (?#...) are not supported by Go's regexp"
-    if rest.startswith("P<"):
-        out.append("(?P<")
-        return i + 4
-    if rest.startswith("<"):
-        out.append("(?P<")
-        return i + 3
-    flags = _GO_FLAGS.match(pattern, i)
-    if flags is None:
-        return f"invalid or unsupported Perl syntax {written(pattern[i:i + 6])}"
-    # Flags change what matches, never whether the pattern is valid: a plain group (or nothing) checks the rest.
-    if flags[2] == ":":
-        out.append("(?:")
-    return flags.end()
-
-
-

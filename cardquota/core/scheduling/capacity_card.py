@@ -26,10 +26,10 @@ from typing import Any
 from cardquota.core import keys
 from cardquota.core.ledger import CpuMemoryUse, Ledger
 from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
-from cardquota.core.policies.schedconf import read_bool, read_number
 from cardquota.core.quantity import format_quantity
 from cardquota.core.quota import card_alternatives, card_name_problem, card_request, quota_allows
 from cardquota.core.resources import is_card_resource
+from cardquota.core.schedconf.reader import read_bool, read_number
 from cardquota.core.scheduling.refusal import Refusal
 
 PLUGIN = "capacity-card"

@@ -22,15 +22,16 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.errors import InputError
-from cardquota.core.policies.crossquota import (
+from cardquota.core.keys import (
     ANNOTATION_QUOTA_PERCENTAGE_PREFIX,
     ANNOTATION_QUOTA_PREFIX,
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
     SCORING_STRATEGY_ANNOTATION,
 )
-from cardquota.core.policies.schedconf import compile_go_regex, read_number
 from cardquota.core.quantity import parse_quantity
+from cardquota.core.schedconf.goregex import compile_go_regex
+from cardquota.core.schedconf.reader import read_number
 from cardquota.core.scheduling.refusal import Refusal
 
 PLUGIN = "crossquota"

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from cardquota.core.dra_quota import CAPABILITY, ROOT_QUEUE, read_quotas
 from cardquota.core.errors import InputError
-from cardquota.core.policies.dra import CAPABILITY, ROOT_QUEUE, read_quotas
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.scheduling.refusal import Refusal
 

@@ -31,9 +31,9 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.errors import InputError
-from cardquota.core.policies.mgpu import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, MGPU_CORE, MGPU_MEMORY
-from cardquota.core.policies.schedconf import read_bool, read_int, read_number
+from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, MGPU_CORE, MGPU_MEMORY
 from cardquota.core.quantity import parse_quantity
+from cardquota.core.schedconf.reader import read_bool, read_int, read_number
 from cardquota.core.scheduling.refusal import Refusal
 
 PREFIX = "vke.volcengine.com/"

@@ -30,8 +30,8 @@ from typing import Any
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup
-from cardquota.core.policies.schedconf import read_conf
 from cardquota.core.quota import card_alternatives
+from cardquota.core.schedconf.reader import read_conf
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import Kind, kind_of

@@ -10,12 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import manifest_values
 
-from cardquota.core.policies.crossquota import (
+from cardquota.core.keys import (
     ANNOTATION_QUOTA_PERCENTAGE_PREFIX,
     ANNOTATION_QUOTA_PREFIX,
     LEAST_ALLOCATED,
     MOST_ALLOCATED,
     SCORING_STRATEGY_ANNOTATION,
+)
+from cardquota.core.policies.crossquota import (
     node_annotation_violations,
     percentage_resource,
     quota_resource,

@@ -10,7 +10,8 @@ from builders import queue
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cardquota.core.policies.dra import device_class_problem, dra_violations
+from cardquota.core.dra_quota import device_class_problem
+from cardquota.core.policies.dra import dra_violations
 from cardquota.core.snapshot import ClusterSnapshot, queue_record
 from cardquota.core.violations import Violation
 

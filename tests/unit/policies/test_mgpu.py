@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import manifest_values
 
-from cardquota.core.policies.mgpu import CONTAINER_MULTIPLE_GPU, MGPU_CORE, MGPU_MEMORY, mgpu_violations
+from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, MGPU_CORE, MGPU_MEMORY
+from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.violations import Violation
 
 MULTIPLE_PATH = f'metadata.annotations["{CONTAINER_MULTIPLE_GPU}"]'

@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.policies.schedconf import admit, go_regex_problem, read_bool, read_int, read_number
+from cardquota.core.policies.schedconf import admit
+from cardquota.core.schedconf.goregex import go_regex_problem
+from cardquota.core.schedconf.reader import read_bool, read_int, read_number
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict
 

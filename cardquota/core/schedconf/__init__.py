@@ -1,0 +1,1 @@
+"""The Volcano scheduler's configuration: its reader and the Go regular expressions its arguments use."""
