@@ -37,6 +37,10 @@ class CacheSink(Protocol):
 
 @dataclass
 class ClusterCache:
+    """The cluster as watch events tell it, applied in order of resourceVersion (a stale event is ignored) to the
+    admission ledger — or to a :class:`CacheSink` (the extender's session) when one is given. Changed only on the
+    event loop, where the policies read it."""
+
     ledger: Ledger = field(default_factory=Ledger)
     versions: dict[tuple[str, str, str], int] = field(default_factory=dict)
     rejected: int = 0

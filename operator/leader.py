@@ -41,6 +41,11 @@ def _parse(text: object) -> datetime.datetime | None:
 
 
 class LeaderElection:
+    """Which replica writes (annotations, Events, the TLS Secret): the holder of a coordination.k8s.io Lease, renewed
+    every RENEW_SECONDS and taken over when LEASE_SECONDS pass without renewal. Every replica serves admissions;
+    :attr:`leading` only gates the writes. A write that conflicts (another replica renewed first) means not leading
+    this round; an unreachable API stops the writes until it is back."""
+
     def __init__(self, api: client.ApiClient, namespace: str, name: str = "cardquota-controller",
                  identity: str | None = None) -> None:
         self.api = api

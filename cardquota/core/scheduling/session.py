@@ -33,14 +33,13 @@ from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGrou
 from cardquota.core.quota import card_alternatives
 from cardquota.core.schedconf.reader import read_conf
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
+from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import Kind, kind_of
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
 RESOURCE_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
-NODE_NAME_FIELD = "\x00metadata.name"
-"""The node's name among its labels for affinity matching (no label key can contain a NUL)."""
 
 
 @dataclass(frozen=True)
@@ -280,9 +279,9 @@ class Session:
         selector = pod_spec.get("nodeSelector") or {}
         if any(labels.get(name) != value for name, value in selector.items()):
             return Refusal(UNSCHEDULABLE, "node(s) didn't match Pod's node selector")
-        if not _required_affinity_matches(pod_spec, {**labels, NODE_NAME_FIELD: node}):
+        if not required_affinity_matches(pod_spec, labels, node):
             return Refusal(UNSCHEDULABLE, "node(s) didn't match Pod's node affinity")
-        taint = _untolerated_taint(pod_spec, manifest)
+        taint = untolerated_taint(pod_spec, manifest)
         if taint is not None:
             return Refusal(UNSCHEDULABLE, f"node(s) had untolerated taint {{{taint}}}")
         record = self.ledger.snapshot.nodes[node]
@@ -666,55 +665,3 @@ class Session:
             return Refusal(mgpu.MGPU_UNSCHEDULABLE, f"no combination of node {node}'s cards has room for the pod's "
                                                     "mGPU containers")
         return allocation
-
-
-def _required_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
-    if not isinstance(affinity, Mapping):
-        return True
-    terms = [term for term in affinity.get("nodeSelectorTerms") or [] if isinstance(term, Mapping)]
-    fields = {"metadata.name": labels.get(NODE_NAME_FIELD, "")}
-    return not terms or any(
-        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
-        and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
-        for term in terms)
-
-
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator = expression.get("key"), expression.get("operator")
-    values = [str(v) for v in expression.get("values") or []]
-    value = labels.get(str(key))
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
-
-
-def _untolerated_taint(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
-    tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, Mapping)]
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if not isinstance(taint, Mapping) or taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_tolerates(toleration, taint) for toleration in tolerations):
-            return f"{taint.get('key')}: {taint.get('value', '')}" if taint.get("value") else str(taint.get("key"))
-    return None
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration.get("key") == taint.get("key")
-    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", "")

@@ -1,0 +1,62 @@
+"""What Volcano's own predicates check of a node for a pod, beyond resources (``cardquota simulate``): required node
+affinity and taints, as kube-scheduler's NodeAffinity and TaintToleration plugins read them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def required_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
+    """Whether a node with ``labels`` named ``node_name`` satisfies the pod's required node affinity (its terms ORed,
+    each term's expressions ANDed; ``matchFields`` on ``metadata.name``)."""
+    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(affinity, Mapping):
+        return True
+    terms = [term for term in affinity.get("nodeSelectorTerms") or [] if isinstance(term, Mapping)]
+    fields = {"metadata.name": node_name}
+    return not terms or any(
+        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
+        for term in terms)
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = expression.get("key"), expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    value = labels.get(str(key))
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and values:
+        try:
+            number, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    return False
+
+
+def untolerated_taint(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """The first NoSchedule/NoExecute taint of ``node`` the pod does not tolerate (``key: value``), or None."""
+    tolerations = [t for t in pod_spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if not isinstance(taint, Mapping) or taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(toleration, taint) for toleration in tolerations):
+            return f"{taint.get('key')}: {taint.get('value', '')}" if taint.get("value") else str(taint.get("key"))
+    return None
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration.get("key") == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", "")
