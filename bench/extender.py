@@ -5,8 +5,9 @@
 1. predicate + prioritize latency: a session opened on a 1,000-node cluster (8 pods per node, each NodeInfo
    carrying its pods as the scheduler sends them), 16 concurrent clients (the scheduler's parallelism) each sending
    predicate (one task, one node) and prioritize (one task, 20 candidate nodes) calls over HTTP on loopback; the
-   same bodies sent to a no-op aiohttp endpoint that parses the JSON and answers a constant. Reports the p99
-   ratio (target <= 1.5).
+   same bodies sent to a no-op aiohttp endpoint that parses the JSON and answers a constant. Both servers get the
+   same GC treatment: collector on, their start-up heap frozen (``gc.freeze``, as the extender does after
+   onSessionOpen). Reports the p99 ratio (target <= 1.5).
 2. simulate: 10,000 pods on 1,000 nodes (two thirds of them GPU nodes of 8 cards), in seconds and pods/s.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import multiprocessing
 import random
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from synthetic import PRODUCTS, cluster, pod
-from timing import percentile
+from timing import frozen_heap, percentile
 from volcano_payloads import node_info, session_open, task_info
 
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
@@ -83,7 +83,6 @@ def serve(kind: str, nodes: int, ports: Any) -> None:
             extender = Extender(CONFIG)
             opening, _ = workload(nodes)
             extender.on_session_open(json.loads(json.dumps(opening)))
-            gc.freeze()  # as the server does after onSessionOpen
             app = build_extender_app(extender)
         else:
             async def answer(request: web.Request) -> web.Response:
@@ -92,6 +91,7 @@ def serve(kind: str, nodes: int, ports: Any) -> None:
 
             app = web.Application(client_max_size=64 * 2**20)
             app.router.add_post("/{verb}", answer)
+        frozen_heap()  # both servers alike: the subject's server freezes its heap after onSessionOpen
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -3,9 +3,13 @@
     python bench/run.py [--pods N]
 
 1. loader overhead      parse_documents (UTF-8 check, nesting guard, object checks) divided by bare libyaml load_all
-2. ledger build         Ledger.build of a cluster divided by only parsing the same manifests into typed views
+2. ledger build         Ledger.build of a cluster divided by only parsing the same manifests into typed views,
+                        with the cyclic collector on for both (Ledger.build pauses it itself: as in production) and
+                        off for both (the work alone)
 3. one watch event      one incremental pod update divided by a full rebuild of the same cluster
 4. O(1) per event       cost of a pod event in a 10x larger cluster divided by in the base cluster (about 1 means O(1))
+
+Every baseline runs under the same GC setting as its subject (bench/timing.py).
 """
 
 from __future__ import annotations
@@ -29,10 +33,6 @@ VIEWS = {"Node": Node.from_manifest, "Pod": Pod.from_manifest, "PodGroup": PodGr
          "Queue": Queue.from_manifest}
 
 
-
-
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=5000)
@@ -48,9 +48,14 @@ def main() -> None:
     ours = best_of(args.repeats, lambda: parse_documents(data, "bench.yaml"))
     print(f"1. loader overhead:  {ours / bare:6.2f}x bare libyaml   ({ours * 1e3:.0f} ms vs {bare * 1e3:.0f} ms)")
 
-    views = best_of(args.repeats, lambda: [VIEWS[o["kind"]](o) for o in objects])
-    build = best_of(args.repeats, lambda: Ledger.build(objects))
-    print(f"2. ledger build:     {build / views:6.2f}x parsing views  ({build * 1e3:.0f} ms vs {views * 1e3:.0f} ms)")
+    figures = {}
+    for collect in (True, False):
+        views = best_of(args.repeats, lambda: [VIEWS[o["kind"]](o) for o in objects], collect=collect)
+        figures[collect] = views, best_of(args.repeats, lambda: Ledger.build(objects), collect=collect)
+    (views, build), (views_off, build_off) = figures[True], figures[False]
+    print(f"2. ledger build:     {build / views:6.2f}x parsing views, collector on for both ({build * 1e3:.0f} ms vs "
+          f"{views * 1e3:.0f} ms); {build_off / views_off:.2f}x with it off for both ({build_off * 1e3:.0f} ms vs "
+          f"{views_off * 1e3:.0f} ms)")
 
     groups = max(1, args.pods // 8)
     ledger = Ledger.build(objects)

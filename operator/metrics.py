@@ -128,11 +128,22 @@ async def serve_http(app: web.Application, host: str, port: int) -> web.AppRunne
     return runner
 
 
+_WEBHOOK_CHILDREN: dict[tuple[str, str], Histogram] = {}
+"""The histogram's child per (kind, verdict), looked up once: ``labels()`` validates and locks on every call, a
+third of what an observation costs."""
+
+
 class Timer:
     """Measure one admission for the latency histogram."""
+
+    __slots__ = ("start",)
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
 
     def observe(self, kind: str, verdict: str) -> None:
-        WEBHOOK_SECONDS.labels(kind=kind, verdict=verdict).observe(time.perf_counter() - self.start)
+        elapsed = time.perf_counter() - self.start
+        child = _WEBHOOK_CHILDREN.get((kind, verdict))
+        if child is None:
+            child = _WEBHOOK_CHILDREN[kind, verdict] = WEBHOOK_SECONDS.labels(kind=kind, verdict=verdict)
+        child.observe(elapsed)

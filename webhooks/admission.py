@@ -25,6 +25,10 @@ ADMITTED: dict[tuple[str, str], AdmittedKind] = {
 }
 
 
+ALLOWED = allow()
+"""Allowed with nothing more to say (a Verdict is immutable: one serves every such answer)."""
+
+
 class Admission:
     """The admission decisions of both webhooks: each kind's policy over the cache's snapshot, answered per the
     kind's failure mode when the policy cannot run."""
@@ -46,12 +50,12 @@ class Admission:
         validating one never patches."""
         admitted = self.kinds.get((request.group, request.kind))
         if admitted is None or request.operation == "CONNECT" or request.user in self.own_users:
-            return allow()
+            return ALLOWED
         if request.operation == "DELETE":
-            return self._delete(admitted, request) if not mutating else allow()
+            return self._delete(admitted, request) if not mutating else ALLOWED
         if not self.cache.ready:
             if mutating:
-                return allow()
+                return ALLOWED
             return self.cannot_check(request, "its cluster snapshot is still loading; retry in a few seconds")
         try:
             verdict = admitted.admit(request.policy_object() or {}, request.policy_old_object(),
@@ -59,12 +63,17 @@ class Admission:
         except Exception as error:  # a bug in a policy: answered per failure mode, never a 500
             log.exception("policy for %s failed (%s, uid %s)", request.identity, request.operation, request.uid)
             if mutating:
-                return allow()
+                return ALLOWED
             return self.cannot_check(request, f"internal error ({type(error).__name__}: {error})")
         if mutating:
-            return allow(patch=verdict.patch) if verdict.allowed else allow()
+            if not verdict.allowed or not verdict.patch:
+                return ALLOWED
+            only_patch = not (verdict.warnings or verdict.message or verdict.violations)
+            return verdict if only_patch else allow(patch=verdict.patch)
+        if not verdict.patch:
+            return verdict  # (rebuilding it would only check its warnings' budget again)
         warnings = verdict.warnings
-        if verdict.allowed and verdict.patch and admitted.mutation_matters:  # it sees the object after every mutation
+        if verdict.allowed and admitted.mutation_matters:  # it sees the object after every mutation
             warnings = (*warnings, unmutated_warning(verdict))
         return Verdict(verdict.allowed, verdict.message, verdict.violations, warnings)
 

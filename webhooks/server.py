@@ -13,6 +13,7 @@ import json
 import logging
 import ssl
 from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import Any
 
 from aiohttp import web
 
@@ -25,10 +26,15 @@ log = logging.getLogger("cardquota.webhooks")
 MAX_BODY = 16 * 2**20
 """The API server sends objects up to ~3 MiB; a larger body is not an AdmissionReview."""
 POLICY_THREADS = 4
-"""Review bodies are read and answers encoded on these threads, off the event loop: a 3 MiB object takes tens of
-milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other reviews.
-More than one, so a small review does not queue behind a large one. The policy itself runs on the loop (see
-:func:`judge`), bounded by the limits in the card rules."""
+"""Review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
+tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
+reviews. More than one, so a small review does not queue behind a large one. The policy itself runs on the loop
+(see :func:`judge`), bounded by the limits in the card rules."""
+INLINE_ANSWER_BYTES = 64 * 2**10
+"""An answer is encoded on the event loop, right after the policy, when the body and the answer's patch are both
+at most this size (its other parts are bounded: the message is clipped, the warnings kept within the API server's
+budget): encoding it takes a few microseconds, where a trip to a policy thread and back costs tens of microseconds
+of CPU and a wait for the GIL (``bench/webhook.py``). Larger answers are encoded on the policy threads."""
 
 
 def build_app(admission: Admission, executor: Executor | None = None) -> web.Application:
@@ -65,15 +71,19 @@ async def _review(admission: Admission, pool: Executor, request: web.Request, *,
         review = await loop.run_in_executor(pool, read_review, body)
     except MalformedReview as error:
         return _bad_request(str(error))
-    answer = await loop.run_in_executor(pool, _encoded, judge(admission, review, mutating))
-    return web.Response(body=answer, content_type="application/json")
+    answer = judge(admission, review, mutating)
+    if len(body) <= INLINE_ANSWER_BYTES and len(answer["response"].get("patch", "")) <= INLINE_ANSWER_BYTES:
+        encoded = _encoded(answer)
+    else:
+        encoded = await loop.run_in_executor(pool, _encoded, answer)
+    return web.Response(body=encoded, content_type="application/json")
 
 
-def judge(admission: Admission, review: AdmissionRequest, mutating: bool) -> dict[str, object]:
+def judge(admission: Admission, review: AdmissionRequest, mutating: bool) -> dict[str, Any]:
     """The response to one review, judged on the event loop: the cache the policy reads is changed by watch events
     on that loop, so the policy sees one consistent snapshot (on another thread it could see a ledger half-way
-    through an event, or a dict changing size under its loop). Reading the body and encoding the answer, the part
-    that grows with a large object, run on the policy threads."""
+    through an event, or a dict changing size under its loop). Reading the body, and encoding a large answer, the
+    parts that grow with a large object, run on the policy threads."""
     timer = Timer()
     try:
         verdict = admission.review(review, mutating=mutating)
@@ -94,7 +104,7 @@ def answer_review(admission: Admission, body: bytes, mutating: bool) -> tuple[in
     return 200, _encoded(judge(admission, review, mutating))
 
 
-def _encoded(answer: dict[str, object]) -> bytes:
+def _encoded(answer: dict[str, Any]) -> bytes:
     return _json(answer)
 
 
