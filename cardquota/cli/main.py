@@ -302,6 +302,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
     import logging
+    import time
 
     from cardquota.core.scheduling.extender import Extender
     from cardquota.operator.extender import api_pod_patcher, run_extender
@@ -332,7 +333,7 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             patcher = api_pod_patcher(api)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_extender(Extender(config), settings.host, settings.port, patcher,
+        asyncio.run(run_extender(Extender(config, clock=time.monotonic), settings.host, settings.port, patcher,
                                  api=None if args.session_from_body else api))
     except OSError as error:
         raise InputError(f"cannot listen: {error.strerror}", where=f"{settings.host}:{settings.port}") from None

@@ -10,7 +10,6 @@ queue not overused, job ready, allocation accepted.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,12 +113,14 @@ class Extender:
     snapshot when nothing feeds it (:attr:`watch_fed` False) — and the decisions of the cycle on top."""
 
     def __init__(self, config: SchedulerConfig | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.config = config or SchedulerConfig()
         self.session: Session | None = None
         self.watch_fed = False
         """True once a watch feeds the session: the ``onSessionOpen`` body is then never read."""
-        self.clock = clock
+        self.clock = clock or _stopped_clock
+        """Seconds, monotonic (the served extender passes time.monotonic); without one, a decision of a cycle stands
+        until the watch shows it or the scheduler deallocates it."""
         self._allocated: dict[ObjectKey, _Assumed] = {}
         self._enqueued: dict[ObjectKey, _Assumed] = {}
         self._next_expiry = float("inf")
@@ -336,6 +337,11 @@ class Extender:
         except InputError:
             return self.session, None
         return self.session, key
+
+
+def _stopped_clock() -> float:
+    """Time that does not pass: decisions never expire."""
+    return 0.0
 
 
 def _placed_as(manifest: Mapping[str, Any], placed: Manifest | None) -> Manifest:
