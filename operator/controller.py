@@ -1,25 +1,42 @@
 """The controller: publishes node card types and queue card usage as annotations, and why work waits as events.
 
-Watch events only mark queues and nodes as touched (in the ledger); every window (1 s by default) the leader
-writes what changed — at most one patch per queue per window however many pod events arrived, never a patch that
-changes nothing. On start, and whenever leadership is gained, everything is reconciled once, which corrects
-annotations left stale by a previous run.
+Watch events only record what they touched (the ledger's :class:`~cardquota.core.changes.ChangeLog`); every window
+(1 s by default) the leader drains that log and writes what changed — at most one patch per queue per window however
+many pod events arrived, never a patch that changes nothing. A window's work is proportional to what changed: queue
+annotations for the queues touched, node annotations for the nodes touched, and events for the PodGroups and pods
+touched plus, for a queue whose event inputs (:class:`~cardquota.core.events.QueueInputs`) changed, its waiting
+PodGroups and pods; a window in which nothing changed costs O(1). The publisher shares the event loop with the
+admission webhooks, so that work is done in slices of at most :data:`SLICE` seconds with the loop given back
+between them. On start, and whenever leadership is gained, everything is reconciled once (in slices too), which
+corrects annotations left stale by a previous run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import heapq
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from kubernetes import client
 
-from cardquota.core.events import CardEvent, pod_event, podgroup_event, queue_event
+from cardquota.core.changes import Changes
+from cardquota.core.events import (
+    CardEvent,
+    QueueInputs,
+    pod_event,
+    podgroup_event,
+    queue_event,
+    queue_inputs,
+    waiting_pod,
+)
+from cardquota.core.objects import ObjectKey
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
 from cardquota.operator.cache import ClusterCache
@@ -30,19 +47,55 @@ EVENT_INTERVAL = 60.0
 """At most one event per object per interval, even when its message keeps changing (usage moves)."""
 EVENT_NAMESPACE = "default"
 """Where events about cluster-scoped objects (Queues) go, as Kubernetes does for them."""
+SLICE = 0.002
+"""The longest the publisher computes without giving the event loop back (seconds): an admission arriving during a
+window's work waits at most about this long for it."""
+
+EventKey = tuple[str, str, str]
+"""(kind, namespace, name) of the object an event is about."""
 
 
 @dataclass
 class PublisherStats:
+    """What the publisher did, for /metrics and tests: patches per object, failed patches, events sent, and the work
+    behind them (objects whose event was computed, times a window's work gave the event loop back)."""
+
     patches: dict[tuple[str, str], int] = field(default_factory=dict)
     patch_errors: int = 0
     events: int = 0
+    examined: int = 0
+    yields: int = 0
+
+
+@dataclass
+class Slicer:
+    """Cuts a window's work into slices: :meth:`tick`, called between two pieces of work, gives the event loop back
+    once the current stretch of synchronous work has lasted ``budget`` seconds."""
+
+    budget: float = SLICE
+    clock: Callable[[], float] = time.perf_counter
+    yields: int = 0
+    _started: float = 0.0
+
+    def restart(self) -> None:
+        """A stretch starts (after any await: the loop has just run other work)."""
+        self._started = self.clock()
+
+    async def tick(self) -> None:
+        if self.clock() - self._started >= self.budget:
+            await asyncio.sleep(0)
+            self.yields += 1
+            self._started = self.clock()
 
 
 class Publisher:
+    """Writes, once a window and only as leader, the annotations and events that follow from what the watch events
+    of that window changed (see the module docstring)."""
+
     def __init__(self, cache: ClusterCache, api: client.ApiClient, *, window: float = DEFAULT_WINDOW,
                  is_leader: Callable[[], bool] = lambda: True, component: str = "cardquota",
-                 event_interval: float = EVENT_INTERVAL, clock: Callable[[], float] = time.monotonic) -> None:
+                 event_interval: float = EVENT_INTERVAL, clock: Callable[[], float] = time.monotonic,
+                 slice_budget: float = SLICE, slice_clock: Callable[[], float] = time.perf_counter) -> None:
         self.cache = cache
         self.api = api
         self.window = window
@@ -50,10 +103,20 @@ class Publisher:
         self.component = component
         self.stats = PublisherStats()
         self._written: dict[tuple[str, str], dict[str, str | None]] = {}
-        self._events: dict[tuple[str, str, str], tuple[str, str, float]] = {}
+        self._events: dict[EventKey, tuple[str, str, float]] = {}
+        """Per object, the last event sent: reason, message and when."""
         self.event_interval = event_interval
         self.clock = clock
-        self._deferred: set[str] = set()
+        self._slicer = Slicer(slice_budget, slice_clock)
+        self._inputs: dict[str, QueueInputs] = {}
+        """Per queue, the inputs every one of its waiting PodGroups' and pods' events was last computed with (a queue
+        is left out once one was computed with others: its next change then recomputes them all)."""
+        self._inputs_now: dict[str, tuple[int, QueueInputs]] = {}
+        """Per queue, its inputs at a version of the ledger's change log (computed once per version)."""
+        self._held: dict[EventKey, float] = {}
+        """Objects with something new to say, said something too recently: when that was (in :attr:`_events`)."""
+        self._held_order: list[tuple[float, EventKey]] = []
+        """:attr:`_held` as a heap, oldest first (entries whose object was looked at again since are skipped)."""
         self._was_leader = False
 
     async def run(self) -> None:
@@ -67,26 +130,66 @@ class Publisher:
     async def flush(self) -> None:
         ledger = self.cache.ledger
         if not self.cache.ready or not self.is_leader():
+            ledger.changes.drain()  # gaining leadership reconciles everything: what changed meanwhile is not kept
             self._was_leader = False
             return
+        self._slicer.restart()
+        said: dict[EventKey, tuple[str, str, float]] = {}
         if not self._was_leader:  # just started or just elected: reconcile everything once
-            ledger.touched_queues.update(ledger.queue_names())
-            ledger.touched_nodes.update(ledger.snapshot.nodes)
-            self._events.clear()
+            ledger.changes.drain()
+            work = Changes(queues=set(ledger.queue_names()), nodes=set(ledger.snapshot.nodes))
+            said, self._events = self._events, {}  # every event is sent again; the old record let go in slices
+            self._inputs.clear()
+            self._held.clear()
+            self._held_order.clear()
             self._was_leader = True
-        queues, ledger.touched_queues = ledger.touched_queues, set()
-        nodes, ledger.touched_nodes = ledger.touched_nodes, set()
-        for name in sorted(queues):
+        else:
+            work = ledger.changes.drain()
+        self._add_held_due(work)
+        try:
+            await self._let_go(said)
+            await self._publish_all(work)
+        except BaseException:
+            # Looked at again next window (what was done already is found unchanged and not written twice).
+            ledger.changes.record(work)
+            for name in work.queues:
+                self._inputs.pop(name, None)
+            raise
+
+    async def _publish_all(self, work: Changes) -> None:
+        ledger = self.cache.ledger
+        for name in sorted(work.queues):
+            await self._tick()
             record = ledger.snapshot.queues.get(name)
             if record is not None:
                 await self._publish("Queue", name, queue_path(name), record.queue.meta.annotations,
                                     queue_annotations(ledger.usage(name)))
-        for name in sorted(nodes):
+        for name in work.nodes:  # not sorted: all 5,000 of them on a reconcile
+            await self._tick()
             node = ledger.snapshot.nodes.get(name)
             if node is not None:
                 await self._publish("Node", name, node_path(name), node.node.meta.annotations,
                                     node_annotations(node.cards))
-        await self._emit_events(queues)
+        await self._emit_events(work)
+
+    async def _let_go(self, said: dict[EventKey, tuple[str, str, float]]) -> None:
+        """Empty a large dict in slices (freeing 25,000 entries at once takes milliseconds)."""
+        while said:
+            await self._tick()
+            for _ in range(min(len(said), 512)):
+                said.popitem()
+
+    async def _tick(self) -> None:
+        yields = self._slicer.yields
+        await self._slicer.tick()
+        self.stats.yields += self._slicer.yields - yields
+
+    async def _off_loop(self, call: Callable[..., Any], *args: Any) -> Any:
+        """A blocking API call on a thread; the loop ran other work meanwhile, so a new slice starts after it."""
+        try:
+            return await asyncio.to_thread(call, *args)
+        finally:
+            self._slicer.restart()
 
     async def _publish(self, kind: str, name: str, path: str, current: Mapping[str, str],
                        desired: Mapping[str, str | None]) -> None:
@@ -105,51 +208,132 @@ class Publisher:
         if not changes:
             return
         try:
-            if await asyncio.to_thread(patch_annotations, self.api, path, changes):
+            if await self._off_loop(patch_annotations, self.api, path, changes):
                 self._written.setdefault(key, {}).update(changes)
                 self.stats.patches[key] = self.stats.patches.get(key, 0) + 1
         except KubeError as error:
             self.stats.patch_errors += 1
             log.warning("annotating %s %s failed: %s", kind, name, error)
 
-    async def _emit_events(self, queues: set[str]) -> None:
-        """Events for PodGroups and unbound card pods of the touched queues: once per distinct message, and at
-        most one per object per ``event_interval``. A queue whose message was held back is looked at again on
-        the next windows, so the message still goes out once the interval has passed."""
+    async def _emit_events(self, work: Changes) -> None:
+        """Events for the touched queues, PodGroups and pods, for the waiting PodGroups and pods of each touched
+        queue whose :class:`QueueInputs` changed, and for the objects held back whose interval has now passed: once
+        per distinct message, and at most one per object per ``event_interval``."""
         ledger = self.cache.ledger
         snapshot = ledger.snapshot
-        candidates = queues | self._deferred
-        self._deferred = set()
-        by_queue: dict[str, list[CardEvent]] = {queue: [] for queue in candidates}
-        for queue in candidates:
-            record = snapshot.queues.get(queue)
-            if record is not None and (event := queue_event(record)) is not None:
-                by_queue[queue].append(event)
-        for group in snapshot.podgroups.values():
-            if group.queue in by_queue and (event := podgroup_event(group, ledger)) is not None:
-                by_queue[group.queue].append(event)
-        for queue in candidates:
-            for key in ledger.pending_pods(queue):
-                pod = snapshot.pods.get(key)
-                if pod is not None and (event := pod_event(pod, ledger)) is not None:
-                    by_queue[queue].append(event)
         now = self.clock()
-        for queue, events in by_queue.items():
-            for event in events:
-                identity = (event.kind, event.namespace, event.name)
-                last = self._events.get(identity)
-                if last is not None and last[:2] == (event.reason, event.message):
-                    continue  # nothing new to say
-                if last is not None and now - last[2] < self.event_interval:
-                    self._deferred.add(queue)  # something new, but said something too recently: later
-                    continue
-                self._events[identity] = (event.reason, event.message, now)
-                try:
-                    await asyncio.to_thread(create_event, self.api, event.namespace or EVENT_NAMESPACE,
-                                            kubernetes_event(event, self.component))
-                    self.stats.events += 1
-                except KubeError as error:
-                    log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
+        groups: list[Iterable[ObjectKey]] = [work.podgroups]
+        pods: list[Iterable[ObjectKey]] = [work.pods]
+        for queue in sorted(work.queues):
+            await self._tick()
+            record = snapshot.queues.get(queue)
+            if record is not None:
+                self.stats.examined += 1
+                await self._consider(("Queue", "", queue), queue_event(record), now)
+            inputs = self._current_inputs(queue)
+            if self._inputs.get(queue) != inputs:  # every waiting object's event may have changed
+                self._inputs[queue] = inputs
+                groups.append(ledger.waiting_podgroups(queue))
+                pods.append(ledger.pending_pods(queue))
+        seen: set[ObjectKey] = set()
+        for key in chain.from_iterable(groups):
+            if key in seen:
+                continue
+            seen.add(key)
+            await self._tick()
+            identity = ("PodGroup", *key)
+            group = snapshot.podgroups.get(key)
+            if group is None:
+                self._forget(identity)
+                continue
+            self.stats.examined += 1
+            self._computing_with(group.queue)
+            await self._consider(identity, podgroup_event(group, ledger), now)
+        seen.clear()
+        for key in chain.from_iterable(pods):
+            if key in seen:
+                continue
+            seen.add(key)
+            await self._tick()
+            identity = ("Pod", *key)
+            pod = waiting_pod(ledger, key)
+            if pod is None:
+                if key in snapshot.pods:
+                    self._held.pop(identity, None)  # bound or done: nothing to say about it any more
+                else:
+                    self._forget(identity)
+                continue
+            self.stats.examined += 1
+            self._computing_with(ledger.queue_of(pod))
+            await self._consider(identity, pod_event(pod, ledger), now)
+
+    def _current_inputs(self, queue: str) -> QueueInputs:
+        version = self.cache.ledger.changes.versions.get(queue, 0)
+        known = self._inputs_now.get(queue)
+        if known is None or known[0] != version:
+            known = self._inputs_now[queue] = (version, queue_inputs(self.cache.ledger, queue))
+        return known[1]
+
+    def _computing_with(self, queue: str) -> None:
+        """An event of ``queue`` is computed now: if its inputs are no longer those :attr:`_inputs` holds (they
+        changed since the window started, perhaps to change back before the next), the queue is left out of it.
+        O(1) unless the queue changed since the last look."""
+        stored = self._inputs.get(queue)
+        if stored is not None:
+            current = self._current_inputs(queue)
+            if current is not stored and current != stored:
+                del self._inputs[queue]
+
+    async def _consider(self, identity: EventKey, event: CardEvent | None, now: float) -> None:
+        """Send ``event`` (the object's event now, None when it has nothing to say) unless it says nothing new, or
+        the object said something within ``event_interval``: then it is held, and looked at again once the interval
+        has passed."""
+        was_held = self._held.pop(identity, None)
+        if event is None:
+            return
+        last = self._events.get(identity)
+        if last is not None and last[:2] == (event.reason, event.message):
+            return  # nothing new to say
+        if last is not None and now - last[2] < self.event_interval:
+            self._held[identity] = last[2]  # something new, but said something too recently: later
+            if was_held != last[2]:  # else its entry is in the heap already
+                heapq.heappush(self._held_order, (last[2], identity))
+            return
+        self._events[identity] = (event.reason, event.message, now)
+        try:
+            await self._off_loop(create_event, self.api, event.namespace or EVENT_NAMESPACE,
+                                 kubernetes_event(event, self.component))
+            self.stats.events += 1
+        except KubeError as error:
+            log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
+        except BaseException:  # not sent, and the window's work is done again: so is this event
+            if last is None:
+                del self._events[identity]
+            else:
+                self._events[identity] = last
+            raise
+
+    def _add_held_due(self, work: Changes) -> None:
+        """Add to ``work`` the held objects whose interval has passed (O(1) when there is none)."""
+        now = self.clock()
+        order = self._held_order
+        while order and now - order[0][0] >= self.event_interval:
+            said, identity = heapq.heappop(order)
+            if self._held.get(identity) != said:
+                continue  # looked at again since it was held
+            del self._held[identity]
+            kind, namespace, name = identity
+            if kind == "Queue":
+                work.queues.add(name)
+            elif kind == "PodGroup":
+                work.podgroups.add((namespace, name))
+            else:
+                work.pods.add((namespace, name))
+
+    def _forget(self, identity: EventKey) -> None:
+        """An object deleted: what it said is forgotten (a new object of that name starts afresh)."""
+        self._held.pop(identity, None)
+        self._events.pop(identity, None)
 
 
 EVENT_API_VERSIONS = {"PodGroup": "scheduling.volcano.sh/v1beta1", "Queue": "scheduling.volcano.sh/v1beta1",

@@ -9,16 +9,20 @@
   one of its alternatives;
 * a queue with no card quota at all: ``EmptyQueueCapability``; a pod whose card request cannot be read:
   ``GetTaskRequestResourceFailed``.
+
+An event depends on its object and on its queue's :class:`QueueInputs`: the publisher recomputes the event of an
+object that changed, and of every waiting object of a queue whose inputs changed — no other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from cardquota.core import keys
-from cardquota.core.ledger import Bucket, Ledger
-from cardquota.core.objects import Pod, PodGroup
+from cardquota.core.ledger import WAITING_PHASES, Bucket, CpuMemoryUse, Ledger
+from cardquota.core.objects import ObjectKey, Pod, PodGroup
 from cardquota.core.scheduling.capacity_card import (
     CapacityCardConfig,
     card_request_problem,
@@ -30,7 +34,7 @@ from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import QueueRecord
 
 INVALID_QUOTA = "InvalidCardQuota"
-NOT_YET_INQUEUE = frozenset({"", "Pending"})
+NOT_YET_INQUEUE = WAITING_PHASES
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,37 @@ def queue_event(record: QueueRecord) -> CardEvent | None:
     return CardEvent("Queue", "", record.queue.name, INVALID_QUOTA,
                      f"{keys.CARD_QUOTA} cannot be read ({problem}), so queue {record.queue.name} counts as having no "
                      "card quota until it is fixed")
+
+
+@dataclass(frozen=True)
+class QueueInputs:
+    """What the events of a queue's PodGroups and pods read from the queue (not from the object itself): two equal
+    values give every unchanged object the same event. Its pending cards are not among them: no event reads them."""
+
+    exists: bool
+    quota: Mapping[str, int]
+    capability: Mapping[str, Fraction] | None
+    allocated: Mapping[str, int]
+    inqueue: Mapping[str, int]
+    cpu_memory: tuple[CpuMemoryUse, CpuMemoryUse]
+    """As the capacity-card plugin counts them with ``cardUnlimitedCpuMemory`` off, then on."""
+
+
+def queue_inputs(ledger: Ledger, queue: str) -> QueueInputs:
+    """The queue's side of :func:`podgroup_event` and :func:`pod_event` (a few card types: O(1) in the cluster)."""
+    record = ledger.snapshot.queues.get(queue)
+    usage = ledger.usage(queue)
+    return QueueInputs(record is not None, usage.quota, record.queue.capability if record is not None else None,
+                       usage.allocated, usage.inqueue,
+                       (ledger.cpu_memory(queue, False), ledger.cpu_memory(queue, True)))
+
+
+def waiting_pod(ledger: Ledger, key: ObjectKey) -> Pod | None:
+    """The pod, when it is an unbound card pod charged to its queue's pending cards (the pods events are about)."""
+    charge = ledger.pod_charge(key)
+    if charge is None or charge.bucket is not Bucket.PENDING:
+        return None
+    return ledger.snapshot.pods.get(key)
 
 
 def _quota(ledger: Ledger, queue: str) -> Mapping[str, int]:

@@ -26,7 +26,9 @@ such a resource (no node offers its card yet) every extended resource it request
 The ledger is built from a full list or fed one watch event at a time: each event updates the totals by
 subtracting the object's previous contribution and adding its new one. Only objects whose contribution really
 depends on the changed one are recomputed (pods on a node that changed its card types, pods of a PodGroup that
-changed queue, the PodGroup of a pod whose holdings changed).
+changed queue, the PodGroup of a pod whose holdings changed). Each object recomputed, and each queue whose totals
+or quota changed, is recorded in :attr:`Ledger.changes` (a :class:`~cardquota.core.changes.ChangeLog`), which the
+publisher drains once a window.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
+from cardquota.core.changes import ChangeLog
 from cardquota.core.keys import CARD_REQUEST
 from cardquota.core.objects import CPU_MEMORY, TERMINAL_POD_PHASES, Manifest, ObjectKey, Pod, PodGroup
 from cardquota.core.quantity import format_quantity, whole_units
@@ -58,6 +61,8 @@ from cardquota.core.snapshot import (
 from cardquota.core.workloads import template_only, workload_key
 
 INQUEUE_PHASE = "Inqueue"
+WAITING_PHASES = frozenset({"", "Pending"})
+"""PodGroup phases before the scheduler's enqueue decision (the PodGroups whose events say why they wait)."""
 BUILD_ORDER = (Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
 IndexKey = TypeVar("IndexKey", str, ObjectKey)
 
@@ -212,11 +217,11 @@ class Ledger:
     """Per queue, its PodGroups' :data:`Amounts` added up."""
     _groups_with_extended_minimum: set[ObjectKey] = field(default_factory=set)
     """PodGroups whose minResources name a resource other than cpu/memory: card jobs when nodes offer it as cards."""
-    touched_queues: set[str] = field(default_factory=set)
-    """Queues whose usage or quota may have changed since the publisher last drained this set."""
-    touched_nodes: set[str] = field(default_factory=set)
+    _waiting_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    """Per queue, its PodGroups in a :data:`WAITING_PHASES` phase."""
+    changes: ChangeLog = field(default_factory=ChangeLog, repr=False)
+    """The queues, nodes, PodGroups and pods touched since the publisher last drained it."""
     _deferred_groups: set[ObjectKey] | None = field(default=None, repr=False)
-    """Nodes whose card types may have changed since the publisher last drained this set."""
 
     def __post_init__(self) -> None:
         self.snapshot.queue_use = self.queue_use
@@ -237,6 +242,7 @@ class Ledger:
 
         The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
+        Its :attr:`changes` start empty.
         """
         ledger = cls()
         with _cyclic_collector_paused():
@@ -265,6 +271,7 @@ class Ledger:
                 deferred, ledger._deferred_groups = ledger._deferred_groups, None
             for group_key in deferred:
                 ledger._recharge_group(group_key)
+        ledger.changes.drain()  # a full list: whoever publishes from it starts by reconciling everything
         return ledger
 
     def upsert(self, manifest: Manifest) -> None:
@@ -305,7 +312,7 @@ class Ledger:
         name = record.node.name
         previous = self.snapshot.nodes.get(name)
         self.snapshot.put_node(record)
-        self.touched_nodes.add(name)
+        self.changes.node(name)
         if previous is not None and previous.cards.types == record.cards.types:
             return
         before = set(self._card_resource_refs)
@@ -323,22 +330,25 @@ class Ledger:
 
     def upsert_queue(self, record: QueueRecord) -> None:
         self.snapshot.queues[record.queue.name] = record
-        self.touched_queues.add(record.queue.name)
+        self.changes.queue(record.queue.name)
 
     def delete_queue(self, name: str) -> None:
         self.snapshot.queues.pop(name, None)
-        self.touched_queues.discard(name)
+        self.changes.forget_queue(name)
 
     def upsert_podgroup(self, group: PodGroup) -> None:
         previous = self.snapshot.podgroups.get(group.key)
         self.snapshot.podgroups[group.key] = group
+        self._index_waiting(previous, group)
         if previous is None or previous.queue != group.queue:
             self._recharge_pods(self._pods_by_group.get(group.key, set()))
         self._recharge_group(group.key)
 
     def delete_podgroup(self, key: ObjectKey) -> None:
-        if self.snapshot.podgroups.pop(key, None) is None:
+        previous = self.snapshot.podgroups.pop(key, None)
+        if previous is None:
             return
+        self._index_waiting(previous, None)
         self._recharge_pods(self._pods_by_group.get(key, set()))
         self._recharge_group(key)
 
@@ -438,6 +448,17 @@ class Ledger:
         """The unbound card pods charged to ``queue`` (the pods its events are about)."""
         return set(self._pending_by_queue.get(queue, ()))
 
+    def waiting_podgroups(self, queue: str) -> set[ObjectKey]:
+        """The PodGroups of ``queue`` not yet enqueued (phase in :data:`WAITING_PHASES`): those its events are
+        about."""
+        return set(self._waiting_by_queue.get(queue, ()))
+
+    def _index_waiting(self, previous: PodGroup | None, group: PodGroup | None) -> None:
+        if previous is not None and previous.phase in WAITING_PHASES:
+            _discard(self._waiting_by_queue, previous.queue, previous.key)
+        if group is not None and group.phase in WAITING_PHASES:
+            self._waiting_by_queue.setdefault(group.queue, set()).add(group.key)
+
     def _index_pending(self, queue: str, key: ObjectKey, sign: int) -> None:
         members = self._pending_by_queue.setdefault(queue, set())
         if sign > 0:
@@ -464,6 +485,7 @@ class Ledger:
         """Add a pod the ledger has never seen (the full build's path: no previous charge to take back)."""
         key = pod.key
         self.snapshot.pods[key] = pod
+        self.changes.pod(key)
         self._index_pod(pod)
         charge = self._charge_pod(pod)
         if charge is not None:
@@ -477,7 +499,9 @@ class Ledger:
 
     def _recharge_pods(self, pod_keys: Iterable[ObjectKey]) -> None:
         groups_to_recharge: set[ObjectKey] = set()
+        touched = self.changes.pod
         for key in list(pod_keys):
+            touched(key)
             old = self._pod_charges.pop(key, None)
             pod = self.snapshot.pods.get(key)
             new = self._charge_pod(pod) if pod is not None else None
@@ -518,6 +542,7 @@ class Ledger:
     def _recharge_group(self, key: ObjectKey | None) -> None:
         if key is None:
             return
+        self.changes.podgroup(key)
         old = self._group_charges.pop(key, None)
         if old is not None:
             self._add_to_totals(old, -1)
@@ -619,7 +644,7 @@ class Ledger:
 
     def _add_cpu_memory(self, contribution: GroupContribution, sign: int) -> None:
         queue, amounts = contribution
-        self.touched_queues.add(queue)
+        self.changes.queue(queue)
         totals = self._cpu_memory_totals.get(queue, NOTHING)
         updated = tuple(total + sign * amount for total, amount in zip(totals, amounts, strict=True))
         if any(updated):
@@ -688,7 +713,7 @@ class Ledger:
     # ------------------------------------------------------------------------------------------ bookkeeping
 
     def _add_to_totals(self, charge: Charge, sign: int) -> None:
-        self.touched_queues.add(charge.queue)
+        self.changes.queue(charge.queue)
         buckets = self._totals.setdefault(charge.queue, {})
         amounts = buckets.setdefault(charge.bucket, {})
         for card, amount in charge.cards.items():
