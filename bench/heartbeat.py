@@ -25,7 +25,7 @@ from synthetic import cluster
 from timing import percentile
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import read_review
 

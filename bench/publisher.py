@@ -43,8 +43,8 @@ from synthetic import cluster, pod
 import cardquota.operator.controller as controller
 from cardquota.core.events import CardEvent, pod_event, podgroup_event, queue_event
 from cardquota.kube import node_path, queue_path
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
+from cardquota.runtime.cache import ClusterCache
 
 controller.patch_annotations = lambda *args: True  # type: ignore[assignment]
 controller.create_event = lambda *args: None  # type: ignore[assignment]

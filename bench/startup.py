@@ -28,8 +28,8 @@ from kmock import KubernetesEmulator, Server
 from synthetic import pod
 
 from cardquota.kube import Connection, api_client, list_objects
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.reflector import pod_reflector
+from cardquota.runtime.cache import ClusterCache
 
 
 def padded_pod(index: int, nodes: int, pod_bytes: int) -> dict[str, Any]:

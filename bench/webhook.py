@@ -35,10 +35,10 @@ from synthetic import cluster
 from timing import frozen_heap, percentile
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 
 
 class Run(NamedTuple):

@@ -35,7 +35,7 @@ from timing import timed
 from worst_cases import Case, cases, fleet
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import answer_review
 

@@ -51,7 +51,7 @@ from cardquota.kube import (
     write_secret,
 )
 from cardquota.operator.settings import Settings
-from cardquota.webhooks.tls import (
+from cardquota.runtime.tls import (
     KeyPair,
     ReloadableContext,
     new_ca,

@@ -39,7 +39,7 @@ from cardquota.core.events import (
 from cardquota.core.objects import ObjectKey
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
 
 log = logging.getLogger("cardquota.controller")
 DEFAULT_WINDOW = 1.0

@@ -21,9 +21,9 @@ from cardquota.core import crd_additions
 from cardquota.core.crd_additions import QUEUE_CRD
 from cardquota.core.events import CardEvent
 from cardquota.kube import Forbidden, KubeError, create_event, read_crd
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import EVENT_NAMESPACE, kubernetes_event
-from cardquota.operator.metrics import REGISTRY
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import REGISTRY
 
 log = logging.getLogger("cardquota.crd")
 CHECK_SECONDS = 300.0

@@ -29,8 +29,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from cardquota.core.objects import Manifest
 from cardquota.core.scheduling.extender import Extender
-from cardquota.operator.health import add_health_routes
-from cardquota.operator.metrics import REGISTRY, metrics_response
+from cardquota.runtime.health import add_health_routes
+from cardquota.runtime.metrics import REGISTRY, metrics_response
 
 log = logging.getLogger("cardquota.extender")
 DEFAULT_PORT = 8713
@@ -155,9 +155,9 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
                        on_listening: Callable[[int], None] | None = None) -> None:
     """Serve until ``stop`` is set (forever when None); with ``api``, the session is kept by watches (degraded until
     the first full list is in)."""
-    from cardquota.operator.cache import ClusterCache
-    from cardquota.operator.metrics import serve_http
     from cardquota.operator.reflector import Reflector
+    from cardquota.runtime.cache import ClusterCache
+    from cardquota.runtime.metrics import serve_http
 
     cache = ClusterCache(sink=extender) if api is not None else None
     reflectors: list[Reflector] = []

@@ -30,8 +30,8 @@ from prometheus_client import Gauge
 
 from cardquota.core.objects import ObjectKey
 from cardquota.kube import Gone, KubeError, ListPage, WatchEvent, WatchStream, list_pages
-from cardquota.operator.cache import DELETED, ClusterCache
-from cardquota.operator.metrics import EVENTS_PROCESSED, REGISTRY
+from cardquota.runtime.cache import DELETED, ClusterCache
+from cardquota.runtime.metrics import EVENTS_PROCESSED, REGISTRY
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from cardquota.core.errors import InputError
-from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
-from cardquota.webhooks.kinds import FailureMode
+from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, FailureMode, PolicyConfig
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")
 T = TypeVar("T")

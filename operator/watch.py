@@ -11,9 +11,9 @@ import kopf
 from kubernetes import client
 
 from cardquota.kube import CACHED_RESOURCES, Connection, list_all_async
-from cardquota.operator.cache import ClusterCache
-from cardquota.operator.metrics import EVENTS_PROCESSED
 from cardquota.operator.reflector import Reflector, claim_reflectors, pod_reflector
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import EVENTS_PROCESSED
 
 log = logging.getLogger("cardquota.watch")
 LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2] != "Pod")

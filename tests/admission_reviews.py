@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 from builders import gpu_labels, gpu_node, node, pod, queue
 
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.tls import KeyPair, ReloadableContext
 from cardquota.webhooks.admission import Admission
-from cardquota.webhooks.tls import KeyPair, ReloadableContext
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 CLUSTER = [

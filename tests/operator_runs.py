@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from cardquota.kube import Connection
-from cardquota.operator.main import run
 from cardquota.operator.settings import Settings
+from cardquota.processes import run
 
 
 @contextlib.asynccontextmanager

@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.config import FailureMode, PolicyConfig
 from cardquota.core.verdict import Verdict, allow, deny
 from cardquota.core.violations import Violation
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
 from cardquota.webhooks import cronjob, job, node, pod, podgroup, queue, schedconf, workload
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 from cardquota.webhooks.review import AdmissionRequest
 
 log = logging.getLogger("cardquota.webhooks")

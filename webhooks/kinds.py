@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from cardquota.core.ledger import Ledger
-from cardquota.core.policies.config import Admit
-
-
-class FailureMode(StrEnum):
-    OPEN = "open"
-    """Allowed with a warning when cardquota cannot check: a bug here must never stop workloads or kubelets."""
-    CLOSED = "closed"
-    """Denied with the reason when cardquota cannot check: a quota object must never slip through unchecked."""
+from cardquota.core.policies.config import Admit, FailureMode
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Node webhook: crossquota annotations; fail-open (a bug here must never stop kubelets)."""
 
 from cardquota.core.policies import node
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.core.policies.config import FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 
 WEBHOOK = AdmittedKind("", "Node", node.admit, FailureMode.OPEN)

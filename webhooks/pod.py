@@ -2,6 +2,7 @@
 must never stop workloads)."""
 
 from cardquota.core.policies import pod
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.core.policies.config import FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 
 WEBHOOK = AdmittedKind("", "Pod", pod.admit, FailureMode.OPEN, mutation_matters=True)

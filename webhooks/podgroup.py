@@ -1,6 +1,7 @@
 """PodGroup webhook: card.request rules; fail-closed."""
 
 from cardquota.core.policies import podgroup
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.core.policies.config import FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 
 WEBHOOK = AdmittedKind("scheduling.volcano.sh", "PodGroup", podgroup.admit, FailureMode.CLOSED)

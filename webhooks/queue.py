@@ -1,6 +1,7 @@
 """Queue webhook: card quota and DRA rules; fail-closed; a warning when a queue with card work is deleted."""
 
 from cardquota.core.policies import queue
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.core.policies.config import FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 
 WEBHOOK = AdmittedKind("scheduling.volcano.sh", "Queue", queue.admit, FailureMode.CLOSED, queue.delete_warnings)

@@ -2,6 +2,7 @@
 (the policy only examines the configured name; the webhook configuration narrows the calls further)."""
 
 from cardquota.core.policies import schedconf
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.core.policies.config import FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 
 WEBHOOK = AdmittedKind("", "ConfigMap", schedconf.admit, FailureMode.CLOSED)

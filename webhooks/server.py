@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from cardquota.operator.health import add_health_routes
-from cardquota.operator.metrics import Timer
+from cardquota.runtime.health import add_health_routes
+from cardquota.runtime.metrics import Timer
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import AdmissionRequest, MalformedReview, read_review, response
 

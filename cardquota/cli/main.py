@@ -343,8 +343,8 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def operator_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
 
-    from cardquota.operator.main import configure_logging, run
     from cardquota.operator.settings import from_arguments
+    from cardquota.processes import configure_logging, run
 
     settings = from_arguments(args)  # an unreadable option or variable: InputError, naming it
     import urllib3

@@ -51,7 +51,7 @@ SCHEDULER_LABEL = ("app", "volcano-scheduler")
 SCHEDULER_DEPLOYMENT = ("volcano-system", "volcano-scheduler")
 DEPLOY = "kubectl apply -k manifests/overlays/production (or the overlay you deployed)"
 CERT_RENEW_DAYS = 30
-"""The operator renews the serving certificate this many days before it expires (webhooks/tls.py RENEW_BEFORE)."""
+"""The operator renews the serving certificate this many days before it expires (runtime/tls.py RENEW_BEFORE)."""
 SHOWN = 10
 """Names listed in one line or as details before "and N more"."""
 DETAIL_LIMIT = 400

@@ -10,10 +10,10 @@ import pytest
 from admission_reviews import CLUSTER, Server, client_context
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app, serve
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 
 
 @pytest.fixture

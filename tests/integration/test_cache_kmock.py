@@ -16,8 +16,8 @@ from polling import eventually
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.kube import Connection, api_client, list_all_async
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.watch import register
+from cardquota.runtime.cache import ClusterCache
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import read_review
 

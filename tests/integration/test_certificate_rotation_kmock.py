@@ -32,7 +32,6 @@ from polling import eventually
 
 from cardquota import kube
 from cardquota.kube import Connection, api_client
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.certificates import (
     NEXT_CA_CERT,
     PREVIOUS_CA_CERT,
@@ -42,9 +41,10 @@ from cardquota.operator.certificates import (
     secret_body,
 )
 from cardquota.operator.settings import Settings
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert, service_dns_names
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app, serve
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert, service_dns_names
 
 NAMESPACE = "cardquota-system"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1"

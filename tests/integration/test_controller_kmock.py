@@ -19,10 +19,10 @@ from builders import pod, podgroup, queue
 from polling import eventually
 
 from cardquota.kube import Connection, api_client, list_all_async
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
-from cardquota.operator.main import run
 from cardquota.operator.settings import Settings
+from cardquota.processes import run
+from cardquota.runtime.cache import ClusterCache
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(

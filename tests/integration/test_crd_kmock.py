@@ -20,8 +20,8 @@ from cardquota.core.crd_additions import CRD_NAMES, QUEUE_CRD
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.queue import admit
 from cardquota.kube import Connection, api_client
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.crd_drift import MISSING, REASON, CrdDriftCheck
+from cardquota.runtime.cache import ClusterCache
 from tests.integration.test_kubectl_kmock import kubeconfig
 
 pytestmark = [pytest.mark.asyncio,

@@ -12,9 +12,10 @@ import pytest
 from builders import gpu_node, pod, queue
 
 from cardquota.kube import Connection, api_client
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.leader import LEASE_SECONDS, LeaderElection
-from cardquota.operator.metrics import metrics_app, serve_http
+from cardquota.operator.metrics import metrics_app
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import serve_http
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(

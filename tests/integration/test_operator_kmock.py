@@ -21,9 +21,9 @@ from polling import eventually
 
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates
-from cardquota.operator.main import run
 from cardquota.operator.settings import Settings
-from cardquota.webhooks.tls import renewal_reason, service_dns_names
+from cardquota.processes import run
+from cardquota.runtime.tls import renewal_reason, service_dns_names
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(

@@ -13,8 +13,8 @@ from builders import pod
 from polling import eventually
 
 from cardquota.kube import Connection, api_client, list_pages
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.reflector import pod_reflector
+from cardquota.runtime.cache import ClusterCache
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(

@@ -15,10 +15,10 @@ import pytest
 from admission_reviews import A100, Server, client_context, decoded_patch, review
 from builders import container, node, pod, podgroup, queue
 
+from cardquota.core.policies.config import FailureMode
 from cardquota.core.verdict import Verdict
-from cardquota.operator.cache import ClusterCache
-from cardquota.webhooks.kinds import FailureMode
-from cardquota.webhooks.tls import new_ca, new_serving_cert
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.tls import new_ca, new_serving_cert
 
 pytestmark = pytest.mark.asyncio
 

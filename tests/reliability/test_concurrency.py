@@ -15,8 +15,8 @@ from builders import pod
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
-from cardquota.operator.metrics import serve_http
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import serve_http
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app
 

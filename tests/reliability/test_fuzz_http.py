@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
-from cardquota.operator.metrics import serve_http
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import serve_http
 from cardquota.webhooks.admission import ADMITTED, Admission
 from cardquota.webhooks.server import build_app
 

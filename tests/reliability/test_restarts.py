@@ -17,8 +17,8 @@ from polling import eventually
 from cardquota.core.ledger import Ledger
 from cardquota.core.publish import node_annotations, queue_annotations
 from cardquota.kube import Connection
-from cardquota.operator.main import run
 from cardquota.operator.settings import Settings
+from cardquota.processes import run
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(

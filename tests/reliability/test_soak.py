@@ -17,8 +17,8 @@ from admission_reviews import CLUSTER, review
 from builders import pod
 
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.operator.cache import ClusterCache
-from cardquota.operator.metrics import serve_http
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import serve_http
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app
 

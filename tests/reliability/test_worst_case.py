@@ -53,12 +53,12 @@ from worst_cases import (
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import CardCatalog
-from cardquota.operator.cache import ClusterCache
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 from cardquota.webhooks import server as server_module
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import MalformedReview, read_review, response
 from cardquota.webhooks.server import build_app, serve
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 
 WARNING_RUNES, WARNINGS_RUNES = 256, 4096
 """What the API server keeps of a request's warnings: k8s.io/apiserver/pkg/endpoints/filters/warning.go

@@ -1,4 +1,6 @@
-"""The layering holds: the core imports only the standard library and itself; operator/ shadows nothing."""
+"""The layering holds: the core imports only the standard library and itself; the webhooks and the controllers do
+not import each other (what they share is in cardquota/runtime, which imports neither; cardquota/processes.py puts
+them together); operator/ shadows nothing."""
 
 from __future__ import annotations
 
@@ -42,6 +44,23 @@ def test_core_imports_only_pure_stdlib_and_itself(module: Path) -> None:
         if not name.startswith("cardquota.core") and name.split(".")[0] not in ALLOWED_STDLIB
     }
     assert outside == set(), f"{module.relative_to(REPO)} imports {sorted(outside)}"
+
+
+LAYERS = {
+    "operator": {"cardquota.webhooks"},
+    "webhooks": {"cardquota.operator"},
+    "cardquota/runtime": {"cardquota.operator", "cardquota.webhooks", "cardquota.processes", "cardquota.cli"},
+}
+"""Folder → the packages its modules must not import (import-linter cannot see the namespace subpackages)."""
+
+
+@pytest.mark.parametrize("module", sorted(path for folder in LAYERS for path in (REPO / folder).glob("*.py")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_webhooks_and_the_controllers_do_not_import_each_other(module: Path) -> None:
+    folder = module.parent.relative_to(REPO).as_posix()
+    crossing = {name for name in _imports(module)
+                if any(name == forbidden or name.startswith(f"{forbidden}.") for forbidden in LAYERS[folder])}
+    assert crossing == set(), f"{module.relative_to(REPO)} imports {sorted(crossing)}"
 
 
 @pytest.mark.parametrize("folder", ["operator", "webhooks"])

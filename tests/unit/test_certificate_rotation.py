@@ -49,7 +49,7 @@ from cardquota.operator.certificates import (
     secret_body,
 )
 from cardquota.operator.settings import Settings
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert, service_dns_names
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert, service_dns_names
 
 NAMES = service_dns_names("cardquota", "cardquota-system")
 NOW = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)

@@ -35,7 +35,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.publish import CARD_USAGE, queue_annotations
 from cardquota.operator.certificates import Certificates, secret_body
 from cardquota.operator.settings import Settings
-from cardquota.webhooks.tls import KeyPair, new_ca, new_serving_cert, service_dns_names
+from cardquota.runtime.tls import KeyPair, new_ca, new_serving_cert, service_dns_names
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z

@@ -25,7 +25,7 @@ from kubernetes import client
 from volcano_crds import patched_crd
 
 from cardquota.core.ledger import Ledger
-from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
+from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, FailureMode, PolicyConfig
 from cardquota.core.policies.cronjob import admit as admit_volcano_cronjob
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.policies.schedconf import admit as admit_schedconf
@@ -34,13 +34,14 @@ from cardquota.core.policies.workload import admit as admit_workload
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import CACHED_RESOURCES
 from cardquota.loader import load_paths
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
-from cardquota.operator.metrics import REGISTRY, QueueCardCollector
+from cardquota.operator.metrics import QueueCardCollector
 from cardquota.operator.reflector import CLAIM_KINDS, DRA_API_VERSION
 from cardquota.operator.settings import Settings
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import REGISTRY
 from cardquota.webhooks.admission import ADMITTED
-from cardquota.webhooks.kinds import AdmittedKind, FailureMode
+from cardquota.webhooks.kinds import AdmittedKind
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

@@ -12,14 +12,14 @@ import re
 
 import pytest
 
+from cardquota.core.policies.config import FailureMode
 from cardquota.core.verdict import Verdict, allow, deny
 from cardquota.core.violations import Violation
 from cardquota.operator.certificates import Stored, decode, plan, secret_body
-from cardquota.operator.main import JsonFormatter
 from cardquota.operator.settings import LogFormat, Settings, add_arguments, from_arguments, parse_failure_modes
-from cardquota.webhooks.kinds import FailureMode
+from cardquota.processes import JsonFormatter
+from cardquota.runtime.tls import new_ca, new_serving_cert, renewal_reason, service_dns_names
 from cardquota.webhooks.review import MalformedReview, read_review, response
-from cardquota.webhooks.tls import new_ca, new_serving_cert, renewal_reason, service_dns_names
 
 NAMES = service_dns_names("cardquota", "cardquota-system")
 NOW = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)

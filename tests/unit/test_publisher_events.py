@@ -8,8 +8,8 @@ import pytest
 from builders import gpu_node, pod, queue
 
 import cardquota.operator.controller as controller
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
+from cardquota.runtime.cache import ClusterCache
 
 pytestmark = pytest.mark.asyncio
 

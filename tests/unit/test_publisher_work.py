@@ -24,8 +24,8 @@ from cardquota.core.events import CardEvent, pod_event, podgroup_event, queue_ev
 from cardquota.core.ledger import Ledger
 from cardquota.core.publish import node_annotations, queue_annotations
 from cardquota.kube import node_path, queue_path
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.controller import Publisher
+from cardquota.runtime.cache import ClusterCache
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 Sent = tuple[str, str, str, str, str]

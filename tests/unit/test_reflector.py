@@ -20,8 +20,8 @@ from builders import gpu_node, pod, podgroup, queue
 from polling import eventually
 
 from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, Unreachable, WatchEvent
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.reflector import Reflector
+from cardquota.runtime.cache import ClusterCache
 
 pytestmark = pytest.mark.asyncio
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,6 +14,16 @@ if TYPE_CHECKING:
 
 DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({"volcano"})
 DEFAULT_SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
+
+
+class FailureMode(StrEnum):
+    """What a webhook answers for a kind when cardquota cannot check an object of it (its policy failed, or the
+    cluster is not listed yet)."""
+
+    OPEN = "open"
+    """Allowed with a warning when cardquota cannot check: a bug here must never stop workloads or kubelets."""
+    CLOSED = "closed"
+    """Denied with the reason when cardquota cannot check: a quota object must never slip through unchecked."""
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ from builders import container, gpu_node, queue
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
-from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.config import FailureMode, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.webhooks.admission import ADMITTED
-from cardquota.webhooks.kinds import FailureMode
 
 A100 = "NVIDIA-A100"
 

@@ -184,7 +184,7 @@ def test_a_volcano_task_value_the_card_checks_refused_is_reported_once() -> None
 
 
 def test_the_operator_cache_keeps_the_newest_version_of_a_workload() -> None:
-    from cardquota.operator.cache import ClusterCache
+    from cardquota.runtime.cache import ClusterCache
 
     cache = ClusterCache()
     newer, older = workload("Deployment", card=H100), workload("Deployment", card=A100)

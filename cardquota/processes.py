@@ -11,17 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cardquota.kube import Connection, api_client
-from cardquota.operator.cache import ClusterCache
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher
 from cardquota.operator.crd_drift import CrdDriftCheck
 from cardquota.operator.leader import LeaderElection
-from cardquota.operator.metrics import metrics_app, serve_http
+from cardquota.operator.metrics import metrics_app
 from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import follow
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import serve_http
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app, serve
-from cardquota.webhooks.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 
 log = logging.getLogger("cardquota.operator")
 CERT_CHECK_SECONDS = 60.0
