@@ -67,6 +67,9 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/extender.py
 	$(BIN)/python bench/worst_case.py
 	$(BIN)/python bench/publisher.py
+	$(BIN)/python bench/extender_cycle.py
+	$(BIN)/python bench/heartbeat.py
+	$(BIN)/python bench/startup.py
 
 image: ## build the container image (IMAGE=cardquota:dev; skipped, with a message, where no Docker daemon is usable)
 	@if ! $(DOCKER) info >/dev/null 2>&1; then \
