@@ -1,7 +1,6 @@
 """Node webhook: crossquota annotations; fail-open (a bug here must never stop kubelets)."""
 
-from cardquota.core.policies import node
 from cardquota.core.policies.config import FailureMode
-from cardquota.webhooks.kinds import AdmittedKind
+from cardquota.webhooks.kinds import admitted
 
-WEBHOOK = AdmittedKind("", "Node", node.admit, FailureMode.OPEN)
+WEBHOOK = admitted("", "Node", FailureMode.OPEN)

@@ -1,8 +1,7 @@
 """Pod webhook: card name, mGPU and crossquota rules, product node affinity by mutation; fail-open (a bug here
 must never stop workloads)."""
 
-from cardquota.core.policies import pod
 from cardquota.core.policies.config import FailureMode
-from cardquota.webhooks.kinds import AdmittedKind
+from cardquota.webhooks.kinds import admitted
 
-WEBHOOK = AdmittedKind("", "Pod", pod.admit, FailureMode.OPEN, mutation_matters=True)
+WEBHOOK = admitted("", "Pod", FailureMode.OPEN, mutation_matters=True)

@@ -1,7 +1,6 @@
 """PodGroup webhook: card.request rules; fail-closed."""
 
-from cardquota.core.policies import podgroup
 from cardquota.core.policies.config import FailureMode
-from cardquota.webhooks.kinds import AdmittedKind
+from cardquota.webhooks.kinds import admitted
 
-WEBHOOK = AdmittedKind("scheduling.volcano.sh", "PodGroup", podgroup.admit, FailureMode.CLOSED)
+WEBHOOK = admitted("scheduling.volcano.sh", "PodGroup", FailureMode.CLOSED)

@@ -2,6 +2,6 @@
 
 from cardquota.core.policies import queue
 from cardquota.core.policies.config import FailureMode
-from cardquota.webhooks.kinds import AdmittedKind
+from cardquota.webhooks.kinds import admitted
 
-WEBHOOK = AdmittedKind("scheduling.volcano.sh", "Queue", queue.admit, FailureMode.CLOSED, queue.delete_warnings)
+WEBHOOK = admitted("scheduling.volcano.sh", "Queue", FailureMode.CLOSED, on_delete=queue.delete_warnings)

@@ -1,8 +1,7 @@
 """Scheduler ConfigMap webhook: plugin configuration rules; fail-closed. Other ConfigMaps are allowed untouched
 (the policy only examines the configured name; the webhook configuration narrows the calls further)."""
 
-from cardquota.core.policies import schedconf
 from cardquota.core.policies.config import FailureMode
-from cardquota.webhooks.kinds import AdmittedKind
+from cardquota.webhooks.kinds import admitted
 
-WEBHOOK = AdmittedKind("", "ConfigMap", schedconf.admit, FailureMode.CLOSED)
+WEBHOOK = admitted("", "ConfigMap", FailureMode.CLOSED)

@@ -28,6 +28,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, FailureMode, PolicyConfig
 from cardquota.core.policies.cronjob import admit as admit_volcano_cronjob
 from cardquota.core.policies.pod import admit as admit_pod
+from cardquota.core.policies.registry import POLICIES
 from cardquota.core.policies.schedconf import admit as admit_schedconf
 from cardquota.core.policies.schedconf import conf_violations
 from cardquota.core.policies.workload import admit as admit_workload
@@ -230,6 +231,13 @@ def test_every_webhook_calls_the_operator_service_on_a_served_route(hook: dict[s
     assert re.fullmatch(r"/(validate|mutate)/[a-z]+", reference["path"])
     assert reference["path"].startswith("/validate/" if validating else "/mutate/")
     assert "caBundle" not in hook["clientConfig"], "the operator sets the caBundle; a stale one must not ship"
+
+
+def test_the_webhooks_admit_exactly_the_kinds_of_the_core_registry_with_its_policies() -> None:
+    """One list of admitted kinds (issue 21): the webhooks' table is derived from the core's POLICIES, which
+    ``cardquota check`` uses too, so the CLI and the webhooks cannot judge different kinds."""
+    assert set(ADMITTED) == set(POLICIES)
+    assert all(kind.admit is POLICIES[key] for key, kind in ADMITTED.items())
 
 
 def test_every_admitted_kind_is_validated_and_the_mutating_kinds_are_mutated() -> None:
