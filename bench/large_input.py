@@ -23,10 +23,9 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import PRODUCTS
+from synthetic import PRODUCTS, TIME, TOLERATIONS, job_volumes
 
 _Dumper: type[Any] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-TIME = "2026-11-20T08:14:31Z"
 
 
 def realistic_node(index: int) -> dict[str, Any]:
@@ -95,19 +94,7 @@ def realistic_pod(index: int, nodes: int, groups: int) -> dict[str, Any]:
         "preemptionPolicy": "PreemptLowerPriority", "restartPolicy": "OnFailure", "schedulerName": "volcano",
         "securityContext": {}, "serviceAccount": "default", "serviceAccountName": "default",
         "terminationGracePeriodSeconds": 30,
-        "tolerations": [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists",
-                         "tolerationSeconds": 300},
-                        {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists",
-                         "tolerationSeconds": 300},
-                        {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                    {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
-                    {"name": "config", "configMap": {"name": f"{group}-config", "defaultMode": 420}},
-                    {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
-                            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]}
+        "tolerations": TOLERATIONS, "volumes": job_volumes(group)}
     status: dict[str, Any] = {"phase": "Pending", "qosClass": "Guaranteed", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastProbeTime": None,
          "lastTransitionTime": TIME, "message": "pod group is not ready, 1 Pending, 8 minAvailable"}]}

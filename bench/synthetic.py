@@ -53,6 +53,25 @@ def pod(index: int, node: int | None, groups: int) -> dict[str, Any]:
 
 
 TIME = "2026-11-20T08:14:31Z"
+TOLERATIONS = [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                "tolerationSeconds": 300},
+               {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                "tolerationSeconds": 300},
+               {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+"""A GPU job pod's tolerations as the API server returns them (the two default ones and the GPU taint's)."""
+
+
+def job_volumes(group: str, *, secrets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """A training job pod's volumes: shared memory, a model cache, its config, ``secrets``, the API token."""
+    return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
+            {"name": "config", "configMap": {"name": f"{group}-config", "defaultMode": 420}},
+            *({"name": secret, "secret": {"secretName": secret, "defaultMode": 420}} for secret in secrets),
+            {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                    "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]
 SIDECAR_ENV = (("LOG_LEVEL", "info"), ("METRICS_PORT", "9102"), ("SHIP_TO", "http://logs.observability:8080"))
 
 
@@ -98,20 +117,7 @@ def realistic_pod(index: int, node: int | None, groups: int) -> dict[str, Any]:
         "restartPolicy": "OnFailure", "schedulerName": "volcano", "securityContext": {"fsGroup": 1000},
         "serviceAccount": "default", "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
         "hostname": f"{group}-worker-{index % 8}", "subdomain": group,
-        "tolerations": [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists",
-                         "tolerationSeconds": 300},
-                        {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists",
-                         "tolerationSeconds": 300},
-                        {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                    {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
-                    {"name": "config", "configMap": {"name": f"{group}-config", "defaultMode": 420}},
-                    {"name": "wandb", "secret": {"secretName": "wandb", "defaultMode": 420}},
-                    {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
-                            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]})
+        "tolerations": TOLERATIONS, "volumes": job_volumes(group, secrets=("wandb",))})
     metadata = manifest["metadata"]
     metadata["annotations"].update({"volcano.sh/job-name": group, "volcano.sh/job-version": "0",
                                     "volcano.sh/task-index": str(index % 8), "volcano.sh/task-spec": "worker"})
