@@ -55,6 +55,11 @@ def cluster_objects() -> list[dict[str, Any]]:
         if index in (1, 4):
             manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c1" if index == 1 else "c2"}]
         manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": f"{index + 1}", "memory": "1Gi"}
+        # What the API server returns beside (the watched session keeps only what it reads: watched_pod).
+        manifest["spec"]["containers"][0]["env"] = [{"name": "RANK", "value": str(index)}]
+        manifest["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        manifest["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
+        manifest.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True"}]
         objects.append(manifest)
     return objects
 
