@@ -44,7 +44,16 @@ from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
 from cardquota.core.keys import CARD_REQUEST
-from cardquota.core.objects import CPU_MEMORY, TERMINAL_POD_PHASES, Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.objects import (
+    CPU_MEMORY,
+    TERMINAL_POD_PHASES,
+    Manifest,
+    ObjectKey,
+    Pod,
+    PodGroup,
+    forget_shared,
+    share,
+)
 from cardquota.core.quantity import format_quantity, whole_units
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.resources import is_card_resource
@@ -87,6 +96,9 @@ class Charge(NamedTuple):
     """For a pod: its ``volcano.sh/card.name`` as written (decides which card.request key it holds)."""
 
 
+_CHARGES: dict[tuple[Any, ...], Charge] = {}
+"""Pod charges of one card type, by their fields: equal charges are one tuple (a bounded table, see
+:func:`~cardquota.core.objects.share`; charges are values, never changed in place)."""
 ZERO = Fraction(0)
 CARD_UNLIMITED_CASES = (False, True)
 """The two ways the capacity-card plugin counts cpu/memory: ``cardUnlimitedCpuMemory`` off, on."""
@@ -178,6 +190,9 @@ class GroupHeld:
         return not (self.card_pods or self.plain_cpu or self.plain_memory or self.card_cpu or self.card_memory)
 
 
+_POD_CPU_MEMORY: dict[PodCpuMemory, PodCpuMemory] = {}
+"""Equal :class:`PodCpuMemory` values (the pods of a job) as one tuple (bounded, as :data:`_CHARGES`)."""
+
 Amounts = tuple[int, ...]
 """Per case of :data:`CARD_UNLIMITED_CASES`: allocated cpu, allocated memory, inqueue cpu, inqueue memory, elastic
 cpu, elastic memory (millicores, bytes) — twelve whole numbers."""
@@ -245,6 +260,7 @@ class Ledger:
         Its :attr:`changes` start empty.
         """
         ledger = cls()
+        forget_shared(_CHARGES, _POD_CPU_MEMORY)
         with _cyclic_collector_paused():
             by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
             for manifest in manifests:
@@ -262,9 +278,9 @@ class Ledger:
                 for manifest in by_kind[Kind.PODGROUP]:
                     ledger.upsert_podgroup(PodGroup.from_manifest(manifest))
                 pods = ledger.snapshot.pods
-                for pod in [Pod.from_manifest(manifest) for manifest in by_kind[Kind.POD]]:
+                for pod in [Pod.from_manifest(manifest, cached=True) for manifest in by_kind[Kind.POD]]:
                     if pod.key in pods:  # listed twice: the later one replaces the earlier, as an update would
-                        ledger.upsert_pod(pod)
+                        ledger._upsert_pod(pod)
                     else:
                         ledger._add_pod(pod)
             finally:
@@ -287,7 +303,7 @@ class Ledger:
         elif kind is Kind.PODGROUP:
             self.upsert_podgroup(PodGroup.from_manifest(manifest))
         elif kind is Kind.POD:
-            self.upsert_pod(Pod.from_manifest(manifest))
+            self._upsert_pod(Pod.from_manifest(manifest, cached=True))
 
     def delete(self, manifest: Manifest) -> None:
         """Apply a DELETED object (only its kind and identity are read)."""
@@ -353,6 +369,10 @@ class Ledger:
         self._recharge_group(key)
 
     def upsert_pod(self, pod: Pod) -> None:
+        """Apply a pod's view; the ledger keeps it as :meth:`Pod.cached` (only what its rules read)."""
+        self._upsert_pod(pod.cached())
+
+    def _upsert_pod(self, pod: Pod) -> None:
         previous = self.snapshot.pods.get(pod.key)
         if previous is not None:
             self._unindex_pod(previous)
@@ -571,6 +591,7 @@ class Ledger:
                     memory = -(-amount.numerator // amount.denominator)
             if charge is not None or cpu or memory:
                 new = PodCpuMemory(pod.group_key, charge is not None, cpu, memory)
+                new = _POD_CPU_MEMORY.get(new) or share(_POD_CPU_MEMORY, new, new)  # a job's pods: one tuple
         old = self._pod_cpu_memory.get(key)
         if old == new:
             return None
@@ -669,6 +690,13 @@ class Ledger:
         if not cards:
             return None
         bucket = Bucket.ALLOCATED if pod.bound else Bucket.PENDING
+        if len(cards) == 1:  # the common pod: one card type, shared with the pods of its job (see share())
+            [(card, amount)] = cards.items()
+            fields = (queue, bucket, card, amount, uses_cluster, pod.group_key, pod.card_name)
+            found = _CHARGES.get(fields)
+            if found is not None:
+                return found
+            return share(_CHARGES, fields, Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name))
         return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)
 
     def _cards_on_node(self, pod: Pod) -> dict[str, int]:

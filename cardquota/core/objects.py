@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
@@ -80,9 +80,14 @@ def completed(manifest: Manifest, name: str = "", namespace: str = "") -> Manife
     return {**manifest, "metadata": metadata}
 
 
-def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
+def read_meta(manifest: Manifest, *, namespaced: bool,
+              kept_annotations: tuple[str, ...] | None = None) -> ObjectMeta:
     """The identity, labels and annotations of any object, validated (an object with only
-    ``metadata.generateName`` is named by :func:`given_name`)."""
+    ``metadata.generateName`` is named by :func:`given_name`).
+
+    With ``kept_annotations`` (the view a cache holds): the labels and annotations are validated as ever, but no
+    labels are kept and only those annotations, and their values, the kind and the namespace are shared strings
+    (:data:`_STRINGS`)."""
     kind = manifest.get("kind")
     if not isinstance(kind, str) or not kind:
         raise InputError("missing or non-string 'kind'", where="kind")
@@ -95,6 +100,11 @@ def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
         namespace = "default" if namespaced else ""
     if not isinstance(namespace, str):
         raise InputError("must be a string", where="metadata.namespace")
+    if kept_annotations is not None:
+        _string_map(metadata.get("labels"), "metadata.labels", copy=False)
+        annotations = _string_map(metadata.get("annotations"), "metadata.annotations", copy=False)
+        return ObjectMeta(_intern(kind, kind), name, _intern(namespace, namespace) if namespaced else "", NO_STRINGS,
+                          _kept(annotations, kept_annotations))
     return ObjectMeta(
         kind,
         name,
@@ -102,6 +112,20 @@ def read_meta(manifest: Manifest, *, namespaced: bool) -> ObjectMeta:
         _string_map(metadata.get("labels"), "metadata.labels"),
         _string_map(metadata.get("annotations"), "metadata.annotations"),
     )
+
+
+def _kept(annotations: Mapping[str, str], names: tuple[str, ...]) -> Mapping[str, str]:
+    """The annotations among ``names``, values shared (:data:`_STRINGS`) (shared :data:`NO_STRINGS` when none)."""
+    kept: dict[str, str] | None = None
+    for name in names:  # a handful: cheaper than going through the object's annotations
+        value = annotations.get(name)
+        if value is not None:
+            if kept is None:
+                kept = {}
+            kept[name] = _intern(value, value)
+    if kept is None:
+        return NO_STRINGS
+    return share(_ANNOTATIONS, tuple(kept.items()), kept)  # a job's pods name the same card, PodGroup, queue
 
 
 @dataclass(frozen=True)
@@ -185,10 +209,17 @@ class PodGroup:
         )
 
 
+CACHED_POD_ANNOTATIONS = (keys.CARD_NAME, keys.GROUP_NAME, keys.QUEUE_NAME, keys.SCORING_STRATEGY_ANNOTATION)
+"""The pod annotations any rule reads from a pod the ledger holds (the card name, PodGroup and queue it is charged
+by; the crossquota scoring strategy the scheduling session scores it with). A cached view keeps only these, and no
+labels: nothing reads a held pod's labels (the admission policies read the incoming object itself)."""
+
+
 class Pod(NamedTuple):
     """A pod as the ledger and the rules see it (a named tuple: the ledger builds one per pod event, cheaply).
 
     Build one with :meth:`from_manifest` or :meth:`of`; the fields after ``requests`` are derived from ``meta``.
+    The views the ledger holds are built with ``cached=True`` (see :meth:`from_manifest`).
     """
 
     meta: ObjectMeta
@@ -205,9 +236,19 @@ class Pod(NamedTuple):
     """``scheduling.volcano.sh/queue-name``, None when unset or empty."""
 
     @classmethod
-    def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction]) -> Pod:
+    def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
+           shared: bool = False) -> Pod:
+        """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
+        pods of a job share them; see :func:`share`)."""
         annotations = meta.annotations
         group_name = annotations.get(keys.GROUP_NAME)
+        group_key = (meta.namespace, group_name) if group_name else None
+        if shared:
+            if group_key is not None:
+                group_key = _GROUP_KEYS.get(group_key) or share(_GROUP_KEYS, group_key, group_key)
+            if requests:
+                requests = share(_REQUESTS, tuple([(resource, amount.numerator, amount.denominator)
+                                                     for resource, amount in requests.items()]), requests)
         return cls(
             meta,
             node_name,
@@ -215,7 +256,7 @@ class Pod(NamedTuple):
             requests,
             (meta.namespace, meta.name),
             annotations.get(keys.CARD_NAME),
-            (meta.namespace, group_name) if group_name else None,
+            group_key,
             annotations.get(keys.QUEUE_NAME) or None,
         )
 
@@ -228,16 +269,74 @@ class Pod(NamedTuple):
         return self.phase in TERMINAL_POD_PHASES
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest) -> Pod:
-        meta = read_meta(manifest, namespaced=True)
+    def from_manifest(cls, manifest: Manifest, *, cached: bool = False) -> Pod:
+        """The pod's view. ``cached``: the view the ledger keeps for as long as the pod lives (validated the same
+        way): labels dropped, annotations cut to :data:`CACHED_POD_ANNOTATIONS`, repeated strings (namespace, node,
+        phase, card name, PodGroup, queue) shared, so that a held pod keeps little beyond what is its own."""
+        if cached and len(_STRINGS) >= MAX_SHARED:
+            _STRINGS.clear()
+        meta = read_meta(manifest, namespaced=True, kept_annotations=CACHED_POD_ANNOTATIONS if cached else None)
         spec = _mapping(manifest.get("spec"), "spec")
         status = _mapping(manifest.get("status"), "status")
-        return cls.of(
-            meta,
-            _optional_string(spec.get("nodeName"), "spec.nodeName"),
-            _optional_string(status.get("phase"), "status.phase"),
-            effective_requests(spec, "spec"),
-        )
+        node_name = _optional_string(spec.get("nodeName"), "spec.nodeName")
+        phase = _optional_string(status.get("phase"), "status.phase")
+        if cached:
+            node_name, phase = _intern(node_name, node_name), _intern(phase, phase)
+        return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached)
+
+    def cached(self) -> Pod:
+        """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
+        meta = self.meta
+        annotations = meta.annotations
+        if not meta.labels and all(name in CACHED_POD_ANNOTATIONS for name in annotations):
+            return self
+        if len(_STRINGS) >= MAX_SHARED:
+            _STRINGS.clear()
+        meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
+                          NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS))
+        return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
+                      shared=True)
+
+
+MAX_SHARED = 1 << 16
+"""Entries in each table of values shared between cached views (:func:`share`)."""
+_STRINGS: dict[str, str] = {}
+"""Namespaces, node names, phases and annotation values of cached views: one string object per value (as
+``sys.intern`` would, which the core does not import), emptied when full (checked once per cached view)."""
+
+
+_intern = _STRINGS.setdefault
+"""``_intern(value, value)``: the string equal to ``value`` that cached views share."""
+_GROUP_KEYS: dict[ObjectKey, ObjectKey] = {}
+_ANNOTATIONS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+_REQUESTS: dict[tuple[tuple[str, int, int], ...], Mapping[str, Fraction]] = {}
+
+Shared = TypeVar("Shared")
+
+
+def share(table: dict[Any, Shared], key: object, value: Shared) -> Shared:
+    """The value stored under ``key`` in ``table`` (an equal one, built for an earlier view), else ``value``, stored.
+
+    Views are immutable: equal parts of them can be one object (the pods of a job ask for the same requests and
+    name the same PodGroup). A full table is emptied and refilled, so it never holds more than :data:`MAX_SHARED`
+    entries, whatever comes and goes; sharing is only ever a saving, never a difference in what a view says.
+    """
+    found = table.get(key)
+    if found is not None:
+        return found
+    if len(table) >= MAX_SHARED:
+        table.clear()
+    table[key] = value
+    return value
+
+
+def forget_shared(*tables: dict[Any, Any]) -> None:
+    """Empty the tables of shared values (these and the views' own), as a full build does before it starts: what
+    they held for views of a former list no longer costs memory, and the build's views share only among
+    themselves (so that what a build keeps is all counted as its own)."""
+    every: tuple[dict[Any, Any], ...] = (_STRINGS, _GROUP_KEYS, _ANNOTATIONS, _REQUESTS, *tables)
+    for table in every:
+        table.clear()
 
 
 CPU_MEMORY = ("cpu", "memory")
@@ -380,11 +479,13 @@ def _sequence(value: object, path: str) -> Sequence[Any]:
     return value
 
 
-def _string_map(value: object, path: str) -> Mapping[str, str]:
+def _string_map(value: object, path: str, *, copy: bool = True) -> Mapping[str, str]:
+    """``value`` validated as a map of strings to strings; a copy of it (``copy``), or itself when it is a dict of
+    strings already (the caller then keeps none of it)."""
     if value is None:
         return NO_STRINGS
     if type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items()):
-        return dict(value)  # the common case: one check, one copy
+        return dict(value) if copy else value  # the common case: one check, one copy
     result: dict[str, str] = {}
     for key, item in _mapping(value, path).items():
         if not isinstance(key, str):
