@@ -189,7 +189,7 @@ def pod_reflector(cache: ClusterCache, api: client.ApiClient) -> Reflector:
     return Reflector(cache, "v1", "Pod",
                      lister=lambda: list_pages(api, path, "v1", "Pod"),
                      watcher=lambda version: WatchStream(api, path, "v1", "Pod", version),
-                     cached_keys=lambda: list(cache.ledger.snapshot.pods))
+                     cached_keys=lambda: list(cache.target.snapshot.pods))
 
 
 CLAIM_KINDS = (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate"))

@@ -226,3 +226,22 @@ async def test_a_watch_failing_for_a_minute_is_behind_and_recovers() -> None:
     now[0] = 60.0
     assert reflector.behind()
     await stopped(task)
+
+
+async def test_a_relist_deletes_from_a_sink_too() -> None:
+    """The extender's session (a cache sink) loses the pods a relist no longer has, as the ledger does."""
+    from cardquota.core.scheduling.extender import Extender
+    from cardquota.operator.reflector import pod_reflector
+
+    def meanwhile() -> None:
+        server.pods, server.list_version = {"p0": card_pod("p0", 10)}, "5000"
+
+    server = ScriptedServer({"p0": card_pod("p0", 10), "p1": card_pod("p1", 11)}, "100",
+                            [ScriptedWatch([Gone("too old resource version", 410)], meanwhile=meanwhile)])
+    extender = Extender()
+    reflector = pod_reflector(ClusterCache(sink=extender), api=None)  # type: ignore[arg-type]
+    reflector.lister, reflector.watcher = server.lister, server.watcher
+    task = await running(reflector)
+    await eventually(lambda: server.watched_from[-1:] == ["5000"])
+    assert set(extender.snapshot.pods) == {("ml", "p0")}
+    await stopped(task)
