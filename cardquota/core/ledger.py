@@ -56,7 +56,7 @@ from cardquota.core.objects import (
 )
 from cardquota.core.quantity import format_quantity, whole_units
 from cardquota.core.quota import card_alternatives, card_request
-from cardquota.core.resources import is_card_resource
+from cardquota.core.resources import card_requests
 from cardquota.core.snapshot import (
     ClusterSnapshot,
     Kind,
@@ -715,12 +715,8 @@ class Ledger:
     def _card_amount(self, pod: Pod) -> int:
         """Whole cards a pod asks for: its requests of resources that nodes offer as cards, else of every
         resource that can be a card (no node offers its card yet; :func:`is_card_resource`)."""
-        positive = {resource: amount for resource, amount in pod.requests.items() if amount > 0}
-        known = [a for r, a in positive.items() if r in self._card_resource_refs]
-        if known:
-            return whole_units(known[0] if len(known) == 1 else sum(known, Fraction(0)))
-        extended = [a for r, a in positive.items() if is_card_resource(r)]
-        return whole_units(extended[0] if len(extended) == 1 else sum(extended, Fraction(0)))
+        amounts = list(card_requests(pod.requests, self._card_resource_refs).values())
+        return whole_units(amounts[0] if len(amounts) == 1 else sum(amounts, Fraction(0)))
 
     def _charge_group(self, group: PodGroup) -> Charge | None:
         if group.phase != INQUEUE_PHASE:

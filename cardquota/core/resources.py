@@ -22,6 +22,8 @@ a resource no node offers (yet).
 from __future__ import annotations
 
 import re
+from collections.abc import Container, Mapping
+from fractions import Fraction
 
 NOT_CARD_DOMAINS = ("kubernetes.io/", "vke.volcengine.com/", "rdma/", "k8s.v1.cni.cncf.io/",
                     "devices.kubevirt.io/")
@@ -42,3 +44,12 @@ def is_card_resource(resource: str) -> bool:
     if resource.startswith(NOT_CARD_DOMAINS) or domain.endswith(".kubernetes.io"):
         return False
     return _SHARE_NAME.search(name) is None
+
+
+def card_requests(requests: Mapping[str, Fraction], offered: Container[str]) -> dict[str, Fraction]:
+    """The requested resources a pod takes cards through: those some node offers as cards, else (no node offers
+    any of them) every requested resource that can be a card. The one rule the ledger's count of a pod's cards and
+    the policies' use."""
+    positive = {name: amount for name, amount in requests.items() if amount > 0}
+    known = {name: amount for name, amount in positive.items() if name in offered}
+    return known or {name: amount for name, amount in positive.items() if is_card_resource(name)}

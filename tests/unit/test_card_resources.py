@@ -4,12 +4,16 @@ non-card resources are never counted as cards by the ledger, the policies or the
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
-from builders import container, pod, queue
+from builders import container, gpu_node, pod, queue
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies.cards import card_resources_requested
+from cardquota.core.quantity import whole_units
 from cardquota.core.resources import is_card_resource
 from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
 from cardquota.core.snapshot import CardCatalog
@@ -64,3 +68,26 @@ def test_the_scheduling_rules_use_it() -> None:
     """Item 8: a job whose minResources name only HAMi shares (no card) is judged on its cpu/memory."""
     podgroup = {"spec": {"minResources": {"cpu": "8", "nvidia.com/gpumem": "3000"}}}
     assert minimum_beyond_capability(podgroup, "q", {"cpu": Fraction(4)}) is not None
+
+
+RESOURCE_NAMES = ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared", "huawei.com/Ascend910",
+                  "nvidia.com/gpumem", "nvidia.com/gpucores", "vke.volcengine.com/eni-ip", "cpu", "memory"]
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.integers(0, 4000), max_size=5),
+       st.sampled_from(["NVIDIA-A100", "NVIDIA-A100|Ascend910"]), st.booleans())
+def test_the_ledger_counts_the_cards_the_policies_count(requests: dict[str, int], card: str,
+                                                        node_offers: bool) -> None:
+    """Issue 21: for any pending pod naming a card type, the cards the ledger holds pending for its queue are the
+    whole units of the card resources the policies see it request — with and without a node offering the type
+    (one rule: resources.card_requests)."""
+    objects: list[dict[str, Any]] = [queue("q", {"NVIDIA-A100": 10_000})]
+    if node_offers:
+        objects.append(gpu_node("n", "NVIDIA-A100", 8))
+    objects.append(pod("p", queue="q", card=card,
+                       containers=[container(limits={name: str(amount) for name, amount in requests.items()})]))
+    ledger = Ledger.build(objects)
+    counted = card_resources_requested({name: Fraction(amount) for name, amount in requests.items()},
+                                       ledger.snapshot.catalog())
+    assert sum(ledger.usage("q").pending.values()) == whole_units(sum(counted.values(), Fraction(0)))

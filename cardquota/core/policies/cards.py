@@ -17,7 +17,7 @@ from typing import Any
 from cardquota.core import keys
 from cardquota.core.quantity import whole_units
 from cardquota.core.quota import card_alternatives, clipped, quota_allows
-from cardquota.core.resources import is_card_resource
+from cardquota.core.resources import card_requests, is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
 from cardquota.core.violations import Violation, annotation_path, shown
 
@@ -81,11 +81,8 @@ def _kind_matches(card_type: str, resource: str) -> bool:
 
 
 def card_resources_requested(requests: Mapping[str, Fraction], catalog: CardCatalog) -> dict[str, Fraction]:
-    """The requested resources that are card resources: offered as cards by some node, else card-like names."""
-    known = catalog.resources
-    positive = {name: amount for name, amount in requests.items() if amount > 0}
-    offered = {name: amount for name, amount in positive.items() if name in known}
-    return offered or {name: amount for name, amount in positive.items() if is_card_resource(name)}
+    """The requested resources that are card resources (:func:`resources.card_requests` over the catalog's)."""
+    return card_requests(requests, catalog.resources)
 
 
 def job_tasks_violation(manifest: Mapping[str, Any]) -> Violation | None:
