@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
-from cardquota.core.objects import Manifest
+from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.scheduling.extender import Extender
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.metrics import REGISTRY, metrics_response
@@ -140,8 +140,7 @@ def api_pod_patcher(api: Any) -> PodPatcher:
     from cardquota.kube import KubeError, patch_annotations, pod_path
 
     async def patch(pod: Manifest, annotations: dict[str, str]) -> None:
-        metadata = pod.get("metadata") or {}
-        path = pod_path(str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+        path = pod_path(*namespaced_key(pod))
         try:
             await asyncio.to_thread(patch_annotations, api, path, dict(annotations))
         except KubeError as error:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from prometheus_client import Gauge
 
-from cardquota.core.objects import ObjectKey
+from cardquota.core.objects import ObjectKey, namespaced_key
 from cardquota.kube import Gone, KubeError, ListPage, WatchEvent, WatchStream, list_pages
 from cardquota.runtime.cache import DELETED, ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED, REGISTRY
@@ -128,8 +128,7 @@ class Reflector:
             for manifest in page.items:
                 self.cache.apply("ADDED", manifest)
                 EVENTS_PROCESSED.labels(kind=self.kind).inc()
-                metadata = manifest.get("metadata") or {}
-                listed.add((str(metadata.get("namespace") or ""), str(metadata.get("name") or "")))
+                listed.add(namespaced_key(manifest))
             resource_version = page.resource_version
             await asyncio.sleep(0)
         gone = [key for key in self.cached_keys() if key not in listed]

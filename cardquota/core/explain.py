@@ -25,7 +25,7 @@ from fractions import Fraction
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
-from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session
@@ -342,16 +342,16 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     after it; the pods labelled ``volcano.sh/job-name``), else as it will make them, from its task templates."""
     metadata = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
     namespace, name = str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name", ""))
-    existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP and _identity(m)[0] == namespace
-                           and (_identity(m)[1] == name or _owned_by_job(m, name))), None)
-    group_name = _identity(existing_group)[1] if existing_group is not None else name
-    existing_pods = [m for m in cluster if kind_of(m) is Kind.POD and _identity(m)[0] == namespace
+    existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP and namespaced_key(m)[0] == namespace
+                           and (namespaced_key(m)[1] == name or _owned_by_job(m, name))), None)
+    group_name = namespaced_key(existing_group)[1] if existing_group is not None else name
+    existing_pods = [m for m in cluster if kind_of(m) is Kind.POD and namespaced_key(m)[0] == namespace
                      and (_marks(m).get(keys.GROUP_NAME) == group_name or _marks(m).get(JOB_NAME) == name)]
     expanded = expand_volcano_jobs([job])
     group = existing_group or next(m for m in expanded if kind_of(m) is Kind.PODGROUP)
     pods = existing_pods or [m for m in expanded if kind_of(m) is Kind.POD]
-    own = {(m.get("kind"), _identity(m)) for m in (group, *pods)}
-    others = [m for m in cluster if (m.get("kind"), _identity(m)) not in own]
+    own = {(m.get("kind"), namespaced_key(m)) for m in (group, *pods)}
+    others = [m for m in cluster if (m.get("kind"), namespaced_key(m)) not in own]
     session = Session([*others, group, *[p for p in pods if _bound(p)]], config)
     for manifest in pods:
         if not _bound(manifest):
@@ -400,14 +400,8 @@ def _cards(amount: int, card: str) -> str:
     return f"{amount} card{'s' if amount != 1 else ''} of {card}"
 
 
-def _identity(manifest: Mapping[str, object]) -> tuple[str, str]:
-    metadata = manifest.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
-    return (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
-
-
 def _same_object(a: Manifest, b: Manifest) -> bool:
-    return a.get("kind") == b.get("kind") and _identity(a) == _identity(b)
+    return a.get("kind") == b.get("kind") and namespaced_key(a) == namespaced_key(b)
 
 
 def _bound(manifest: Manifest) -> bool:

@@ -28,6 +28,14 @@ TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 RESTART_POLICY_ALWAYS = "Always"
 
 
+def namespaced_key(manifest: Mapping[str, Any]) -> ObjectKey:
+    """(namespace, name) of a namespaced object, read leniently (no validation: a deleted object, a TaskInfo's pod):
+    the namespace "default" when it is not written, as the API server defaults it."""
+    metadata = manifest.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+
+
 class ObjectMeta(NamedTuple):
     """An object's identity, labels and annotations (a named tuple: one is built per watch event, cheaply)."""
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import ClusterSnapshot, Kind, kind_of
@@ -178,8 +178,7 @@ class Extender:
 
     def delete(self, manifest: Mapping[str, Any]) -> None:
         session = self._watched()
-        metadata = manifest.get("metadata") or {}
-        key = (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+        key = namespaced_key(manifest)
         kind = kind_of(manifest)
         if kind is Kind.POD:
             self._allocated.pop(key, None)
@@ -375,8 +374,7 @@ def _values(value: object) -> list[Any]:
 def _keep_pod(pods: dict[tuple[str, str], Manifest], manifest: Manifest | None) -> None:
     if manifest is None:
         return
-    metadata = manifest["metadata"]
-    pods[(str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))] = manifest
+    pods[namespaced_key(manifest)] = manifest
 
 
 def _readable(manifests: list[Manifest]) -> list[Manifest]:

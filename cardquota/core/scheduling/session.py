@@ -29,7 +29,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup
+from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
 from cardquota.core.schedconf.reader import read_conf
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
@@ -455,9 +455,8 @@ class Session:
     def delete(self, manifest: Manifest) -> None:
         """An object deleted from the cluster (only its kind and identity are read)."""
         kind = kind_of(manifest)
-        metadata = manifest.get("metadata") or {}
-        name = str(metadata.get("name", ""))
-        key = (str(metadata.get("namespace") or "default"), name)
+        key = namespaced_key(manifest)
+        name = key[1]
         if kind is Kind.POD:
             self.remove(key)
         elif kind is Kind.NODE:  # (what its pods use of it stays counted: they are charged until they go)
@@ -525,8 +524,7 @@ class Session:
             self._recharge(self._members.get(group.key, set()))
 
     def _upsert_claim(self, manifest: Manifest, *, deleted: bool) -> None:
-        metadata = manifest.get("metadata") or {}
-        key = (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
+        key = namespaced_key(manifest)
         template = manifest.get("kind") == "ResourceClaimTemplate"
         claims = self.claim_templates if template else self.claims
         if deleted:
