@@ -32,6 +32,7 @@ from volcano_payloads import ALLOCATED, job_info, node_info, task_info
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.runtime.cache import ClusterCache
 
 TASKS = 8
 NODES_PER_VERB = 16
@@ -100,9 +101,7 @@ def measure(pods: int, repeats: int) -> list[float]:
     objects = cluster(max(1, pods // 20), pods)
     extender = Extender(SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=True)))
     queue, group, job_pods = pending_job()
-    extender.load([*objects, queue, group, *job_pods])
-    gc.collect()
-    gc.freeze()
+    ClusterCache(sink=extender).load([*objects, queue, group, *job_pods])  # (collects and freezes, as served)
     nodes = [item for item in objects if item["kind"] == "Node" and
              item["metadata"]["labels"]["nvidia.com/gpu.product"] == PRODUCTS[0]][:NODES_PER_VERB]
     assert len(nodes) == NODES_PER_VERB, "the same nodes per verb at every size"

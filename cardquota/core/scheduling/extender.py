@@ -10,7 +10,7 @@ queue not overused, job ready, allocation accepted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,15 +185,6 @@ class Extender:
         elif kind is Kind.PODGROUP:
             self._enqueued.pop(key, None)
         session.delete(manifest)
-
-    def load(self, manifests: Iterable[Mapping[str, Any]]) -> None:
-        """A full list, as the watch's start gives it (tests, benchmarks)."""
-        for manifest in manifests:
-            try:
-                self.upsert(manifest)
-            except InputError:
-                continue
-        self.snapshot.complete = True
 
     def _watched(self) -> Session:
         if not self.watch_fed or self.session is None:

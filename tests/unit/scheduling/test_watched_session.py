@@ -18,6 +18,7 @@ from volcano_payloads import ALLOCATED, job_info, node_info, task_info
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.core.scheduling.extender import ASSUMED_SECONDS, Extender
 from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.runtime.cache import ClusterCache
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 CONFIG = SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=False))
@@ -127,7 +128,7 @@ def watched_extender(*objects: dict[str, Any]) -> tuple[Extender, Clock]:
     clock = Clock()
     extender = Extender(SchedulerConfig(capacity_card=CapacityCardConfig(card_unlimited_cpu_memory=True)),
                         clock=clock)
-    extender.load([gpu_node("a1", A100, 4), queue("team-a", {A100: 2}), *objects])
+    ClusterCache(sink=extender).load([gpu_node("a1", A100, 4), queue("team-a", {A100: 2}), *objects])
     return extender, clock
 
 
