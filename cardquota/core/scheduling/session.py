@@ -527,15 +527,18 @@ class Session:
         key = namespaced_key(manifest)
         template = manifest.get("kind") == "ResourceClaimTemplate"
         claims = self.claim_templates if template else self.claims
+        previous = claims.get(key)
         if deleted:
             claims.pop(key, None)
         else:
             spec = manifest.get("spec") or {}
             claims[key] = dra.claim_amounts((spec.get("spec") or {}) if template else spec)
+        if claims.get(key) == previous:
+            return  # (a status update: the claim's allocation, not what it asks for)
         reference = "resourceClaimTemplateName" if template else "resourceClaimName"
-        self._recharge(pod_key for pod_key, pod in self.pods.items() if pod_key[0] == key[0] and any(
+        self._recharge(pod_key for pod_key in list(self._queue_charges) if pod_key[0] == key[0] and any(
             isinstance(claim, Mapping) and claim.get(reference) == key[1]
-            for claim in (pod.get("spec") or {}).get("resourceClaims") or []))
+            for claim in (self.pods.get(pod_key, {}).get("spec") or {}).get("resourceClaims") or []))
 
     def _queues_changed(self) -> None:
         """A queue came, went or changed parent: the queue charges (DRA up the hierarchy) are taken again."""
