@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from cardquota.core import keys
-from cardquota.core.ledger import WAITING_PHASES, Bucket, CpuMemoryUse, Ledger
+from cardquota.core.ledger import WAITING_PHASES, CpuMemoryUse, Ledger
 from cardquota.core.objects import ObjectKey, Pod, PodGroup
 from cardquota.core.scheduling.capacity_card import (
     CapacityCardConfig,
@@ -32,6 +32,7 @@ from cardquota.core.scheduling.capacity_card import (
 )
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import QueueRecord
+from cardquota.core.usage import Bucket
 
 INVALID_QUOTA = "InvalidCardQuota"
 NOT_YET_INQUEUE = WAITING_PHASES

@@ -6,22 +6,15 @@ Rules (capacity-card-design.md):
 * **quota** — the Queue's ``volcano.sh/card.quota``.
 * a pod's **queue** — annotation ``scheduling.volcano.sh/queue-name``, else its PodGroup's ``spec.queue``
   (PodGroup named by ``scheduling.k8s.io/group-name`` in the pod's namespace), else ``default``.
-* **allocated** — bound pods (``spec.nodeName`` set) that are not Succeeded/Failed, charged per requested resource
-  to the card type their node offers for it (an ``A|B`` pod is charged to the type it landed on). When the node
-  is unknown or offers no card type for the resource, the pod's card resources are charged to its
-  ``volcano.sh/card.name`` as written.
-* **inqueue** — PodGroups in phase ``Inqueue``: their ``volcano.sh/card.request`` minus what their pods already
-  hold, keyed exactly as in the request (``"A|B"`` stays one key).
-* **pending** — unbound pods that are not Succeeded/Failed, keyed by ``volcano.sh/card.name`` as written.
+* **allocated**, **inqueue**, **pending** — what each pod and PodGroup charges its queue in cards, as
+  :mod:`cardquota.core.usage` defines it (bound pods: the card types their nodes offer; Inqueue PodGroups: their
+  card.request minus what their pods hold; unbound pods: their card resources, keyed by card.name as written).
 * **cpu/memory** (the capacity-card plugin's CPU/memory quota, ``spec.capability``) — per PodGroup, as Volcano
   counts a job: *allocated* is what its bound pods request, *inqueue* (phase ``Inqueue`` only, like the cards) is
   its ``spec.minResources`` minus that, *elastic* is what it holds beyond ``minResources``; the enqueue check uses
   ``allocated + inqueue - elastic``. Kept twice, as the plugin counts with ``cardUnlimitedCpuMemory`` off and on
   (on: a card pod's cpu/memory is not counted, and a card job reserves none). Bound pods without a PodGroup are
   not counted here: Volcano gives every pod it schedules a PodGroup, so such pods are not the scheduler's.
-
-A pod's "card resources" are the resources some node offers as a card type; when none of a pod's requests is
-such a resource (no node offers its card yet) every extended resource it requests (a name with a ``/``) counts.
 
 The ledger is built from a full list or fed one watch event at a time: each event updates the totals by
 subtracting the object's previous contribution and adding its new one. Only objects whose contribution really
@@ -38,7 +31,6 @@ import gc
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
@@ -54,9 +46,8 @@ from cardquota.core.objects import (
     forget_shared,
     share,
 )
-from cardquota.core.quantity import format_quantity, whole_units
-from cardquota.core.quota import card_alternatives, card_request
-from cardquota.core.resources import card_requests
+from cardquota.core.quantity import format_quantity
+from cardquota.core.quota import card_request
 from cardquota.core.snapshot import (
     ClusterSnapshot,
     Kind,
@@ -67,38 +58,15 @@ from cardquota.core.snapshot import (
     object_key,
     queue_record,
 )
+from cardquota.core.usage import INQUEUE_PHASE, SHARED_CHARGES, Bucket, Charge, group_charge, pod_charge
 from cardquota.core.workloads import template_only, workload_key
 
-INQUEUE_PHASE = "Inqueue"
 WAITING_PHASES = frozenset({"", "Pending"})
 """PodGroup phases before the scheduler's enqueue decision (the PodGroups whose events say why they wait)."""
 BUILD_ORDER = (Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
 IndexKey = TypeVar("IndexKey", str, ObjectKey)
 
 
-class Bucket(StrEnum):
-    ALLOCATED = "allocated"
-    INQUEUE = "inqueue"
-    PENDING = "pending"
-
-
-class Charge(NamedTuple):
-    """What one object adds to one queue's bucket (a named tuple: the ledger makes one per pod event)."""
-
-    queue: str
-    bucket: Bucket
-    cards: Mapping[str, int]
-    uses_cluster_resources: bool = False
-    """True when the amounts depended on which resources the cluster's nodes offer as cards."""
-    group: ObjectKey | None = None
-    """For a pod: its PodGroup, whose inqueue reservation its allocated cards count against."""
-    card_name: str | None = None
-    """For a pod: its ``volcano.sh/card.name`` as written (decides which card.request key it holds)."""
-
-
-_CHARGES: dict[tuple[Any, ...], Charge] = {}
-"""Pod charges of one card type, by their fields: equal charges are one tuple (a bounded table, see
-:func:`~cardquota.core.objects.share`; charges are values, never changed in place)."""
 ZERO = Fraction(0)
 CARD_UNLIMITED_CASES = (False, True)
 """The two ways the capacity-card plugin counts cpu/memory: ``cardUnlimitedCpuMemory`` off, on."""
@@ -191,7 +159,8 @@ class GroupHeld:
 
 
 _POD_CPU_MEMORY: dict[PodCpuMemory, PodCpuMemory] = {}
-"""Equal :class:`PodCpuMemory` values (the pods of a job) as one tuple (bounded, as :data:`_CHARGES`)."""
+"""Equal :class:`PodCpuMemory` values (the pods of a job) as one tuple (bounded, as
+:data:`~cardquota.core.usage.SHARED_CHARGES`)."""
 
 Amounts = tuple[int, ...]
 """Per case of :data:`CARD_UNLIMITED_CASES`: allocated cpu, allocated memory, inqueue cpu, inqueue memory, elastic
@@ -260,7 +229,7 @@ class Ledger:
         Its :attr:`changes` start empty.
         """
         ledger = cls()
-        forget_shared(_CHARGES, _POD_CPU_MEMORY)
+        forget_shared(SHARED_CHARGES, _POD_CPU_MEMORY)
         with _cyclic_collector_paused():
             by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
             for manifest in manifests:
@@ -674,65 +643,14 @@ class Ledger:
             self._cpu_memory_totals.pop(queue, None)
 
     def _charge_pod(self, pod: Pod) -> Charge | None:
-        if pod.terminated:
-            return None
-        queue = self.snapshot.queue_of(pod)
-        cards: dict[str, int] = {}
-        uses_cluster = False
-        if pod.bound:
-            cards = self._cards_on_node(pod)
-        if not cards and pod.card_name is not None:
-            # Unbound (pending), or bound where the node offers no card type for what the pod requests.
-            amount = self._card_amount(pod)
-            uses_cluster = True
-            if amount > 0:
-                cards = {pod.card_name: amount}
-        if not cards:
-            return None
-        bucket = Bucket.ALLOCATED if pod.bound else Bucket.PENDING
-        if len(cards) == 1:  # the common pod: one card type, shared with the pods of its job (see share())
-            [(card, amount)] = cards.items()
-            fields = (queue, bucket, card, amount, uses_cluster, pod.group_key, pod.card_name)
-            found = _CHARGES.get(fields)
-            if found is not None:
-                return found
-            return share(_CHARGES, fields, Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name))
-        return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)
-
-    def _cards_on_node(self, pod: Pod) -> dict[str, int]:
-        """A bound pod's requests charged to the card types its node offers for them."""
-        record = self.snapshot.nodes.get(pod.node_name)
-        cards: dict[str, int] = {}
-        if record is None:
-            return cards
-        requests = pod.requests
-        for resource, card in record.cards.by_resource.items():  # a node offers few card resources
-            amount = requests.get(resource)
-            if amount is not None and amount.numerator > 0:  # a Fraction's sign is its numerator's
-                cards[card.name] = cards.get(card.name, 0) + whole_units(amount)
-        return cards
-
-    def _card_amount(self, pod: Pod) -> int:
-        """Whole cards a pod asks for: its requests of resources that nodes offer as cards, else of every
-        resource that can be a card (no node offers its card yet; :func:`is_card_resource`)."""
-        amounts = list(card_requests(pod.requests, self._card_resource_refs).values())
-        return whole_units(amounts[0] if len(amounts) == 1 else sum(amounts, Fraction(0)))
+        node = self.snapshot.nodes.get(pod.node_name) if pod.bound else None
+        return pod_charge(pod, self.snapshot.queue_of(pod), node, self._card_resource_refs)
 
     def _charge_group(self, group: PodGroup) -> Charge | None:
         if group.phase != INQUEUE_PHASE:
             return None
-        request = card_request(group.meta.annotations).values
-        if not request:
-            return None
-        held = dict.fromkeys(request, 0)
-        for (card_name, card), amount in self._group_holdings.get(group.key, {}).items():
-            request_key = _request_key_for(card, card_name, request)
-            if request_key is not None:
-                held[request_key] += amount
-        remaining = {name: wanted - held[name] for name, wanted in request.items() if wanted > held[name]}
-        if not remaining:
-            return None
-        return Charge(group.queue, Bucket.INQUEUE, remaining)
+        return group_charge(group, card_request(group.meta.annotations).values,
+                            self._group_holdings.get(group.key, {}))
 
     # ------------------------------------------------------------------------------------------ bookkeeping
 
@@ -786,19 +704,6 @@ class Ledger:
             _discard(self._pods_by_node, pod.node_name, pod.key)
         if group_key := pod.group_key:
             _discard(self._pods_by_group, group_key, pod.key)
-
-
-def _request_key_for(card: str, card_name: str | None, request: Mapping[str, int]) -> str | None:
-    """Which key of a card.request a held card counts against: the pod's own card.name when the request uses
-    it, else the first key (in the order written) whose alternatives include the card type."""
-    if card_name is not None and card_name in request and (
-        card == card_name or card in card_alternatives(card_name)
-    ):
-        return card_name
-    for name in request:
-        if card in card_alternatives(name):
-            return name
-    return None
 
 
 @contextlib.contextmanager

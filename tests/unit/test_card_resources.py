@@ -3,6 +3,7 @@ non-card resources are never counted as cards by the ledger, the policies or the
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from typing import Any
 
@@ -12,11 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cardquota.core.ledger import Ledger
+from cardquota.core.policies import admit
 from cardquota.core.policies.cards import card_resources_requested
+from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quantity import whole_units
 from cardquota.core.resources import is_card_resource
 from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
 from cardquota.core.snapshot import CardCatalog
+from cardquota.core.usage import pending_cards
 
 CARDS = ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared", "huawei.com/Ascend910",
          "huawei.com/Ascend910B", "amd.com/gpu", "habana.ai/gaudi", "aws.amazon.com/neuroncore",
@@ -91,3 +95,39 @@ def test_the_ledger_counts_the_cards_the_policies_count(requests: dict[str, int]
     counted = card_resources_requested({name: Fraction(amount) for name, amount in requests.items()},
                                        ledger.snapshot.catalog())
     assert sum(ledger.usage("q").pending.values()) == whole_units(sum(counted.values(), Fraction(0)))
+
+
+@settings(max_examples=150)
+@given(st.dictionaries(st.sampled_from(RESOURCE_NAMES[1:]), st.integers(0, 40), max_size=5),
+       st.integers(1, 4), st.integers(1, 4), st.booleans())
+def test_a_jobs_derived_request_is_what_the_ledger_charges_its_pods(others: dict[str, int], gpus: int,
+                                                                    replicas: int, node_offers: bool) -> None:
+    """Issue 21: the Job policy's per-pod charge of a task (the card.request it writes for a Job without one) and
+    the ledger's pending charge of the pods the task becomes are one function (usage.pending_cards). Before, the
+    policy counted only the card type's own resource: a template asking nvidia.com/gpu 1 and
+    nvidia.com/mig-1g.5gb 1 was 1 card per pod to the policy and 2 to the ledger."""
+    limits = {"nvidia.com/gpu": str(gpus)} | {name: str(amount) for name, amount in others.items()}
+    cluster: list[dict[str, Any]] = [queue("q", {"NVIDIA-A100": 10_000})]
+    if node_offers:
+        cluster.append(gpu_node("n", "NVIDIA-A100", 8))
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "j", "namespace": "default"},
+           "spec": {"queue": "q", "minAvailable": replicas, "tasks": [{
+               "name": "worker", "replicas": replicas,
+               "template": {"metadata": {"annotations": {"volcano.sh/card.name": "NVIDIA-A100"}},
+                            "spec": {"containers": [container(limits=limits)]}}}]}}
+    pods = [pod(f"j-worker-{index}", queue="q", card="NVIDIA-A100", containers=[container(limits=limits)])
+            for index in range(replicas)]
+    ledger = Ledger.build([*cluster, *pods])
+    verdict = admit(job, None, Ledger.build(cluster).snapshot, PolicyConfig())
+    assert verdict.allowed, verdict.message  # the template requests the card type's own resource
+    written = {op["path"]: op.get("value") for op in verdict.patch}.get("/metadata/annotations") or {}
+    derived = json.loads(written.get("volcano.sh/card.request", "{}"))
+    assert derived.get("NVIDIA-A100", 0) == ledger.usage("q").pending.get("NVIDIA-A100", 0)
+
+
+def test_the_reported_disagreement_is_gone() -> None:
+    """The case above as reported: a whole card and a MIG slice beside it are 2 cards a pod to both."""
+    requests = {"nvidia.com/gpu": Fraction(1), "nvidia.com/mig-1g.5gb": Fraction(1)}
+    assert pending_cards(requests, frozenset()) == 2
+    assert pending_cards(requests, frozenset({"nvidia.com/gpu"})) == 1  # a node offers only the whole card

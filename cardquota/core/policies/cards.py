@@ -15,7 +15,6 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
-from cardquota.core.quantity import whole_units
 from cardquota.core.quota import card_alternatives, clipped, quota_allows
 from cardquota.core.resources import card_requests, is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
@@ -319,17 +318,6 @@ def _listing(shown_items: list[str], total: int, *, separator: str = ", ") -> st
     if total <= MAX_LISTED:
         return separator.join(shown_items)
     return f"{separator.join(shown_items[:MAX_NAMED])} and {total - MAX_NAMED:,} more"
-
-
-def card_count(requests: Mapping[str, Fraction], card_name: str, catalog: CardCatalog) -> int:
-    """Whole cards one pod takes for ``card_name``: its requests of the resource(s) the type uses."""
-    alternatives = card_alternatives(card_name)
-    if not alternatives:
-        return 0
-    expected = expected_resource(alternatives[0], catalog)
-    requested = card_resources_requested(requests, catalog)
-    matching = [amount for resource, amount in requested.items() if expected.matches(resource, alternatives[0])]
-    return whole_units(sum(matching, Fraction(0)))
 
 
 def format_amounts(amounts: Mapping[str, int], *, limit: int | None = None) -> str:

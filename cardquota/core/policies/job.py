@@ -24,7 +24,6 @@ from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.cards import (
     CARD_REQUEST_PATH,
-    card_count,
     card_name_resource_violations,
     job_tasks_violation,
     request_against_queue,
@@ -37,6 +36,7 @@ from cardquota.core.policies.pod import affinity_typo_warnings
 from cardquota.core.policies.podgroup import read_request_header
 from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import Violation, shown
 from cardquota.core.workloads import gang_pod_counts, job_min_available
@@ -134,7 +134,7 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
             continue
         violations.extend(card_name_resource_violations(card_name, requests, catalog, card_path,
                                                         f"task {shown(name)}'s pod template"))
-        found.append(_CardTask(name, index, card_name, replicas, card_count(requests, card_name, catalog)))
+        found.append(_CardTask(name, index, card_name, replicas, pending_cards(requests, catalog.resources)))
     return found, violations
 
 

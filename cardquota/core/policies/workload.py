@@ -21,11 +21,11 @@ from typing import Any
 from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, effective_requests
-from cardquota.core.policies.cards import card_count
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.quota import card_alternatives, card_name_problem
 from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
 from cardquota.core.violations import Violation
 from cardquota.core.workloads import TEMPLATE_PATHS
@@ -133,7 +133,7 @@ def card_template(template: Mapping[str, Any], namespace: str, snapshot: Cluster
         requests = effective_requests(template.get("spec") or {}, "spec")
     except InputError:
         return None
-    per_pod = card_count(requests, card_name, snapshot.catalog())
+    per_pod = pending_cards(requests, snapshot.catalog().resources)
     if per_pod <= 0:
         return None
     queue = annotations.get(keys.QUEUE_NAME)

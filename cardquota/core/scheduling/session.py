@@ -89,8 +89,9 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class _QueueCharge:
-    """What one bound pod was charged: cpu/memory to its queue, DRA devices to it and every queue above."""
+class _QueueUse:
+    """What one bound pod uses beside cards (those are the ledger's, :mod:`cardquota.core.usage`): cpu/memory of
+    its queue, DRA devices of it and of every queue above."""
 
     queue: str
     cpu_memory: Mapping[str, Fraction]
@@ -176,7 +177,7 @@ class Session:
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
-        self._queue_charges: dict[ObjectKey, _QueueCharge] = {}
+        self._queue_uses: dict[ObjectKey, _QueueUse] = {}
         """Per bound pod, what it was charged to its queue and the queues above (taken back exactly on release)."""
         self._parents: dict[str, str] | None = None
         self._members: dict[ObjectKey, set[ObjectKey]] = {}
@@ -191,7 +192,7 @@ class Session:
         for key, pod in self.ledger.snapshot.pods.items():
             self._index_member(key, None, pod)
             if _holds_node(pod):
-                self._charge(key, pod, +1)
+                self._add_use(key, pod, +1)
 
     # ------------------------------------------------------------------------------------------------ facts
 
@@ -401,7 +402,7 @@ class Session:
                  "status": {"phase": "Running"}}
         self.ledger.upsert(bound)
         self.pods[key] = bound
-        self._charge(key, self.view(key), +1)
+        self._add_use(key, self.view(key), +1)
         return Placement(node, card_type, annotations)
 
     def deallocate(self, key: ObjectKey) -> None:
@@ -411,7 +412,7 @@ class Session:
         if pod is None or not pod.bound:
             return
         self.releases += 1
-        self._charge(key, pod, -1)
+        self._add_use(key, pod, -1)
         manifest = self.pods[key]
         spec = dict(manifest.get("spec") or {})
         spec.pop("nodeName", None)
@@ -426,7 +427,7 @@ class Session:
         self.version += 1
         pod = self.ledger.snapshot.pods.get(key)
         if pod is not None and _holds_node(pod):
-            self._charge(key, pod, -1)
+            self._add_use(key, pod, -1)
             self.releases += 1
         self._index_member(key, pod, None)
         self.pods.pop(key, None)
@@ -470,7 +471,7 @@ class Session:
         elif kind is Kind.PODGROUP:
             self.ledger.delete(manifest)
             self.podgroup_conditions.pop(key, None)
-            self._recharge(self._members.get(key, set()))
+            self._take_uses_again(self._members.get(key, set()))
         elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
             self._upsert_claim(manifest, deleted=True)
         else:
@@ -481,14 +482,14 @@ class Session:
         key = Pod.from_manifest(manifest).key
         previous = self.ledger.snapshot.pods.get(key)
         if previous is not None and _holds_node(previous):
-            self._charge(key, previous, -1)
+            self._add_use(key, previous, -1)
             self.releases += 1
         self.ledger.upsert(manifest)
         self.pods[key] = manifest
         pod = self.view(key)
         self._index_member(key, previous, pod)
         if _holds_node(pod):
-            self._charge(key, pod, +1)
+            self._add_use(key, pod, +1)
 
     def _upsert_node(self, manifest: Manifest) -> None:
         name = str((manifest.get("metadata") or {}).get("name", ""))
@@ -521,7 +522,7 @@ class Session:
         else:
             self.podgroup_conditions.pop(group.key, None)
         if previous is None or previous.queue != group.queue:
-            self._recharge(self._members.get(group.key, set()))
+            self._take_uses_again(self._members.get(group.key, set()))
 
     def _upsert_claim(self, manifest: Manifest, *, deleted: bool) -> None:
         key = namespaced_key(manifest)
@@ -536,21 +537,21 @@ class Session:
         if claims.get(key) == previous:
             return  # (a status update: the claim's allocation, not what it asks for)
         reference = "resourceClaimTemplateName" if template else "resourceClaimName"
-        self._recharge(pod_key for pod_key in list(self._queue_charges) if pod_key[0] == key[0] and any(
+        self._take_uses_again(pod_key for pod_key in list(self._queue_uses) if pod_key[0] == key[0] and any(
             isinstance(claim, Mapping) and claim.get(reference) == key[1]
             for claim in (self.pods.get(pod_key, {}).get("spec") or {}).get("resourceClaims") or []))
 
     def _queues_changed(self) -> None:
         """A queue came, went or changed parent: the queue charges (DRA up the hierarchy) are taken again."""
         self._parents = None
-        self._recharge(list(self._queue_charges))
+        self._take_uses_again(list(self._queue_uses))
 
-    def _recharge(self, keys: Iterable[ObjectKey]) -> None:
+    def _take_uses_again(self, keys: Iterable[ObjectKey]) -> None:
         for key in list(keys):
             pod = self.ledger.snapshot.pods.get(key)
-            if pod is not None and key in self._queue_charges:
-                self._charge(key, pod, -1)
-                self._charge(key, pod, +1)
+            if pod is not None and key in self._queue_uses:
+                self._add_use(key, pod, -1)
+                self._add_use(key, pod, +1)
 
     def _index_member(self, key: ObjectKey, previous: Pod | None, pod: Pod | None) -> None:
         if previous is not None and previous.group_key is not None:
@@ -584,7 +585,7 @@ class Session:
 
     # ------------------------------------------------------------------------------------------- internals
 
-    def _charge(self, key: ObjectKey, pod: Pod, sign: int) -> None:
+    def _add_use(self, key: ObjectKey, pod: Pod, sign: int) -> None:
         node = pod.node_name
         used = self.node_used.setdefault(node, {})
         for resource, amount in pod.requests.items():
@@ -602,11 +603,11 @@ class Session:
             # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
             exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.cards_wanted(key) > 0
             amounts = {} if exempt else {resource: pod.requests.get(resource, Fraction(0)) for resource in CPU_MEMORY}
-            charge = _QueueCharge(queue, amounts, self.dra_request(key) if key in self.pods else {},
+            charge = _QueueUse(queue, amounts, self.dra_request(key) if key in self.pods else {},
                                   tuple(dra.ancestry(queue, self.parents)))
-            self._queue_charges[key] = charge
+            self._queue_uses[key] = charge
         else:
-            taken = self._queue_charges.pop(key, None)
+            taken = self._queue_uses.pop(key, None)
             if taken is None:
                 return
             charge = taken

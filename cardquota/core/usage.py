@@ -1,0 +1,135 @@
+"""What an object charges its queue in cards: the one definition the ledger, the admission policies, the
+scheduling session and explain use (capacity-card-design.md).
+
+* A **bound** pod (``spec.nodeName`` set) that is not Succeeded/Failed holds, per requested resource, the card type
+  its node offers for that resource (an ``A|B`` pod is charged to the type it landed on): *allocated*.
+* A pod that is **not bound** — or bound where the node is unknown or offers no card type for what it requests —
+  with a ``volcano.sh/card.name`` takes :func:`pending_cards` of it, keyed by the name as written: *pending*.
+* A **pod template** (a Volcano Job's task, a workload's) takes :func:`pending_cards` per replica: what each of its
+  pods will be charged while it waits.
+* A PodGroup in phase ``Inqueue`` reserves its ``volcano.sh/card.request`` minus what its pods already hold, keyed
+  exactly as in the request (``"A|B"`` stays one key): *inqueue* (:func:`group_charge`).
+
+Which requested resources are cards is :func:`cardquota.core.resources.card_requests`: the ones nodes offer as card
+types, else (no node offers any of them yet) every resource that can be a card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+from cardquota.core.objects import ObjectKey, Pod, PodGroup, share
+from cardquota.core.quantity import whole_units
+from cardquota.core.quota import card_alternatives
+from cardquota.core.resources import card_requests
+from cardquota.core.snapshot import NodeRecord
+
+
+class Bucket(StrEnum):
+    ALLOCATED = "allocated"
+    INQUEUE = "inqueue"
+    PENDING = "pending"
+
+
+class Charge(NamedTuple):
+    """What one object adds to one queue's bucket (a named tuple: the ledger makes one per pod event)."""
+
+    queue: str
+    bucket: Bucket
+    cards: Mapping[str, int]
+    uses_cluster_resources: bool = False
+    """True when the amounts depended on which resources the cluster's nodes offer as cards."""
+    group: ObjectKey | None = None
+    """For a pod: its PodGroup, whose inqueue reservation its allocated cards count against."""
+    card_name: str | None = None
+    """For a pod: its ``volcano.sh/card.name`` as written (decides which card.request key it holds)."""
+
+
+INQUEUE_PHASE = "Inqueue"
+
+SHARED_CHARGES: dict[tuple[Any, ...], Charge] = {}
+"""Pod charges of one card type, by their fields: equal charges are one tuple (a bounded table, see
+:func:`~cardquota.core.objects.share`; charges are values, never changed in place)."""
+
+
+def pending_cards(requests: Mapping[str, Fraction], offered: Container[str]) -> int:
+    """Whole cards a pod (or each pod of a template) naming a card type takes while it waits: its requests of the
+    resources it takes cards through (:func:`~cardquota.core.resources.card_requests` over ``offered``, the
+    resources the cluster's nodes offer as cards), summed."""
+    amounts = list(card_requests(requests, offered).values())
+    return whole_units(amounts[0] if len(amounts) == 1 else sum(amounts, Fraction(0)))
+
+
+def cards_on_node(requests: Mapping[str, Fraction], node: NodeRecord | None) -> dict[str, int]:
+    """A bound pod's requests charged to the card types its node offers for them."""
+    cards: dict[str, int] = {}
+    if node is None:
+        return cards
+    for resource, card in node.cards.by_resource.items():  # a node offers few card resources
+        amount = requests.get(resource)
+        if amount is not None and amount.numerator > 0:  # a Fraction's sign is its numerator's
+            cards[card.name] = cards.get(card.name, 0) + whole_units(amount)
+    return cards
+
+
+def pod_charge(pod: Pod, queue: str, node: NodeRecord | None, offered: Container[str]) -> Charge | None:
+    """What ``pod`` charges ``queue`` (its node's record, when bound; ``offered`` as in :func:`pending_cards`), or
+    None when it charges nothing. Equal charges of one card type are one shared tuple."""
+    if pod.terminated:
+        return None
+    cards: dict[str, int] = {}
+    uses_cluster = False
+    if pod.bound:
+        cards = cards_on_node(pod.requests, node)
+    if not cards and pod.card_name is not None:
+        # Unbound (pending), or bound where the node offers no card type for what the pod requests.
+        amount = pending_cards(pod.requests, offered)
+        uses_cluster = True
+        if amount > 0:
+            cards = {pod.card_name: amount}
+    if not cards:
+        return None
+    bucket = Bucket.ALLOCATED if pod.bound else Bucket.PENDING
+    if len(cards) == 1:  # the common pod: one card type, shared with the pods of its job
+        [(card, amount)] = cards.items()
+        fields = (queue, bucket, card, amount, uses_cluster, pod.group_key, pod.card_name)
+        found = SHARED_CHARGES.get(fields)
+        if found is not None:
+            return found
+        return share(SHARED_CHARGES, fields, Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name))
+    return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)
+
+
+def group_charge(group: PodGroup, request: Mapping[str, int],
+                 holdings: Mapping[tuple[str | None, str], int]) -> Charge | None:
+    """What an ``Inqueue`` PodGroup reserves: its card.request (``request``, parsed) minus what its pods hold
+    (``holdings``: cards by (the pod's card.name, the card type held)); None in any other phase or when its pods
+    already hold it all."""
+    if group.phase != INQUEUE_PHASE or not request:
+        return None
+    held = dict.fromkeys(request, 0)
+    for (card_name, card), amount in holdings.items():
+        request_key = request_key_for(card, card_name, request)
+        if request_key is not None:
+            held[request_key] += amount
+    remaining = {name: wanted - held[name] for name, wanted in request.items() if wanted > held[name]}
+    if not remaining:
+        return None
+    return Charge(group.queue, Bucket.INQUEUE, remaining)
+
+
+def request_key_for(card: str, card_name: str | None, request: Mapping[str, int]) -> str | None:
+    """Which key of a card.request a held card counts against: the pod's own card.name when the request uses
+    it, else the first key (in the order written) whose alternatives include the card type."""
+    if card_name is not None and card_name in request and (
+        card == card_name or card in card_alternatives(card_name)
+    ):
+        return card_name
+    for name in request:
+        if card in card_alternatives(name):
+            return name
+    return None
+
