@@ -226,22 +226,32 @@ labels: nothing reads a held pod's labels (the admission policies read the incom
 class Pod(NamedTuple):
     """A pod as the ledger and the rules see it (a named tuple: the ledger builds one per pod event, cheaply).
 
-    Build one with :meth:`from_manifest` or :meth:`of`; the fields after ``requests`` are derived from ``meta``.
-    The views the ledger holds are built with ``cached=True`` (see :meth:`from_manifest`).
+    Build one with :meth:`from_manifest` or :meth:`of`; the fields after ``requests`` are derived from the
+    metadata. The views the ledger holds are built with ``cached=True`` (see :meth:`from_manifest`). The metadata is
+    kept in the tuple's own fields (:attr:`meta` builds an :class:`ObjectMeta` when asked): a held pod is one tuple,
+    not two.
     """
 
-    meta: ObjectMeta
+    key: ObjectKey
+    """(namespace, name)."""
     node_name: str
     phase: str
     requests: Mapping[str, Fraction]
     """The pod's effective request per resource (see :func:`effective_requests`)."""
-    key: ObjectKey
     card_name: str | None
     """``volcano.sh/card.name`` as written."""
     group_key: ObjectKey | None
     """The PodGroup named by ``scheduling.k8s.io/group-name`` (in the pod's namespace); None when unset or empty."""
     queue_annotation: str | None
     """``scheduling.volcano.sh/queue-name``, None when unset or empty."""
+    kind: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+    @property
+    def meta(self) -> ObjectMeta:
+        namespace, name = self.key
+        return ObjectMeta(self.kind, name, namespace, self.labels, self.annotations)
 
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
@@ -258,14 +268,16 @@ class Pod(NamedTuple):
                 requests = share(_REQUESTS, tuple([(resource, amount.numerator, amount.denominator)
                                                      for resource, amount in requests.items()]), requests)
         return cls(
-            meta,
+            (meta.namespace, meta.name),
             node_name,
             phase,
             requests,
-            (meta.namespace, meta.name),
             annotations.get(keys.CARD_NAME),
             group_key,
             annotations.get(keys.QUEUE_NAME) or None,
+            meta.kind,
+            meta.labels,
+            annotations,
         )
 
     @property
@@ -294,10 +306,10 @@ class Pod(NamedTuple):
 
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
-        meta = self.meta
-        annotations = meta.annotations
-        if not meta.labels and all(name in CACHED_POD_ANNOTATIONS for name in annotations):
+        annotations = self.annotations
+        if not self.labels and all(name in CACHED_POD_ANNOTATIONS for name in annotations):
             return self
+        meta = self.meta
         if len(_STRINGS) >= MAX_SHARED:
             _STRINGS.clear()
         meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
