@@ -35,3 +35,17 @@ def peak_bytes(action: Callable[[], object]) -> int:
         return tracemalloc.get_traced_memory()[1] - before
     finally:
         tracemalloc.stop()
+
+
+def kept_bytes(build: Callable[[], object]) -> tuple[int, object]:
+    """Memory still allocated once ``build`` has returned and the garbage it made is collected (tracemalloc), and
+    what it built (kept alive by the caller while it counts)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        built = build()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before, built
+    finally:
+        tracemalloc.stop()
