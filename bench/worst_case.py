@@ -11,7 +11,8 @@ objects the API server accepts (256 KiB of annotations, 3 MiB bodies, 10,000 lev
    the no-op, and the warnings the validating answer carries (count and runes; the API server keeps 4,096 runes).
    Budget: 50 ms and 50 MiB.
 2. Event-loop stall: the longest the event loop waits (a 1 ms ticker's worst lateness) while the case is reviewed
-   as the server does it (on a policy thread), and as it would be on the loop itself.
+   as the server does it (``answer_body``: a body of at most 32 KiB and 2,000 brackets read on the loop, a larger
+   one on a policy thread, the policy on the loop), and as the whole review would be on the loop.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from worst_cases import Case, cases, fleet
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.runtime.cache import ClusterCache
 from cardquota.webhooks.admission import Admission
-from cardquota.webhooks.server import answer_review
+from cardquota.webhooks.server import answer_body, answer_review
 
 STACK_BYTES = 256 * 2**20
 """The bench's own thread: deep enough for json.loads of 10,000 levels in the no-op baseline (its recursion limit
@@ -96,7 +97,6 @@ def measure(admission: Admission, case: Case, repeats: int) -> str:
 
 async def loop_stall(admission: Admission, body: bytes, *, on_loop: bool) -> float:
     """The worst lateness (s) of a 1 ms ticker on the event loop while one review of ``body`` runs."""
-    loop = asyncio.get_running_loop()
     done = asyncio.Event()
     worst = 0.0
 
@@ -114,7 +114,7 @@ async def loop_stall(admission: Admission, body: bytes, *, on_loop: bool) -> flo
         answer_review(admission, body, False)
     else:
         with ThreadPoolExecutor(1) as pool:
-            await loop.run_in_executor(pool, answer_review, admission, body, False)
+            await answer_body(admission, pool, body, False)
     done.set()
     await ticking
     return worst
@@ -123,8 +123,8 @@ async def loop_stall(admission: Admission, body: bytes, *, on_loop: bool) -> flo
 def stalls(admission: Admission, case: Case, repeats: int) -> str:
     off = [asyncio.run(loop_stall(admission, case.body, on_loop=False)) for _ in range(repeats)]
     on = [asyncio.run(loop_stall(admission, case.body, on_loop=True)) for _ in range(repeats)]
-    return (f"{case.name:34} event loop stalled at most {max(off) * 1e3:7.1f} ms (policy threads, as served); "
-            f"{max(on) * 1e3:7.1f} ms were the review on the loop")
+    return (f"{case.name:34} event loop stalled at most {max(off) * 1e3:7.1f} ms as served; "
+            f"{max(on) * 1e3:7.1f} ms were the whole review on the loop")
 
 
 def main() -> None:

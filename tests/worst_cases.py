@@ -26,6 +26,9 @@ from builders import gpu_labels, node, queue
 ANNOTATIONS_LIMIT = 256 * 1024
 BODY_LIMIT = 3 * 1024 * 1024
 JSON_DEPTH_LIMIT = 10_000
+INLINE_BYTES = 32 * 1024
+INLINE_BRACKETS = 2_000
+"""The bounds of the bodies the admission server reads on its event loop (cardquota.webhooks.server)."""
 
 T = TypeVar("T", str, bytes)
 MIG_PROFILES = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
@@ -111,6 +114,12 @@ def pod_object(card: str | None, containers: int = 1, padding: int = 0,
                 {"name": f"c{index}", "image": "trainer:1", "env": env,
                  "resources": {"limits": {"nvidia.com/gpu": "1"} if index == 0 else {"cpu": "1"}}}
                 for index in range(containers)]}}
+
+
+def _with_spec_field(manifest: dict[str, Any], value: object) -> dict[str, Any]:
+    """``manifest`` with an unknown ``spec`` field holding ``value`` (the API server keeps unknown fields of a
+    review's object only for CRDs that preserve them, but a webhook is sent what it is sent)."""
+    return manifest | {"spec": {**manifest["spec"], "extra": value}}
 
 
 def alternatives(count: int, prefix: str = "A") -> str:
@@ -261,6 +270,12 @@ def cases() -> list[Case]:
              "a card.name of 41 alternatives, 40 unknown"),
         Case("pod-256k-annotations", "Pod", review_body(pod_object(A100, annotations=many_annotations), **POD),
              "a card pod with 256 KiB of other annotations"),
+        Case("pod-on-the-loop-numbers", "Pod",
+             _largest(lambda n: review_body(_with_spec_field(pod_object(A100), [1.5e300] * n), **POD), INLINE_BYTES),
+             "the costliest body still read on the event loop: 32 KiB, a long array of numbers"),
+        Case("pod-on-the-loop-brackets", "Pod",
+             review_body(_with_spec_field(pod_object(A100), [{"a": [0]}] * ((INLINE_BRACKETS - 20) // 2)), **POD),
+             "a body read on the event loop with as many containers as allowed (2,000 brackets)"),
         Case("deployment-3mib", "Deployment",
              _largest(lambda n: review_body(_deployment(ALTERNATIVES_41, n), **DEPLOYMENT), BODY_LIMIT),
              "a Deployment whose 3 MiB pod template names 41 alternatives"),

@@ -30,6 +30,10 @@ POLICY_THREADS = 4
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
 reviews. More than one, so a small review does not queue behind a large one. The policy itself runs on the loop
 (see :func:`judge`), bounded by the limits in the card rules."""
+INLINE_BODY_BYTES = 32 * 2**10
+INLINE_BODY_BRACKETS = 2_000
+"""A body of at most :data:`INLINE_BODY_BYTES` with at most this many opening brackets is read on the event loop
+(:func:`read_on_the_loop`); larger or more nested ones on the policy threads."""
 INLINE_ANSWER_BYTES = 64 * 2**10
 """An answer is encoded on the event loop, right after the policy, when the body and the answer's patch are both
 at most this size (its other parts are bounded: the message is clipped, the warnings kept within the API server's
@@ -66,17 +70,35 @@ async def _review(admission: Admission, pool: Executor, request: web.Request, *,
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
+    status, encoded = await answer_body(admission, pool, body, mutating)
+    return web.Response(body=encoded, status=status, content_type="application/json")
+
+
+async def answer_body(admission: Admission, pool: Executor, body: bytes, mutating: bool) -> tuple[int, bytes]:
+    """(HTTP status, JSON body) for one request body, as served: a small body read on the event loop, a large one
+    on ``pool`` (:func:`read_on_the_loop`), the policy on the loop (:func:`judge`), a large answer encoded on
+    ``pool``."""
     loop = asyncio.get_running_loop()
     try:
-        review = await loop.run_in_executor(pool, read_review, body)
+        if read_on_the_loop(body):
+            review = read_review(body)
+        else:
+            review = await loop.run_in_executor(pool, read_review, body)
     except MalformedReview as error:
-        return _bad_request(str(error))
+        return 400, _json({"error": str(error)})
     answer = judge(admission, review, mutating)
     if len(body) <= INLINE_ANSWER_BYTES and len(answer["response"].get("patch", "")) <= INLINE_ANSWER_BYTES:
-        encoded = _encoded(answer)
-    else:
-        encoded = await loop.run_in_executor(pool, _encoded, answer)
-    return web.Response(body=encoded, content_type="application/json")
+        return 200, _encoded(answer)
+    return 200, await loop.run_in_executor(pool, _encoded, answer)
+
+
+def read_on_the_loop(body: bytes) -> bool:
+    """Whether a body is read on the event loop: a trip to a policy thread and back costs more CPU than reading a
+    typical review (tens of microseconds and a wait for the GIL, against ~10 µs for a Pod review; ``bench/
+    webhook.py``), and what a body this small and this little nested costs is bounded: about a millisecond at
+    most (32 KiB of large floats: ``bench/worst_case.py``'s ``pod-on-the-loop-*`` cases). The rest, whatever grows
+    with a large or deep object, is read off the loop."""
+    return len(body) <= INLINE_BODY_BYTES and body.count(b"{") + body.count(b"[") <= INLINE_BODY_BRACKETS
 
 
 def judge(admission: Admission, review: AdmissionRequest, mutating: bool) -> dict[str, Any]:

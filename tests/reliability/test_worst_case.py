@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import worst_cases
 from admission_reviews import A100, Server, client_context, review
 from builders import pod
 from measuring import counting, peak_bytes
@@ -246,9 +247,10 @@ async def test_every_worst_case_over_https(server: Server) -> None:
 
 async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server: Server,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reading a body (what grows with a 3 MiB object) runs on a policy thread: while one review's body is held
-    there, the event loop answers another review. The policy then runs on the loop — the thread where watch events
-    change the cache — so it never reads a snapshot half-way through an event."""
+    """Reading a large body (what grows with a 3 MiB object) runs on a policy thread: while one review's body is
+    held there, the event loop answers another review (a small one, read on the loop). The policy then runs on the
+    loop — the thread where watch events change the cache — so it never reads a snapshot half-way through an
+    event."""
     held, release = threading.Event(), threading.Event()
     loop_thread = threading.get_ident()
     readers: list[int] = []
@@ -270,8 +272,9 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
 
     monkeypatch.setattr(server_module, "read_review", read_held)
     monkeypatch.setattr(server_module, "judge", judge_recorded)
-    first = asyncio.ensure_future(server.validate(review(pod("held", namespace="ml", card=A100, gpus=1,
-                                                             queue="team-a"))))
+    large = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a")
+    large["metadata"]["annotations"]["example.com/notes"] = "x" * server_module.INLINE_BODY_BYTES
+    first = asyncio.ensure_future(server.validate(review(large)))
     while not held.is_set():
         await asyncio.sleep(0.01)
     try:
@@ -282,10 +285,26 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
         release.set()
     assert (await first)["allowed"] is True
     assert released == [True]  # the first was still held when the second was answered
-    assert loop_thread not in readers
+    assert readers[0] != loop_thread  # the large body, off the loop
+    assert readers[1:] == [loop_thread]  # the small one, on it
     assert set(judges) == {loop_thread}
 
 
 # ------------------------------------------------------------------------------------------- helpers
 
 
+
+
+def test_the_small_cases_are_the_costliest_bodies_read_on_the_loop() -> None:
+    """The corpus' bounds are the server's; its two costliest small bodies are just within them (bench/worst_case.py
+    times them), and one byte or one bracket more sends a body to a policy thread."""
+    assert (worst_cases.INLINE_BYTES, worst_cases.INLINE_BRACKETS) == (server_module.INLINE_BODY_BYTES,
+                                                                       server_module.INLINE_BODY_BRACKETS)
+    small = {case.name: case.body for case in worst_cases.cases() if case.name.startswith("pod-on-the-loop")}
+    numbers, brackets = small["pod-on-the-loop-numbers"], small["pod-on-the-loop-brackets"]
+    assert server_module.read_on_the_loop(numbers)
+    assert len(numbers) > worst_cases.INLINE_BYTES - 32
+    assert server_module.read_on_the_loop(brackets)
+    assert brackets.count(b"{") + brackets.count(b"[") > worst_cases.INLINE_BRACKETS - 40
+    assert not server_module.read_on_the_loop(b" " * (worst_cases.INLINE_BYTES + 1))
+    assert not server_module.read_on_the_loop(b"[" * (worst_cases.INLINE_BRACKETS + 1))
