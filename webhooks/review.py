@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cardquota.core.errors import one_line
 from cardquota.core.objects import completed
-from cardquota.core.verdict import MAX_WARNING_RUNES, PatchOperation, Verdict
+from cardquota.core.verdict import MAX_MESSAGE_VIOLATIONS, MAX_WARNING_RUNES, PatchOperation, Verdict
 from cardquota.webhooks.deep_json import TooDeep, loads_deep
 
 API_VERSION = "admission.k8s.io/v1"
@@ -120,17 +121,29 @@ def loads(body: bytes) -> Any:
 
 
 def response(uid: str, verdict: Verdict, *, with_patch: bool) -> dict[str, Any]:
-    """The AdmissionReview answering ``uid``: 403 and the message on denial, warnings (already within the API
-    server's budget: see :func:`cardquota.core.verdict.within_budget`), and the JSON patch."""
+    """The AdmissionReview answering ``uid``: 403, the message and its causes on denial, warnings (already within
+    the API server's budget: see :func:`cardquota.core.verdict.within_budget`), and the JSON patch."""
     answer: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
     if not verdict.allowed:
         answer["status"] = {"code": 403, "reason": "Forbidden", "message": _clip(verdict.message, MAX_MESSAGE_LENGTH)}
+        if verdict.violations:
+            answer["status"]["details"] = {"causes": causes(verdict)}
     if verdict.warnings:
         answer["warnings"] = list(verdict.warnings)
     if with_patch and verdict.allowed and verdict.patch:
         answer["patchType"] = "JSONPatch"
         answer["patch"] = encode_patch(verdict.patch)
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": answer}
+
+
+def causes(verdict: Verdict) -> list[dict[str, str]]:
+    """The denial's violations as the API server's own validation errors list them (``metav1.StatusCause``: the
+    reason as ``type``, the path as ``field``), so a client reads ours as it reads a Kubernetes field error. The
+    API server passes a webhook's status through: the first :data:`MAX_MESSAGE_VIOLATIONS` violations (those the
+    message shows), each message clipped as the status message is."""
+    return [{"type": str(violation.reason), "field": one_line(violation.path),
+             "message": _clip(one_line(violation.message), MAX_MESSAGE_LENGTH)}
+            for violation in verdict.violations[:MAX_MESSAGE_VIOLATIONS]]
 
 
 def encode_patch(patch: Sequence[PatchOperation]) -> str:

@@ -4,7 +4,6 @@ DeviceClass, ``count`` (int64 ≥ 0) and ``capacity`` dimensions (Kubernetes qua
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -12,9 +11,19 @@ from fractions import Fraction
 
 from cardquota.core.errors import InputError
 from cardquota.core.quantity import parse_quantity
-from cardquota.core.violations import Violation, shown, type_name, written
+from cardquota.core.violations import (
+    FieldPath,
+    Violation,
+    invalid,
+    not_supported,
+    required,
+    shown,
+    too_long,
+    type_name,
+    written,
+)
 
-DRA_PATH = "spec.dra"
+DRA_PATH = FieldPath.of("spec", "dra")
 CAPABILITY, DESERVED, GUARANTEE = "capability", "deserved", "guarantee"
 SECTIONS = (CAPABILITY, DESERVED, GUARANTEE)
 """The fields of ``spec.dra``, from the largest bound to the smallest."""
@@ -28,7 +37,6 @@ ROOT_QUEUE = "root"
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _HUGE_BITS = 256
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -57,84 +65,93 @@ Quotas = dict[str, DeviceQuota]
 """DeviceClass name → its valid quota."""
 
 
-def read_quotas(section: object, path: str, violations: list[Violation] | None = None) -> Quotas:
+def read_quotas(section: object, path: FieldPath | str = "",
+                violations: list[Violation] | None = None) -> Quotas:
     """The valid entries of one of ``capability`` / ``deserved`` / ``guarantee``; what is wrong goes to
-    ``violations`` (pass None to read another queue's section leniently)."""
-    problems: list[Violation] = [] if violations is None else violations
+    ``violations`` at ``path`` (pass None to read another queue's section leniently)."""
+    found: list[Violation] = [] if violations is None else violations
+    path = path if isinstance(path, FieldPath) else FieldPath(path)
     if section is None:
         return {}
     if not isinstance(section, Mapping):
-        problems.append(Violation(path, f"must be a map of DeviceClass name to quota, not {type_name(section)}"))
+        found.append(invalid(path, f"must be a map of DeviceClass name to quota, not {type_name(section)}"))
         return {}
     quotas: Quotas = {}
     for name, entry in section.items():
-        entry_path = path + index_path(name)
-        problem = device_class_problem(name)
-        if problem is not None:
-            problems.append(Violation(entry_path, problem))
+        entry_path = path.escaped_key(name)
+        violation = device_class_violation(name, entry_path)
+        if violation is not None:
+            found.append(violation)
             continue
-        quota = _read_entry(name, entry, entry_path, problems)
+        quota = _read_entry(name, entry, entry_path, found)
         if quota is not None:
             quotas[name] = quota
     return quotas
 
 
-def device_class_problem(name: object) -> str | None:
-    """What is wrong with a DeviceClass name (a DNS subdomain: lowercase RFC 1123, at most 253 characters)."""
+def device_class_violation(name: object, path: FieldPath) -> Violation | None:
+    """What is wrong with a DeviceClass name (a DNS subdomain: lowercase RFC 1123, at most 253 characters) at
+    ``path``, or None."""
     if not isinstance(name, str):
-        return f"DeviceClass names must be strings, not {type_name(name)} {name_of(name)}"
+        return invalid(path, f"DeviceClass names must be strings, not {type_name(name)} {name_of(name)}")
     if not name:
-        return "DeviceClass names must not be empty"
+        return required(path, "DeviceClass names must not be empty")
     if len(name) > MAX_DNS_SUBDOMAIN:
-        return f"DeviceClass name {shown(name[:40])}... is {len(name)} characters long (at most {MAX_DNS_SUBDOMAIN})"
+        return too_long(path, f"DeviceClass name {shown(name[:40])}... is {len(name)} characters long "
+                              f"(at most {MAX_DNS_SUBDOMAIN})")
     if _DNS_SUBDOMAIN.fullmatch(name) is None:
-        return (f"DeviceClass name {shown(name)} is not a DNS subdomain (lowercase letters, digits, '-' and '.', "
-                f"starting and ending with a letter or digit, such as nvidia-h100 or gpu.example.com)")
+        return invalid(path, f"DeviceClass name {shown(name)} is not a DNS subdomain (lowercase letters, digits, "
+                             f"'-' and '.', starting and ending with a letter or digit, such as nvidia-h100 or "
+                             f"gpu.example.com)")
     return None
 
 
-def _read_entry(device_class: str, entry: object, path: str, problems: list[Violation]) -> DeviceQuota | None:
+def _read_entry(device_class: str, entry: object, path: FieldPath,
+                violations: list[Violation]) -> DeviceQuota | None:
     label = f"DeviceClass {device_class}"
     if not isinstance(entry, Mapping):
-        problems.append(Violation(path, f"{label}: must be a map with count and optional capacity, "
+        violations.append(invalid(path, f"{label}: must be a map with count and optional capacity, "
                                         f"not {type_name(entry)}"))
         return None
     for key in entry:
         if key not in ENTRY_FIELDS:
-            problems.append(Violation(path + field_path(key),
-                                      f"{label}: unknown field {name_of(key)} (an entry has count and capacity)"))
+            violations.append(not_supported(path.field(key), f"{label}: unknown field {name_of(key)} (an entry has "
+                                                             "count and capacity)"))
     quota = DeviceQuota()
-    count = entry.get(COUNT)
-    count_path = f"{path}.{COUNT}"
-    if count is None:
-        problems.append(Violation(count_path, f"{label}: count is required (the number of devices)"))
-    elif isinstance(count, bool) or not isinstance(count, int):
-        problems.append(Violation(count_path, f"{label}: count must be a whole number, not {written(count)}"))
-    elif count < 0:
-        problems.append(Violation(count_path, f"{label}: count {written(count)} is negative"))
-    elif count > MAX_COUNT:
-        problems.append(Violation(count_path, f"{label}: count {written(count)} is too large (at most {MAX_COUNT})"))
-    else:
-        quota.count = Value(Fraction(count), str(count))
+    quota.count = _read_count(entry.get(COUNT), path.child(COUNT), label, violations)
     capacity = entry.get(CAPACITY)
-    capacity_path = f"{path}.{CAPACITY}"
+    capacity_path = path.child(CAPACITY)
     if capacity is not None and not isinstance(capacity, Mapping):
-        problems.append(Violation(capacity_path,
-                                  f"{label}: capacity must be a map of dimension to quantity, "
-                                  f"not {type_name(capacity)}"))
+        violations.append(invalid(capacity_path, f"{label}: capacity must be a map of dimension to quantity, "
+                                                 f"not {type_name(capacity)}"))
     elif capacity is not None:
         for dimension, amount in capacity.items():
-            dimension_path = capacity_path + index_path(dimension)
+            dimension_path = capacity_path.escaped_key(dimension)
             if not isinstance(dimension, str) or not dimension.strip():
-                problems.append(Violation(dimension_path,
-                                          f"{label}: capacity dimension {name_of(dimension)} must be a non-empty name"))
+                blank = required if isinstance(dimension, str) else invalid
+                violations.append(blank(dimension_path, f"{label}: capacity dimension {name_of(dimension)} "
+                                                        "must be a non-empty name"))
                 continue
             value = _read_quantity(amount)
             if isinstance(value, str):
-                problems.append(Violation(dimension_path, f"{label}: capacity {shown(dimension)}: {value}"))
+                violations.append(invalid(dimension_path, f"{label}: capacity {shown(dimension)}: {value}"))
             else:
                 quota.capacity[dimension] = value
     return quota
+
+
+def _read_count(count: object, path: FieldPath, label: str, violations: list[Violation]) -> Value | None:
+    if count is None:
+        violations.append(required(path, f"{label}: count is required (the number of devices)"))
+    elif isinstance(count, bool) or not isinstance(count, int):
+        violations.append(invalid(path, f"{label}: count must be a whole number, not {written(count)}"))
+    elif count < 0:
+        violations.append(invalid(path, f"{label}: count {written(count)} is negative"))
+    elif count > MAX_COUNT:
+        violations.append(invalid(path, f"{label}: count {written(count)} is too large (at most {MAX_COUNT})"))
+    else:
+        return Value(Fraction(count), str(count))
+    return None
 
 
 def _read_quantity(amount: object) -> Value | str:
@@ -151,16 +168,6 @@ def _read_quantity(amount: object) -> Value | str:
     if parsed < 0:
         return f"{as_written} is negative"
     return Value(parsed, as_written)
-
-
-def index_path(key: object) -> str:
-    """``["nvidia-h100"]``: a map key in a field path, escaped so the path stays on one line."""
-    return f"[{json.dumps(key if isinstance(key, str) else str(key))}]"
-
-
-def field_path(key: object) -> str:
-    """``.name`` for a plain field name, ``["odd name"]`` otherwise."""
-    return f".{key}" if isinstance(key, str) and _IDENTIFIER.fullmatch(key) else index_path(key)
 
 
 def name_of(key: object) -> str:

@@ -14,7 +14,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from cardquota.core import keys
-from cardquota.core.violations import Violation, annotation_path, shown, written
+from cardquota.core.violations import (
+    ANNOTATIONS,
+    FieldPath,
+    Reason,
+    Violation,
+    duplicate,
+    invalid,
+    required,
+    shown,
+    too_long,
+    too_many,
+    written,
+)
 from cardquota.core.yamltext import json_nesting_exceeds
 
 MAX_CARD_AMOUNT = 2**63 - 1
@@ -71,70 +83,73 @@ def parse_card_amounts(
     """
     if text is None:
         return CardAmounts()
-    path = annotation_path(annotation)
+    path = ANNOTATIONS.key(annotation)
     example = '{"NVIDIA-A100": 4}'
     size = len(text.encode("utf-8", errors="surrogatepass")) if len(text) * 4 > MAX_CARD_ANNOTATION_BYTES else 0
     if size > MAX_CARD_ANNOTATION_BYTES:
-        return _invalid(path, f"is {size:,} bytes long; the limit is {MAX_CARD_ANNOTATION_BYTES:,} bytes "
-                              f"({MAX_CARD_KEYS:,} card types)")
+        return _denied(too_long(path, f"is {size:,} bytes long; the limit is {MAX_CARD_ANNOTATION_BYTES:,} bytes "
+                                      f"({MAX_CARD_KEYS:,} card types)"))
     if json_nesting_exceeds(text, MAX_CARD_JSON_NESTING):
-        return _invalid(path, "is not valid JSON: nested too deeply")
+        return _denied(invalid(path, "is not valid JSON: nested too deeply"))
     try:
         pairs = json.loads(text, object_pairs_hook=_keep_pairs, parse_constant=_reject_constant)
     except _NonFiniteNumber as error:
-        return _invalid(path, f"is not valid JSON: {error} is not a number JSON allows")
+        return _denied(invalid(path, f"is not valid JSON: {error} is not a number JSON allows"))
     except RecursionError:
-        return _invalid(path, "is not valid JSON: nested too deeply")
+        return _denied(invalid(path, "is not valid JSON: nested too deeply"))
     except ValueError as error:
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "a number too large to read"
-        return _invalid(path, f"is not valid JSON: {reason}")
+        return _denied(invalid(path, f"is not valid JSON: {reason}"))
     if not isinstance(pairs, _Pairs):
-        return _invalid(path, f"must be a JSON object of card type to number of cards, such as {example}")
+        return _denied(invalid(path, f"must be a JSON object of card type to number of cards, such as {example}"))
     values: dict[str, int] = {}
     violations: list[Violation] = []
     seen: set[str] = set()
     if len(pairs) > MAX_CARD_KEYS:
         kind = "card types" if not alternatives else "card keys"
-        violations.append(Violation(path, f"has {len(pairs):,} {kind}; the limit is {MAX_CARD_KEYS:,} "
-                                          f"(only the first {MAX_CARD_KEYS:,} are read)"))
+        violations.append(too_many(path, f"has {len(pairs):,} {kind}; the limit is {MAX_CARD_KEYS:,} "
+                                         f"(only the first {MAX_CARD_KEYS:,} are read)"))
         del pairs[MAX_CARD_KEYS:]
     for name, amount in pairs:
-        problem = _entry_problem(name, amount, seen, alternatives=alternatives, minimum=minimum)
+        violation = _entry_violation(path, name, amount, seen, alternatives=alternatives, minimum=minimum)
         seen.add(name)
-        if problem is not None:
-            violations.append(Violation(path, problem))
+        if violation is not None:
+            violations.append(violation)
         else:
-            values[name] = amount  # type: ignore[assignment]  # checked by _entry_problem
+            values[name] = amount  # type: ignore[assignment]  # checked by _entry_violation
     return CardAmounts(values=MappingProxyType(values), violations=tuple(violations), present=True)
 
 
-def _entry_problem(name: str, amount: object, seen: set[str], *, alternatives: bool, minimum: int) -> str | None:
+def _entry_violation(path: FieldPath, name: str, amount: object, seen: set[str], *, alternatives: bool,
+                     minimum: int) -> Violation | None:
     label = clipped(name)
     if name in seen:
-        return f"card type {label} appears more than once"
+        return duplicate(path, f"card type {label} appears more than once")
     if not name.strip():
-        return "card type names must not be empty"
+        return required(path, "card type names must not be empty")
     parts = name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
     if len(parts) > 1 and not alternatives:
-        return (f"{label} lists alternatives; a quota names one card type per key "
-                f"(alternatives belong in {keys.CARD_REQUEST})")
+        return invalid(path, f"{label} lists alternatives; a quota names one card type per key "
+                             f"(alternatives belong in {keys.CARD_REQUEST})")
     if len(parts) > MAX_CARD_ALTERNATIVES:
-        return f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES} per card key"
+        return too_many(path, f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES} "
+                              "per card key")
     if not all(map(str.strip, parts)):
-        return f"{label} has an empty alternative"
+        return invalid(path, f"{label} has an empty alternative")
     if isinstance(amount, bool) or not isinstance(amount, int):
         value = "an object" if isinstance(amount, _Pairs) else written(amount)
-        return f"{label}: {value} is not a whole number of cards"
+        return invalid(path, f"{label}: {value} is not a whole number of cards")
     if amount < minimum:
         bound = "negative" if minimum == 0 else f"below {minimum}"
-        return f"{label}: {amount} is {bound}"
+        return invalid(path, f"{label}: {amount} is {bound}")
     if amount > MAX_CARD_AMOUNT:
-        return f"{label}: {amount} is too large (the limit is {MAX_CARD_AMOUNT})"
+        return invalid(path, f"{label}: {amount} is too large (the limit is {MAX_CARD_AMOUNT})")
     return None
 
 
-def _invalid(path: str, message: str) -> CardAmounts:
-    return CardAmounts(violations=(Violation(path, message),), present=True)
+def _denied(violation: Violation) -> CardAmounts:
+    """An annotation that cannot be read at all: this one violation, no values."""
+    return CardAmounts(violations=(violation,), present=True)
 
 
 class _NonFiniteNumber(ValueError):
@@ -168,22 +183,34 @@ def _parsed_cached(text: str | None, annotation: str, alternatives: bool, minimu
     return parse_card_amounts(text, annotation, alternatives=alternatives, minimum=minimum)
 
 
+def card_name_violation(card_name: str, path: FieldPath | str, context: str = "") -> Violation | None:
+    """What is wrong with a ``volcano.sh/card.name`` value at ``path`` (its message after ``context``, such as
+    ``task "worker": ``), or None: one type or ``A|B|…`` alternatives (at most :data:`MAX_CARD_ALTERNATIVES`)."""
+    found = _card_name_fault(card_name)
+    return None if found is None else Violation(str(path), context + found[1], found[0])
+
+
 def card_name_problem(card_name: str) -> str | None:
-    """What is wrong with a ``volcano.sh/card.name`` value, or None: one type or ``A|B|…`` alternatives (at most
-    :data:`MAX_CARD_ALTERNATIVES`)."""
+    """The message of :func:`card_name_violation`, for what is not a violation: a scheduling refusal, an event."""
+    found = _card_name_fault(card_name)
+    return None if found is None else found[1]
+
+
+def _card_name_fault(card_name: str) -> tuple[Reason, str] | None:
     if not card_name.strip():
-        return "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100"
+        return (Reason.REQUIRED,
+                "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100")
     label = json.dumps(_clip(card_name))
     parts = card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
     if len(parts) > MAX_CARD_ALTERNATIVES:
-        return f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES}"
+        return Reason.TOO_MANY, f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES}"
     stripped = list(map(str.strip, parts))  # (each check a pass at C speed: a Job repeats names in every task)
     if not all(stripped):
-        return f"{label} has an empty alternative"
+        return Reason.INVALID, f"{label} has an empty alternative"
     if stripped != parts or not card_name.isprintable():
-        return f"{label} has spaces or control characters around a card type"
+        return Reason.INVALID, f"{label} has spaces or control characters around a card type"
     if len(set(parts)) != len(parts):
-        return f"{label} lists a card type twice"
+        return Reason.DUPLICATE, f"{label} lists a card type twice"
     return None
 
 

@@ -9,8 +9,8 @@ from typing import Any, TypedDict
 from cardquota.core.errors import one_line
 from cardquota.core.violations import Violation
 
-MAX_MESSAGE_PROBLEMS = 5
-"""A denial message lists at most this many problems, then says how many more there are."""
+MAX_MESSAGE_VIOLATIONS = 5
+"""A denial message lists at most this many violations, then says how many more there are."""
 MAX_WARNING_RUNES = 256
 """The API server cuts a warning beyond this (k8s.io/apiserver/pkg/endpoints/filters/warning.go,
 ``truncateItemRunes``): cut it ourselves, visibly."""
@@ -31,7 +31,7 @@ class PatchOperation(TypedDict, total=False):
 class Verdict:
     allowed: bool
     message: str = ""
-    """One readable line: empty when allowed, every problem (up to a few) when denied."""
+    """One readable line: empty when allowed, every violation (up to a few) when denied."""
     violations: tuple[Violation, ...] = ()
     warnings: tuple[str, ...] = ()
     """Within the API server's budget, whoever builds the verdict: see :func:`within_budget`."""
@@ -44,7 +44,7 @@ class Verdict:
         return {
             "allowed": self.allowed,
             "message": self.message,
-            "violations": [{"path": v.path, "message": v.message} for v in self.violations],
+            "violations": [{"path": v.path, "reason": str(v.reason), "message": v.message} for v in self.violations],
             "warnings": list(self.warnings),
             "patch": [dict(op) for op in self.patch],
         }
@@ -55,8 +55,9 @@ def allow(warnings: Iterable[str] = (), patch: Iterable[PatchOperation] = ()) ->
 
 
 def deny(violations: Sequence[Violation], warnings: Iterable[str] = ()) -> Verdict:
-    """A denial whose message lists the problems, each as ``field path: reason``."""
-    shown = [str(violation) for violation in violations[:MAX_MESSAGE_PROBLEMS]]
+    """A denial whose message lists the violations, each as ``field path: message``; the API server's budget for
+    a message is small, so after :data:`MAX_MESSAGE_VIOLATIONS` it counts the rest ("and 3 more problems")."""
+    shown = [str(violation) for violation in violations[:MAX_MESSAGE_VIOLATIONS]]
     more = len(violations) - len(shown)
     if more > 0:
         shown.append(f"and {more} more problem{'s' if more > 1 else ''}")

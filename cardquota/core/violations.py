@@ -1,26 +1,152 @@
-"""Field-path violations: how the core reports bad input as values instead of exceptions."""
+"""Violations: how the core reports bad input as values instead of exceptions.
+
+The project's words for "why not":
+
+* a **violation** is what is wrong with an object offered for admission (or read by the ledger): at a field path
+  (:class:`FieldPath`, rendered ``spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]``), with a
+  :class:`Reason` (the kind of wrong, for programs: ``FieldValueRequired``, ``FieldValueInvalid``, …) and a message
+  a person can act on. Policies return violations; :func:`cardquota.core.verdict.deny` turns them into a denial.
+* a **refusal** (:mod:`cardquota.core.scheduling.refusal`) is why the scheduler cannot place something *now*: the
+  object is valid, the cluster is not ready for it.
+
+The reasons are spelled as the Kubernetes API server spells its own field errors (``metav1.CauseType``), so a
+client reading a denial's ``details.causes`` treats ours like the API server's.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """The kind of a violation. Which one a rule uses:"""
+
+    INVALID = "FieldValueInvalid"
+    """The value is malformed or out of range, alone or against another value (a quota, a parent's quota)."""
+    REQUIRED = "FieldValueRequired"
+    """A value that must be given is missing or empty."""
+    NOT_SUPPORTED = "FieldValueNotSupported"
+    """The value is not one of a closed set, which the message lists (a scoring strategy, a field name)."""
+    FORBIDDEN = "FieldValueForbidden"
+    """The value may not be set or changed here, whatever it is (memory beside a whole card, a bound pod's name)."""
+    DUPLICATE = "FieldValueDuplicate"
+    """A value given twice where each must be unique (a card type in one annotation)."""
+    NOT_FOUND = "FieldValueNotFound"
+    """The value refers to an object that does not exist (a queue, a parent queue)."""
+    TOO_MANY = "FieldValueTooMany"
+    """A list or map with more items than the limit the message names."""
+    TOO_LONG = "FieldValueTooLong"
+    """A text longer than the limit the message names."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldPath:
+    """Where in an object a violation is: built one step at a time, immutable, rendered by ``str()``.
+
+    ``FieldPath.of("spec", "tasks").index(0).child("template")`` is ``spec.tasks[0].template``; ``.key(name)``
+    is a map key, ``["volcano.sh/card.name"]``. A key from the input is escaped so the path stays on one line."""
+
+    text: str = ""
+
+    @classmethod
+    def of(cls, *names: str) -> FieldPath:
+        """``of("metadata", "annotations")`` → ``metadata.annotations``."""
+        return cls(".".join(names))
+
+    def child(self, *names: str) -> FieldPath:
+        """A field of this one (or a field of a field, with several names): ``spec`` → ``spec.tasks``."""
+        tail = ".".join(names)
+        return FieldPath(f"{self.text}.{tail}" if self.text else tail)
+
+    def index(self, index: int) -> FieldPath:
+        """An item of a list: ``spec.tasks`` → ``spec.tasks[0]``."""
+        return FieldPath(f"{self.text}[{index}]")
+
+    def key(self, key: str) -> FieldPath:
+        """A map key, as written when it is printable (``["volcano.sh/card.name"]``), JSON-escaped otherwise
+        (``["a\\nb"]``): an annotation name reads as the user wrote it, on one line."""
+        return FieldPath(f'{self.text}["{key}"]' if key.isprintable() else f"{self.text}[{json.dumps(key)}]")
+
+    def escaped_key(self, key: object) -> FieldPath:
+        """A map key always JSON-escaped to ASCII (``["\\u00e9"]``; a key that is not a string by its ``str``):
+        keys of the YAML and JSON maps a user writes inside a field (``spec.dra``, the scheduler conf's
+        arguments), where a quote or a non-ASCII letter in a key must not be mistaken for the path's syntax."""
+        return FieldPath(f"{self.text}[{json.dumps(key if isinstance(key, str) else str(key))}]")
+
+    def field(self, name: object) -> FieldPath:
+        """A field the input named (an unknown field, say): ``.name`` when it is an identifier, else
+        :meth:`escaped_key`."""
+        if isinstance(name, str) and name.isidentifier() and name.isascii():
+            return self.child(name)
+        return self.escaped_key(name)
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True)
 class Violation:
-    """Something wrong at ``path`` (``metadata.annotations["volcano.sh/card.quota"]``), said so a person can act."""
+    """Something wrong at ``path`` (``metadata.annotations["volcano.sh/card.quota"]``), of a kind (``reason``),
+    said so a person can act (``message``). Built with :func:`invalid`, :func:`required`, … from a
+    :class:`FieldPath`; ``path`` is kept rendered, so it reads and compares as text."""
 
     path: str
     message: str
+    reason: Reason = Reason.INVALID
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
 
+    def under(self, prefix: FieldPath | str) -> Violation:
+        """The same violation in an object embedding this one at ``prefix`` (a workload's pod template)."""
+        return Violation(f"{prefix}.{self.path}" if self.path else str(prefix), self.message, self.reason)
+
+    def with_message(self, message: str) -> Violation:
+        """The same violation said otherwise (with context in front, on one line)."""
+        return Violation(self.path, message, self.reason)
+
+
+def invalid(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.INVALID)
+
+
+def required(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.REQUIRED)
+
+
+def not_supported(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.NOT_SUPPORTED)
+
+
+def forbidden(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.FORBIDDEN)
+
+
+def duplicate(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.DUPLICATE)
+
+
+def not_found(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.NOT_FOUND)
+
+
+def too_many(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.TOO_MANY)
+
+
+def too_long(path: FieldPath | str, message: str) -> Violation:
+    return Violation(str(path), message, Reason.TOO_LONG)
+
+
+ANNOTATIONS = FieldPath.of("metadata", "annotations")
+
 
 def annotation_path(name: str) -> str:
     """``metadata.annotations["volcano.sh/card.quota"]``; a name from the input is escaped to stay on one line."""
-    return f'metadata.annotations["{name}"]' if name.isprintable() else f"metadata.annotations[{json.dumps(name)}]"
+    return str(ANNOTATIONS.key(name))
 
 
 MAX_SHOWN = 40

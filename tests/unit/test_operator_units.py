@@ -13,13 +13,13 @@ import re
 import pytest
 
 from cardquota.core.policies.config import FailureMode
-from cardquota.core.verdict import Verdict, allow, deny
-from cardquota.core.violations import Violation
+from cardquota.core.verdict import MAX_MESSAGE_VIOLATIONS, Verdict, allow, deny
+from cardquota.core.violations import Reason, Violation, not_found, required
 from cardquota.operator.certificates import Stored, decode, plan, secret_body
 from cardquota.operator.settings import LogFormat, Settings, add_arguments, from_arguments, parse_failure_modes
 from cardquota.processes import JsonFormatter
 from cardquota.runtime.tls import new_ca, new_serving_cert, renewal_reason, service_dns_names
-from cardquota.webhooks.review import MalformedReview, read_review, response
+from cardquota.webhooks.review import MAX_MESSAGE_LENGTH, MalformedReview, read_review, response
 
 NAMES = service_dns_names("cardquota", "cardquota-system")
 NOW = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
@@ -140,12 +140,34 @@ def test_response_shapes() -> None:
     assert ok == {"uid": "u1", "allowed": True, "warnings": ["w" * 255 + "…"]}
     denied = response("u2", deny([Violation("spec.x", "bad")]), with_patch=True)["response"]
     assert denied == {"uid": "u2", "allowed": False,
-                      "status": {"code": 403, "reason": "Forbidden", "message": "spec.x: bad"}}
+                      "status": {"code": 403, "reason": "Forbidden", "message": "spec.x: bad", "details": {
+                          "causes": [{"type": "FieldValueInvalid", "field": "spec.x", "message": "bad"}]}}}
     patched = response("u3", Verdict(True, patch=({"op": "add", "path": "/a", "value": 1},)), with_patch=True)
     assert patched["response"]["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(patched["response"]["patch"])) == [{"op": "add", "path": "/a", "value": 1}]
     assert "patch" not in response("u3", Verdict(True, patch=({"op": "add", "path": "/a", "value": 1},)),
                                    with_patch=False)["response"]
+
+
+def test_a_denial_lists_its_causes_as_the_api_server_lists_field_errors() -> None:
+    """metav1.StatusCause per violation (type = reason, field = path), as many as the message shows, each clipped
+    as the message is: a client reads cardquota's denial as it reads the API server's own validation error."""
+    violations = [required("spec.queue", "is required"), not_found('metadata.annotations["q"]', "queue q\nis gone"),
+                  *(Violation(f"spec.tasks[{i}]", "x" * 5000, Reason.TOO_LONG) for i in range(10))]
+    status = response("u", deny(violations), with_patch=True)["response"]["status"]
+    causes = status["details"]["causes"]
+    assert len(causes) == MAX_MESSAGE_VIOLATIONS < len(violations)
+    assert causes[:2] == [
+        {"type": "FieldValueRequired", "field": "spec.queue", "message": "is required"},
+        {"type": "FieldValueNotFound", "field": 'metadata.annotations["q"]', "message": "queue q\\nis gone"},
+    ]
+    assert [cause["field"] for cause in causes[2:]] == ["spec.tasks[0]", "spec.tasks[1]", "spec.tasks[2]"]
+    assert {cause["type"] for cause in causes[2:]} == {"FieldValueTooLong"}
+    assert all(len(cause["message"]) == MAX_MESSAGE_LENGTH and cause["message"].endswith("…")
+               for cause in causes[2:])
+    assert len(status["message"]) == MAX_MESSAGE_LENGTH
+    assert "details" not in response("u", Verdict(allowed=False, message="no"), with_patch=True)["response"]["status"]
+    assert "status" not in response("u", allow(), with_patch=True)["response"]
 
 
 def test_generated_names_and_request_namespace_reach_the_policy() -> None:

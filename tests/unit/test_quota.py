@@ -7,10 +7,22 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from verdicts import violations_of
 
-from cardquota.core.quota import card_alternatives, card_name_problem, card_quota, card_request, parse_card_amounts
+from cardquota.core.quota import (
+    card_alternatives,
+    card_name_problem,
+    card_name_violation,
+    card_quota,
+    card_request,
+    parse_card_amounts,
+)
+from cardquota.core.violations import Reason
 
 QUOTA_PATH = 'metadata.annotations["volcano.sh/card.quota"]'
+REQUEST_PATH = 'metadata.annotations["volcano.sh/card.request"]'
+CARD_NAME_PATH = 'metadata.annotations["volcano.sh/card.name"]'
+INV, REQ, DUP = Reason.INVALID, Reason.REQUIRED, Reason.DUPLICATE
 
 
 def test_valid_quota_keeps_order_and_values() -> None:
@@ -32,37 +44,40 @@ def test_request_keeps_multi_card_keys_whole() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "kept", "message"),
+    ("text", "kept", "reason", "message"),  # the message of the first case of each rule
     [
-        ("{", {}, "is not valid JSON"),
-        ("", {}, "is not valid JSON"),
-        ("[1, 2]", {}, "must be a JSON object"),
-        ('"A100"', {}, "must be a JSON object"),
-        ('{"A": -1, "B": 2}', {"B": 2}, "A: -1 is negative"),
-        ('{"A": 1.5}', {}, "A: 1.5 is not a whole number of cards"),
-        ('{"A": "4"}', {}, 'A: "4" is not a whole number of cards'),
-        ('{"A": true}', {}, "A: true is not a whole number of cards"),
-        ('{"A": null}', {}, "A: null is not a whole number of cards"),
-        ('{"A": {"n": 1}}', {}, "A: an object is not a whole number of cards"),
-        ('{"A": 1, "A": 2}', {"A": 1}, "card type A appears more than once"),
-        ('{" ": 1}', {}, "card type names must not be empty"),
-        ('{"A": 9223372036854775808}', {}, "A: 9223372036854775808 is too large (the limit is 9223372036854775807)"),
-        ('{"A": NaN}', {}, "NaN is not a number JSON allows"),
-        ('{"A": Infinity}', {}, "Infinity is not a number JSON allows"),
-        ('{"A": -Infinity}', {}, "-Infinity is not a number JSON allows"),
-        ('{"A": 4.0}', {}, "A: 4.0 is not a whole number of cards"),
-        ('{"A": 1e2}', {}, "A: 100.0 is not a whole number of cards"),
-        ('{"": 1}', {}, "card type names must not be empty"),
-        ("[" * 100_000, {}, "is not valid JSON"),
-        ('{"A": 1' + "0" * 5000 + "}", {}, "is not valid JSON"),
+        ("{", {}, INV, "is not valid JSON"),
+        ("", {}, INV, None),
+        ("[1, 2]", {}, INV, "must be a JSON object"),
+        ('"A100"', {}, INV, None),
+        ('{"A": -1, "B": 2}', {"B": 2}, INV, "A: -1 is negative"),
+        ('{"A": 1.5}', {}, INV, "A: 1.5 is not a whole number of cards"),
+        ('{"A": "4"}', {}, INV, None),
+        ('{"A": true}', {}, INV, None),
+        ('{"A": null}', {}, INV, None),
+        ('{"A": {"n": 1}}', {}, INV, None),
+        ('{"A": 1, "A": 2}', {"A": 1}, DUP, "card type A appears more than once"),
+        ('{" ": 1}', {}, REQ, "card type names must not be empty"),
+        ('{"A": 9223372036854775808}', {}, INV,
+         "A: 9223372036854775808 is too large (the limit is 9223372036854775807)"),
+        ('{"A": NaN}', {}, INV, "NaN is not a number JSON allows"),
+        ('{"A": Infinity}', {}, INV, None),
+        ('{"A": -Infinity}', {}, INV, None),
+        ('{"A": 4.0}', {}, INV, None),
+        ('{"A": 1e2}', {}, INV, None),
+        ('{"": 1}', {}, REQ, None),
+        ("[" * 100_000, {}, INV, None),
+        ('{"A": 1' + "0" * 5000 + "}", {}, INV, None),
     ],
 )
-def test_bad_entries_become_violations_and_good_ones_are_kept(text: str, kept: dict, message: str) -> None:
+def test_bad_entries_become_violations_and_good_ones_are_kept(text: str, kept: dict, reason: Reason,
+                                                              message: str | None) -> None:
     parsed = parse_card_amounts(text, "volcano.sh/card.quota")
     assert dict(parsed.values) == kept
     assert parsed.present
-    assert [v.path for v in parsed.violations] == [QUOTA_PATH]
-    assert message in parsed.violations[0].message
+    assert violations_of(parsed.violations) == [(QUOTA_PATH, reason)]
+    if message is not None:
+        assert message in parsed.violations[0].message
 
 
 def test_int64_maximum_is_accepted() -> None:
@@ -70,19 +85,20 @@ def test_int64_maximum_is_accepted() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "message"),  # the message of the first case of each rule
     [
         ('{"A": 0}', "A: 0 is below 1"),
-        ('{"A": -2}', "A: -2 is below 1"),
+        ('{"A": -2}', None),
         ('{"A||B": 2}', "A||B has an empty alternative"),
-        ('{"A|": 2}', "A| has an empty alternative"),
-        ('{"|B": 2}', "|B has an empty alternative"),
+        ('{"A|": 2}', None),
+        ('{"|B": 2}', None),
     ],
 )
-def test_request_amounts_start_at_one_and_alternatives_are_not_empty(text: str, message: str) -> None:
+def test_request_amounts_start_at_one_and_alternatives_are_not_empty(text: str, message: str | None) -> None:
     parsed = card_request({"volcano.sh/card.request": text})
-    assert [v.message for v in parsed.violations] == [message]
-    assert parsed.violations[0].path == 'metadata.annotations["volcano.sh/card.request"]'
+    assert violations_of(parsed.violations) == [(REQUEST_PATH, Reason.INVALID)]
+    if message is not None:
+        assert parsed.violations[0].message == message
 
 
 def test_request_allows_alternatives_and_quota_does_not() -> None:
@@ -90,6 +106,7 @@ def test_request_allows_alternatives_and_quota_does_not() -> None:
     assert dict(card_request({"volcano.sh/card.request": text}).values) == {"A|B": 2, "C": 1}
     quota = card_quota({"volcano.sh/card.quota": text})
     assert dict(quota.values) == {"C": 1}
+    assert violations_of(quota.violations) == [(QUOTA_PATH, Reason.INVALID)]
     assert [v.message for v in quota.violations] == [
         "A|B lists alternatives; a quota names one card type per key (alternatives belong in volcano.sh/card.request)"
     ]
@@ -101,22 +118,38 @@ def test_names_with_control_characters_are_escaped_in_messages() -> None:
 
 
 @pytest.mark.parametrize(
-    ("card_name", "problem"),
+    ("card_name", "reason", "problem"),  # the message of the first case of each rule
     [
-        ("NVIDIA-A100", None),
-        ("NVIDIA-A100|NVIDIA-H100", None),
-        ("NVIDIA-A100/mps-80g*1/8|NVIDIA-H800/mps-80g*1/2", None),
-        ("", "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100"),
-        ("  ", "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100"),
-        ("A||B", '"A||B" has an empty alternative'),
-        ("A|", '"A|" has an empty alternative'),
-        ("A | B", '"A | B" has spaces or control characters around a card type'),
-        ("A\nB", '"A\\nB" has spaces or control characters around a card type'),
-        ("A|A", '"A|A" lists a card type twice'),
+        ("", REQ, "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100"),
+        ("  ", REQ, None),
+        ("A||B", INV, '"A||B" has an empty alternative'),
+        ("A|", INV, None),
+        ("A | B", INV, '"A | B" has spaces or control characters around a card type'),
+        ("A\nB", INV, None),
+        ("A|A", DUP, '"A|A" lists a card type twice'),
     ],
 )
-def test_card_name_problems(card_name: str, problem: str | None) -> None:
-    assert card_name_problem(card_name) == problem
+def test_card_name_violations(card_name: str, reason: Reason, problem: str | None) -> None:
+    violation = card_name_violation(card_name, CARD_NAME_PATH)
+    assert violation is not None
+    assert violations_of([violation]) == [(CARD_NAME_PATH, reason)]
+    assert card_name_problem(card_name) == violation.message
+    if problem is not None:
+        assert violation.message == problem
+
+
+@pytest.mark.parametrize("card_name", ["NVIDIA-A100", "NVIDIA-A100|NVIDIA-H100",
+                                       "NVIDIA-A100/mps-80g*1/8|NVIDIA-H800/mps-80g*1/2"])
+def test_valid_card_names(card_name: str) -> None:
+    assert card_name_violation(card_name, CARD_NAME_PATH) is None
+    assert card_name_problem(card_name) is None
+
+
+def test_a_card_name_violation_is_said_in_its_context() -> None:
+    violation = card_name_violation("A|", "spec.x", 'task "w": ')
+    assert violation is not None
+    assert (violation.path, violation.reason, violation.message) == (
+        "spec.x", Reason.INVALID, 'task "w": "A|" has an empty alternative')
 
 
 def test_zero_is_a_valid_quota() -> None:

@@ -72,6 +72,7 @@ def test_volcano_cronjobs_go_through_the_job_rules() -> None:
     assert (code, rows(verdicts)) == (1, [("CronJob", "nightly-eval", True), ("CronJob", "nightly-broken", False)])
     assert verdicts[1]["violations"] == [{
         "path": 'spec.jobTemplate.spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]',
+        "reason": "FieldValueInvalid",
         "message": 'task eval: "NVIDIA-A100-SXM4-80GB|" has an empty alternative'}]
 
 

@@ -18,7 +18,15 @@ from cardquota.core import keys
 from cardquota.core.quota import card_alternatives, clipped, quota_allows
 from cardquota.core.resources import card_requests, is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
-from cardquota.core.violations import Violation, annotation_path, shown
+from cardquota.core.violations import (
+    ANNOTATIONS,
+    FieldPath,
+    Violation,
+    invalid,
+    not_found,
+    shown,
+    too_many,
+)
 
 _MPS_TYPE = "/mps-"
 MAX_NAMED = 3
@@ -89,13 +97,13 @@ def job_tasks_violation(manifest: Mapping[str, Any]) -> Violation | None:
     spec = manifest.get("spec")
     tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
     if isinstance(tasks, list) and len(tasks) > MAX_JOB_TASKS:
-        return Violation("spec.tasks", f"has {len(tasks):,} tasks; cardquota checks at most {MAX_JOB_TASKS} tasks "
-                                       "per Job (scale a task with replicas)")
+        return too_many(FieldPath.of("spec", "tasks"), f"has {len(tasks):,} tasks; cardquota checks at most "
+                                                       f"{MAX_JOB_TASKS} tasks per Job (scale a task with replicas)")
     return None
 
 
 def card_name_resource_violations(card_name: str, requests: Mapping[str, Fraction], catalog: CardCatalog,
-                                  path: str, subject: str) -> list[Violation]:
+                                  path: FieldPath | str, subject: str) -> list[Violation]:
     """A pod (or pod template) naming ``card_name`` must request the card type's resource, and all alternatives
     must be requested through one resource. Alternatives requested through the same resource are judged (and
     reported) together, so the work is one look-up per resource, not per alternative."""
@@ -116,13 +124,13 @@ def card_name_resource_violations(card_name: str, requests: Mapping[str, Fractio
             asked = asked or listed(sorted(requested)) or "no card resource"
             cards = facts.members(key, MAX_LISTED + 1)
             which = f"{clipped(first)} is" if len(cards) == 1 else f"{listed_names(cards, facts.kinds.count(key))} are"
-            violations.append(Violation(path, f"{which} requested through {expected.description}, but {subject} "
-                                              f"requests {asked}"))
+            violations.append(invalid(path, f"{which} requested through {expected.description}, but {subject} "
+                                            f"requests {asked}"))
     return violations
 
 
 def alternatives_resource_violation(alternatives: tuple[str, ...], catalog: CardCatalog,
-                                    path: str) -> Violation | None:
+                                    path: FieldPath | str) -> Violation | None:
     """``A|B`` alternatives must share one Kubernetes resource (a pod's resources are fixed at creation)."""
     facts = _facts(alternatives, catalog)
     return facts.mixed_violation(path) if facts.mixed else None
@@ -150,7 +158,7 @@ class _Alternatives:
         """The first ``limit`` alternatives of a group (at C speed)."""
         return list(itertools.islice(itertools.compress(self.alternatives, map(key.__eq__, self.kinds)), limit))
 
-    def mixed_violation(self, path: str) -> Violation:
+    def mixed_violation(self, path: FieldPath | str) -> Violation:
         if len(self.alternatives) <= MAX_LISTED:
             parts = ", ".join(f"{clipped(card)} uses {self.groups[key].description}"
                               for card, key in zip(self.alternatives, self.kinds, strict=True))
@@ -158,7 +166,7 @@ class _Alternatives:
             parts = ", ".join(f"{clipped(self.members(key, 1)[0])} uses {expected.description}"
                               for key, expected in itertools.islice(self.groups.items(), MAX_NAMED))
             parts += f", … ({len(self.alternatives):,} alternatives on {len(self.groups):,} resources)"
-        return Violation(path, f"alternatives must share one Kubernetes resource, but {parts}")
+        return invalid(path, f"alternatives must share one Kubernetes resource, but {parts}")
 
 
 _MEMO_CHARACTERS = 1024
@@ -199,7 +207,7 @@ def _kind_of(card_type: str) -> str:
 
 
 def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot: ClusterSnapshot,
-                          path: str) -> tuple[list[Violation], list[str]]:
+                          path: FieldPath | str) -> tuple[list[Violation], list[str]]:
     """Can this card request ever be admitted by its queue? Current usage never denies (that is pending).
 
     Linear in the request, at C speed per alternative; at most one warning per rule (unknown types, alternatives
@@ -218,15 +226,15 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
     record = snapshot.queues.get(queue_name)
     if record is None:
         if snapshot.complete:
-            violations.append(Violation("spec.queue", f"queue {shown(queue_name)} does not exist"))
+            violations.append(not_found(FieldPath.of("spec", "queue"), f"queue {shown(queue_name)} does not exist"))
         else:
             warnings.append(f"card.request against queue {shown(queue_name)}'s quota not checked: the queue is not "
                             "in the snapshot (pass --cluster with it)")
         return violations, warnings
     quota = record.quota.values
     if not quota:
-        violations.append(Violation(path, f"queue {shown(queue_name)} has no card quota ({keys.CARD_QUOTA}), so "
-                                          "no card request in it can ever run"))
+        violations.append(invalid(path, f"queue {shown(queue_name)} has no card quota ({keys.CARD_QUOTA}), so "
+                                        "no card request in it can ever run"))
         return violations, warnings
     unquoted: dict[str, None] = {}
     usable: dict[str, None] = {}
@@ -236,8 +244,8 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
         quoted = list(filter(quota.__contains__, alternatives))
         if not quoted:
             which = clipped(key) if len(alternatives) == 1 else "any of " + listed_names(alternatives)
-            violations.append(Violation(path, f"queue {shown(queue_name)} has no quota for {which} "
-                                              f"(its quota: {format_amounts(quota, limit=MAX_LISTED)})"))
+            violations.append(invalid(path, f"queue {shown(queue_name)} has no quota for {which} "
+                                            f"(its quota: {format_amounts(quota, limit=MAX_LISTED)})"))
             continue
         if len(quoted) < len(alternatives):
             partly.append(key)
@@ -246,14 +254,14 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
         allowed = quota_allows(key, quota)
         if wanted > allowed:
             if len(alternatives) == 1:
-                violations.append(Violation(path, f"requests {wanted} {clipped(key)} but queue "
-                                                  f"{shown(queue_name)} allows at most {allowed}: it can never run"))
+                violations.append(invalid(path, f"requests {wanted} {clipped(key)} but queue "
+                                                f"{shown(queue_name)} allows at most {allowed}: it can never run"))
             else:
                 split = _listing([f"{clipped(card)} {quota[card]}" for card in quoted[:MAX_LISTED]], len(quoted),
                                  separator=" + ")
-                violations.append(Violation(path, f"requests {wanted} of {clipped(key)} but queue "
-                                                  f"{shown(queue_name)} allows at most {allowed} across them "
-                                                  f"({split}): it can never run"))
+                violations.append(invalid(path, f"requests {wanted} of {clipped(key)} but queue "
+                                                f"{shown(queue_name)} allows at most {allowed} across them "
+                                                f"({split}): it can never run"))
     if len(unquoted) == 1 and len(partly) == 1:
         warnings.append(f"queue {shown(queue_name)} has no quota for {clipped(next(iter(unquoted)))}: only "
                         f"{listed_names(list(usable))} of {clipped(partly[0])} can be used")
@@ -328,6 +336,6 @@ def format_amounts(amounts: Mapping[str, int], *, limit: int | None = None) -> s
     return ", ".join(f"{shown(name)} {amount}" for name, amount in amounts.items()) or "none"
 
 
-CARD_NAME_PATH = annotation_path(keys.CARD_NAME)
-CARD_REQUEST_PATH = annotation_path(keys.CARD_REQUEST)
-CARD_QUOTA_PATH = annotation_path(keys.CARD_QUOTA)
+CARD_NAME_PATH = ANNOTATIONS.key(keys.CARD_NAME)
+CARD_REQUEST_PATH = ANNOTATIONS.key(keys.CARD_REQUEST)
+CARD_QUOTA_PATH = ANNOTATIONS.key(keys.CARD_QUOTA)

@@ -12,7 +12,7 @@ from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
-from cardquota.core.violations import Violation
+from cardquota.core.violations import Violation, invalid
 
 View = TypeVar("View")
 
@@ -24,7 +24,7 @@ def read_view(build: Callable[[Manifest], View], manifest: Manifest) -> tuple[Vi
     try:
         return build(manifest), []
     except InputError as error:
-        return None, [Violation(error.where or "object", error.message)]
+        return None, [invalid(error.where or "object", error.message)]
 
 
 def annotations_of(manifest: object) -> Mapping[Any, Any]:

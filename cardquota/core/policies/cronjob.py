@@ -15,9 +15,9 @@ from cardquota.core.policies import job as job_policy
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import Violation
+from cardquota.core.violations import FieldPath, Violation, invalid
 
-TEMPLATE = "spec.jobTemplate"
+TEMPLATE = FieldPath.of("spec", "jobTemplate")
 VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
 
 
@@ -29,7 +29,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         return allow()
     old_job = template_job(old)[0] if old is not None else None
     verdict = job_policy.admit(job, old_job, snapshot, config)
-    return decide([Violation(_under(violation.path), violation.message) for violation in verdict.violations],
+    return decide([violation.under(TEMPLATE) for violation in verdict.violations],
                   [_warning_under(warning) for warning in verdict.warnings])
 
 
@@ -41,10 +41,10 @@ def template_job(manifest: Manifest) -> tuple[Manifest | None, Violation | None]
     if template is None:
         return None, None
     if not isinstance(template, Mapping):
-        return None, Violation(TEMPLATE, "must be a map")
+        return None, invalid(TEMPLATE, "must be a map")
     metadata = template.get("metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
-        return None, Violation(f"{TEMPLATE}.metadata", "must be a map")
+        return None, invalid(TEMPLATE.child("metadata"), "must be a map")
     outer = manifest.get("metadata")
     outer = outer if isinstance(outer, Mapping) else {}
     job_metadata = {**(metadata or {}), "name": f"{given_name(outer) or 'cronjob'}-*"}
@@ -54,13 +54,9 @@ def template_job(manifest: Manifest) -> tuple[Manifest | None, Violation | None]
             "spec": template.get("spec") if template.get("spec") is not None else {}}, None
 
 
-def _under(path: str) -> str:
-    return f"{TEMPLATE}.{path}" if path else TEMPLATE
-
-
 _JOB_PATHS = ("spec.", "metadata.")
 
 
 def _warning_under(warning: str) -> str:
     """A Job warning that starts with a field path, moved under the template (others are kept as they are)."""
-    return _under(warning) if warning.startswith(_JOB_PATHS) else warning
+    return f"{TEMPLATE}.{warning}" if warning.startswith(_JOB_PATHS) else warning

@@ -34,7 +34,18 @@ from cardquota.core.keys import (
     SCORING_STRATEGY_ANNOTATION,
 )
 from cardquota.core.quantity import parse_quantity
-from cardquota.core.violations import Violation, annotation_path, quoted, shown, type_name, written
+from cardquota.core.violations import (
+    ANNOTATIONS,
+    FieldPath,
+    Violation,
+    invalid,
+    not_supported,
+    quoted,
+    required,
+    shown,
+    type_name,
+    written,
+)
 
 SCORING_STRATEGIES = (MOST_ALLOCATED, LEAST_ALLOCATED)
 """The valid scoring strategies; most-allocated is the plugin's default."""
@@ -52,8 +63,8 @@ def scoring_strategy_violations(annotations: Mapping[str, str]) -> list[Violatio
     if isinstance(value, str) and value in SCORING_STRATEGIES:
         return []
     shown_value = quoted(value) if isinstance(value, str) else type_name(value)
-    return [Violation(annotation_path(SCORING_STRATEGY_ANNOTATION),
-                      f"{shown_value} is not a scoring strategy; use {MOST_ALLOCATED} or {LEAST_ALLOCATED}")]
+    return [not_supported(ANNOTATIONS.key(SCORING_STRATEGY_ANNOTATION),
+                          f"{shown_value} is not a scoring strategy; use {MOST_ALLOCATED} or {LEAST_ALLOCATED}")]
 
 
 def quota_resource(annotation: str) -> str | None:
@@ -88,54 +99,57 @@ def node_annotation_violations(node: Mapping[str, Any]) -> list[Violation]:
         quota_of = quota_resource(name)
         if percentage_of is None and quota_of is None:
             continue
-        path = annotation_path(name)
-        problem: str | None
+        path = ANNOTATIONS.key(name)
+        violation: Violation | None
         if not isinstance(value, str):
-            problem = f"must be a string, not {type_name(value)} (quote the value)"
+            violation = invalid(path, f"must be a string, not {type_name(value)} (quote the value)")
         elif not (percentage_of if percentage_of is not None else quota_of):
-            problem = f"{shown(name)} names no resource; write {name}<resource>, such as {name}cpu"
+            violation = required(path, f"{shown(name)} names no resource; write {name}<resource>, such as {name}cpu")
         elif percentage_of is not None:
-            problem = _percentage_problem(shown(name), value)
+            violation = _percentage_violation(path, shown(name), value)
         else:
             assert quota_of is not None  # narrowed above: exactly one of the two is set
-            problem = _quota_problem(shown(name), quota_of, value, node)
-        if problem is not None:
-            violations.append(Violation(path, problem))
+            violation = _quota_violation(path, shown(name), quota_of, value, node)
+        if violation is not None:
+            violations.append(violation)
     return violations
 
 
-def _percentage_problem(name: str, value: str) -> str | None:
+def _percentage_violation(path: FieldPath, name: str, value: str) -> Violation | None:
     if len(value) > _MAX_VALUE_LENGTH or not _PERCENTAGE.fullmatch(value):
-        return f'{name} {quoted(value)} is not a number; write a percentage from 0 to 100, such as "50" or "12.5"'
+        return invalid(path, f'{name} {quoted(value)} is not a number; write a percentage from 0 to 100, such as '
+                             '"50" or "12.5"')
     if not Decimal(0) <= Decimal(value) <= MAX_PERCENTAGE:
-        return f"{name} {value} is not a percentage from 0 to 100"
+        return invalid(path, f"{name} {value} is not a percentage from 0 to 100")
     return None
 
 
-def _quota_problem(name: str, resource: str, value: str, node: Mapping[str, Any]) -> str | None:
+def _quota_violation(path: FieldPath, name: str, resource: str, value: str,
+                     node: Mapping[str, Any]) -> Violation | None:
     try:
         quota = parse_quantity(value)
     except InputError:
-        return f"{name} {quoted(value)} is not a Kubernetes quantity (such as 32, 500m or 64Gi)"
+        return invalid(path, f"{name} {quoted(value)} is not a Kubernetes quantity (such as 32, 500m or 64Gi)")
     if quota < 0:
-        return f"{name} {value} is negative; a quota is 0 or more"
+        return invalid(path, f"{name} {value} is negative; a quota is 0 or more")
     label = shown(resource)
     status = node.get("status") if isinstance(node, Mapping) else None
     allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
     if allocatable is None:
-        return f"{name} {value} limits {label}, but the node reports no status.allocatable to limit"
+        return invalid(path, f"{name} {value} limits {label}, but the node reports no status.allocatable to limit")
     if not isinstance(allocatable, Mapping):
-        return f"{name} {value} cannot be checked: the node's status.allocatable is not a map"
+        return invalid(path, f"{name} {value} cannot be checked: the node's status.allocatable is not a map")
     if resource not in allocatable:
-        return f"{name} {value} limits {label}, which the node does not have (it is not in status.allocatable)"
+        return invalid(path, f"{name} {value} limits {label}, which the node does not have (it is not in "
+                             "status.allocatable)")
     raw = allocatable[resource]
     try:
         available = parse_quantity(raw)
     except InputError:
-        return (f"{name} {value} cannot be checked: the node's allocatable {label} "
-                f"{written(raw)} is not a Kubernetes quantity")
+        return invalid(path, f"{name} {value} cannot be checked: the node's allocatable {label} "
+                             f"{written(raw)} is not a Kubernetes quantity")
     if quota > available:
-        return f"{name} {value} is above the node's allocatable {label} {_written(raw)}"
+        return invalid(path, f"{name} {value} is above the node's allocatable {label} {_written(raw)}")
     return None
 
 

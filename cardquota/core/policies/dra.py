@@ -32,15 +32,13 @@ from cardquota.core.dra_quota import (
     DeviceQuota,
     Quotas,
     Value,
-    field_path,
-    index_path,
     name_of,
     read_quotas,
 )
 from cardquota.core.errors import one_line
 from cardquota.core.policies.common import skipped
 from cardquota.core.snapshot import ClusterSnapshot
-from cardquota.core.violations import Violation, shown, type_name
+from cardquota.core.violations import FieldPath, Violation, invalid, not_found, not_supported, shown, type_name
 
 
 def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple[list[Violation], list[str]]:
@@ -53,14 +51,14 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
         return [], []
     violations: list[Violation] = []
     if not isinstance(dra, Mapping):
-        return [Violation(DRA_PATH, f"must be a map of capability, deserved and guarantee, not {type_name(dra)}")], []
+        return [invalid(DRA_PATH, f"must be a map of capability, deserved and guarantee, not {type_name(dra)}")], []
     for key in dra:
         if key not in SECTIONS:
-            violations.append(Violation(
-                DRA_PATH + field_path(key),
+            violations.append(not_supported(
+                DRA_PATH.field(key),
                 f"unknown field {name_of(key)} (spec.dra has capability, deserved and guarantee)",
             ))
-    sections = {section: read_quotas(dra.get(section), f"{DRA_PATH}.{section}", violations) for section in SECTIONS}
+    sections = {section: read_quotas(dra.get(section), DRA_PATH.child(section), violations) for section in SECTIONS}
     violations.extend(_order_violations(sections))
     warnings: list[str] = []
     capability = sections[CAPABILITY]
@@ -74,7 +72,7 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
         if name is not None:
             # Against the children the snapshot holds; like the card-quota rule, no warning for those it lacks.
             violations.extend(_child_violations(name, capability, snapshot))
-    return [Violation(v.path, one_line(v.message)) for v in violations], [one_line(w) for w in warnings]
+    return [v.with_message(one_line(v.message)) for v in violations], [one_line(w) for w in warnings]
 
 
 def _order_violations(sections: Mapping[str, Quotas]) -> list[Violation]:
@@ -104,10 +102,10 @@ def _order_violations(sections: Mapping[str, Quotas]) -> list[Violation]:
 def _above(lower_name: str, upper_name: str, device_class: str, lower: DeviceQuota,
            upper: DeviceQuota) -> list[Violation]:
     return [
-        Violation(f"{DRA_PATH}.{lower_name}{index_path(device_class)}{_suffix(dimension)}",
-                  f"DeviceClass {device_class}: {lower_name} {_metric(dimension)} {value.written} is above "
-                  f"{upper_name} {_metric(dimension)} {bound.written} "
-                  "(each must be guarantee <= deserved <= capability)")
+        invalid(_bound_path(lower_name, device_class, dimension),
+                f"DeviceClass {device_class}: {lower_name} {_metric(dimension)} {value.written} is above "
+                f"{upper_name} {_metric(dimension)} {bound.written} "
+                "(each must be guarantee <= deserved <= capability)")
         for dimension, value, bound in _exceeding(lower, upper)
     ]
 
@@ -120,9 +118,9 @@ def _parent_violations(parent: str, capability: Quotas,
             return [], []
         if snapshot.complete:
             # Worded as the card-quota hierarchy rule words it, so the Queue policy shows it once.
-            return [Violation("spec.parent", f"parent queue {shown(parent)} does not exist")], []
+            return [not_found(FieldPath.of("spec", "parent"), f"parent queue {shown(parent)} does not exist")], []
         return [], [skipped(f"{DRA_PATH}.capability against parent queue {shown(parent)}")]
-    limits = read_quotas(record.queue.dra.get(CAPABILITY), "", None)
+    limits = read_quotas(record.queue.dra.get(CAPABILITY))
     violations = []
     for device_class, quota in capability.items():
         limit = limits.get(device_class)
@@ -130,8 +128,8 @@ def _parent_violations(parent: str, capability: Quotas,
             continue
         for dimension, value, bound in _exceeding(quota, limit):
             what = _metric(dimension)
-            violations.append(Violation(
-                f"{DRA_PATH}.{CAPABILITY}{index_path(device_class)}{_suffix(dimension)}",
+            violations.append(invalid(
+                _bound_path(CAPABILITY, device_class, dimension),
                 f"DeviceClass {device_class}: capability {what} {value.written} is above parent queue "
                 f"{shown(parent)}'s capability {what} {bound.written}",
             ))
@@ -143,15 +141,15 @@ def _child_violations(name: str, capability: Quotas, snapshot: ClusterSnapshot) 
     for child in sorted(snapshot.children_of(name), key=lambda record: record.queue.name):
         if child.queue.name == name:
             continue
-        child_capability = read_quotas(child.queue.dra.get(CAPABILITY), "", None)
+        child_capability = read_quotas(child.queue.dra.get(CAPABILITY))
         for device_class, quota in capability.items():
             child_quota = child_capability.get(device_class)
             if child_quota is None:
                 continue
             for dimension, needed, value in _exceeding(child_quota, quota):
                 what = _metric(dimension)
-                violations.append(Violation(
-                    f"{DRA_PATH}.{CAPABILITY}{index_path(device_class)}{_suffix(dimension)}",
+                violations.append(invalid(
+                    _bound_path(CAPABILITY, device_class, dimension),
                     f"DeviceClass {device_class}: capability {what} {value.written} is below child queue "
                     f"{shown(child.queue.name)}'s capability {what} {needed.written}",
                 ))
@@ -178,5 +176,7 @@ def _metric(dimension: str | None) -> str:
     return COUNT if dimension is None else f"capacity {shown(dimension)}"
 
 
-def _suffix(dimension: str | None) -> str:
-    return f".{COUNT}" if dimension is None else f".{CAPACITY}{index_path(dimension)}"
+def _bound_path(section: str, device_class: str, dimension: str | None) -> FieldPath:
+    """``spec.dra.<section>["<class>"].count``, or ``….capacity["<dimension>"]``."""
+    entry = DRA_PATH.child(section).escaped_key(device_class)
+    return entry.child(COUNT) if dimension is None else entry.child(CAPACITY).escaped_key(dimension)

@@ -34,11 +34,11 @@ from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.policies.pod import affinity_typo_warnings
 from cardquota.core.policies.podgroup import read_request_header
-from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
+from cardquota.core.quota import card_alternatives, card_name_violation, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
-from cardquota.core.violations import Violation, shown
+from cardquota.core.violations import FieldPath, Violation, invalid, shown
 from cardquota.core.workloads import gang_pod_counts, job_min_available
 
 
@@ -62,7 +62,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         for task in tasks:
             missing = [card for card in card_alternatives(task.card_name) if card not in covered]
             if missing and request.ok:
-                violations.append(Violation(
+                violations.append(invalid(
                     task.card_name_path,
                     f"task {shown(task.name)} uses {', '.join(map(shown, missing))}, which the Job's "
                     f"{keys.CARD_REQUEST} does not request",
@@ -90,7 +90,15 @@ class _CardTask:
         self.card_name = card_name
         self.replicas = replicas
         self.cards_per_pod = cards_per_pod
-        self.card_name_path = f'spec.tasks[{index}].template.metadata.annotations["{keys.CARD_NAME}"]'
+        self.card_name_path = _card_name_path(TASKS.index(index))
+
+
+TASKS = FieldPath.of("spec", "tasks")
+
+
+def _card_name_path(task: FieldPath) -> FieldPath:
+    """``spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]``."""
+    return task.child("template", "metadata", "annotations").key(keys.CARD_NAME)
 
 
 def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_CardTask], list[Violation]]:
@@ -99,38 +107,38 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
     if tasks is None:
         return [], []
     if not isinstance(tasks, list):
-        return [], [Violation("spec.tasks", "must be a list")]
+        return [], [invalid(TASKS, "must be a list")]
     found: list[_CardTask] = []
     violations: list[Violation] = []
     catalog = snapshot.catalog()
     for index, task in enumerate(tasks):
-        path = f"spec.tasks[{index}]"
+        path = TASKS.index(index)
         if not isinstance(task, Mapping):
-            violations.append(Violation(path, "must be a map"))
+            violations.append(invalid(path, "must be a map"))
             continue
         raw_name = task.get("name")
         name = raw_name if isinstance(raw_name, str) and raw_name else f"#{index}"
         template = task.get("template") or {}
         if not isinstance(template, Mapping):
-            violations.append(Violation(f"{path}.template", "must be a map"))
+            violations.append(invalid(path.child("template"), "must be a map"))
             continue
         annotations = annotations_of(template)
         card_name = annotations.get(keys.CARD_NAME)
         if not isinstance(card_name, str):
             continue
-        card_path = f'{path}.template.metadata.annotations["{keys.CARD_NAME}"]'
-        problem = card_name_problem(card_name)
-        if problem is not None:
-            violations.append(Violation(card_path, f"task {shown(name)}: {problem}"))
+        card_path = _card_name_path(path)
+        violation = card_name_violation(card_name, card_path, f"task {shown(name)}: ")
+        if violation is not None:
+            violations.append(violation)
             continue
         replicas = task.get("replicas", 1)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            violations.append(Violation(f"{path}.replicas", "must be a non-negative integer"))
+            violations.append(invalid(path.child("replicas"), "must be a non-negative integer"))
             continue
         try:
-            requests = effective_requests(template.get("spec") or {}, f"{path}.template.spec")
+            requests = effective_requests(template.get("spec") or {}, str(path.child("template", "spec")))
         except InputError as error:
-            violations.append(Violation(error.where, error.message))
+            violations.append(invalid(error.where, error.message))
             continue
         violations.extend(card_name_resource_violations(card_name, requests, catalog, card_path,
                                                         f"task {shown(name)}'s pod template"))
@@ -148,9 +156,9 @@ def _template_pod_violations(manifest: Manifest) -> list[Violation]:
         template = task.get("template") if isinstance(task, Mapping) else None
         if not isinstance(template, Mapping):
             continue
-        prefix = f"spec.tasks[{index}].template."
+        prefix = TASKS.index(index).child("template")
         found = [*mgpu_violations(template), *scoring_strategy_violations(annotations_of(template))]
-        violations.extend(Violation(prefix + violation.path, violation.message) for violation in found)
+        violations.extend(violation.under(prefix) for violation in found)
     return violations
 
 

@@ -23,7 +23,18 @@ from typing import Any
 from cardquota.core.errors import InputError
 from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, MGPU_CORE, MGPU_MEMORY
 from cardquota.core.quantity import parse_quantity
-from cardquota.core.violations import Violation, annotation_path, quoted, shown, type_name, written
+from cardquota.core.violations import (
+    ANNOTATIONS,
+    FieldPath,
+    Violation,
+    forbidden,
+    invalid,
+    quoted,
+    required,
+    shown,
+    type_name,
+    written,
+)
 
 MIN_MGPU_MEMORY = 256
 """MiB: the least memory a container sharing a card can run with (MinGPUMemory)."""
@@ -33,16 +44,18 @@ MAX_ENTRY_VIOLATIONS = 5
 """Bad entries of the annotation reported one by one; the rest are counted in one more violation."""
 
 _CARD_COUNT = re.compile(r"[+-]?[0-9]+")
+MULTIPLE_GPU_PATH = ANNOTATIONS.key(CONTAINER_MULTIPLE_GPU)
+CONTAINERS = FieldPath.of("spec", "containers")
 
 
 @dataclass(frozen=True)
 class _Value:
     """One mGPU resource of one container, as written, with where it was found."""
 
-    path: str
+    path: FieldPath
     raw: object
     amount: Fraction | None
-    """None when ``raw`` is not a quantity (that is reported once, by :func:`_parse_problems`)."""
+    """None when ``raw`` is not a quantity (that is reported once, by :func:`_parse_violations`)."""
 
 
 @dataclass(frozen=True)
@@ -52,15 +65,15 @@ class _Container:
     """``container "worker"`` (``container #2`` when it has no name) for messages."""
     core: _Value | None
     memory: _Value | None
-    base: str
+    base: FieldPath
     """``spec.containers[0].resources``: the path of a resource not set at all is put under ``requests``."""
 
     @property
     def requests_mgpu(self) -> bool:
         return self.core is not None or self.memory is not None
 
-    def missing(self, resource: str) -> str:
-        return f'{self.base}.requests["{resource}"]'
+    def missing(self, resource: str) -> FieldPath:
+        return self.base.child("requests").key(resource)
 
 
 def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
@@ -70,20 +83,20 @@ def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
         return []  # the admission hot path: most pods have nothing to do with mGPU
     containers, shape = _containers(pod)
     if annotation is None:
-        return [problem for container in containers for problem in _normal_container(container)]
+        return [violation for container in containers for violation in _normal_container(container)]
     violations = list(shape)
-    value, annotation_problem = annotation
-    if annotation_problem is not None:
-        violations.append(annotation_problem)
+    value, annotation_violation = annotation
+    if annotation_violation is not None:
+        violations.append(annotation_violation)
         return violations
-    counts, entry_problems = _card_counts(value)
-    violations.extend(entry_problems)
+    counts, entry_violations = _card_counts(value)
+    violations.extend(entry_violations)
     if shape:  # the counts cannot be matched against containers that cannot be read
         return violations
     if len(counts) != len(containers):
         plural = "" if len(containers) == 1 else "s"
-        violations.append(Violation(
-            annotation_path(CONTAINER_MULTIPLE_GPU),
+        violations.append(invalid(
+            MULTIPLE_GPU_PATH,
             f"lists {len(counts)} card count{'' if len(counts) == 1 else 's'} ({quoted(value)}) but the pod has "
             f"{len(containers)} container{plural}; give one count per container, in spec.containers order",
         ))
@@ -121,7 +134,7 @@ def _containers(pod: Mapping[str, Any]) -> tuple[list[_Container], list[Violatio
     if raw is None:
         return [], []
     if not isinstance(raw, list | tuple):
-        return [], [Violation("spec.containers", "must be a list of containers")]
+        return [], [invalid(CONTAINERS, "must be a list of containers")]
     return [_container(index, item) for index, item in enumerate(raw)], []
 
 
@@ -132,7 +145,7 @@ def _container(index: int, item: object) -> _Container:
         label = f'container "{name}"' if shown(name) == name else f"container {shown(name)}"
     else:
         label = f"container #{index}"
-    base = f"spec.containers[{index}].resources"
+    base = CONTAINERS.index(index).child("resources")
     resources = container.get("resources")
     resources = resources if isinstance(resources, Mapping) else {}
     requests = resources.get("requests")
@@ -144,7 +157,7 @@ def _container(index: int, item: object) -> _Container:
         for section, values in sections:
             if resource in values:
                 raw = values[resource]
-                return _Value(f'{base}.{section}["{resource}"]', raw, _amount(raw))
+                return _Value(base.child(section).key(resource), raw, _amount(raw))
         return None
 
     return _Container(index, label, value(MGPU_CORE), value(MGPU_MEMORY), base)
@@ -165,17 +178,16 @@ def _multiple_gpu_annotation(pod: Mapping[str, Any]) -> tuple[str, Violation | N
         return None
     value = annotations[CONTAINER_MULTIPLE_GPU]
     if not isinstance(value, str):
-        return "", Violation(annotation_path(CONTAINER_MULTIPLE_GPU),
-                             f'must be a string such as "2,1", not {type_name(value)} (quote the value)')
+        return "", invalid(MULTIPLE_GPU_PATH,
+                           f'must be a string such as "2,1", not {type_name(value)} (quote the value)')
     return value, None
 
 
 def _card_counts(value: str) -> tuple[list[int | None], list[Violation]]:
     """The card count of each entry (None for an entry that is not a non-negative whole number) and what is wrong
     with the bad entries."""
-    path = annotation_path(CONTAINER_MULTIPLE_GPU)
     counts: list[int | None] = []
-    problems: list[Violation] = []
+    violations: list[Violation] = []
     bad = 0
     for position, entry in enumerate(value.split(",")):
         count, problem = _card_count(entry)
@@ -184,11 +196,12 @@ def _card_counts(value: str) -> tuple[list[int | None], list[Violation]]:
             continue
         bad += 1
         if bad <= MAX_ENTRY_VIOLATIONS:
-            problems.append(Violation(path, f"entry {position} ({quoted(entry)}) {problem}"))
+            violations.append(invalid(MULTIPLE_GPU_PATH, f"entry {position} ({quoted(entry)}) {problem}"))
     if bad > MAX_ENTRY_VIOLATIONS:
         more = bad - MAX_ENTRY_VIOLATIONS
-        problems.append(Violation(path, f"{more} more entr{'y is' if more == 1 else 'ies are'} not a card count"))
-    return counts, problems
+        violations.append(invalid(MULTIPLE_GPU_PATH,
+                                  f"{more} more entr{'y is' if more == 1 else 'ies are'} not a card count"))
+    return counts, violations
 
 
 def _card_count(entry: str) -> tuple[int | None, str | None]:
@@ -208,30 +221,30 @@ def _card_count(entry: str) -> tuple[int | None, str | None]:
 # --- the rules ---------------------------------------------------------------------------------------------------
 
 
-def _parse_problems(container: _Container) -> list[Violation]:
+def _parse_violations(container: _Container) -> list[Violation]:
     return [
-        Violation(value.path, f"{container.label}: {resource} {written(value.raw)} is not a Kubernetes quantity "
-                              f"(such as 50 or 6k)")
+        invalid(value.path, f"{container.label}: {resource} {written(value.raw)} is not a Kubernetes quantity "
+                            f"(such as 50 or 6k)")
         for resource, value in ((MGPU_CORE, container.core), (MGPU_MEMORY, container.memory))
         if value is not None and value.amount is None
     ]
 
 
-def _core_problem(container: _Container, core: _Value, amount: Fraction) -> Violation | None:
+def _core_violation(container: _Container, core: _Value, amount: Fraction) -> Violation | None:
     """core ≤ 0 or not a whole number: true of a normal and a multiple container alike."""
     if amount <= 0:
-        return Violation(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} must be above 0")
+        return invalid(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} must be above 0")
     if amount.denominator != 1:
-        return Violation(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} is not a whole number")
+        return invalid(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} is not a whole number")
     return None
 
 
-def _memory_problem(container: _Container, memory: _Value, amount: Fraction) -> Violation | None:
+def _memory_violation(container: _Container, memory: _Value, amount: Fraction) -> Violation | None:
     if amount <= 0:
-        return Violation(memory.path, f"{container.label}: {MGPU_MEMORY} {_number(amount)} must be above 0")
+        return invalid(memory.path, f"{container.label}: {MGPU_MEMORY} {_number(amount)} must be above 0")
     if amount.denominator != 1:
-        return Violation(memory.path,
-                         f"{container.label}: {MGPU_MEMORY} {_number(amount)} is not a whole number of MiB")
+        return invalid(memory.path,
+                       f"{container.label}: {MGPU_MEMORY} {_number(amount)} is not a whole number of MiB")
     return None
 
 
@@ -239,127 +252,127 @@ def _normal_container(container: _Container) -> list[Violation]:
     """Rules 1-4 of a normal mGPU pod, for one container."""
     if not container.requests_mgpu:
         return []
-    problems = _parse_problems(container)
-    if problems:
-        return problems
+    violations = _parse_violations(container)
+    if violations:
+        return violations
     core, memory = container.core, container.memory
     memory_amount = memory.amount if memory is not None else None
     if core is None or core.amount is None:
-        problems.append(Violation(
+        violations.append(required(
             container.missing(MGPU_CORE),
             f"{container.label}: requests {MGPU_MEMORY} without {MGPU_CORE}; set {MGPU_CORE} above 0",
         ))
         if memory is not None and memory_amount is not None:
-            problems.extend(_some(_memory_problem(container, memory, memory_amount)))
-        return problems
+            violations.extend(_some(_memory_violation(container, memory, memory_amount)))
+        return violations
     amount = core.amount
-    core_problem = _core_problem(container, core, amount)
-    if core_problem is None and amount > FULL_CARD_CORE and amount % FULL_CARD_CORE != 0:
-        core_problem = Violation(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} is above "
-                                            f"{FULL_CARD_CORE} and not a multiple of {FULL_CARD_CORE} "
-                                            f"(a full card is {FULL_CARD_CORE})")
-    if core_problem is not None:
-        problems.append(core_problem)
+    core_violation = _core_violation(container, core, amount)
+    if core_violation is None and amount > FULL_CARD_CORE and amount % FULL_CARD_CORE != 0:
+        core_violation = invalid(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} is above "
+                                          f"{FULL_CARD_CORE} and not a multiple of {FULL_CARD_CORE} "
+                                          f"(a full card is {FULL_CARD_CORE})")
+    if core_violation is not None:
+        violations.append(core_violation)
         if memory is not None and memory_amount is not None:
-            problems.extend(_some(_memory_problem(container, memory, memory_amount)))
-        return problems
+            violations.extend(_some(_memory_violation(container, memory, memory_amount)))
+        return violations
     if amount % FULL_CARD_CORE == 0:
         if memory is not None:
             cards = amount // FULL_CARD_CORE
-            problems.append(Violation(
+            violations.append(forbidden(
                 memory.path,
                 f"{container.label}: {MGPU_MEMORY} must not be set when {MGPU_CORE} {_number(amount)} asks for "
                 f"{_cards(cards)} (a full card comes with all its memory); remove {MGPU_MEMORY}",
             ))
-        return problems
+        return violations
     # 0 < core < 100: part of one card.
     if memory is None or memory_amount is None:
-        problems.append(Violation(
+        violations.append(required(
             container.missing(MGPU_MEMORY),
             f"{container.label}: {MGPU_MEMORY} is not set; {MGPU_CORE} {_number(amount)} shares a card and needs "
             f"at least {MIN_MGPU_MEMORY} MiB of its memory",
         ))
-        return problems
-    memory_problem = _memory_problem(container, memory, memory_amount)
-    if memory_problem is not None:
-        problems.append(memory_problem)
+        return violations
+    memory_violation = _memory_violation(container, memory, memory_amount)
+    if memory_violation is not None:
+        violations.append(memory_violation)
     elif memory_amount < MIN_MGPU_MEMORY:
-        problems.append(Violation(
+        violations.append(invalid(
             memory.path,
             f"{container.label}: {MGPU_MEMORY} {_number(memory_amount)} is below {MIN_MGPU_MEMORY} MiB, the least "
             f"a container sharing a card ({MGPU_CORE} {_number(amount)}) can run with",
         ))
-    return problems
+    return violations
 
 
 def _multiple_container(container: _Container, count: int) -> list[Violation]:
     """The rules of a multiple mGPU pod for one container sharing ``count`` cards."""
-    problems = _parse_problems(container)
-    if problems:
-        return problems
+    violations = _parse_violations(container)
+    if violations:
+        return violations
     core, memory = container.core, container.memory
     if count == 0:
         return [
-            Violation(value.path, f"{container.label}: requests {resource} {_number(value.amount)} but its "
-                                  f"{CONTAINER_MULTIPLE_GPU} entry is 0 (no mGPU); give the number of cards it "
-                                  f"shares, or remove the request")
+            forbidden(value.path, f"{container.label}: requests {resource} {_number(value.amount)} but its "
+                                f"{CONTAINER_MULTIPLE_GPU} entry is 0 (no mGPU); give the number of cards it "
+                                f"shares, or remove the request")
             for resource, value in ((MGPU_CORE, core), (MGPU_MEMORY, memory))
             if value is not None and value.amount is not None and value.amount != 0
         ]
     sharing = f"its {_cards(count)} ({CONTAINER_MULTIPLE_GPU})"
     memory_amount = memory.amount if memory is not None else None
     if core is None or core.amount is None:
-        problems.append(Violation(
+        violations.append(required(
             container.missing(MGPU_CORE),
             f"{container.label}: {MGPU_CORE} is not set, but {CONTAINER_MULTIPLE_GPU} gives it {_cards(count)}",
         ))
         if memory is not None and memory_amount is not None:
-            problems.extend(_some(_memory_problem(container, memory, memory_amount)))
-        return problems
+            violations.extend(_some(_memory_violation(container, memory, memory_amount)))
+        return violations
     amount = core.amount
-    core_problem = _core_problem(container, core, amount)
-    if core_problem is None and amount > FULL_CARD_CORE * count:
-        core_problem = Violation(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} over {sharing} is "
-                                            f"above {FULL_CARD_CORE} per card (a full card is {FULL_CARD_CORE})")
-    if core_problem is not None:
-        problems.append(core_problem)
+    core_violation = _core_violation(container, core, amount)
+    if core_violation is None and amount > FULL_CARD_CORE * count:
+        core_violation = invalid(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} over {sharing} is "
+                                          f"above {FULL_CARD_CORE} per card (a full card is {FULL_CARD_CORE})")
+    if core_violation is not None:
+        violations.append(core_violation)
         if memory is not None and memory_amount is not None:
-            problems.extend(_some(_memory_problem(container, memory, memory_amount)))
-        return problems
+            violations.extend(_some(_memory_violation(container, memory, memory_amount)))
+        return violations
     if amount == FULL_CARD_CORE * count:
         if memory is not None:
-            problems.append(Violation(
+            violations.append(forbidden(
                 memory.path,
                 f"{container.label}: {MGPU_MEMORY} must not be set when {MGPU_CORE} {_number(amount)} over "
                 f"{sharing} is a full card each (a full card comes with all its memory); remove {MGPU_MEMORY}",
             ))
-        return problems
+        return violations
     # core / count < 100: a part of each card.
     if amount % count != 0:
-        problems.append(Violation(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} is not divisible "
-                                             f"by {sharing}"))
+        violations.append(invalid(core.path, f"{container.label}: {MGPU_CORE} {_number(amount)} is not divisible "
+                                           f"by {sharing}"))
     least = MIN_MGPU_MEMORY * count
     if memory is None or memory_amount is None:
-        problems.append(Violation(
+        violations.append(required(
             container.missing(MGPU_MEMORY),
             f"{container.label}: {MGPU_MEMORY} is not set; sharing {_cards(count)} needs at least "
             f"{MIN_MGPU_MEMORY} MiB per card ({least} in all)",
         ))
-        return problems
-    memory_problem = _memory_problem(container, memory, memory_amount)
-    if memory_problem is not None:
-        problems.append(memory_problem)
-        return problems
+        return violations
+    memory_violation = _memory_violation(container, memory, memory_amount)
+    if memory_violation is not None:
+        violations.append(memory_violation)
+        return violations
     if memory_amount < least:
-        problems.append(Violation(
+        violations.append(invalid(
             memory.path,
             f"{container.label}: {MGPU_MEMORY} {_number(memory_amount)} over {sharing} is below {MIN_MGPU_MEMORY} "
             f"MiB per card (at least {least} in all)",
         ))
     if memory_amount % count != 0:
-        problems.append(Violation(memory.path, f"{container.label}: {MGPU_MEMORY} {_number(memory_amount)} is not "
-                                               f"divisible by {sharing}"))
-    return problems
+        violations.append(invalid(memory.path, f"{container.label}: {MGPU_MEMORY} {_number(memory_amount)} is not "
+                                             f"divisible by {sharing}"))
+    return violations
 
 
 # --- messages ----------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ A card pod (``volcano.sh/card.name``):
   webhook can be reinvoked after later mutations;
 * on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation changes): ``card.name`` of a
   pod bound to a node cannot change (its cards are counted under the name it was bound with); the other rules are
-  ratcheted (a problem the pod already had is a warning).
+  ratcheted (a violation the pod already had is a warning).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
 """
@@ -36,10 +36,19 @@ from cardquota.core.policies.common import ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
-from cardquota.core.quota import card_alternatives, card_name_problem
+from cardquota.core.quota import card_alternatives, card_name_violation
 from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, pointer
-from cardquota.core.violations import Violation, shown
+from cardquota.core.violations import (
+    ANNOTATIONS,
+    FieldPath,
+    Violation,
+    forbidden,
+    invalid,
+    not_found,
+    not_supported,
+    shown,
+)
 
 DEFAULT_SCHEDULER = "default-scheduler"
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -79,7 +88,7 @@ def _rebinding_violations(pod: Pod, old: Manifest | None) -> list[Violation]:
     if before is None or not before.node_name or before.card_name == pod.card_name:
         return []
     was = shown(before.card_name) if before.card_name is not None else "none"
-    return [Violation(CARD_NAME_PATH, f"cannot change on a pod bound to node {shown(before.node_name)} (was {was}): "
+    return [forbidden(CARD_NAME_PATH, f"cannot change on a pod bound to node {shown(before.node_name)} (was {was}): "
                                       "its cards are counted under the name it was bound with; delete the pod and "
                                       "create it with the new name")]
 
@@ -87,17 +96,17 @@ def _rebinding_violations(pod: Pod, old: Manifest | None) -> list[Violation]:
 def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
                 config: PolicyConfig) -> tuple[list[Violation], list[str]]:
     card_name = pod.card_name or ""
-    problem = card_name_problem(card_name)
-    if problem is not None:
-        return [Violation(CARD_NAME_PATH, problem)], []
+    violation = card_name_violation(card_name, CARD_NAME_PATH)
+    if violation is not None:
+        return [violation], []
     catalog = snapshot.catalog()
     alternatives = card_alternatives(card_name)
     violations = card_name_resource_violations(card_name, pod.requests, catalog, CARD_NAME_PATH, "the pod")
     scheduler = _scheduler_name(manifest)
     if scheduler not in config.card_aware_schedulers:
         aware = ", ".join(sorted(config.card_aware_schedulers))
-        violations.append(Violation(
-            "spec.schedulerName",
+        violations.append(not_supported(
+            FieldPath.of("spec", "schedulerName"),
             f"{shown(scheduler)} does not enforce card quotas; a pod with {keys.CARD_NAME} must use {aware}",
         ))
     warnings = unknown_type_warnings(alternatives, snapshot)
@@ -105,13 +114,12 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
     record = snapshot.queues.get(queue_name)
     if record is None:
         if snapshot.complete:
-            violations.append(Violation(f'metadata.annotations["{keys.QUEUE_NAME}"]',
-                                        f"queue {shown(queue_name)} does not exist"))
+            violations.append(not_found(ANNOTATIONS.key(keys.QUEUE_NAME), f"queue {shown(queue_name)} does not exist"))
         else:
             warnings.append(skipped(f"quota of queue {shown(queue_name)} for {shown(card_name)}"))
     elif not any(card in record.quota.values for card in alternatives):
         which = shown(card_name) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
-        violations.append(Violation(CARD_NAME_PATH, f"queue {shown(queue_name)} has no quota for {which}"))
+        violations.append(invalid(CARD_NAME_PATH, f"queue {shown(queue_name)} has no quota for {which}"))
     return violations, warnings
 
 

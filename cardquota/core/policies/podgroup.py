@@ -15,7 +15,7 @@ from cardquota.core.quota import CardAmounts, card_request
 from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
-from cardquota.core.violations import Violation
+from cardquota.core.violations import FieldPath, Violation, invalid
 
 
 @dataclass
@@ -62,5 +62,5 @@ def spec_queue(manifest: Manifest) -> tuple[str, list[Violation]]:
     if queue is None or queue == "":
         return keys.DEFAULT_QUEUE, []
     if not isinstance(queue, str):
-        return keys.DEFAULT_QUEUE, [Violation("spec.queue", "must be a string")]
+        return keys.DEFAULT_QUEUE, [invalid(FieldPath.of("spec", "queue"), "must be a string")]
     return queue, []

@@ -28,7 +28,7 @@ from cardquota.core.policies.dra import dra_violations
 from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
-from cardquota.core.violations import Violation, shown
+from cardquota.core.violations import FieldPath, Violation, invalid, not_found, shown
 
 ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
@@ -48,8 +48,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     hierarchy_violations, hierarchy_warnings = _hierarchy(queue, quota, snapshot)
     violations.extend(hierarchy_violations)
     warnings.extend(hierarchy_warnings)
-    dra_problems, dra_warnings = dra_violations(manifest, snapshot)
-    violations.extend(problem for problem in dra_problems if problem not in violations)
+    dra_found, dra_warnings = dra_violations(manifest, snapshot)
+    violations.extend(violation for violation in dra_found if violation not in violations)
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
@@ -127,14 +127,15 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
         parent = snapshot.queues.get(queue.parent)
         if parent is None:
             if snapshot.complete:
-                violations.append(Violation("spec.parent", f"parent queue {shown(queue.parent)} does not exist"))
+                violations.append(not_found(FieldPath.of("spec", "parent"),
+                                            f"parent queue {shown(queue.parent)} does not exist"))
             else:
                 warnings.append(skipped(f"card quota against parent queue {shown(queue.parent)}"))
         elif parent.quota.present:
             for card, amount in quota.values.items():
                 limit = parent.quota.values.get(card, 0)
                 if amount > limit:
-                    violations.append(Violation(
+                    violations.append(invalid(
                         CARD_QUOTA_PATH,
                         f"{shown(card)} quota {amount} exceeds parent queue {shown(queue.parent)}'s quota of {limit}",
                     ))
@@ -145,7 +146,7 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
             for card, amount in child.quota.values.items():
                 limit = quota.values.get(card, 0)
                 if amount > limit:
-                    violations.append(Violation(
+                    violations.append(invalid(
                         CARD_QUOTA_PATH,
                         f"{shown(card)} quota {limit} is below child queue {shown(child.queue.name)}'s quota of "
                         f"{amount}",

@@ -19,9 +19,9 @@ Other ConfigMaps are allowed untouched. Never raises: bad input becomes :class:`
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.errors import InputError, one_line
@@ -38,10 +38,20 @@ from cardquota.core.schedconf.reader import (
 )
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import Violation, shown, type_name, written
+from cardquota.core.violations import (
+    FieldPath,
+    Reason,
+    Violation,
+    forbidden,
+    invalid,
+    required,
+    shown,
+    type_name,
+    written,
+)
 from cardquota.core.yamltext import load_one
 
-CONF_PATH = f"data[{json.dumps(CONF_KEY)}]"
+CONF_PATH = FieldPath.of("data").escaped_key(CONF_KEY)
 
 CAPACITY_CARD = "capacity-card"
 CROSSQUOTA = "crossquota"
@@ -56,7 +66,8 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 Check = Callable[[object], str | None]
-"""What is wrong with an argument's value (a phrase such as ``must be true or false, not "yes"``), or None."""
+"""What is wrong with an argument's value (a phrase such as ``must be true or false, not "yes"``), or None: the
+message of an Invalid violation (of a NotSupported one for a :class:`_OneOf` check)."""
 
 
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
@@ -69,13 +80,13 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        return decide([Violation("data", f"must be a map of key to text, not {type_name(data)}")])
+        return decide([invalid(FieldPath.of("data"), f"must be a map of key to text, not {type_name(data)}")])
     if CONF_KEY not in data:
-        return decide([Violation(CONF_PATH, "is missing: the Volcano scheduler reads its actions and plugins "
-                                            "from this key")])
+        return decide([required(CONF_PATH, "is missing: the Volcano scheduler reads its actions and plugins "
+                                           "from this key")])
     text = data[CONF_KEY]
     if not isinstance(text, str):
-        return decide([Violation(CONF_PATH, f"must be text (the YAML configuration), not {type_name(text)}")])
+        return decide([invalid(CONF_PATH, f"must be text (the YAML configuration), not {type_name(text)}")])
     return decide(conf_violations(text))
 
 
@@ -85,53 +96,53 @@ def conf_violations(text: str) -> list[Violation]:
         conf = load_one(text)
     except InputError as error:
         problem = document_end_problem(text)
-        return [Violation(CONF_PATH, problem or one_line(f"is not valid YAML: {error}"))]
+        return [invalid(CONF_PATH, problem or one_line(f"is not valid YAML: {error}"))]
     if not isinstance(conf, Mapping):
-        return [Violation(CONF_PATH, f"must be a YAML map with actions and tiers, not {type_name(conf)}")]
+        return [invalid(CONF_PATH, f"must be a YAML map with actions and tiers, not {type_name(conf)}")]
     violations = _actions_violations(conf)
     violations.extend(_tiers_violations(conf))
-    return [Violation(v.path, one_line(v.message)) for v in violations]
+    return [v.with_message(one_line(v.message)) for v in violations]
 
 
 def _actions_violations(conf: Mapping[Any, Any]) -> list[Violation]:
-    path = f"{CONF_PATH}.actions"
+    path = CONF_PATH.child("actions")
     example = 'such as "enqueue, allocate, backfill"'
     if "actions" not in conf:
-        return [Violation(path, f"is required: the actions the scheduler runs, in order, {example}")]
+        return [required(path, f"is required: the actions the scheduler runs, in order, {example}")]
     actions = conf["actions"]
     if not isinstance(actions, str):
-        return [Violation(path, f"must be a comma-separated string of actions, {example}, not {type_name(actions)}")]
+        return [invalid(path, f"must be a comma-separated string of actions, {example}, not {type_name(actions)}")]
     if not actions.strip():
-        return [Violation(path, f"must name at least one action, {example}")]
+        return [required(path, f"must name at least one action, {example}")]
     if any(not action.strip() for action in actions.split(",")):
-        return [Violation(path, f"{written(actions)} has an empty action name (a stray comma?)")]
+        return [invalid(path, f"{written(actions)} has an empty action name (a stray comma?)")]
     return []
 
 
 def _tiers_violations(conf: Mapping[Any, Any]) -> list[Violation]:
-    path = f"{CONF_PATH}.tiers"
+    path = CONF_PATH.child("tiers")
     if "tiers" not in conf:
-        return [Violation(path, "is required: a list of tiers, each with a list of plugins")]
+        return [required(path, "is required: a list of tiers, each with a list of plugins")]
     tiers = conf["tiers"]
     if not isinstance(tiers, list):
-        return [Violation(path, f"must be a list of tiers, each with a list of plugins, not {type_name(tiers)}")]
+        return [invalid(path, f"must be a list of tiers, each with a list of plugins, not {type_name(tiers)}")]
     violations: list[Violation] = []
-    plugins: list[tuple[str, str]] = []  # (name, path) of every readable plugin
+    plugins: list[tuple[str, FieldPath]] = []  # (name, path) of every readable plugin
     for tier_index, tier in enumerate(tiers):
-        tier_path = f"{path}[{tier_index}]"
+        tier_path = path.index(tier_index)
         if not isinstance(tier, Mapping):
-            violations.append(Violation(tier_path, f"must be a map with plugins, not {type_name(tier)}"))
+            violations.append(invalid(tier_path, f"must be a map with plugins, not {type_name(tier)}"))
             continue
         if "plugins" not in tier:
-            violations.append(Violation(f"{tier_path}.plugins", "is required: the list of this tier's plugins"))
+            violations.append(required(tier_path.child("plugins"), "is required: the list of this tier's plugins"))
             continue
         tier_plugins = tier["plugins"]
         if not isinstance(tier_plugins, list):
-            violations.append(Violation(f"{tier_path}.plugins",
-                                        f"must be a list of plugins, not {type_name(tier_plugins)}"))
+            violations.append(invalid(tier_path.child("plugins"),
+                                      f"must be a list of plugins, not {type_name(tier_plugins)}"))
             continue
         for plugin_index, plugin in enumerate(tier_plugins):
-            plugin_path = f"{tier_path}.plugins[{plugin_index}]"
+            plugin_path = tier_path.child("plugins").index(plugin_index)
             name = _plugin_violations(plugin, plugin_path, violations)
             if name is not None:
                 plugins.append((name, plugin_path))
@@ -139,54 +150,57 @@ def _tiers_violations(conf: Mapping[Any, Any]) -> list[Violation]:
     return violations
 
 
-def _plugin_violations(plugin: object, path: str, violations: list[Violation]) -> str | None:
+def _plugin_violations(plugin: object, path: FieldPath, violations: list[Violation]) -> str | None:
     """Check one plugin entry; its name when readable."""
     if not isinstance(plugin, Mapping):
-        violations.append(Violation(path, f"must be a map with a name, not {type_name(plugin)}"))
+        violations.append(invalid(path, f"must be a map with a name, not {type_name(plugin)}"))
         return None
     name = plugin.get("name")
     if name is None:
-        violations.append(Violation(f"{path}.name", "is required: the plugin's name, such as gang or capacity-card"))
+        violations.append(required(path.child("name"), "is required: the plugin's name, such as gang or "
+                                                       "capacity-card"))
         return None
     if not isinstance(name, str) or not name.strip():
-        violations.append(Violation(f"{path}.name",
-                                    f"must be a plugin name (a non-empty string), not {written(name)}"))
+        violations.append(invalid(path.child("name"),
+                                  f"must be a plugin name (a non-empty string), not {written(name)}"))
         return None
     arguments = plugin.get("arguments")
     if arguments is None:
         return name
     if not isinstance(arguments, Mapping):
-        violations.append(Violation(f"{path}.arguments",
-                                    f"{shown(name)} arguments must be a map of name to value, "
-                                    f"not {type_name(arguments)}"))
+        violations.append(invalid(path.child("arguments"),
+                                  f"{shown(name)} arguments must be a map of name to value, "
+                                  f"not {type_name(arguments)}"))
         return name
     exact, prefixed = PLUGIN_ARGUMENTS.get(name, ({}, {}))
     for key, value in arguments.items():
         if not isinstance(key, str):
             continue
-        problem: str | None = None
+        message: str | None = None
+        reason = Reason.INVALID
         check = exact.get(key)
         if check is not None:
-            problem = check(value)
+            message = check(value)
+            reason = Reason.NOT_SUPPORTED if isinstance(check, _OneOf) else reason
         else:
             for prefix, prefix_check in prefixed.items():
                 if key.startswith(prefix):
-                    problem = _prefixed_problem(prefix, key, prefix_check, value)
+                    message = _prefixed_argument_message(prefix, key, prefix_check, value)
                     break
-        if problem is not None:
-            violations.append(Violation(f"{path}.arguments[{json.dumps(key)}]",
-                                        f"{name} argument {shown(key)} {problem}"))
+        if message is not None:
+            violations.append(Violation(str(path.child("arguments").escaped_key(key)),
+                                        f"{name} argument {shown(key)} {message}", reason))
     return name
 
 
-def _conflicts(plugins: list[tuple[str, str]]) -> list[Violation]:
+def _conflicts(plugins: list[tuple[str, FieldPath]]) -> list[Violation]:
     card = next((path for name, path in plugins if name == CAPACITY_CARD), None)
     if card is None:
         return []
-    where = card.removeprefix(f"{CONF_PATH}.")
+    where = str(card).removeprefix(f"{CONF_PATH}.")
     return [
-        Violation(f"{path}.name", f"plugin {name} conflicts with {CAPACITY_CARD} (at {where}): both manage queue "
-                                  f"capacity, so enable only one of them")
+        forbidden(path.child("name"), f"plugin {name} conflicts with {CAPACITY_CARD} (at {where}): both manage "
+                                      f"queue capacity, so enable only one of them")
         for name, path in plugins
         if name in CONFLICTS_WITH_CAPACITY_CARD
     ]
@@ -221,15 +235,22 @@ def _int_from(low: int) -> Check:
     return check
 
 
-def _one_of(*choices: str, ignore_case: bool = False) -> Check:
-    wanted = " or ".join(choices)
+@dataclass(frozen=True)
+class _OneOf:
+    """The check of a closed set of values: a value outside it is NotSupported (other checks' are Invalid)."""
 
-    def check(value: object) -> str | None:
-        if isinstance(value, str) and (value.lower() if ignore_case else value) in choices:
+    choices: tuple[str, ...]
+    ignore_case: bool = False
+
+    def __call__(self, value: object) -> str | None:
+        if isinstance(value, str) and (value.lower() if self.ignore_case else value) in self.choices:
             return None
-        return f"must be {wanted}{' (in any case)' if ignore_case else ''}, not {written(value)}"
+        wanted = " or ".join(self.choices)
+        return f"must be {wanted}{' (in any case)' if self.ignore_case else ''}, not {written(value)}"
 
-    return check
+
+def _one_of(*choices: str, ignore_case: bool = False) -> Check:
+    return _OneOf(choices, ignore_case)
 
 
 def _is_quantity(value: object) -> str | None:
@@ -278,7 +299,7 @@ def is_resource_name(resource: str) -> bool:
     )
 
 
-def _prefixed_problem(prefix: str, key: str, check: Check, value: object) -> str | None:
+def _prefixed_argument_message(prefix: str, key: str, check: Check, value: object) -> str | None:
     """``quota.<resource>`` and the like: the resource the key names, then the value."""
     resource = key[len(prefix):]
     if not resource:

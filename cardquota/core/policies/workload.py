@@ -27,7 +27,7 @@ from cardquota.core.quota import card_alternatives, card_name_problem
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import Violation
+from cardquota.core.violations import FieldPath, invalid
 from cardquota.core.workloads import TEMPLATE_PATHS
 
 SCALABLE = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")})
@@ -49,9 +49,9 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if path is None:
         return allow()
     template, problem = _template(manifest, path)
-    where = ".".join(path)
+    where = FieldPath.of(*path)
     if problem is not None:
-        return decide([Violation(where, problem)])
+        return decide([invalid(where, problem)])
     assert template is not None
     metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
     namespace = str((metadata or {}).get("namespace") or "default")
@@ -61,9 +61,9 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
                         "name": f"{(metadata or {}).get('name')}-template", "namespace": namespace},
            "spec": template.get("spec") or {}}
     if template_metadata is not None and not isinstance(template_metadata, Mapping):
-        return decide([Violation(f"{where}.metadata", "must be a map")])
+        return decide([invalid(where.child("metadata"), "must be a map")])
     verdict = admit_pod(pod, None, snapshot, config)
-    violations = [Violation(f"{where}.{violation.path}", violation.message) for violation in verdict.violations]
+    violations = [violation.under(where) for violation in verdict.violations]
     warnings = list(verdict.warnings)
     deleting = bool((metadata or {}).get("deletionTimestamp"))
     if violations and (deleting or _template_unchanged(old, path, template)):

@@ -8,12 +8,14 @@ from typing import Any
 import jsonpatch
 import pytest
 from builders import container, gpu_labels, gpu_node, node, pod, podgroup, queue
+from verdicts import denied_at
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict
+from cardquota.core.violations import Reason
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 MPS = "NVIDIA-A100/mps-80g*1/8"
@@ -21,6 +23,7 @@ MIG = "NVIDIA-A100/mig-1g.5gb-mixed"
 QUOTA = 'metadata.annotations["volcano.sh/card.quota"]'
 REQUEST = 'metadata.annotations["volcano.sh/card.request"]'
 CARD_NAME = 'metadata.annotations["volcano.sh/card.name"]'
+TASK_CARD_NAME = f"spec.tasks[0].template.{CARD_NAME}"
 CONFIG = PolicyConfig()
 
 NODES = [
@@ -53,6 +56,7 @@ def check(manifest: dict[str, Any], snapshot: ClusterSnapshot, old: dict[str, An
 
 
 def denied_with(verdict: Verdict, *fragments: str) -> None:
+    """The message test of a rule (one per rule; the others compare :func:`denied_at`)."""
     assert not verdict.allowed, verdict
     for fragment in fragments:
         assert fragment in verdict.message, (fragment, verdict.message)
@@ -82,26 +86,27 @@ def test_quota_is_rewritten_in_canonical_form() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "fragment"),
+    ("text", "reason"),
     [
-        ("{oops", "is not valid JSON"),
-        ("[]", "must be a JSON object"),
-        ('{"NVIDIA-A100": 1, "NVIDIA-A100": 2}', "card type NVIDIA-A100 appears more than once"),
-        ('{"NVIDIA-A100": NaN}', "NaN is not a number JSON allows"),
-        ('{"NVIDIA-A100": Infinity}', "Infinity is not a number JSON allows"),
-        ('{"NVIDIA-A100": 1.5}', "NVIDIA-A100: 1.5 is not a whole number of cards"),
-        ('{"NVIDIA-A100": "4"}', 'NVIDIA-A100: "4" is not a whole number of cards'),
-        ('{"NVIDIA-A100": true}', "NVIDIA-A100: true is not a whole number of cards"),
-        ('{"NVIDIA-A100": null}', "NVIDIA-A100: null is not a whole number of cards"),
-        ('{"NVIDIA-A100": 99999999999999999999}', "NVIDIA-A100: 99999999999999999999 is too large"),
-        ('{"NVIDIA-A100": ' + "[" * 2000 + "]" * 2000 + "}", "is not valid JSON"),
-        ('{"NVIDIA-A100": -1}', "NVIDIA-A100: -1 is negative"),
-        ('{"": 1}', "card type names must not be empty"),
-        ('{"NVIDIA-A100|NVIDIA-H100": 4}', "NVIDIA-A100|NVIDIA-H100 lists alternatives"),
+        ("{oops", Reason.INVALID),
+        ("[]", Reason.INVALID),
+        ('{"NVIDIA-A100": 1, "NVIDIA-A100": 2}', Reason.DUPLICATE),
+        ('{"NVIDIA-A100": NaN}', Reason.INVALID),
+        ('{"NVIDIA-A100": Infinity}', Reason.INVALID),
+        ('{"NVIDIA-A100": 1.5}', Reason.INVALID),
+        ('{"NVIDIA-A100": "4"}', Reason.INVALID),
+        ('{"NVIDIA-A100": true}', Reason.INVALID),
+        ('{"NVIDIA-A100": null}', Reason.INVALID),
+        ('{"NVIDIA-A100": 99999999999999999999}', Reason.INVALID),
+        ('{"NVIDIA-A100": ' + "[" * 2000 + "]" * 2000 + "}", Reason.INVALID),
+        ('{"NVIDIA-A100": -1}', Reason.INVALID),
+        ('{"": 1}', Reason.REQUIRED),
+        ('{"NVIDIA-A100|NVIDIA-H100": 4}', Reason.INVALID),
     ],
 )
-def test_invalid_quota_is_denied_naming_the_annotation_and_type(text: str, fragment: str) -> None:
-    denied_with(check(queue("q", text), cluster()), QUOTA, fragment)
+def test_invalid_quota_is_denied_naming_the_annotation_and_type(text: str, reason: Reason) -> None:
+    """The messages are the parser's (tests/unit/test_quota.py)."""
+    denied_at(check(queue("q", text), cluster()), (QUOTA, reason))
 
 
 def test_unknown_card_type_warns_with_the_closest_discovered_type() -> None:
@@ -129,8 +134,9 @@ def test_updating_a_queue_does_not_count_its_old_quota_twice() -> None:
 
 def test_child_quota_above_parent_is_denied() -> None:
     snapshot = cluster(queue("org", {A100: 8}))
-    denied_with(check(queue("team", {A100: 10, H100: 1}, parent="org"), snapshot),
-                "NVIDIA-A100 quota 10 exceeds parent queue org's quota of 8",
+    verdict = check(queue("team", {A100: 10, H100: 1}, parent="org"), snapshot)
+    denied_at(verdict, (QUOTA, Reason.INVALID), (QUOTA, Reason.INVALID))
+    denied_with(verdict, "NVIDIA-A100 quota 10 exceeds parent queue org's quota of 8",
                 "NVIDIA-H100 quota 1 exceeds parent queue org's quota of 0")
 
 
@@ -139,7 +145,9 @@ def test_parent_without_card_quota_limits_nothing() -> None:
 
 
 def test_missing_parent_is_denied_on_a_full_snapshot_and_skipped_otherwise() -> None:
-    denied_with(check(queue("team", {A100: 1}, parent="ghost"), cluster()), "parent queue ghost does not exist")
+    denied = check(queue("team", {A100: 1}, parent="ghost"), cluster())
+    denied_at(denied, ("spec.parent", Reason.NOT_FOUND))
+    denied_with(denied, "parent queue ghost does not exist")
     verdict = check(queue("team", {A100: 1}, parent="ghost"), cluster(complete=False))
     assert verdict.allowed
     assert any("parent queue ghost" in warning and "not checked" in warning for warning in verdict.warnings)
@@ -147,8 +155,9 @@ def test_missing_parent_is_denied_on_a_full_snapshot_and_skipped_otherwise() -> 
 
 def test_parent_must_not_drop_below_a_child() -> None:
     snapshot = cluster(queue("org", {A100: 8}), queue("team", {A100: 6}, parent="org"))
-    denied_with(check(queue("org", {A100: 4}), snapshot, old=queue("org", {A100: 8})),
-                "NVIDIA-A100 quota 4 is below child queue team's quota of 6")
+    verdict = check(queue("org", {A100: 4}), snapshot, old=queue("org", {A100: 8}))
+    denied_at(verdict, (QUOTA, Reason.INVALID))
+    denied_with(verdict, "NVIDIA-A100 quota 4 is below child queue team's quota of 6")
 
 
 # ------------------------------------------------------------------------------------------------- PodGroup
@@ -168,29 +177,27 @@ def test_podgroup_without_card_request_is_untouched() -> None:
 
 
 @pytest.mark.parametrize(
-    ("request_text", "fragment"),
-    [
-        ("{", "is not valid JSON"),
-        ('{"NVIDIA-A100": 0}', "NVIDIA-A100: 0 is below 1"),
-        ('{"NVIDIA-A100||NVIDIA-H100": 2}', "NVIDIA-A100||NVIDIA-H100 has an empty alternative"),
-        ('{"NVIDIA-A100": 2.5}', "NVIDIA-A100: 2.5 is not a whole number of cards"),
-    ],
+    "request_text",
+    ["{", '{"NVIDIA-A100": 0}', '{"NVIDIA-A100||NVIDIA-H100": 2}', '{"NVIDIA-A100": 2.5}'],
 )
-def test_request_syntax_errors_are_denied_naming_the_annotation(request_text: str, fragment: str) -> None:
-    denied_with(check(group(request_text), cluster(team_a())), REQUEST, fragment)
+def test_request_syntax_errors_are_denied_naming_the_annotation(request_text: str) -> None:
+    """The messages are the parser's (tests/unit/test_quota.py)."""
+    denied_at(check(group(request_text), cluster(team_a())), (REQUEST, Reason.INVALID))
 
 
 def test_request_above_quota_can_never_fit() -> None:
-    denied_with(check(group({A100: 12}), cluster(team_a())),
-                "requests 12 NVIDIA-A100 but queue team-a allows at most 10: it can never run")
+    verdict = check(group({A100: 12}), cluster(team_a()))
+    denied_at(verdict, (REQUEST, Reason.INVALID))
+    denied_with(verdict, "requests 12 NVIDIA-A100 but queue team-a allows at most 10: it can never run")
 
 
 def test_multi_card_request_is_judged_against_the_sum_of_the_alternatives() -> None:
     snapshot = cluster(queue("team-a", {A100: 5, H100: 3}))
     assert check(group({f"{A100}|{H100}": 8}), snapshot).allowed
-    denied_with(check(group({f"{A100}|{H100}": 9}), snapshot),
-                "requests 9 of NVIDIA-A100|NVIDIA-H100 but queue team-a allows at most 8 across them "
-                "(NVIDIA-A100 5 + NVIDIA-H100 3)")
+    verdict = check(group({f"{A100}|{H100}": 9}), snapshot)
+    denied_at(verdict, (REQUEST, Reason.INVALID))
+    denied_with(verdict, "requests 9 of NVIDIA-A100|NVIDIA-H100 but queue team-a allows at most 8 across them "
+                         "(NVIDIA-A100 5 + NVIDIA-H100 3)")
 
 
 def test_alternative_without_quota_warns_and_all_without_quota_denies() -> None:
@@ -199,28 +206,35 @@ def test_alternative_without_quota_warns_and_all_without_quota_denies() -> None:
     assert verdict.allowed
     assert verdict.warnings == ("queue team-a has no quota for NVIDIA-H100: only NVIDIA-A100 of "
                                 "NVIDIA-A100|NVIDIA-H100 can be used",)
-    denied_with(check(group({H100: 1}), snapshot), "queue team-a has no quota for NVIDIA-H100")
+    denied = check(group({H100: 1}), snapshot)
+    denied_at(denied, (REQUEST, Reason.INVALID))
+    denied_with(denied, "queue team-a has no quota for NVIDIA-H100")
 
 
 def test_queue_without_any_card_quota_is_denied() -> None:
-    denied_with(check(group({A100: 1}, "plain"), cluster(queue("plain"))),
-                "queue plain has no card quota (volcano.sh/card.quota)")
+    verdict = check(group({A100: 1}, "plain"), cluster(queue("plain")))
+    denied_at(verdict, (REQUEST, Reason.INVALID))
+    denied_with(verdict, "queue plain has no card quota (volcano.sh/card.quota)")
 
 
 def test_missing_queue_is_denied_on_a_full_snapshot_and_skipped_otherwise() -> None:
-    denied_with(check(group({A100: 1}, "ghost"), cluster()), "spec.queue: queue ghost does not exist")
+    denied = check(group({A100: 1}, "ghost"), cluster())
+    denied_at(denied, ("spec.queue", Reason.NOT_FOUND))
+    denied_with(denied, "spec.queue: queue ghost does not exist")
     verdict = check(group({A100: 1}, "ghost"), cluster(complete=False))
     assert verdict.allowed
     assert "not checked" in verdict.warnings[0]
 
 
 def test_default_queue_is_used_when_spec_queue_is_unset() -> None:
-    denied_with(check(group({A100: 1}, None), cluster(queue("default"))), "queue default has no card quota")
+    denied_at(check(group({A100: 1}, None), cluster(queue("default"))), (REQUEST, Reason.INVALID))
+    assert check(group({A100: 1}, None), cluster(queue("default", {A100: 1}))).allowed
 
 
 def test_alternatives_on_different_resources_are_denied() -> None:
-    denied_with(check(group({f"{A100}|{MPS}": 2}), cluster(team_a())),
-                "alternatives must share one Kubernetes resource",
+    verdict = check(group({f"{A100}|{MPS}": 2}), cluster(team_a()))
+    denied_at(verdict, (REQUEST, Reason.INVALID))
+    denied_with(verdict, "alternatives must share one Kubernetes resource",
                 "NVIDIA-A100 uses nvidia.com/gpu", "NVIDIA-A100/mps-80g*1/8 uses nvidia.com/gpu.shared")
 
 
@@ -250,15 +264,14 @@ def test_seed_job_example_is_allowed() -> None:
 
 
 def test_task_card_not_covered_by_the_jobs_request_is_denied_naming_the_task() -> None:
-    denied_with(check(vcjob({A100: 8}, task("worker", f"{A100}|{H100}", replicas=8)), cluster(team_a())),
-                'spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]',
-                "task worker uses NVIDIA-H100, which the Job's volcano.sh/card.request does not request")
+    verdict = check(vcjob({A100: 8}, task("worker", f"{A100}|{H100}", replicas=8)), cluster(team_a()))
+    denied_at(verdict, (TASK_CARD_NAME, Reason.INVALID))
+    denied_with(verdict, "task worker uses NVIDIA-H100, which the Job's volcano.sh/card.request does not request")
 
 
 def test_task_template_must_request_the_card_types_resource() -> None:
-    denied_with(check(vcjob({A100: 8}, task("worker", A100, resource="nvidia.com/gpu.shared")), cluster(team_a())),
-                "NVIDIA-A100 is requested through nvidia.com/gpu, but task worker's pod template requests "
-                "nvidia.com/gpu.shared")
+    denied_at(check(vcjob({A100: 8}, task("worker", A100, resource="nvidia.com/gpu.shared")), cluster(team_a())),
+              (TASK_CARD_NAME, Reason.INVALID))
 
 
 def test_job_without_request_gets_one_by_mutation() -> None:
@@ -274,13 +287,13 @@ def test_job_without_request_gets_one_by_mutation() -> None:
 
 
 def test_derived_request_that_can_never_fit_is_denied() -> None:
-    denied_with(check(vcjob(None, task("worker", A100, replicas=11), min_available=11), cluster(team_a())),
-                "requests 11 NVIDIA-A100 but queue team-a allows at most 10")
+    denied_at(check(vcjob(None, task("worker", A100, replicas=11), min_available=11), cluster(team_a())),
+              (REQUEST, Reason.INVALID))
+    assert check(vcjob(None, task("worker", A100, replicas=10), min_available=10), cluster(team_a())).allowed
 
 
 def test_task_card_name_syntax_is_checked() -> None:
-    denied_with(check(vcjob({A100: 1}, task("worker", f"{A100}|")), cluster(team_a())),
-                'task worker: "NVIDIA-A100|" has an empty alternative')
+    denied_at(check(vcjob({A100: 1}, task("worker", f"{A100}|")), cluster(team_a())), (TASK_CARD_NAME, Reason.INVALID))
 
 
 # ---------------------------------------------------------------------------------------------------- Pod
@@ -347,44 +360,51 @@ def test_no_mutation_on_update() -> None:
 
 
 def test_whole_card_name_on_an_mps_resource_is_denied_naming_the_expected_resource() -> None:
-    denied_with(check(card_pod(A100, resource="nvidia.com/gpu.shared"), cluster(team_a())), CARD_NAME,
-                "NVIDIA-A100 is requested through nvidia.com/gpu, but the pod requests nvidia.com/gpu.shared")
+    verdict = check(card_pod(A100, resource="nvidia.com/gpu.shared"), cluster(team_a()))
+    denied_at(verdict, (CARD_NAME, Reason.INVALID))
+    denied_with(verdict, "NVIDIA-A100 is requested through nvidia.com/gpu, but the pod requests nvidia.com/gpu.shared")
 
 
 def test_resource_rule_works_from_names_alone_without_the_cluster() -> None:
-    denied_with(check(card_pod(A100, resource="nvidia.com/gpu.shared"), cluster(complete=False, nodes=False)),
-                "NVIDIA-A100 is requested through a whole-card resource such as nvidia.com/gpu")
+    denied_at(check(card_pod(A100, resource="nvidia.com/gpu.shared"), cluster(complete=False, nodes=False)),
+              (CARD_NAME, Reason.INVALID))
     assert check(card_pod(MIG, resource="nvidia.com/mig-1g.5gb"), cluster(complete=False, nodes=False)).allowed
 
 
 def test_card_pod_must_use_a_card_aware_scheduler() -> None:
-    denied_with(check(card_pod(scheduler=None), cluster(team_a())),
-                'spec.schedulerName: default-scheduler does not enforce card quotas; a pod with '
-                "volcano.sh/card.name must use volcano")
+    verdict = check(card_pod(scheduler=None), cluster(team_a()))
+    denied_at(verdict, ("spec.schedulerName", Reason.NOT_SUPPORTED))
+    denied_with(verdict, 'spec.schedulerName: default-scheduler does not enforce card quotas; a pod with '
+                         "volcano.sh/card.name must use volcano")
     custom = PolicyConfig(card_aware_schedulers=frozenset({"volcano", "volcano-gpu"}))
     assert check(card_pod(scheduler="volcano-gpu"), cluster(team_a()), config=custom).allowed
 
 
 def test_queue_must_have_quota_for_one_alternative() -> None:
     snapshot = cluster(team_a(), queue("cpu-only"))
-    denied_with(check(card_pod(queue_name="cpu-only"), snapshot), "queue cpu-only has no quota for NVIDIA-A100")
-    denied_with(check(card_pod("NVIDIA-T4|NVIDIA-L4", queue_name="team-a"), snapshot),
-                "queue team-a has no quota for any of NVIDIA-T4, NVIDIA-L4")
+    denied_at(check(card_pod(queue_name="cpu-only"), snapshot), (CARD_NAME, Reason.INVALID))
+    verdict = check(card_pod("NVIDIA-T4|NVIDIA-L4", queue_name="team-a"), snapshot)
+    denied_at(verdict, (CARD_NAME, Reason.INVALID))
+    denied_with(verdict, "queue team-a has no quota for any of NVIDIA-T4, NVIDIA-L4")
     assert check(card_pod(f"NVIDIA-T4|{A100}"), snapshot).allowed
 
 
 def test_pod_queue_comes_from_its_podgroup() -> None:
     snapshot = cluster(team_a(), queue("cpu-only"), podgroup("pg", queue="cpu-only"))
-    denied_with(check(pod("p", card=A100, gpus=1, group="pg"), snapshot), "queue cpu-only has no quota")
+    denied_at(check(pod("p", card=A100, gpus=1, group="pg"), snapshot), (CARD_NAME, Reason.INVALID))
+    assert check(pod("p", card=A100, gpus=1, group="pg", queue="team-a"), snapshot).allowed
 
 
-@pytest.mark.parametrize("card", ["", f"{A100}||{H100}", f"{A100}|", " NVIDIA-A100"])
-def test_card_name_syntax_is_denied(card: str) -> None:
-    denied_with(check(card_pod(card), cluster(team_a())), CARD_NAME)
+@pytest.mark.parametrize(("card", "reason"), [("", Reason.REQUIRED), (f"{A100}||{H100}", Reason.INVALID),
+                                             (f"{A100}|", Reason.INVALID), (" NVIDIA-A100", Reason.INVALID),
+                                             (f"{A100}|{A100}", Reason.DUPLICATE)])
+def test_card_name_syntax_is_denied(card: str, reason: Reason) -> None:
+    """The messages are the parser's (tests/unit/test_quota.py)."""
+    denied_at(check(card_pod(card), cluster(team_a())), (CARD_NAME, reason))
 
 
 def test_alternatives_mixing_whole_and_mps_are_denied() -> None:
-    denied_with(check(card_pod(f"{A100}|{MPS}"), cluster(team_a())), "alternatives must share one Kubernetes resource")
+    denied_at(check(card_pod(f"{A100}|{MPS}"), cluster(team_a())), (CARD_NAME, Reason.INVALID))
 
 
 def test_seed_affinity_typo_is_pointed_out() -> None:
@@ -407,7 +427,8 @@ def test_gpu_pod_without_card_name_in_a_card_queue_gets_a_warning() -> None:
 
 def test_malformed_pod_is_denied_not_raised() -> None:
     manifest = pod("p", card=A100, containers=[container(limits={"nvidia.com/gpu": "lots"})])
-    denied_with(check(manifest, cluster(team_a())), 'spec.containers[0].resources.limits["nvidia.com/gpu"]')
+    denied_at(check(manifest, cluster(team_a())), ('spec.containers[0].resources.limits["nvidia.com/gpu"]',
+                                                   Reason.INVALID))
 
 
 def test_kinds_no_rule_concerns_are_allowed_untouched() -> None:

@@ -9,6 +9,7 @@ from builders import node
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import manifest_values
+from verdicts import violations_of
 
 from cardquota.core.keys import (
     ANNOTATION_QUOTA_PERCENTAGE_PREFIX,
@@ -23,7 +24,7 @@ from cardquota.core.policies.crossquota import (
     quota_resource,
     scoring_strategy_violations,
 )
-from cardquota.core.violations import Violation
+from cardquota.core.violations import Reason, Violation
 
 STRATEGY_PATH = f'metadata.annotations["{SCORING_STRATEGY_ANNOTATION}"]'
 
@@ -77,20 +78,16 @@ def test_valid_or_absent_strategy_is_accepted(annotations: dict[str, str]) -> No
     assert scoring_strategy_violations(annotations) == []
 
 
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("binpack", '"binpack" is not a scoring strategy; use most-allocated or least-allocated'),
-        ("Most-Allocated", '"Most-Allocated" is not a scoring strategy; use most-allocated or least-allocated'),
-        ("most-allocated ", '"most-allocated " is not a scoring strategy; use most-allocated or least-allocated'),
-        ("", '"" is not a scoring strategy; use most-allocated or least-allocated'),
-        ("spread\nx", '"spread\\nx" is not a scoring strategy; use most-allocated or least-allocated'),
-        ("x" * 100, f'"{"x" * 37}..." is not a scoring strategy; use most-allocated or least-allocated'),
-        (1, "a number is not a scoring strategy; use most-allocated or least-allocated"),
-    ],
-)
-def test_other_strategies_are_violations_listing_both(value: Any, message: str) -> None:
-    assert scoring_strategy_violations({SCORING_STRATEGY_ANNOTATION: value}) == [Violation(STRATEGY_PATH, message)]
+def test_other_strategies_are_violations_listing_both() -> None:
+    assert scoring_strategy_violations({SCORING_STRATEGY_ANNOTATION: "binpack"}) == [Violation(
+        STRATEGY_PATH, '"binpack" is not a scoring strategy; use most-allocated or least-allocated',
+        Reason.NOT_SUPPORTED)]
+
+
+@pytest.mark.parametrize("value", ["Most-Allocated", "most-allocated ", "", "spread\nx", "x" * 100, 1])
+def test_other_strategies_are_not_supported(value: Any) -> None:
+    assert violations_of(scoring_strategy_violations({SCORING_STRATEGY_ANNOTATION: value})) == [
+        (STRATEGY_PATH, Reason.NOT_SUPPORTED)]
 
 
 # --- node annotations ---------------------------------------------------------------------------------------------
@@ -131,60 +128,52 @@ CPU = "volcano.sh/crossquota-cpu"
 MEMORY = "volcano.sh/crossquota-memory"
 PERCENT_CPU = "volcano.sh/crossquota-percentage-cpu"
 
-INVALID_NODE_ANNOTATIONS = [
-    ("cpu-above-allocatable", {CPU: "80"}, None,
+INVALID_NODE_ANNOTATIONS = [  # (id, annotations, allocatable, reason, message of the rule's first case)
+    ("cpu-above-allocatable", {CPU: "80"}, None, Reason.INVALID,
      "volcano.sh/crossquota-cpu 80 is above the node's allocatable cpu 64"),
-    ("memory-above-allocatable", {MEMORY: "600Gi"}, None,
-     "volcano.sh/crossquota-memory 600Gi is above the node's allocatable memory 512Gi"),
-    ("just-above-allocatable", {CPU: "64001m"}, None,
-     "volcano.sh/crossquota-cpu 64001m is above the node's allocatable cpu 64"),
-    ("numeric-allocatable", {"volcano.sh/crossquota-example.com/foo": "5"}, {"example.com/foo": 4},
-     "volcano.sh/crossquota-example.com/foo 5 is above the node's allocatable example.com/foo 4"),
-    ("negative", {CPU: "-1"}, None, "volcano.sh/crossquota-cpu -1 is negative; a quota is 0 or more"),
-    ("not-a-quantity", {CPU: "32 cores"}, None,
+    ("memory-above-allocatable", {MEMORY: "600Gi"}, None, Reason.INVALID, None),
+    ("just-above-allocatable", {CPU: "64001m"}, None, Reason.INVALID, None),
+    ("numeric-allocatable", {"volcano.sh/crossquota-example.com/foo": "5"}, {"example.com/foo": 4}, Reason.INVALID,
+     None),
+    ("negative", {CPU: "-1"}, None, Reason.INVALID, "volcano.sh/crossquota-cpu -1 is negative; a quota is 0 or more"),
+    ("not-a-quantity", {CPU: "32 cores"}, None, Reason.INVALID,
      'volcano.sh/crossquota-cpu "32 cores" is not a Kubernetes quantity (such as 32, 500m or 64Gi)'),
-    ("empty-value", {CPU: ""}, None,
-     'volcano.sh/crossquota-cpu "" is not a Kubernetes quantity (such as 32, 500m or 64Gi)'),
-    ("value-with-line-break", {CPU: "1\n"}, None,
-     'volcano.sh/crossquota-cpu "1\\n" is not a Kubernetes quantity (such as 32, 500m or 64Gi)'),
-    ("not-a-string", {CPU: 32}, None, "must be a string, not a number (quote the value)"),
-    ("resource-the-node-lacks", {"volcano.sh/crossquota-nvidia.com/gpu": "1"}, None,
+    ("empty-value", {CPU: ""}, None, Reason.INVALID, None),
+    ("value-with-line-break", {CPU: "1\n"}, None, Reason.INVALID, None),
+    ("not-a-string", {CPU: 32}, None, Reason.INVALID, "must be a string, not a number (quote the value)"),
+    ("resource-the-node-lacks", {"volcano.sh/crossquota-nvidia.com/gpu": "1"}, None, Reason.INVALID,
      "volcano.sh/crossquota-nvidia.com/gpu 1 limits nvidia.com/gpu, which the node does not have "
      "(it is not in status.allocatable)"),
-    ("no-resource", {"volcano.sh/crossquota-": "1"}, None,
+    ("no-resource", {"volcano.sh/crossquota-": "1"}, None, Reason.REQUIRED,
      "volcano.sh/crossquota- names no resource; write volcano.sh/crossquota-<resource>, "
      "such as volcano.sh/crossquota-cpu"),
-    ("percentage-above-100", {PERCENT_CPU: "150"}, None,
+    ("percentage-above-100", {PERCENT_CPU: "150"}, None, Reason.INVALID,
      "volcano.sh/crossquota-percentage-cpu 150 is not a percentage from 0 to 100"),
-    ("percentage-just-above-100", {PERCENT_CPU: "100.0001"}, None,
-     "volcano.sh/crossquota-percentage-cpu 100.0001 is not a percentage from 0 to 100"),
-    ("percentage-negative", {PERCENT_CPU: "-5"}, None,
-     "volcano.sh/crossquota-percentage-cpu -5 is not a percentage from 0 to 100"),
-    ("percentage-huge-exponent", {PERCENT_CPU: "1e9999"}, None,
-     "volcano.sh/crossquota-percentage-cpu 1e9999 is not a percentage from 0 to 100"),
-    ("percentage-nan", {PERCENT_CPU: "NaN"}, None,
+    ("percentage-just-above-100", {PERCENT_CPU: "100.0001"}, None, Reason.INVALID, None),
+    ("percentage-negative", {PERCENT_CPU: "-5"}, None, Reason.INVALID, None),
+    ("percentage-huge-exponent", {PERCENT_CPU: "1e9999"}, None, Reason.INVALID, None),
+    ("percentage-nan", {PERCENT_CPU: "NaN"}, None, Reason.INVALID,
      'volcano.sh/crossquota-percentage-cpu "NaN" is not a number; write a percentage from 0 to 100, '
      'such as "50" or "12.5"'),
-    ("percentage-inf", {PERCENT_CPU: "inf"}, None,
-     'volcano.sh/crossquota-percentage-cpu "inf" is not a number; write a percentage from 0 to 100, '
-     'such as "50" or "12.5"'),
-    ("percentage-sign", {PERCENT_CPU: "50%"}, None, f'{PERCENT_CPU} "50%" is not a number'),
-    ("percentage-quantity-suffix", {PERCENT_CPU: "50m"}, None, f'{PERCENT_CPU} "50m" is not a number'),
-    ("percentage-underscore", {PERCENT_CPU: "1_0"}, None, f'{PERCENT_CPU} "1_0" is not a number'),
-    ("percentage-unicode-digits", {PERCENT_CPU: "٥"}, None, f'{PERCENT_CPU} "٥" is not a number'),
-    ("percentage-no-resource", {"volcano.sh/crossquota-percentage-": "5"}, None,
-     "volcano.sh/crossquota-percentage- names no resource"),
-    ("percentage-not-a-string", {PERCENT_CPU: None}, None, "must be a string, not null (quote the value)"),
+    ("percentage-inf", {PERCENT_CPU: "inf"}, None, Reason.INVALID, None),
+    ("percentage-sign", {PERCENT_CPU: "50%"}, None, Reason.INVALID, None),
+    ("percentage-quantity-suffix", {PERCENT_CPU: "50m"}, None, Reason.INVALID, None),
+    ("percentage-underscore", {PERCENT_CPU: "1_0"}, None, Reason.INVALID, None),
+    ("percentage-unicode-digits", {PERCENT_CPU: "٥"}, None, Reason.INVALID, None),
+    ("percentage-no-resource", {"volcano.sh/crossquota-percentage-": "5"}, None, Reason.REQUIRED, None),
+    ("percentage-not-a-string", {PERCENT_CPU: None}, None, Reason.INVALID, None),
 ]
 
 
-@pytest.mark.parametrize(("annotations", "allocatable", "message"),
-                         [pytest.param(a, al, m, id=i) for i, a, al, m in INVALID_NODE_ANNOTATIONS])
+@pytest.mark.parametrize(("annotations", "allocatable", "reason", "message"),
+                         [pytest.param(a, al, r, m, id=i) for i, a, al, r, m in INVALID_NODE_ANNOTATIONS])
 def test_invalid_node_annotations_are_violations(annotations: dict[str, Any], allocatable: dict[str, Any] | None,
-                                                 message: str) -> None:
-    [violation] = node_annotation_violations(annotated_node(annotations, allocatable))
-    assert violation.path == path(next(iter(annotations)))
-    assert violation.message.startswith(message), violation.message
+                                                 reason: Reason, message: str | None) -> None:
+    """Structure for every case; the message for the first case of each rule."""
+    found = node_annotation_violations(annotated_node(annotations, allocatable))
+    assert violations_of(found) == [(path(next(iter(annotations))), reason)]
+    if message is not None:
+        assert found[0].message.startswith(message), found[0].message
 
 
 def test_every_bad_annotation_is_reported_and_good_ones_are_not() -> None:
@@ -196,33 +185,30 @@ def test_every_bad_annotation_is_reported_and_good_ones_are_not() -> None:
     ("status", "message"),
     [
         (None, "volcano.sh/crossquota-cpu 8 limits cpu, but the node reports no status.allocatable to limit"),
-        ({}, "volcano.sh/crossquota-cpu 8 limits cpu, but the node reports no status.allocatable to limit"),
-        ("Ready", "volcano.sh/crossquota-cpu 8 limits cpu, but the node reports no status.allocatable to limit"),
+        ({}, None),
+        ("Ready", None),
         ({"allocatable": ["cpu"]},
          "volcano.sh/crossquota-cpu 8 cannot be checked: the node's status.allocatable is not a map"),
         ({"allocatable": {"cpu": "sixty-four"}},
          "volcano.sh/crossquota-cpu 8 cannot be checked: the node's allocatable cpu \"sixty-four\" is not a "
          "Kubernetes quantity"),
-        ({"allocatable": {"cpu": None}},
-         "volcano.sh/crossquota-cpu 8 cannot be checked: the node's allocatable cpu null is not a Kubernetes "
-         "quantity"),
-        ({"allocatable": {"cpu": float("nan")}},
-         "volcano.sh/crossquota-cpu 8 cannot be checked: the node's allocatable cpu NaN is not a Kubernetes "
-         "quantity"),
-        ({"allocatable": {"cpu": [64]}},
-         "volcano.sh/crossquota-cpu 8 cannot be checked: the node's allocatable cpu a list is not a Kubernetes "
-         "quantity"),
-        ({"allocatable": {"memory": "1Gi"}},
-         "volcano.sh/crossquota-cpu 8 limits cpu, which the node does not have (it is not in status.allocatable)"),
+        ({"allocatable": {"cpu": None}}, None),
+        ({"allocatable": {"cpu": float("nan")}}, None),
+        ({"allocatable": {"cpu": [64]}}, None),
+        ({"allocatable": {"memory": "1Gi"}}, None),
     ],
 )
-def test_unreadable_allocatable_is_a_violation_naming_it(status: Any, message: str) -> None:
+def test_unreadable_allocatable_is_a_violation_naming_it(status: Any, message: str | None) -> None:
+    """Structure for every case; the message for the first case of each rule."""
     manifest = annotated_node({CPU: "8"})
     if status is None:
         del manifest["status"]
     else:
         manifest["status"] = status
-    assert node_annotation_violations(manifest) == [Violation(path(CPU), message)]
+    found = node_annotation_violations(manifest)
+    assert violations_of(found) == [(path(CPU), Reason.INVALID)]
+    if message is not None:
+        assert found[0].message == message
 
 
 def test_unreadable_allocatable_does_not_matter_to_percentages() -> None:

@@ -9,11 +9,12 @@ import pytest
 from builders import queue
 from hypothesis import given
 from hypothesis import strategies as st
+from verdicts import violations_of
 
-from cardquota.core.dra_quota import device_class_problem
+from cardquota.core.dra_quota import device_class_violation
 from cardquota.core.policies.dra import dra_violations
 from cardquota.core.snapshot import ClusterSnapshot, queue_record
-from cardquota.core.violations import Violation
+from cardquota.core.violations import FieldPath, Reason, Violation
 
 H100 = "nvidia-h100"
 VGPU = "hami-core-gpu.project-hami.io"
@@ -51,8 +52,15 @@ def check(manifest: dict[str, Any], snapshot: ClusterSnapshot | None = None) -> 
     return dra_violations(manifest, snapshot if snapshot is not None else snapshot_of())
 
 
-def pairs(violations: list[Violation]) -> list[tuple[str, str]]:
-    return [(v.path, v.message) for v in violations]
+Expected = list[tuple[str, Reason, str | None]]
+"""(path, reason, message) of each violation; the message is given for the first case of each rule only."""
+
+
+def assert_found(violations: list[Violation], expected: Expected) -> None:
+    assert violations_of(violations) == [(path, reason) for path, reason, _ in expected]
+    for violation, (_, _, message) in zip(violations, expected, strict=True):
+        if message is not None:
+            assert violation.message == message
 
 
 def test_the_design_example_is_valid() -> None:
@@ -72,66 +80,72 @@ def test_a_queue_without_spec_dra_has_nothing_to_say(manifest: dict[str, Any]) -
 
 
 @pytest.mark.parametrize(("dra", "expected"), [
-    pytest.param([1], [("spec.dra", "must be a map of capability, deserved and guarantee, not a list")],
+    pytest.param([1], [("spec.dra", Reason.INVALID,
+                        "must be a map of capability, deserved and guarantee, not a list")],
                  id="dra-not-a-map"),
-    pytest.param({"limits": {}}, [("spec.dra.limits",
+    pytest.param({"limits": {}}, [("spec.dra.limits", Reason.NOT_SUPPORTED,
                                    "unknown field limits (spec.dra has capability, deserved and guarantee)")],
                  id="unknown-dra-field"),
     pytest.param({"capability": [H100]},
-                 [("spec.dra.capability", "must be a map of DeviceClass name to quota, not a list")],
+                 [("spec.dra.capability", Reason.INVALID,
+                   "must be a map of DeviceClass name to quota, not a list")],
                  id="section-not-a-map"),
     pytest.param({"capability": {"NVIDIA-H100": {"count": 1}}},
-                 [('spec.dra.capability["NVIDIA-H100"]',
+                 [('spec.dra.capability["NVIDIA-H100"]', Reason.INVALID,
                    "DeviceClass name NVIDIA-H100 is not a DNS subdomain (lowercase letters, digits, '-' and '.', "
                    "starting and ending with a letter or digit, such as nvidia-h100 or gpu.example.com)")],
                  id="class-name-uppercase"),
     pytest.param({"capability": {"gpu": 4}},
-                 [('spec.dra.capability["gpu"]',
+                 [('spec.dra.capability["gpu"]', Reason.INVALID,
                    "DeviceClass gpu: must be a map with count and optional capacity, not a number")],
                  id="entry-not-a-map"),
     pytest.param({"guarantee": {"gpu": {"count": 1, "memory": "1Gi"}}},
-                 [('spec.dra.guarantee["gpu"].memory',
+                 [('spec.dra.guarantee["gpu"].memory', Reason.NOT_SUPPORTED,
                    "DeviceClass gpu: unknown field memory (an entry has count and capacity)")],
                  id="unknown-entry-field"),
     pytest.param({"capability": {"gpu": {}}},
-                 [('spec.dra.capability["gpu"].count', "DeviceClass gpu: count is required (the number of devices)")],
+                 [('spec.dra.capability["gpu"].count', Reason.REQUIRED,
+                   "DeviceClass gpu: count is required (the number of devices)")],
                  id="count-missing"),
     pytest.param({"capability": {"gpu": {"count": "8"}}},
-                 [('spec.dra.capability["gpu"].count', 'DeviceClass gpu: count must be a whole number, not "8"')],
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID,
+                   'DeviceClass gpu: count must be a whole number, not "8"')],
                  id="count-string"),
     pytest.param({"capability": {"gpu": {"count": 2.5}}},
-                 [('spec.dra.capability["gpu"].count', "DeviceClass gpu: count must be a whole number, not 2.5")],
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID, None)],
                  id="count-float"),
     pytest.param({"capability": {"gpu": {"count": True}}},
-                 [('spec.dra.capability["gpu"].count', "DeviceClass gpu: count must be a whole number, not true")],
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID, None)],
                  id="count-bool"),
     pytest.param({"capability": {"gpu": {"count": -1}}},
-                 [('spec.dra.capability["gpu"].count', "DeviceClass gpu: count -1 is negative")],
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID,
+                   "DeviceClass gpu: count -1 is negative")],
                  id="count-negative"),
     pytest.param({"capability": {"gpu": {"count": 2**63}}},
-                 [('spec.dra.capability["gpu"].count',
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID,
                    f"DeviceClass gpu: count {2**63} is too large (at most {2**63 - 1})")],
                  id="count-beyond-int64"),
     pytest.param({"capability": {"gpu": {"count": 1, "capacity": ["memory"]}}},
-                 [('spec.dra.capability["gpu"].capacity',
+                 [('spec.dra.capability["gpu"].capacity', Reason.INVALID,
                    "DeviceClass gpu: capacity must be a map of dimension to quantity, not a list")],
                  id="capacity-not-a-map"),
     pytest.param({"capability": {"gpu": {"count": 1, "capacity": {"memory": "80GB"}}}},
-                 [('spec.dra.capability["gpu"].capacity["memory"]',
+                 [('spec.dra.capability["gpu"].capacity["memory"]', Reason.INVALID,
                    "DeviceClass gpu: capacity memory: \"80GB\" is not a quantity "
                    '(expected e.g. "2", "500m", "80Gi", "1e3")')],
                  id="capacity-not-a-quantity"),
     pytest.param({"capability": {"gpu": {"count": 1, "capacity": {"cores": "-5"}}}},
-                 [('spec.dra.capability["gpu"].capacity["cores"]', "DeviceClass gpu: capacity cores: -5 is negative")],
+                 [('spec.dra.capability["gpu"].capacity["cores"]', Reason.INVALID,
+                   "DeviceClass gpu: capacity cores: -5 is negative")],
                  id="capacity-negative"),
     pytest.param({"capability": {"gpu": {"count": 1, "capacity": {"": "5"}}}},
-                 [('spec.dra.capability["gpu"].capacity[""]',
+                 [('spec.dra.capability["gpu"].capacity[""]', Reason.REQUIRED,
                    'DeviceClass gpu: capacity dimension "" must be a non-empty name')],
                  id="capacity-empty-dimension"),
 ])
-def test_shape_violations(dra: Any, expected: list[tuple[str, str]]) -> None:
+def test_shape_violations(dra: Any, expected: Expected) -> None:
     violations, warnings = check(dra_queue(dra=dra))
-    assert pairs(violations) == expected
+    assert_found(violations, expected)
     assert warnings == []
 
 
@@ -154,38 +168,30 @@ def test_shape_violations(dra: Any, expected: list[tuple[str, str]]) -> None:
     (7, False),
 ])
 def test_device_class_names_are_dns_subdomains(name: object, valid: bool) -> None:
-    assert (device_class_problem(name) is None) is valid
+    assert (device_class_violation(name, FieldPath.of("spec", "dra")) is None) is valid
 
 
 @pytest.mark.parametrize(("dra", "expected"), [
     pytest.param({"deserved": {"gpu": {"count": 4}}, "guarantee": {"gpu": {"count": 6}}},
-                 [('spec.dra.guarantee["gpu"].count',
+                 [('spec.dra.guarantee["gpu"].count', Reason.INVALID,
                    "DeviceClass gpu: guarantee count 6 is above deserved count 4 "
                    "(each must be guarantee <= deserved <= capability)")],
                  id="guarantee-above-deserved"),
     pytest.param({"capability": {"gpu": {"count": 8, "capacity": {"memory": "80Gi"}}},
                   "deserved": {"gpu": {"count": 8, "capacity": {"memory": "100Gi"}}}},
-                 [('spec.dra.deserved["gpu"].capacity["memory"]',
-                   "DeviceClass gpu: deserved capacity memory 100Gi is above capability capacity memory 80Gi "
-                   "(each must be guarantee <= deserved <= capability)")],
+                 [('spec.dra.deserved["gpu"].capacity["memory"]', Reason.INVALID, None)],
                  id="deserved-dimension-above-capability"),
     pytest.param({"capability": {"gpu": {"count": 2}}, "guarantee": {"gpu": {"count": 3}}},
-                 [('spec.dra.guarantee["gpu"].count',
-                   "DeviceClass gpu: guarantee count 3 is above capability count 2 "
-                   "(each must be guarantee <= deserved <= capability)")],
+                 [('spec.dra.guarantee["gpu"].count', Reason.INVALID, None)],
                  id="guarantee-above-capability-without-deserved"),
     pytest.param({"capability": {"gpu": {"count": 8, "capacity": {"cores": "100"}}},
                   "deserved": {"gpu": {"count": 8}},
                   "guarantee": {"gpu": {"count": 1, "capacity": {"cores": "200"}}}},
-                 [('spec.dra.guarantee["gpu"].capacity["cores"]',
-                   "DeviceClass gpu: guarantee capacity cores 200 is above capability capacity cores 100 "
-                   "(each must be guarantee <= deserved <= capability)")],
+                 [('spec.dra.guarantee["gpu"].capacity["cores"]', Reason.INVALID, None)],
                  id="guarantee-dimension-above-capability-when-deserved-lacks-it"),
     pytest.param({"capability": {"gpu": {"count": 2}}, "deserved": {"gpu": {"count": 3}},
                   "guarantee": {"gpu": {"count": 3}}},
-                 [('spec.dra.deserved["gpu"].count',
-                   "DeviceClass gpu: deserved count 3 is above capability count 2 "
-                   "(each must be guarantee <= deserved <= capability)")],
+                 [('spec.dra.deserved["gpu"].count', Reason.INVALID, None)],
                  id="chain-reported-once"),
     pytest.param({"capability": {"gpu": {"count": 4, "capacity": {"memory": "1Gi"}}},
                   "deserved": {"gpu": {"count": 4, "capacity": {"memory": "1024Mi"}}},
@@ -195,12 +201,12 @@ def test_device_class_names_are_dns_subdomains(name: object, valid: bool) -> Non
                   "deserved": {"gpu": {"count": 4, "capacity": {"cores": "1500m"}}}},
                  [], id="quantities-compare-exactly"),
     pytest.param({"capability": {"gpu": {"count": "8"}}, "deserved": {"gpu": {"count": 9}}},
-                 [('spec.dra.capability["gpu"].count', 'DeviceClass gpu: count must be a whole number, not "8"')],
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID, None)],
                  id="invalid-bounds-are-not-compared"),
 ])
-def test_guarantee_deserved_capability_order(dra: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+def test_guarantee_deserved_capability_order(dra: dict[str, Any], expected: Expected) -> None:
     violations, warnings = check(dra_queue(dra=dra))
-    assert pairs(violations) == expected
+    assert_found(violations, expected)
     assert warnings == []
 
 
@@ -210,19 +216,17 @@ PARENT = dra_queue("org", capability(gpu={"count": 8, "capacity": {"memory": "80
 @pytest.mark.parametrize(("child_dra", "expected"), [
     pytest.param(capability(gpu={"count": 8, "capacity": {"memory": "80Gi"}}), [], id="equal-to-parent"),
     pytest.param(capability(gpu={"count": 9}),
-                 [('spec.dra.capability["gpu"].count',
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID,
                    "DeviceClass gpu: capability count 9 is above parent queue org's capability count 8")],
                  id="count-above-parent"),
     pytest.param(capability(gpu={"count": 1, "capacity": {"memory": "81Gi", "cores": "9999"}}),
-                 [('spec.dra.capability["gpu"].capacity["memory"]',
-                   "DeviceClass gpu: capability capacity memory 81Gi is above parent queue org's capability "
-                   "capacity memory 80Gi")],
+                 [('spec.dra.capability["gpu"].capacity["memory"]', Reason.INVALID, None)],
                  id="dimension-above-parent-and-unlimited-dimension"),
     pytest.param(capability(other={"count": 1000}), [], id="class-the-parent-does-not-limit"),
 ])
-def test_a_child_stays_within_its_parent(child_dra: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+def test_a_child_stays_within_its_parent(child_dra: dict[str, Any], expected: Expected) -> None:
     violations, warnings = check(dra_queue("team", child_dra, parent="org"), snapshot_of(PARENT))
-    assert pairs(violations) == expected
+    assert_found(violations, expected)
     assert warnings == []
 
 
@@ -235,7 +239,7 @@ def test_a_parent_with_an_invalid_or_missing_dra_limits_nothing() -> None:
 def test_a_missing_parent_denies_on_a_complete_snapshot_and_warns_otherwise() -> None:
     child = dra_queue("team", capability(gpu={"count": 1}), parent="org")
     violations, warnings = check(child, snapshot_of(complete=True))
-    assert pairs(violations) == [("spec.parent", "parent queue org does not exist")]
+    assert_found(violations, [("spec.parent", Reason.NOT_FOUND, "parent queue org does not exist")])
     assert warnings == []
     violations, warnings = check(child, snapshot_of(complete=False))
     assert violations == []
@@ -251,21 +255,19 @@ def test_the_implicit_root_parent_and_queues_without_capability_need_no_parent()
 @pytest.mark.parametrize(("parent_dra", "expected"), [
     pytest.param(capability(gpu={"count": 8, "capacity": {"memory": "80Gi"}}), [], id="enough-for-child"),
     pytest.param(capability(gpu={"count": 4, "capacity": {"memory": "80Gi"}}),
-                 [('spec.dra.capability["gpu"].count',
+                 [('spec.dra.capability["gpu"].count', Reason.INVALID,
                    "DeviceClass gpu: capability count 4 is below child queue team-a's capability count 8")],
                  id="count-below-child"),
     pytest.param(capability(gpu={"count": 8, "capacity": {"memory": "40Gi"}}),
-                 [('spec.dra.capability["gpu"].capacity["memory"]',
-                   "DeviceClass gpu: capability capacity memory 40Gi is below child queue team-a's capability "
-                   "capacity memory 80Gi")],
+                 [('spec.dra.capability["gpu"].capacity["memory"]', Reason.INVALID, None)],
                  id="dimension-below-child"),
     pytest.param(capability(other={"count": 1}), [], id="parent-without-the-class-limits-nothing"),
 ])
-def test_a_parent_does_not_drop_below_a_child(parent_dra: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+def test_a_parent_does_not_drop_below_a_child(parent_dra: dict[str, Any], expected: Expected) -> None:
     child = dra_queue("team-a", capability(gpu={"count": 8, "capacity": {"memory": "80Gi"}}), parent="org")
     old_self = dra_queue("org", capability(gpu={"count": 100}))
     violations, warnings = check(dra_queue("org", parent_dra), snapshot_of(child, old_self))
-    assert pairs(violations) == expected
+    assert_found(violations, expected)
     assert warnings == []
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from verdicts import violations_of
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.schedconf import admit
@@ -17,6 +18,7 @@ from cardquota.core.schedconf.goregex import go_regex_problem
 from cardquota.core.schedconf.reader import read_bool, read_int, read_number
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict
+from cardquota.core.violations import Reason
 
 CONF = 'data["volcano-scheduler.conf"]'
 
@@ -119,6 +121,17 @@ def problems(conf: str) -> list[tuple[str, str]]:
     return [(v.path, v.message) for v in run(configmap(conf)).violations]
 
 
+Expected = list[tuple[str, Reason, str | None]]
+"""(path, reason, message) of each violation; the message is given for the first case of each rule only."""
+
+
+def assert_found(verdict: Verdict, expected: Expected) -> None:
+    assert violations_of(verdict) == [(path, reason) for path, reason, _ in expected]
+    for violation, (_, _, message) in zip(verdict.violations, expected, strict=True):
+        if message is not None:
+            assert violation.message == message
+
+
 @pytest.mark.parametrize("conf", [
     pytest.param(yaml.safe_load(CAPACITY_CARD_EXAMPLE_4)["data"]["volcano-scheduler.conf"],
                  id="capacity-card-example-4"),
@@ -155,75 +168,113 @@ def test_the_examined_name_comes_from_the_config_in_any_namespace() -> None:
     assert run(configmap("actions: [", name="volcano-scheduler-configmap"), config).allowed
     verdict = run(configmap("actions: [", name="my-scheduler", namespace="anywhere"), config)
     assert not verdict.allowed
-    assert verdict.message.startswith(f"{CONF}: is not valid YAML: document 1: invalid YAML at line ")
+    assert violations_of(verdict) == [(CONF, Reason.INVALID)]
 
 
 @pytest.mark.parametrize(("manifest", "expected"), [
-    pytest.param(configmap(None), [(CONF, "is missing: the Volcano scheduler reads its actions and plugins from "
-                                          "this key")], id="key-missing"),
+    pytest.param(configmap(None),
+                 [(CONF, Reason.REQUIRED,
+                   "is missing: the Volcano scheduler reads its actions and plugins from "
+                   "this key")],
+                 id="key-missing"),
     pytest.param({**configmap(None), "data": None},
-                 [(CONF, "is missing: the Volcano scheduler reads its actions and plugins from this key")],
+                 [(CONF, Reason.REQUIRED, None)],
                  id="no-data"),
-    pytest.param({**configmap(None), "data": ["x"]}, [("data", "must be a map of key to text, not a list")],
+    pytest.param({**configmap(None), "data": ["x"]},
+                 [("data", Reason.INVALID,
+                   "must be a map of key to text, not a list")],
                  id="data-not-a-map"),
     pytest.param(configmap(42),  # type: ignore[arg-type]
-                 [(CONF, "must be text (the YAML configuration), not a number")], id="conf-not-text"),
+                 [(CONF, Reason.INVALID, "must be text (the YAML configuration), not a number")],
+                 id="conf-not-text"),
 ])
-def test_the_configuration_key(manifest: dict[str, Any], expected: list[tuple[str, str]]) -> None:
-    verdict = run(manifest)
-    assert [(v.path, v.message) for v in verdict.violations] == expected
+def test_the_configuration_key(manifest: dict[str, Any], expected: Expected) -> None:
+    assert_found(run(manifest), expected)
 
 
 @pytest.mark.parametrize(("conf", "expected"), [
-    pytest.param("actions: [enqueue\ntiers: []", [(CONF, "is not valid YAML: document 1: invalid YAML at line 2, "
-                                                         "column 6: did not find expected ',' or ']'")],
+    pytest.param("actions: [enqueue\ntiers: []",
+                 [(CONF, Reason.INVALID,
+                   "is not valid YAML: document 1: invalid YAML at line 2, "
+                   "column 6: did not find expected ',' or ']'")],
                  id="invalid-yaml"),
-    pytest.param("actions: a\n---\ntiers: []\n", [(CONF, "is not valid YAML: holds 2 YAML documents where one is "
-                                                         "expected")], id="two-documents"),
-    pytest.param("- actions", [(CONF, "must be a YAML map with actions and tiers, not a list")], id="not-a-map"),
-    pytest.param("", [(CONF, "must be a YAML map with actions and tiers, not null")], id="empty"),
-    pytest.param("tiers: []", [(f"{CONF}.actions", 'is required: the actions the scheduler runs, in order, such '
-                                                   'as "enqueue, allocate, backfill"')], id="actions-missing"),
+    pytest.param("actions: a\n---\ntiers: []\n",
+                 [(CONF, Reason.INVALID,
+                   "is not valid YAML: holds 2 YAML documents where one is "
+                   "expected")],
+                 id="two-documents"),
+    pytest.param("- actions",
+                 [(CONF, Reason.INVALID,
+                   "must be a YAML map with actions and tiers, not a list")],
+                 id="not-a-map"),
+    pytest.param("",
+                 [(CONF, Reason.INVALID,
+                   "must be a YAML map with actions and tiers, not null")],
+                 id="empty"),
+    pytest.param("tiers: []",
+                 [(f"{CONF}.actions", Reason.REQUIRED,
+                   'is required: the actions the scheduler runs, in order, such '
+                   'as "enqueue, allocate, backfill"')],
+                 id="actions-missing"),
     pytest.param("actions: ''\ntiers: []",
-                 [(f"{CONF}.actions", 'must name at least one action, such as "enqueue, allocate, backfill"')],
+                 [(f"{CONF}.actions", Reason.REQUIRED,
+                   'must name at least one action, such as "enqueue, allocate, backfill"')],
                  id="actions-empty"),
     pytest.param("actions: [enqueue]\ntiers: []",
-                 [(f"{CONF}.actions", 'must be a comma-separated string of actions, such as "enqueue, allocate, '
-                                      'backfill", not a list')], id="actions-list"),
+                 [(f"{CONF}.actions", Reason.INVALID,
+                   'must be a comma-separated string of actions, such as "enqueue, allocate, '
+                   'backfill", not a list')],
+                 id="actions-list"),
     pytest.param("actions: 'enqueue,,allocate'\ntiers: []",
-                 [(f"{CONF}.actions", '"enqueue,,allocate" has an empty action name (a stray comma?)')],
+                 [(f"{CONF}.actions", Reason.INVALID,
+                   '"enqueue,,allocate" has an empty action name (a stray comma?)')],
                  id="actions-stray-comma"),
-    pytest.param("actions: enqueue", [(f"{CONF}.tiers", "is required: a list of tiers, each with a list of "
-                                                         "plugins")], id="tiers-missing"),
+    pytest.param("actions: enqueue",
+                 [(f"{CONF}.tiers", Reason.REQUIRED,
+                   "is required: a list of tiers, each with a list of "
+                   "plugins")],
+                 id="tiers-missing"),
     pytest.param("actions: enqueue\ntiers: {plugins: []}",
-                 [(f"{CONF}.tiers", "must be a list of tiers, each with a list of plugins, not a map")],
+                 [(f"{CONF}.tiers", Reason.INVALID,
+                   "must be a list of tiers, each with a list of plugins, not a map")],
                  id="tiers-not-a-list"),
-    pytest.param("actions: enqueue\ntiers: [gang]", [(f"{CONF}.tiers[0]", "must be a map with plugins, not a "
-                                                                          "string")], id="tier-not-a-map"),
-    pytest.param("actions: enqueue\ntiers: [{}]", [(f"{CONF}.tiers[0].plugins", "is required: the list of this "
-                                                                                "tier's plugins")],
+    pytest.param("actions: enqueue\ntiers: [gang]",
+                 [(f"{CONF}.tiers[0]", Reason.INVALID,
+                   "must be a map with plugins, not a "
+                   "string")],
+                 id="tier-not-a-map"),
+    pytest.param("actions: enqueue\ntiers: [{}]",
+                 [(f"{CONF}.tiers[0].plugins", Reason.REQUIRED,
+                   "is required: the list of this "
+                   "tier's plugins")],
                  id="plugins-missing"),
     pytest.param("actions: enqueue\ntiers: [{plugins: gang}]",
-                 [(f"{CONF}.tiers[0].plugins", "must be a list of plugins, not a string")], id="plugins-not-a-list"),
+                 [(f"{CONF}.tiers[0].plugins", Reason.INVALID,
+                   "must be a list of plugins, not a string")],
+                 id="plugins-not-a-list"),
     pytest.param("actions: enqueue\ntiers: [{plugins: [gang]}]",
-                 [(f"{CONF}.tiers[0].plugins[0]", "must be a map with a name, not a string")],
+                 [(f"{CONF}.tiers[0].plugins[0]", Reason.INVALID,
+                   "must be a map with a name, not a string")],
                  id="plugin-not-a-map"),
     pytest.param("actions: enqueue\ntiers: [{plugins: [{arguments: {}}]}]",
-                 [(f"{CONF}.tiers[0].plugins[0].name",
+                 [(f"{CONF}.tiers[0].plugins[0].name", Reason.REQUIRED,
                    "is required: the plugin's name, such as gang or capacity-card")],
                  id="plugin-name-missing"),
     pytest.param("actions: enqueue\ntiers: [{plugins: [{name: ' '}]}]",
-                 [(f"{CONF}.tiers[0].plugins[0].name", 'must be a plugin name (a non-empty string), not " "')],
+                 [(f"{CONF}.tiers[0].plugins[0].name", Reason.INVALID,
+                   'must be a plugin name (a non-empty string), not " "')],
                  id="plugin-name-blank"),
     pytest.param("actions: enqueue\ntiers: [{plugins: [{name: gang, arguments: [1]}]}]",
-                 [(f"{CONF}.tiers[0].plugins[0].arguments", "gang arguments must be a map of name to value, not a "
-                                                            "list")], id="arguments-not-a-map"),
+                 [(f"{CONF}.tiers[0].plugins[0].arguments", Reason.INVALID,
+                   "gang arguments must be a map of name to value, not a "
+                   "list")],
+                 id="arguments-not-a-map"),
     pytest.param("actions: enqueue\ntiers: []\nconfigurations: []\n", [], id="empty-tiers-and-other-keys"),
     pytest.param("actions: enqueue\ntiers: [{plugins: [{name: gang, arguments: null}, {name: x, arguments: {a: 1}}]}]",
                  [], id="null-arguments-and-unknown-plugins"),
 ])
-def test_structure(conf: str, expected: list[tuple[str, str]]) -> None:
-    assert problems(conf) == expected
+def test_structure(conf: str, expected: Expected) -> None:
+    assert_found(run(configmap(conf)), expected)
 
 
 def _arg_path(tier: int, index: int, argument: str) -> str:
@@ -234,15 +285,12 @@ def _arg_path(tier: int, index: int, argument: str) -> str:
     # capacity-card
     ("capacity-card", "cardUnlimitedCpuMemory", "yes please",
      'capacity-card argument cardUnlimitedCpuMemory must be true or false, not "yes please"'),
-    ("capacity-card", "cardUnlimitedCpuMemory", 1, "capacity-card argument cardUnlimitedCpuMemory must be true or "
-                                                   "false, not 1"),
+    ("capacity-card", "cardUnlimitedCpuMemory", 1, None),
     ("capacity-card", "nodeOrderWeight", 0, "capacity-card argument nodeOrderWeight must be a number greater than 0, "
                                             "not 0"),
-    ("capacity-card", "nodeOrderWeight", "-1.5", 'capacity-card argument nodeOrderWeight must be a number greater '
-                                                 'than 0, not "-1.5"'),
+    ("capacity-card", "nodeOrderWeight", "-1.5", None),
     ("capacity-card", "nodeOrderWeight", "heavy", None),
-    ("capacity-card", "nodeOrderWeight", None, "capacity-card argument nodeOrderWeight must be a number greater "
-                                               "than 0, not null"),
+    ("capacity-card", "nodeOrderWeight", None, None),
     ("capacity-card", "nodeOrderWeight", float("inf"), None),
     # crossquota
     ("crossquota", "gpu-resource-names", "nvidia.com/(gpu",
@@ -292,13 +340,19 @@ def _arg_path(tier: int, index: int, argument: str) -> str:
     ("predicates", "predicate.MGPUMaxContainersPerCard", "16.0", None),
 ])
 def test_bad_plugin_arguments(plugin_name: str, argument: str, value: Any, message: str | None) -> None:
-    found = problems(conf_of([plugin("gang"), plugin(plugin_name, **{argument: value})]))
-    assert len(found) == 1, found
-    path, text = found[0]
-    assert path == _arg_path(0, 1, argument)
+    """(path, reason) of every case (NotSupported for a value outside a closed set); the message for the first case
+    of each argument."""
+    verdict = run(configmap(conf_of([plugin("gang"), plugin(plugin_name, **{argument: value})])))
+    reason = Reason.NOT_SUPPORTED if argument in CHOICES else Reason.INVALID
+    assert violations_of(verdict) == [(_arg_path(0, 1, argument), reason)]
+    text = verdict.violations[0].message
     assert text.startswith(f"{plugin_name} argument ")
     if message is not None:
         assert text == message
+
+
+CHOICES = ("predicate.MGPUPolicy", "predicate.MGPUScheduleMode")
+"""The arguments whose values are one of a closed set."""
 
 
 @pytest.mark.parametrize(("plugin_name", "arguments"), [
@@ -321,6 +375,7 @@ def test_good_plugin_arguments(plugin_name: str, arguments: dict[str, Any]) -> N
 @pytest.mark.parametrize("other", ["capacity", "proportion"])
 def test_capacity_card_conflicts_with_capacity_and_proportion_anywhere(other: str) -> None:
     conf = conf_of([plugin("priority"), plugin(other)], [plugin("drf"), plugin("capacity-card")])
+    assert violations_of(run(configmap(conf))) == [(f"{CONF}.tiers[0].plugins[1].name", Reason.FORBIDDEN)]
     assert problems(conf) == [(
         f"{CONF}.tiers[0].plugins[1].name",
         f"plugin {other} conflicts with capacity-card (at tiers[1].plugins[1]): both manage queue capacity, so "
@@ -333,11 +388,11 @@ def test_every_problem_is_reported_with_its_own_path() -> None:
     conf = conf_of([plugin("capacity-card", nodeOrderWeight=0), plugin("proportion")],
                    [plugin("predicates", **{"predicate.MGPUPolicy": "x"})], actions="")
     verdict = run(configmap(conf))
-    assert [v.path for v in verdict.violations] == [
-        f"{CONF}.actions",
-        _arg_path(0, 0, "nodeOrderWeight"),
-        _arg_path(1, 0, "predicate.MGPUPolicy"),
-        f"{CONF}.tiers[0].plugins[1].name",
+    assert violations_of(verdict) == [
+        (f"{CONF}.actions", Reason.REQUIRED),
+        (_arg_path(0, 0, "nodeOrderWeight"), Reason.INVALID),
+        (_arg_path(1, 0, "predicate.MGPUPolicy"), Reason.NOT_SUPPORTED),
+        (f"{CONF}.tiers[0].plugins[1].name", Reason.FORBIDDEN),
     ]
     assert not verdict.allowed
     assert verdict.message.count("; ") == 3
@@ -497,6 +552,7 @@ def test_a_document_end_marker_is_refused_only_when_text_follows_and_says_so(con
     from cardquota.core.scheduling.session import SchedulerConfig
 
     verdict = run(configmap(conf))
+    assert violations_of(verdict) == ([] if expected is None else [(CONF, Reason.INVALID)])
     assert [v.message for v in verdict.violations] == ([] if expected is None else [expected])
     if expected is not None and expected.startswith("goes on"):
         with pytest.raises(InputError, match=r"volcano-scheduler\.conf goes on after the YAML end of document"):

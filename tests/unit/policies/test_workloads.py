@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 import yaml
 from builders import gpu_node, queue
+from verdicts import violations_of
 
 from cardquota.cli.main import run
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.violations import Reason
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 SNAPSHOT_OBJECTS = [gpu_node("a1", A100, 8), gpu_node("h1", H100, 8), queue("cr-queue1", {A100: 1, H100: 1})]
@@ -62,11 +64,9 @@ def test_a_valid_card_workload_is_allowed_without_a_warning(kind: str) -> None:
 def test_the_pod_rule_denies_with_the_template_path(kind: str) -> None:
     verdict = admit(workload(kind, scheduler="default-scheduler"), None, snapshot(), PolicyConfig())
     assert not verdict.allowed
-    (violation,) = verdict.violations
-    assert violation.path == f"{PATHS[kind]}.spec.schedulerName"
-    assert "default-scheduler" in violation.message
+    assert violations_of(verdict) == [(f"{PATHS[kind]}.spec.schedulerName", Reason.NOT_SUPPORTED)]
     typo = admit(workload(kind, card="NVIDIA-A100|"), None, snapshot(), PolicyConfig())
-    assert typo.violations[0].path == f'{PATHS[kind]}.metadata.annotations["volcano.sh/card.name"]'
+    assert violations_of(typo) == [(f'{PATHS[kind]}.metadata.annotations["volcano.sh/card.name"]', Reason.INVALID)]
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob"])
@@ -102,7 +102,8 @@ def test_a_template_whose_metadata_is_not_a_map_is_refused_not_a_crash() -> None
     broken = workload("Deployment")
     broken["spec"]["template"]["metadata"] = ["a", "b"]
     verdict = admit(broken, None, snapshot(), PolicyConfig())
-    assert [(v.path, v.message) for v in verdict.violations] == [("spec.template.metadata", "must be a map")]
+    assert [(v.path, v.reason, v.message) for v in verdict.violations] == [
+        ("spec.template.metadata", Reason.INVALID, "must be a map")]
 
 
 def test_alternatives_add_up_per_pod_and_daemonsets_are_not_counted() -> None:
@@ -165,11 +166,11 @@ def test_volcano_job_task_templates_get_the_pod_rules_that_are_not_about_cards()
                "spec": {"containers": [{"name": "c", "resources": {
                    "requests": {"vke.volcengine.com/mgpu-core": "-20"}}}]}}}]}}
     verdict = admit(job, None, snapshot(), PolicyConfig())
-    assert [(v.path, v.message) for v in verdict.violations] == [
+    assert violations_of(verdict) == [
         ('spec.tasks[0].template.spec.containers[0].resources.requests["vke.volcengine.com/mgpu-core"]',
-         'container "c": vke.volcengine.com/mgpu-core -20 must be above 0'),
+         Reason.INVALID),
         ('spec.tasks[0].template.metadata.annotations["volcano.sh/crossquota-scoring-strategy"]',
-         '"bogus" is not a scoring strategy; use most-allocated or least-allocated'),
+         Reason.NOT_SUPPORTED),
     ]
 
 
