@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import cardquota.core
 from cardquota.core.verdict import deny
 from cardquota.core.violations import (
     ANNOTATIONS,
@@ -153,3 +156,16 @@ def test_the_reason_is_in_a_verdicts_json() -> None:
     verdict = deny([not_found(FieldPath.of("spec", "queue"), "queue q does not exist")])
     assert verdict.as_json()["violations"] == [
         {"path": "spec.queue", "reason": "FieldValueNotFound", "message": "queue q does not exist"}]
+
+
+CORE = Path(cardquota.core.__file__).parent
+
+
+def test_the_core_builds_every_violation_from_a_path_and_a_reason() -> None:
+    """No path written by hand as text (``Violation("spec.x", …)``, ``Violation(f"{path}.x", …)``) outside the
+    builder itself: a new rule uses FieldPath and a constructor, so its path renders like every other."""
+    by_hand = re.compile(r"Violation\(\s*f?[\"']")
+    offenders = [f"{source.relative_to(CORE)}:{number}"
+                 for source in sorted(CORE.rglob("*.py")) if source.name != "violations.py"
+                 for number, line in enumerate(source.read_text().splitlines(), start=1) if by_hand.search(line)]
+    assert offenders == []

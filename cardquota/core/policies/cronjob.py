@@ -22,9 +22,9 @@ VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
 
 
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
-    job, problem = template_job(manifest)
-    if problem is not None:
-        return decide([problem])
+    job, violation = template_job(manifest)
+    if violation is not None:
+        return decide([violation])
     if job is None:
         return allow()
     old_job = template_job(old)[0] if old is not None else None

@@ -1,7 +1,7 @@
 """Node admission: the crossquota annotations (``volcano.sh/crossquota-<resource>``,
 ``volcano.sh/crossquota-percentage-<resource>``) must be readable and within the node's allocatable.
 
-A node without crossquota annotations is allowed with no patch and no warning. On an update, a problem with an
+A node without crossquota annotations is allowed with no patch and no warning. On an update, a violation of an
 annotation whose value did not change is a warning, not a denial: the value is already stored, and denying would
 only block unrelated updates of the node (``kubectl cordon``, taints set by the node controller, labels set by
 the kubelet) — for instance after the node's allocatable shrank below a quota admitted earlier.
