@@ -95,6 +95,8 @@ def within_budget(warnings: Iterable[str]) -> tuple[str, ...]:
     (cut with "…"), repeats dropped (the API server drops them too), and :data:`MAX_WARNINGS_RUNES` in all. Policies
     list the most useful first; when they do not all fit, those that fit are kept in order and a last warning says
     how many were left out. Linear in the warnings' length; idempotent."""
+    if not warnings:  # most verdicts: nothing to check
+        return ()
     texts = list(dict.fromkeys(text for text in map(_cut, warnings) if text))
     kept, left_out = _fill(texts, MAX_WARNINGS_RUNES)
     if not left_out:
