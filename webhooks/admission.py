@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from cardquota.core.errors import one_line
 from cardquota.core.policies.config import FailureMode, PolicyConfig
-from cardquota.core.verdict import Verdict, allow, deny
-from cardquota.core.violations import Violation
+from cardquota.core.verdict import Verdict, allow
 from cardquota.runtime.cache import ClusterCache
 from cardquota.webhooks import cronjob, job, node, pod, podgroup, queue, schedconf, workload
 from cardquota.webhooks.kinds import AdmittedKind
@@ -96,7 +96,7 @@ class Admission:
         sentence = f"cardquota could not check {request.identity}: {reason}"
         if self.failure_mode(request) is FailureMode.OPEN:
             return allow(warnings=[f"{sentence}; it was let through unchecked"])
-        return deny([Violation("object", sentence)])
+        return Verdict(allowed=False, message=one_line(sentence))  # not a field's fault: no violation, no cause
 
 
 def unmutated_warning(verdict: Verdict) -> str:
