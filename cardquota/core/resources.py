@@ -50,6 +50,6 @@ def card_requests(requests: Mapping[str, Fraction], offered: Container[str]) -> 
     """The requested resources a pod takes cards through: those some node offers as cards, else (no node offers
     any of them) every requested resource that can be a card. The one rule the ledger's count of a pod's cards and
     the policies' use."""
-    positive = {name: amount for name, amount in requests.items() if amount > 0}
+    positive = {name: amount for name, amount in requests.items() if amount.numerator > 0}  # (a Fraction's sign)
     known = {name: amount for name, amount in positive.items() if name in offered}
     return known or {name: amount for name, amount in positive.items() if is_card_resource(name)}
