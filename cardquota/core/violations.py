@@ -16,7 +16,7 @@ client reading a denial's ``details.causes`` treats ours like the API server's.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -109,36 +109,26 @@ class Violation:
         return Violation(self.path, message, self.reason)
 
 
-def invalid(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.INVALID)
+ViolationAt = Callable[[FieldPath | str, str], Violation]
+"""``invalid(path, message)``: a violation of one reason at a path."""
 
 
-def required(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.REQUIRED)
+def _at(reason: Reason) -> ViolationAt:
+    def violation(path: FieldPath | str, message: str) -> Violation:
+        return Violation(str(path), message, reason)
+
+    violation.__doc__ = f"A violation of reason {reason.value} at ``path``."
+    return violation
 
 
-def not_supported(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.NOT_SUPPORTED)
-
-
-def forbidden(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.FORBIDDEN)
-
-
-def duplicate(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.DUPLICATE)
-
-
-def not_found(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.NOT_FOUND)
-
-
-def too_many(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.TOO_MANY)
-
-
-def too_long(path: FieldPath | str, message: str) -> Violation:
-    return Violation(str(path), message, Reason.TOO_LONG)
+invalid = _at(Reason.INVALID)
+required = _at(Reason.REQUIRED)
+not_supported = _at(Reason.NOT_SUPPORTED)
+forbidden = _at(Reason.FORBIDDEN)
+duplicate = _at(Reason.DUPLICATE)
+not_found = _at(Reason.NOT_FOUND)
+too_many = _at(Reason.TOO_MANY)
+too_long = _at(Reason.TOO_LONG)
 
 
 ANNOTATIONS = FieldPath.of("metadata", "annotations")
