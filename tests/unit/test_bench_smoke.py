@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,18 @@ def test_extender_bench_reports_latency_and_simulate_figures() -> None:
     assert "cardquota extender" in lines[2]
     assert lines[3].strip().startswith("p99 ratio")
     assert lines[4].startswith("2. simulate: 50 pods on 10 nodes in ")
+
+
+def test_scale_bench_smoke_reports_every_figure() -> None:
+    result = subprocess.run([sys.executable, "bench/scale.py", "--smoke"], cwd=REPO, capture_output=True, text=True,
+                            check=True, timeout=300)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("scale: 200 pods")
+    assert lines[1].startswith("  run 1: synced in ")
+    assert "0 admission requests failed" in lines[1]
+    assert [line.split()[0] for line in lines[2:7]] == ["start-up", "memory:", "admission", "event-loop", "storm:"]
+    applied = re.search(r"\((\d+) of (\d+)\)$", lines[6])
+    assert applied is not None
+    assert applied[1] == applied[2]  # every storm event reached the cache
+    assert lines[7].startswith("summary 200 pods over 1 runs")
+    assert len(lines) == 14
