@@ -84,9 +84,21 @@ def emit(message: dict[str, Any]) -> None:
 
 @dataclass
 class LagMonitor:
-    """A coroutine sleeping 10 ms at a time; each oversleep is a sample of what an admission would wait."""
+    """A coroutine sleeping 10 ms at a time; each oversleep is a sample of what an admission would wait. Also the
+    cyclic collector's passes (``gc.callbacks``), which stop every thread: the longest, its generation, the total."""
 
     samples: list[float] = field(default_factory=list)
+    collections: list[tuple[float, int]] = field(default_factory=list)
+    _collecting: float = 0.0
+
+    def __post_init__(self) -> None:
+        gc.callbacks.append(self._collection)
+
+    def _collection(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            self.collections.append((time.perf_counter() - self._collecting, info["generation"]))
 
     async def run(self) -> None:
         while True:
@@ -96,7 +108,11 @@ class LagMonitor:
 
     def take(self) -> dict[str, float]:
         samples, self.samples = self.samples, []
-        return {"lag_max": max(samples, default=0.0), "lag_p99": percentile(samples, 0.99) if samples else 0.0}
+        collections, self.collections = self.collections, []
+        longest = max(collections, default=(0.0, 0))
+        return {"lag_max": max(samples, default=0.0), "lag_p99": percentile(samples, 0.99) if samples else 0.0,
+                "gc_max": longest[0], "gc_generation": longest[1],
+                "gc_total": sum(seconds for seconds, _ in collections)}
 
 
 def pod_events() -> float:
@@ -394,6 +410,8 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
         "p50_idle": percentile([s.seconds for s in idle], 0.5),
         "p50_storm": percentile([s.seconds for s in storm], 0.5),
         "lag_startup": synced["lag_max"], "lag_listening": listening["lag_max"],
+        "gc_startup": synced["gc_max"], "gc_generation": synced["gc_generation"], "gc_total": synced["gc_total"],
+        "gc_storm": storm_report["gc_max"], "gc_storm_total": storm_report["gc_total"],
         "lag_after": max(lags["lag_max"], settled["lag_max"]),
         "lag_idle": idle_report["lag_max"], "lag_storm": storm_report["lag_max"],
         "storm_cpu": storm_report["cpu"] - idle_report["cpu"], "storm_sent": sent, "storm_applied": applied,
@@ -415,18 +433,20 @@ def describe(number: int, f: dict[str, float], options: Options) -> list[str]:
         f"{(f['cpu'] - f['cpu_listening']) / f['base_cpu']:.2f}x",
         f"    memory: peak RSS {f['hwm']:.0f} MiB ({f['hwm_synced']:.0f} at synced), steady {f['steady']:.0f} MiB: "
         f"peak/steady {f['hwm'] / f['steady']:.2f}x (target <= 2); list+load process steady {f['base_rss']:.0f} MiB "
-        f"(peak {f['base_hwm']:.0f}, {f['base_kept'] * 2**20 / max(1, f['base_pods']):.0f} B kept per pod): "
+        f"(peak {f['base_hwm']:.0f}; its RSS grew {f['base_kept'] * 2**20 / max(1, f['base_pods']):.0f} B a pod): "
         f"steady {f['steady'] / f['base_rss']:.2f}x (target <= 1.2)",
         f"    admission p99 at {options.rate:g}/s: start-up burst {ms(f['p99_startup'])} (n={f['n_startup']:.0f}) vs "
         f"idle {ms(f['p99_idle'])} (n={f['n_idle']:.0f}): {f['p99_startup'] / f['p99_idle']:.2f}x (target <= 1.5); "
         f"synced until settled {ms(f['p99_after'])} (n={f['n_after']:.0f})",
         f"    event-loop lag: worst {ms(f['lag_startup'])} listening until synced (target <= 50 ms), "
         f"{ms(f['lag_after'])} synced until settled, {ms(f['lag_idle'])} idle ({ms(f['lag_listening'])} before "
-        "listening)",
+        f"listening); longest collection until synced {ms(f['gc_startup'])} (generation {f['gc_generation']:.0f}; "
+        f"{ms(f['gc_total'])} in all)",
         f"    storm: {f['storm_sent']:.0f} pod events in {options.storm_seconds:g} s (+ node heartbeats at "
         f"{options.storm_node_rate:g}/s): admission p99 {ms(f['p99_storm'])} vs idle {ms(f['p99_idle'])}: "
         f"{f['p99_storm'] / f['p99_idle']:.2f}x (target <= 1.5), p50 {ms(f['p50_storm'])} vs {ms(f['p50_idle'])}; "
-        f"worst lag {ms(f['lag_storm'])}; operator CPU {f['storm_cpu']:.2f} s; all applied "
+        f"worst lag {ms(f['lag_storm'])} (longest collection {ms(f['gc_storm'])}, {ms(f['gc_storm_total'])} in all); "
+        f"operator CPU {f['storm_cpu']:.2f} s; all applied "
         f"{f['catch_up']:.1f} s after the storm ({f['storm_applied']:.0f} of {f['storm_sent']:.0f})"]
 
 
