@@ -138,6 +138,8 @@ class Cluster:
         self.log: collections.deque[tuple[int, str, bytes]] = collections.deque(maxlen=LOG_EVENTS)
         self.watchers: set[Watcher] = set()
         self.sent: collections.Counter[str] = collections.Counter()
+        self.writes: collections.Counter[str] = collections.Counter()
+        """POSTs and PATCHes answered, by verb and resource (the publisher's events and annotation patches)."""
         self.storming = False
         self.storm_task: asyncio.Task[None] | None = None
         self.forgotten = 0
@@ -329,8 +331,10 @@ def app(cluster: Cluster) -> web.Application:
         if path.startswith("/apis/coordination.k8s.io/v1/namespaces/") and "/leases" in path:
             return await lease(request)
         if request.method in ("POST", "PUT"):
+            cluster.writes[f"{request.method} {path.rsplit('/', 1)[-1]}"] += 1
             return web.json_response(await request.json(), status=201)
         if request.method == "PATCH":
+            cluster.writes[f"PATCH {path.rsplit('/', 2)[-2]}"] += 1
             return web.json_response({"metadata": {"resourceVersion": str(cluster.version)}})
         kind = kind_for(path)
         if kind is not None:
@@ -365,7 +369,8 @@ def app(cluster: Cluster) -> web.Application:
         return web.json_response({"started": True})
 
     async def stats(_: web.Request) -> web.Response:
-        return web.json_response({"sent": dict(cluster.sent), "storming": cluster.storming,
+        return web.json_response({"sent": dict(cluster.sent), "writes": dict(cluster.writes),
+                                  "storming": cluster.storming,
                                   "version": cluster.version,
                                   "watches": collections.Counter(watcher.kind for watcher in cluster.watchers)})
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -82,6 +83,45 @@ def emit(message: dict[str, Any]) -> None:
     print(json.dumps(message), flush=True)
 
 
+REPOSITORY = str(Path(__file__).resolve().parents[1])
+
+
+def site(frame: Any) -> str:
+    """Where a stalled event loop thread is: its innermost frame, and the innermost one in cardquota's code (the
+    repository's, bench/ excluded) or Kopf's."""
+    inner = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}:{frame.f_lineno}"
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if (name.startswith(REPOSITORY) and "/bench/" not in name) or "/kopf/" in name:
+            ours = f"{name.removeprefix(REPOSITORY + '/')}:{frame.f_code.co_name}:{frame.f_lineno}"
+            return inner if ours.endswith(inner) else f"{inner} in {ours}"
+        frame = frame.f_back
+    return inner
+
+
+class StallSampler:
+    """A thread that, while the event loop has not woken the lag monitor for 30 ms, samples the loop thread's stack
+    every 5 ms (it gets the GIL between the loop's bytecodes, not inside one long C call): where the loop stalls."""
+
+    def __init__(self) -> None:
+        self.beat = time.perf_counter()
+        self.thread = threading.get_ident()
+        self.sites: collections.Counter[str] = collections.Counter()
+        threading.Thread(target=self.run, name="stall-sampler", daemon=True).start()
+
+    def run(self) -> None:
+        while True:
+            time.sleep(0.005)
+            if time.perf_counter() - self.beat > 0.03:
+                frame = sys._current_frames().get(self.thread)
+                if frame is not None:
+                    self.sites[site(frame)] += 1
+
+    def take(self) -> list[tuple[str, int]]:
+        sites, self.sites = self.sites, collections.Counter()
+        return sites.most_common(3)
+
+
 @dataclass
 class LagMonitor:
     """A coroutine sleeping 10 ms at a time; each oversleep is a sample of what an admission would wait. Also the
@@ -90,6 +130,7 @@ class LagMonitor:
     samples: list[float] = field(default_factory=list)
     collections: list[tuple[float, int]] = field(default_factory=list)
     _collecting: float = 0.0
+    sampler: StallSampler = field(default_factory=StallSampler)
 
     def __post_init__(self) -> None:
         gc.callbacks.append(self._collection)
@@ -104,15 +145,17 @@ class LagMonitor:
         while True:
             started = time.perf_counter()
             await asyncio.sleep(0.01)
-            self.samples.append(time.perf_counter() - started - 0.01)
+            self.sampler.beat = now = time.perf_counter()
+            self.samples.append(now - started - 0.01)
 
-    def take(self) -> dict[str, float]:
+    def take(self) -> dict[str, Any]:
         samples, self.samples = self.samples, []
         collections, self.collections = self.collections, []
         longest = max(collections, default=(0.0, 0))
         return {"lag_max": max(samples, default=0.0), "lag_p99": percentile(samples, 0.99) if samples else 0.0,
                 "gc_max": longest[0], "gc_generation": longest[1],
-                "gc_total": sum(seconds for seconds, _ in collections)}
+                "gc_total": sum(seconds for seconds, _ in collections),
+                "stalls": self.sampler.take()}
 
 
 def pod_events() -> float:
@@ -190,6 +233,16 @@ def baseline_role() -> None:
 
     gc.collect()
     before = proc_status("VmRSS")
+    collections_seconds: list[float] = []
+    collecting = [0.0]
+
+    def collection(phase: str, _: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[0] = time.perf_counter()
+        else:
+            collections_seconds.append(time.perf_counter() - collecting[0])
+
+    gc.callbacks.append(collection)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     api = api_client()
     cache = ClusterCache()
@@ -198,8 +251,10 @@ def baseline_role() -> None:
         cache.load(page.items, complete=False)
     cache.mark_complete()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    gc.callbacks.remove(collection)
     gc.collect()
-    emit({"event": "loaded", "cpu": cpu, "wall": wall, "rss_before": before, "rss": proc_status("VmRSS"),
+    emit({"event": "loaded", "cpu": cpu, "wall": wall, "gc_total": sum(collections_seconds),
+          "rss_before": before, "rss": proc_status("VmRSS"),
           "hwm": proc_status("VmHWM"), "pods": len(cache.ledger.snapshot.pods)})
 
 
@@ -335,6 +390,7 @@ async def stand_in(path: str, query: str = "", *, port: int, method: str = "GET"
 @dataclass
 class RunResult:
     figures: dict[str, float]
+    notes: list[str] = field(default_factory=list)
 
 
 async def settle(operator: Operator, synced: dict[str, Any], minimum: float) -> dict[str, Any]:
@@ -343,17 +399,19 @@ async def settle(operator: Operator, synced: dict[str, Any], minimum: float) -> 
     last = synced
     quiet = 0
     worst = 0.0
+    stalls: collections.Counter[str] = collections.Counter()
     deadline = time.perf_counter() + 900
     while time.perf_counter() < deadline:
         await asyncio.sleep(1.0)
         report = await operator.ask("report")
         worst = max(worst, report["lag_max"])
+        stalls.update(dict(report["stalls"]))
         busy = (report["cpu"] - last["cpu"]) / max(1e-9, report["wall"] - last["wall"])
         quiet = quiet + 1 if busy < 0.05 else 0
         last = report
         if quiet >= 2 and report["wall"] - synced["wall"] >= minimum:
             break
-    return {**last, "lag_max": worst}
+    return {**last, "lag_max": worst, "stalls": stalls.most_common(3)}
 
 
 async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult:
@@ -376,7 +434,8 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
             await operator.ask("mark")
             idle = await load.fire(options.idle_seconds)
             idle_report = await operator.ask("mark")
-            sent_before = (await stand_in("/_bench/stats", port=port))["sent"].get("Pod", 0)
+            before = await stand_in("/_bench/stats", port=port)
+            sent_before = before["sent"].get("Pod", 0)
             applied_before = idle_report["pod_events"]
             await stand_in("/_bench/storm", f"?rate={options.storm_rate}&seconds={options.storm_seconds}"
                            f"&node_rate={options.storm_node_rate}", port=port, method="POST")
@@ -387,6 +446,8 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
                 await asyncio.sleep(0.2)
                 stats = await stand_in("/_bench/stats", port=port)
             sent = stats["sent"].get("Pod", 0) - sent_before
+            writes = collections.Counter(stats["writes"])
+            writes.subtract(before["writes"])
             caught_up = time.perf_counter()
             applied = storm_report["pod_events"] - applied_before
             while applied < sent and time.perf_counter() - caught_up < 120:
@@ -402,7 +463,8 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
     figures = {
         "cpu": synced["cpu"], "cpu_listening": listening["cpu"], "cpu_settled": settled["cpu"],
         "wall": synced["wall"], "settled_wall": settled["wall"],
-        "base_cpu": base["cpu"], "base_wall": base["wall"], "base_rss": base["rss"], "base_hwm": base["hwm"],
+        "base_cpu": base["cpu"], "base_gc": base["gc_total"],
+        "base_wall": base["wall"], "base_rss": base["rss"], "base_hwm": base["hwm"],
         "base_kept": base["rss"] - base["rss_before"], "base_pods": base["pods"],
         "hwm_synced": synced["hwm"], "hwm": steady["hwm"], "steady": steady["rss"],
         "p99_startup": p99(startup), "n_startup": len(startup), "p99_after": p99(after), "n_after": len(after),
@@ -416,7 +478,16 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
         "lag_idle": idle_report["lag_max"], "lag_storm": storm_report["lag_max"],
         "storm_cpu": storm_report["cpu"] - idle_report["cpu"], "storm_sent": sent, "storm_applied": applied,
         "catch_up": catch_up, "failed": failed}
-    return RunResult(figures)
+    def sites(stalls: list[tuple[str, int]]) -> str:
+        return "; ".join(f"{where} ({count * 5} ms)" for where, count in stalls) or "none"
+
+    notes = [f"    where the loop stalled (sampled every 5 ms while 30 ms late): until synced: "
+             f"{sites(synced['stalls'])}",
+             f"      synced until settled: {sites(settled['stalls'])}",
+             f"      storm: {sites(storm_report['stalls'])}",
+             "    API writes during the storm: " + (", ".join(f"{count} {what}" for what, count in
+                                                          sorted(writes.items()) if count) or "none")]
+    return RunResult(figures, notes)
 
 
 def ms(seconds: float) -> str:
@@ -428,7 +499,8 @@ def describe(number: int, f: dict[str, float], options: Options) -> list[str]:
         f"  run {number}: synced in {f['wall']:.1f} s, settled {f['settled_wall']:.1f} s; {f['failed']:.0f} "
         "admission requests failed",
         f"    start-up CPU {f['cpu']:.2f} s (of which {f['cpu_listening']:.2f} s before listening; "
-        f"{f['cpu_settled']:.2f} s until settled) vs list+load {f['base_cpu']:.2f} s ({f['base_wall']:.2f} s wall): "
+        f"{f['cpu_settled']:.2f} s until settled) vs list+load {f['base_cpu']:.2f} s ({f['base_wall']:.2f} s wall, "
+        f"{f['base_gc']:.2f} s of it in the collector): "
         f"{f['cpu'] / f['base_cpu']:.2f}x (target <= 2), from listening "
         f"{(f['cpu'] - f['cpu_listening']) / f['base_cpu']:.2f}x",
         f"    memory: peak RSS {f['hwm']:.0f} MiB ({f['hwm_synced']:.0f} at synced), steady {f['steady']:.0f} MiB: "
@@ -507,6 +579,7 @@ async def measure(pods: int, options: Options) -> None:
                 result = await one_run(env, port, options)
                 results.append(result)
                 print("\n".join(describe(number, result.figures, options)), flush=True)
+                print("\n".join(result.notes), flush=True)
             print("\n".join(summary(pods, results)), flush=True)
     finally:
         process.terminate()
