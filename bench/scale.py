@@ -65,6 +65,8 @@ from timing import percentile
 
 BENCH = Path(__file__).resolve().parent
 SIZES = (10_000, 50_000, 100_000)
+EXTRA: list[str] = []
+"""Options the driver passes on to the operator and baseline processes (``--pause-collector``)."""
 LAST_LOG = Path(tempfile.gettempdir()) / "cardquota-scale-operator.log"
 """The operator's log of the last run, kept for a look."""
 
@@ -164,7 +166,7 @@ def pod_events() -> float:
     return REGISTRY.get_sample_value("cardquota_watch_events_total", {"kind": "Pod"}) or 0.0
 
 
-async def operate(cert_dir: str, api_url: str) -> None:
+async def operate(cert_dir: str, api_url: str, pause_collector: bool) -> None:
     """The operator as ``cardquota operator --dev`` runs it, reporting on stdout. Given the API server's address as
     a ``Connection``, as tests/operator_runs.py does: with none (the kubeconfig from $KUBECONFIG, as the command
     line runs it) ``operator/watch.follow`` registers no Kopf login handler on its plain ``kopf.OperatorRegistry``,
@@ -195,6 +197,8 @@ async def operate(cert_dir: str, api_url: str) -> None:
         emit({**state("listening"), "port": port, **lag.take()})
 
     settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=cert_dir)
+    if pause_collector:  # the experiment: no collection until the cache is synced (mark_complete collects, freezes)
+        gc.disable()
     connection = Connection(host=api_url, token="bench")
     task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started,
                                    on_listening=listening))
@@ -202,6 +206,7 @@ async def operate(cert_dir: str, api_url: str) -> None:
     await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
     if not started.is_set():
         task.result()
+    gc.enable()
     emit({**state("synced"), **lag.take()})
     while (command := await commands.get()) != "stop":
         if task.done():
@@ -216,15 +221,15 @@ async def operate(cert_dir: str, api_url: str) -> None:
     lag_task.cancel()
 
 
-def operator_role(cert_dir: str, api_url: str) -> None:
+def operator_role(cert_dir: str, api_url: str, pause_collector: bool) -> None:
     from cardquota.operator.settings import LogFormat
     from cardquota.processes import configure_logging
 
     configure_logging(LogFormat.TEXT)
-    asyncio.run(operate(cert_dir, api_url))
+    asyncio.run(operate(cert_dir, api_url, pause_collector))
 
 
-def baseline_role() -> None:
+def baseline_role(pause_collector: bool) -> None:
     """Our own paginated list of the same objects and ``ClusterCache.load``, in a process with the same imports."""
     import cardquota.processes  # noqa: F401  (the operator's imports, so the RSS compares like with like)
     from cardquota.kube import api_client, list_all, list_pages
@@ -243,6 +248,8 @@ def baseline_role() -> None:
             collections_seconds.append(time.perf_counter() - collecting[0])
 
     gc.callbacks.append(collection)
+    if pause_collector:
+        gc.disable()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     api = api_client()
     cache = ClusterCache()
@@ -251,6 +258,7 @@ def baseline_role() -> None:
         cache.load(page.items, complete=False)
     cache.mark_complete()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    gc.enable()
     gc.callbacks.remove(collection)
     gc.collect()
     emit({"event": "loaded", "cpu": cpu, "wall": wall, "gc_total": sum(collections_seconds),
@@ -337,7 +345,7 @@ class Operator:
         with log.open("wb") as stderr:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, str(Path(__file__).resolve()), "--role", "operator", "--cert-dir", str(folder),
-                "--api-url", api_url,
+                "--api-url", api_url, *EXTRA,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env)
         return cls(process, log)
 
@@ -372,7 +380,7 @@ class Operator:
 
 async def baseline(env: dict[str, str]) -> dict[str, Any]:
     process = await asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).resolve()), "--role",
-                                                   "baseline", stdout=asyncio.subprocess.PIPE, env=env)
+                                                   "baseline", *EXTRA, stdout=asyncio.subprocess.PIPE, env=env)
     output, _ = await process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"the baseline process failed (exit {process.returncode})")
@@ -601,17 +609,23 @@ def main() -> None:
     parser.add_argument("--storm-rate", type=float, default=2000.0, help="pod events a second")
     parser.add_argument("--storm-node-rate", type=float, default=20.0, help="node heartbeats a second")
     parser.add_argument("--storm-seconds", type=float, default=15.0)
+    parser.add_argument("--pause-collector", action="store_true",
+                        help="an experiment, not the product: the operator's and the baseline's cyclic collector off "
+                             "until their cache is loaded")
     parser.add_argument("--smoke", action="store_true", help="one quick run at 200 pods (checks the harness only)")
     args = parser.parse_args()
     if args.role == "operator":
-        operator_role(args.cert_dir, args.api_url)
+        operator_role(args.cert_dir, args.api_url, args.pause_collector)
         return
     if args.role == "baseline":
-        baseline_role()
+        baseline_role(args.pause_collector)
         return
     if args.smoke:
         args.pods, args.runs, args.rate, args.idle_seconds, args.settle = "200", 1, 20.0, 1.0, 0.5
         args.storm_rate, args.storm_node_rate, args.storm_seconds = 200.0, 5.0, 1.0
+    if args.pause_collector:
+        EXTRA.append("--pause-collector")
+        print("experiment: the cyclic collector paused in the operator and the baseline until their cache is loaded")
     options = Options(args.runs, args.rate, args.idle_seconds, args.settle, args.storm_rate, args.storm_node_rate,
                       args.storm_seconds, args.smoke)
     for pods in (int(size) for size in args.pods.split(",")):
