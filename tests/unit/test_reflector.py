@@ -245,3 +245,73 @@ async def test_a_relist_deletes_from_a_sink_too() -> None:
     await eventually(lambda: server.watched_from[-1:] == ["5000"])
     assert set(extender.snapshot.pods) == {("ml", "p0")}
     await stopped(task)
+
+
+@dataclass
+class OnePageServer(ScriptedServer):
+    """The whole list in one page (a page of 500 realistic pods takes ~30 ms to apply)."""
+
+    def lister(self) -> Iterator[ListPage]:
+        self.page_requests += 1
+        yield ListPage(list(self.pods.values()), self.list_version, True)
+
+
+async def _sizes_seen_while(work: Callable[[], Any], cache: ClusterCache) -> set[int]:
+    """The cache's pod counts another task saw each time it got the event loop while ``work()`` ran."""
+    seen: set[int] = set()
+    done = False
+
+    async def other() -> None:
+        while not done:
+            seen.add(len(cache.ledger.snapshot.pods))
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(other())
+    try:
+        await work()
+    finally:
+        done = True
+        await ticking
+    return seen
+
+
+@pytest.mark.parametrize(("slice_seconds", "interleaved"), [(0.0, True), (60.0, False)])
+async def test_a_large_page_is_applied_in_slices_between_which_admissions_run(
+        monkeypatch: pytest.MonkeyPatch, slice_seconds: float, interleaved: bool) -> None:
+    """A page is applied a slice of time at a time (reflector.SLICE_SECONDS): other tasks — the webhooks'
+    answers — run between slices and see the cache part-way. With slices longer than the page they run only before
+    and after it (the test can fail)."""
+    from cardquota.operator import reflector as module
+    monkeypatch.setattr(module, "SLICE_SECONDS", slice_seconds)
+    truth = {f"p{index}": card_pod(f"p{index}", 10 + index) for index in range(50)}
+    cache = base_cache()
+    reflector = reflector_over(OnePageServer(dict(truth), "100", []), cache, [])
+    seen = await _sizes_seen_while(reflector.relist, cache)
+    assert (len(seen - {0, 50}) >= 40) is interleaved, sorted(seen)
+    assert_same_ledger(cache, truth)
+
+
+async def test_watch_events_are_applied_in_slices_between_which_admissions_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cardquota.operator import reflector as module
+    monkeypatch.setattr(module, "SLICE_SECONDS", 0.0)
+    events = [WatchEvent("ADDED", card_pod(f"w{index}", 200 + index)) for index in range(50)]
+    cache = base_cache()
+    reflector = reflector_over(ScriptedServer({}, "100", [ScriptedWatch(list(events))]), cache, [])
+    reflector.resource_version = "100"
+    seen = await _sizes_seen_while(reflector.watch_once, cache)
+    assert len(seen - {0, 50}) >= 40, sorted(seen)
+    assert len(cache.ledger.snapshot.pods) == 50
+
+
+async def test_each_listed_page_is_frozen_out_of_the_collectors_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache grows page by page during a list; each page applied is frozen (gc.freeze), so the collector's
+    full passes never walk the whole cluster while admissions wait."""
+    import gc
+    frozen: list[int] = []
+    cache = base_cache()
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(len(cache.ledger.snapshot.pods)))
+    truth = {f"p{index}": card_pod(f"p{index}", 10 + index) for index in range(5)}
+    reflector = reflector_over(ScriptedServer(dict(truth), "100", []), cache, [])
+    await reflector.relist()
+    assert frozen == [2, 4, 5]  # after each page of two
