@@ -26,7 +26,7 @@ log = logging.getLogger("cardquota.webhooks")
 MAX_BODY = 16 * 2**20
 """The API server sends objects up to ~3 MiB; a larger body is not an AdmissionReview."""
 POLICY_THREADS = 4
-"""Review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
+"""Large review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
 reviews. More than one, so a small review does not queue behind a large one. The policy itself runs on the loop
 (see :func:`judge`), bounded by the limits in the card rules."""

@@ -653,7 +653,7 @@ class Ledger:
         return pod_charge(pod, self.snapshot.queue_of(pod), node, self._card_resource_refs)
 
     def _charge_group(self, group: PodGroup) -> Charge | None:
-        if group.phase != INQUEUE_PHASE:
+        if group.phase != INQUEUE_PHASE:  # (most PodGroups: their card.request is not even read)
             return None
         return group_charge(group, card_request(group.meta.annotations).values,
                             self._group_holdings.get(group.key, {}))

@@ -50,6 +50,7 @@ class Charge(NamedTuple):
 
 INQUEUE_PHASE = "Inqueue"
 
+
 class CardAmounts(dict[str, int]):
     """The cards of a shared charge: a map never changed once made, hashable by its entries so that the charge
     holding it is its own key in :data:`SHARED_CHARGES` (no second tuple of its fields per entry)."""
@@ -63,8 +64,6 @@ class CardAmounts(dict[str, int]):
 SHARED_CHARGES: dict[Charge, Charge] = {}
 """Pod charges of one card type, each its own key: equal charges are one tuple (a bounded table, see
 :func:`~cardquota.core.objects.share`; charges are values, never changed in place)."""
-
-
 SHARED_CARDS: dict[tuple[str, int], CardAmounts] = {}
 """The one-card-type amounts of :data:`SHARED_CHARGES` (``{"NVIDIA-A100": 8}``), one map per (card type, amount):
 the charges of different jobs (PodGroup, queue) hold equal amounts."""
