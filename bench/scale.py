@@ -498,6 +498,20 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
     return RunResult(figures, notes)
 
 
+def product_version() -> str:
+    """The commit measured, and whether the product's files differ from it (others may be editing them)."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH.parent, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "cardquota", "operator", "webhooks"],
+                                 cwd=BENCH.parent).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + (" with uncommitted changes" if changed else "")
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms"
 
@@ -581,7 +595,7 @@ async def measure(pods: int, options: Options) -> None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH.parent), env.get("PYTHONPATH", "")]))
             print(f"scale: {pods} pods ({size / 2**20:.0f} MiB of JSON), {max(1, pods // 20)} nodes, "
                   f"{max(1, pods // 8)} podgroups; API server stand-in, operator and baseline each in a process of "
-                  "its own", flush=True)
+                  f"its own; product at {product_version()}", flush=True)
             results = []
             for number in range(1, options.runs + 1):
                 result = await one_run(env, port, options)
