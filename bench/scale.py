@@ -160,6 +160,15 @@ class LagMonitor:
                 "stalls": self.sampler.take()}
 
 
+def set_page_size(size: int) -> None:
+    """The experiment of ``--page-size``: kube.list_pages' default ``limit`` (LIST_PAGE_SIZE) changed in place, for
+    every caller (the pod reflector, the baseline)."""
+    if size:
+        from cardquota import kube
+
+        kube.list_pages.__kwdefaults__ = {"limit": size}
+
+
 def pod_events() -> float:
     from cardquota.runtime.metrics import REGISTRY
 
@@ -221,21 +230,23 @@ async def operate(cert_dir: str, api_url: str, pause_collector: bool) -> None:
     lag_task.cancel()
 
 
-def operator_role(cert_dir: str, api_url: str, pause_collector: bool) -> None:
+def operator_role(cert_dir: str, api_url: str, pause_collector: bool, page_size: int) -> None:
     from cardquota.operator.settings import LogFormat
     from cardquota.processes import configure_logging
 
     configure_logging(LogFormat.TEXT)
+    set_page_size(page_size)
     asyncio.run(operate(cert_dir, api_url, pause_collector))
 
 
-def baseline_role(pause_collector: bool) -> None:
+def baseline_role(pause_collector: bool, page_size: int) -> None:
     """Our own paginated list of the same objects and ``ClusterCache.load``, in a process with the same imports."""
     import cardquota.processes  # noqa: F401  (the operator's imports, so the RSS compares like with like)
     from cardquota.kube import api_client, list_all, list_pages
     from cardquota.operator.watch import LISTED_AT_START
     from cardquota.runtime.cache import ClusterCache
 
+    set_page_size(page_size)
     gc.collect()
     before = proc_status("VmRSS")
     collections_seconds: list[float] = []
@@ -626,13 +637,16 @@ def main() -> None:
     parser.add_argument("--pause-collector", action="store_true",
                         help="an experiment, not the product: the operator's and the baseline's cyclic collector off "
                              "until their cache is loaded")
+    parser.add_argument("--page-size", type=int, default=0,
+                        help="an experiment, not the product: list pages of this many objects instead of "
+                             "kube.LIST_PAGE_SIZE, in the operator and the baseline")
     parser.add_argument("--smoke", action="store_true", help="one quick run at 200 pods (checks the harness only)")
     args = parser.parse_args()
     if args.role == "operator":
-        operator_role(args.cert_dir, args.api_url, args.pause_collector)
+        operator_role(args.cert_dir, args.api_url, args.pause_collector, args.page_size)
         return
     if args.role == "baseline":
-        baseline_role(args.pause_collector)
+        baseline_role(args.pause_collector, args.page_size)
         return
     if args.smoke:
         args.pods, args.runs, args.rate, args.idle_seconds, args.settle = "200", 1, 20.0, 1.0, 0.5
@@ -640,6 +654,9 @@ def main() -> None:
     if args.pause_collector:
         EXTRA.append("--pause-collector")
         print("experiment: the cyclic collector paused in the operator and the baseline until their cache is loaded")
+    if args.page_size:
+        EXTRA.extend(("--page-size", str(args.page_size)))
+        print(f"experiment: lists paginated {args.page_size} objects a page in the operator and the baseline")
     options = Options(args.runs, args.rate, args.idle_seconds, args.settle, args.storm_rate, args.storm_node_rate,
                       args.storm_seconds, args.smoke)
     for pods in (int(size) for size in args.pods.split(",")):
