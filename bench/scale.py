@@ -2,6 +2,7 @@
 storm, each against a baseline measured in the same run.
 
     python bench/scale.py [--pods 10000,50000,100000] [--runs 2] [--rate 40] [--storm-rate 2000] [--smoke]
+                          [--pause-collector] [--page-size 100]
 
 Three kinds of process, so that each one's CPU and memory are its own:
 
@@ -10,12 +11,14 @@ Three kinds of process, so that each one's CPU and memory are its own:
   served as JSON bytes with paginated lists, watches with bookmarks and an event storm on request;
 * the subject: the real operator, ``cardquota.processes.run`` (the admission server, leader election, publisher,
   CRD drift check, and ``operator/watch.follow``: the start-up list, the paginated pod reflector, then Kopf's
-  watches) with dev certificates, pointed at the stand-in by a kubeconfig, in a process of its own
-  (``--role operator``) that reports its CPU time, RSS and event-loop lag (a coroutine sleeping 10 ms and measuring
-  its oversleep) when asked;
-* the baseline, in a fresh process with the same imports (``--role baseline``): our own plain paginated list of the
-  same objects from the same stand-in (``kube.list_all`` and ``kube.list_pages``) and ``ClusterCache.load`` of each
-  page, then ``mark_complete``; the collector on in both, as in production.
+  watches) with dev certificates, given the stand-in's address as a ``Connection`` (see :func:`operate` for why not
+  a kubeconfig), in a process of its own (``--role operator``) that reports its CPU time, RSS, event-loop lag (a
+  coroutine sleeping 10 ms and measuring its oversleep), the collector's passes and where the loop stalls when
+  asked;
+* the baseline, in a fresh process with the same imports (``--role baseline``, the stand-in named by a kubeconfig in
+  $KUBECONFIG): our own plain paginated list of the same objects from the same stand-in (``kube.list_all`` and
+  ``kube.list_pages``) and ``ClusterCache.load`` of each page, then ``mark_complete``; the collector on in both, as
+  in production (``--pause-collector`` and ``--page-size`` are experiments that change both alike).
 
 The driver (this process) fires Pod AdmissionReviews over HTTPS at the operator's webhook at ``--rate`` a second
 (open loop, the same 64 bodies as ``bench/webhook.py``) from the moment it listens until it has settled after start-up
