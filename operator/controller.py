@@ -45,6 +45,12 @@ log = logging.getLogger("cardquota.controller")
 DEFAULT_WINDOW = 1.0
 EVENT_INTERVAL = 60.0
 """At most one event per object per interval, even when its message keeps changing (usage moves)."""
+EVENTS_PER_SECOND = 10.0
+EVENTS_BURST = 50
+"""Events sent in all: at most ``EVENTS_BURST`` at once, then ``EVENTS_PER_SECOND`` (a token bucket, as client-go
+rate-limits what a controller sends). Beyond, an event waits for its turn at that rate: a storm of pods
+that cannot move on (thousands a second) costs the API server and the admission loop a bounded rate of writes, and
+each waiting event is looked at again about once, in turn."""
 EVENT_NAMESPACE = "default"
 """Where events about cluster-scoped objects (Queues) go, as Kubernetes does for them."""
 SLICE = 0.002
@@ -63,6 +69,8 @@ class PublisherStats:
     patches: dict[tuple[str, str], int] = field(default_factory=dict)
     patch_errors: int = 0
     events: int = 0
+    events_deferred: int = 0
+    """Events that waited for the budget (:data:`EVENTS_PER_SECOND`)."""
     examined: int = 0
     yields: int = 0
 
@@ -94,7 +102,8 @@ class Publisher:
 
     def __init__(self, cache: ClusterCache, api: client.ApiClient, *, window: float = DEFAULT_WINDOW,
                  is_leader: Callable[[], bool] = lambda: True, component: str = "cardquota",
-                 event_interval: float = EVENT_INTERVAL, clock: Callable[[], float] = time.monotonic,
+                 event_interval: float = EVENT_INTERVAL, events_per_second: float = EVENTS_PER_SECOND,
+                 events_burst: int = EVENTS_BURST, clock: Callable[[], float] = time.monotonic,
                  slice_budget: float = SLICE, slice_clock: Callable[[], float] = time.perf_counter) -> None:
         self.cache = cache
         self.api = api
@@ -107,6 +116,12 @@ class Publisher:
         """Per object, the last event sent: reason, message and when."""
         self.event_interval = event_interval
         self.clock = clock
+        self.events_per_second = events_per_second
+        self.events_burst = events_burst
+        self._event_tokens = float(events_burst)
+        self._tokens_at = clock()
+        self._deferred_until = self._tokens_at
+        """When the last event waiting for the budget is due to be looked at again (they are spread at its rate)."""
         self._slicer = Slicer(slice_budget, slice_clock)
         self._inputs: dict[str, QueueInputs] = {}
         """Per queue, the inputs every one of its waiting PodGroups' and pods' events was last computed with (a queue
@@ -299,6 +314,13 @@ class Publisher:
             if was_held != last[2]:  # else its entry is in the heap already
                 heapq.heappush(self._held_order, (last[2], identity))
             return
+        if not self._event_budget(now):  # later, in turn: looked at again when the budget has room for it
+            self.stats.events_deferred += 1
+            self._deferred_until = max(self._deferred_until, now) + 1.0 / self.events_per_second
+            due = self._deferred_until - self.event_interval  # (held objects are due an interval after this)
+            self._held[identity] = due
+            heapq.heappush(self._held_order, (due, identity))
+            return
         self._events[identity] = (event.reason, event.message, now)
         try:
             await self._off_loop(create_event, self.api, event.namespace or EVENT_NAMESPACE,
@@ -312,6 +334,16 @@ class Publisher:
             else:
                 self._events[identity] = last
             raise
+
+    def _event_budget(self, now: float) -> bool:
+        """Take one event from the budget (:data:`EVENTS_PER_SECOND`, :data:`EVENTS_BURST`); False when it is spent."""
+        self._event_tokens = min(float(self.events_burst),
+                                 self._event_tokens + (now - self._tokens_at) * self.events_per_second)
+        self._tokens_at = now
+        if self._event_tokens < 1.0:
+            return False
+        self._event_tokens -= 1.0
+        return True
 
     def _add_held_due(self, work: Changes) -> None:
         """Add to ``work`` the held objects whose interval has passed (O(1) when there is none)."""

@@ -63,6 +63,9 @@ class QueueCardCollector(Collector):
                                       value=self.publisher.stats.patch_errors)
             yield CounterMetricFamily("cardquota_events_emitted", "Kubernetes events emitted",
                                       value=self.publisher.stats.events)
+            yield CounterMetricFamily("cardquota_events_deferred",
+                                      "Kubernetes events that waited for the events budget (10 a second)",
+                                      value=self.publisher.stats.events_deferred)
 
 
 def cpu_memory_families(ledger: Ledger) -> list[GaugeMetricFamily]:

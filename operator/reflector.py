@@ -1,14 +1,19 @@
-"""List-then-watch of one high-cardinality kind (pods) into the cluster cache, at O(event) cost.
+"""List-then-watch of the high-cardinality kinds (pods, PodGroups, nodes, ReplicaSets) into the cluster cache, at
+O(event) cost.
 
-What Kubernetes' client-go reflector does, in one asyncio task: a paginated list (500 objects a page, each page
-applied to the cache as it arrives, so the cluster is never held whole), then a watch from the list's
+What Kubernetes' client-go reflector does, in one asyncio task per kind: a paginated list (500 objects a page, each
+page applied to the cache as it arrives, so the cluster is never held whole), then a watch from the list's
 resourceVersion with bookmarks; when a watch request ends (the API server closes it after ``timeoutSeconds``) or
 its stream breaks, watch again from the last resourceVersion seen, with backoff on failures; when the API server
-says that resourceVersion is too old (410 Gone), list again and delete what the new list no longer holds.
+says that resourceVersion is too old (410 Gone), list again and delete what the new list no longer holds. A kind
+the API server does not serve (404: Volcano's CRDs not installed yet) lists as empty and is listed again every
+:data:`NOT_SERVED_RETRY_SECONDS`.
 
-Kopf handles a kind by listing it again after our own start-up list and running one worker task per object (~0.9 ms
-of CPU per event, 16k tasks at 50k pods): for the kinds with one object per pod that costs more than the rules do,
-so they come here; Kopf keeps the low-cardinality kinds (nodes, queues, podgroups, workloads).
+Kopf handles a kind by listing it again after our own start-up list and running one worker task per object (~1 ms
+of CPU per event; 16k tasks at 50k pods): for the kinds with one object per pod, per job or per node that costs more
+than the rules do (bench/scale.py: ~19 s of CPU and 300 ms event-loop stalls after start-up at 100k pods with
+12,500 PodGroups and 5,000 nodes), so they come here; Kopf keeps the low-cardinality kinds (queues, Deployments,
+StatefulSets).
 
 The HTTP reads run on a daemon thread (kube.WatchStream, blocking); events are handed to the event loop, where the
 cache changes (the admission policies read it there, never half-way through a change).
@@ -22,16 +27,16 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes import client
 from prometheus_client import Gauge
 
-from cardquota.core.objects import ObjectKey, namespaced_key
-from cardquota.kube import Gone, KubeError, ListPage, WatchEvent, WatchStream, list_pages
-from cardquota.runtime.cache import DELETED, ClusterCache
+from cardquota.core.errors import InputError
+from cardquota.kube import Gone, KubeError, ListPage, NotFound, WatchEvent, WatchStream, list_pages
+from cardquota.runtime.cache import DELETED, ClusterCache, Identity
 from cardquota.runtime.metrics import EVENTS_PROCESSED, REGISTRY
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,8 @@ BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 SLICE_SECONDS = 0.002
 """The reflector applies events for at most about this long before it lets the event loop run other tasks
 (admissions) again: a page of 500 realistic pods takes ~30 ms to apply, a burst of watch events as long as it lasts."""
+NOT_SERVED_RETRY_SECONDS = 30.0
+"""How often a kind the API server does not serve (404) is listed again."""
 BEHIND_AFTER_SECONDS = 60.0
 """A list or watch failing this long means the cache may be behind the cluster: who reads it reports degraded."""
 WATCH_FAILING = Gauge("cardquota_watch_failing", "1 while the list or watch of a kind fails (the cache may lag)",
@@ -58,19 +65,21 @@ class Watch(Protocol):
 Lister = Callable[[], Iterator[ListPage]]
 Watcher = Callable[[str], Watch]
 """Starts a watch from a resourceVersion."""
+Resource = tuple[str, str, str, str]
+"""(API path prefix, plural, kind, apiVersion), as in ``kube.CACHED_RESOURCES``."""
 
 
 @dataclass
 class Reflector:
     """Keeps one kind of the cache current: ``lister`` pages through the kind, ``watcher(resource_version)`` starts a
-    watch, ``cached_keys`` lists the keys the cache holds for the kind (to delete what a relist no longer has)."""
+    watch. What a relist no longer has is deleted: the cache's objects of the kind, by their identity
+    (:meth:`ClusterCache.identity`, the keys of :attr:`ClusterCache.versions`)."""
 
     cache: ClusterCache
     api_version: str
     kind: str
     lister: Lister
     watcher: Watcher
-    cached_keys: Callable[[], Iterable[ObjectKey]]
     sleep: Callable[[float], Any] = asyncio.sleep
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the first full list is in the cache."""
@@ -81,6 +90,8 @@ class Reflector:
     clock: Callable[[], float] = time.monotonic
     failing_since: float | None = None
     """Since when the list or watch has been failing (None while it works)."""
+    served: bool = True
+    """False when the last list found the kind not served (404)."""
 
     def behind(self) -> bool:
         """Failing for :data:`BEHIND_AFTER_SECONDS`: what the cache holds of this kind may be that old."""
@@ -99,15 +110,18 @@ class Reflector:
             try:
                 if not listed:
                     self.resource_version = await self.relist()
-                    listed = True
                     self.synced.set()
                     self._working()
+                    if not self.served:
+                        await self.sleep(NOT_SERVED_RETRY_SECONDS)
+                        continue
+                    listed = True
                 await self.watch_once()
                 failures = 0
                 self._working()
             except KubeError as error:
-                if isinstance(error, Gone):
-                    log.info("%s watch: resourceVersion %s is too old (%s): listing again", self.kind,
+                if isinstance(error, Gone | NotFound):
+                    log.info("%s watch from resourceVersion %s: %s: listing again", self.kind,
                              self.resource_version, error)
                     listed = False
                     continue
@@ -121,17 +135,19 @@ class Reflector:
                 await self.sleep(delay)
 
     async def relist(self) -> str:
-        """A full paginated list into the cache; what the cache holds and the list does not is deleted. Returns
-        the list's resourceVersion."""
+        """A full paginated list into the cache; what the cache holds of the kind and the list does not is deleted.
+        Returns the list's resourceVersion ("" when the kind is not served: then nothing of it is held)."""
         pages = self.lister()
-        listed: set[ObjectKey] = set()
+        listed: set[Identity] = set()
         resource_version = ""
-        while (page := await asyncio.to_thread(next, pages, None)) is not None:
+        self.served = True
+        while (page := await asyncio.to_thread(self._next_page, pages)) is not None:
             slice_ends = time.perf_counter() + SLICE_SECONDS
             for manifest in page.items:
                 self.cache.apply("ADDED", manifest)
                 EVENTS_PROCESSED.labels(kind=self.kind).inc()
-                listed.add(namespaced_key(manifest))
+                if (identity := self._identity(manifest)) is not None:
+                    listed.add(identity)
                 if time.perf_counter() >= slice_ends:
                     await asyncio.sleep(0)
                     slice_ends = time.perf_counter() + SLICE_SECONDS
@@ -142,14 +158,34 @@ class Reflector:
             # they took up to ~200 ms each, stalling admissions). The cache is collected and frozen again once
             # complete (ClusterCache.mark_complete).
             gc.freeze()
-        gone = [key for key in self.cached_keys() if key not in listed]
-        for namespace, name in gone:
+        held = self._identity({"apiVersion": self.api_version, "kind": self.kind,
+                               "metadata": {"name": "-", "namespace": "-"}})
+        gone = [identity for identity in self.cache.versions
+                if held is not None and identity[0] == held[0] and identity not in listed]
+        for _, namespace, name in gone:
             self.cache.apply(DELETED, {"apiVersion": self.api_version, "kind": self.kind,
                                        "metadata": {"namespace": namespace, "name": name}})
         self.lists += 1
         log.info("%s listed: %d (%d deleted meanwhile), resourceVersion %s", self.kind, len(listed), len(gone),
                  resource_version)
         return resource_version
+
+    def _next_page(self, pages: Iterator[ListPage]) -> ListPage | None:
+        """The next page; a kind the API server does not serve is an empty list (:attr:`served` False)."""
+        try:
+            return next(pages, None)
+        except NotFound as error:
+            if self.served:
+                log.warning("%s is not served by the API server (%s): none held; listed again every %.0f s",
+                            self.kind, error, NOT_SERVED_RETRY_SECONDS)
+            self.served = False
+            return None
+
+    def _identity(self, manifest: Mapping[str, Any]) -> Identity | None:
+        try:
+            return self.cache.identity(manifest)
+        except InputError:
+            return None
 
     async def watch_once(self) -> None:
         """One watch request from :attr:`resource_version`, its events applied until the stream ends; raises
@@ -195,13 +231,19 @@ class Reflector:
             stream.close()
 
 
+def resource_reflector(cache: ClusterCache, api: client.ApiClient, resource: Resource) -> Reflector:
+    """A reflector of one kind of ``kube.CACHED_RESOURCES`` (or any (path prefix, plural, kind, apiVersion)) in
+    every namespace."""
+    prefix, plural, kind, api_version = resource
+    path = f"{prefix}/{plural}"
+    return Reflector(cache, api_version, kind,
+                     lister=functools.partial(list_pages, api, path, api_version, kind),
+                     watcher=functools.partial(_watch, api, path, api_version, kind))
+
+
 def pod_reflector(cache: ClusterCache, api: client.ApiClient) -> Reflector:
     """Pods of every namespace."""
-    path = "/api/v1/pods"
-    return Reflector(cache, "v1", "Pod",
-                     lister=lambda: list_pages(api, path, "v1", "Pod"),
-                     watcher=lambda version: WatchStream(api, path, "v1", "Pod", version),
-                     cached_keys=lambda: list(cache.target.snapshot.pods))
+    return resource_reflector(cache, api, ("/api/v1", "pods", "Pod", "v1"))
 
 
 CLAIM_KINDS = (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate"))
@@ -211,19 +253,9 @@ DRA_API_VERSION = "resource.k8s.io/v1beta1"
 
 def claim_reflectors(cache: ClusterCache, api: client.ApiClient) -> list[Reflector]:
     """DRA ResourceClaims and ResourceClaimTemplates of every namespace (for a sink that reads them)."""
-    def keys(kind: str) -> list[ObjectKey]:
-        return [(namespace, name) for (cached_kind, namespace, name) in cache.versions if cached_kind == kind]
-
-    reflectors = []
-    for plural, kind in CLAIM_KINDS:
-        path = f"/apis/{DRA_API_VERSION}/{plural}"
-        reflectors.append(Reflector(
-            cache, DRA_API_VERSION, kind,
-            lister=functools.partial(list_pages, api, path, DRA_API_VERSION, kind),
-            watcher=functools.partial(_watch, api, path, kind),
-            cached_keys=functools.partial(keys, kind)))
-    return reflectors
+    return [resource_reflector(cache, api, (f"/apis/{DRA_API_VERSION}", plural, kind, DRA_API_VERSION))
+            for plural, kind in CLAIM_KINDS]
 
 
-def _watch(api: client.ApiClient, path: str, kind: str, version: str) -> WatchStream:
-    return WatchStream(api, path, DRA_API_VERSION, kind, version)
+def _watch(api: client.ApiClient, path: str, api_version: str, kind: str, version: str) -> WatchStream:
+    return WatchStream(api, path, api_version, kind, version)

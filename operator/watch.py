@@ -1,5 +1,7 @@
-"""Keeping a cluster cache current: the start-up list, the pod reflector and Kopf's watch handlers (``<kind>_event``,
-one per low-cardinality kind) — the same for the operator's admission ledger and the extender's scheduling session."""
+"""Keeping a cluster cache current: the reflectors of the high-cardinality kinds (operator/reflector.py: nodes,
+PodGroups, ReplicaSets, then pods), the start-up list of the others and Kopf's watch handlers for them
+(``<kind>_event``: queues, Deployments, StatefulSets) — the same for the operator's admission ledger and the
+extender's scheduling session."""
 
 from __future__ import annotations
 
@@ -11,18 +13,23 @@ import kopf
 from kubernetes import client
 
 from cardquota.kube import CACHED_RESOURCES, Connection, list_all_async
-from cardquota.operator.reflector import Reflector, claim_reflectors, pod_reflector
+from cardquota.operator.reflector import Reflector, claim_reflectors, resource_reflector
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED
 
 log = logging.getLogger("cardquota.watch")
-LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2] != "Pod")
-"""Listed once at start-up, then kept current by Kopf; pods are the reflector's (paginated list, then watch)."""
+REFLECTED_KINDS = ("Node", "PodGroup", "ReplicaSet", "Pod")
+"""Kinds the reflectors list and watch (one object per node, per job, per Deployment revision, per pod), in the
+order they are listed: pods last, so that each pod's charge is computed once, against its node and PodGroup."""
+REFLECTED = tuple(sorted((resource for resource in CACHED_RESOURCES if resource[2] in REFLECTED_KINDS),
+                         key=lambda resource: REFLECTED_KINDS.index(resource[2])))
+LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2] not in REFLECTED_KINDS)
+"""Listed once at start-up, then kept current by Kopf."""
 
 
 def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
-    """Handlers for nodes, queues, podgroups and the scalable workloads; each feeds its events to ``cache``. Pods
-    are not Kopf's: operator/reflector.py lists and watches them at O(event) cost."""
+    """Handlers for the low-cardinality kinds (queues, Deployments, StatefulSets); each feeds its events to
+    ``cache``. The others are the reflectors' (:data:`REFLECTED_KINDS`)."""
 
     def feed(kind: str, api_version: str) -> Any:
         # async, so Kopf runs it on the event loop (a plain function would run on Kopf's executor threads): the cache
@@ -35,15 +42,9 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
         handler.__name__ = f"{kind.lower()}_event"
         return handler
 
-    kopf.on.event("v1", "nodes", registry=registry, id="node_event")(feed("Node", "v1"))
-    kopf.on.event("scheduling.volcano.sh", "v1beta1", "queues", registry=registry,
-                  id="queue_event")(feed("Queue", "scheduling.volcano.sh/v1beta1"))
-    kopf.on.event("scheduling.volcano.sh", "v1beta1", "podgroups", registry=registry,
-                  id="podgroup_event")(feed("PodGroup", "scheduling.volcano.sh/v1beta1"))
-    for plural, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet"),
-                         ("replicasets", "ReplicaSet")):
-        kopf.on.event("apps", "v1", plural, registry=registry,
-                      id=f"{kind.lower()}_event")(feed(kind, "apps/v1"))
+    for _, plural, kind, api_version in LISTED_AT_START:
+        group, _, version = api_version.rpartition("/")  # (none of these is in the core group)
+        kopf.on.event(group, version, plural, registry=registry, id=f"{kind.lower()}_event")(feed(kind, api_version))
 
 
 async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
@@ -72,11 +73,12 @@ async def follow(cache: ClusterCache, api: client.ApiClient, connection: Connect
             return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
                                        token=connection.token or None)
     cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
-    pods = pod_reflector(cache, api)
-    if reflectors is not None:
-        reflectors.append(pods)
-    tasks.append(asyncio.create_task(pods.run()))
-    await synced(pods, tasks[-1])
+    for resource in REFLECTED:  # one after the other: pods last (see REFLECTED_KINDS)
+        reflector = resource_reflector(cache, api, resource)
+        if reflectors is not None:
+            reflectors.append(reflector)
+        tasks.append(asyncio.create_task(reflector.run()))
+        await synced(reflector, tasks[-1])
     if claims:
         tasks.extend(asyncio.create_task(reflector.run()) for reflector in claim_reflectors(cache, api))
     cache.mark_complete()

@@ -19,6 +19,8 @@ from cardquota.core.snapshot import ClusterSnapshot, kind_of, object_key
 from cardquota.core.workloads import workload_key
 
 DELETED = "DELETED"
+Identity = tuple[str, str, str]
+"""(kind, namespace, name) of a cached object (see :meth:`ClusterCache.identity`)."""
 SINK_ONLY_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
 """Kinds only a sink reads (the extender's DRA quota); the admission ledger has no use for them."""
 
@@ -42,7 +44,7 @@ class ClusterCache:
     event loop, where the policies read it."""
 
     ledger: Ledger = field(default_factory=Ledger)
-    versions: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    versions: dict[Identity, int] = field(default_factory=dict)
     rejected: int = 0
     """Events whose object could not be read (logged by the caller; the API server should never send one)."""
     sink: CacheSink | None = None
@@ -81,28 +83,13 @@ class ClusterCache:
 
     def apply(self, event_type: str | None, manifest: Mapping[str, Any]) -> bool:
         """Apply one watch event; False when it was stale, of a kind not cached, or unreadable."""
-        kind = kind_of(manifest)
-        workload = workload_key(manifest) if kind is None else None
-        if kind is None and workload is None and not (self.sink is not None
-                                                      and manifest.get("kind") in SINK_ONLY_KINDS):
+        try:
+            identity = self.identity(manifest)
+        except InputError:
+            self.rejected += 1
             return False
-        if kind is None and workload is None:
-            try:
-                meta = read_meta(manifest, namespaced=True)
-            except InputError:
-                self.rejected += 1
-                return False
-            identity = (str(manifest.get("kind")), meta.key[0], meta.key[1])
-        elif workload is not None:
-            identity = (f"{workload[0]}/{workload[1]}", workload[2], workload[3])
-        else:
-            assert kind is not None
-            try:
-                namespace, name = object_key(kind, manifest)
-            except InputError:
-                self.rejected += 1
-                return False
-            identity = (kind.value, namespace, name)
+        if identity is None:
+            return False
         version = _version(manifest)
         known = self.versions.get(identity)
         if version is not None and known is not None and version < known:
@@ -119,6 +106,22 @@ class ClusterCache:
             self.rejected += 1
             return False
         return True
+
+    def identity(self, manifest: Mapping[str, Any]) -> Identity | None:
+        """(kind, namespace, name) of an object the cache holds (``apps/ReplicaSet`` for a workload; namespace ""
+        for a node or a queue): what :attr:`versions` is keyed by. None for a kind it does not hold; raises
+        InputError for an object it cannot read."""
+        kind = kind_of(manifest)
+        if kind is not None:
+            namespace, name = object_key(kind, manifest)
+            return (kind.value, namespace, name)
+        workload = workload_key(manifest)
+        if workload is not None:
+            return (f"{workload[0]}/{workload[1]}", workload[2], workload[3])
+        if self.sink is not None and manifest.get("kind") in SINK_ONLY_KINDS:
+            meta = read_meta(manifest, namespaced=True)
+            return (str(manifest.get("kind")), meta.key[0], meta.key[1])
+        return None
 
 
 def _version(manifest: Mapping[str, Any]) -> int | None:

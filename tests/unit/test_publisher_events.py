@@ -74,3 +74,35 @@ async def test_an_annotation_edited_by_someone_else_is_corrected(monkeypatch: py
     cache.apply("MODIFIED", edited)  # someone else changes it
     await publisher.flush()
     assert patches[-1] == {"volcano.sh/card.usage": "NVIDIA-A100 0/4"}
+
+
+async def test_events_in_all_are_within_a_budget_and_the_rest_wait_their_turn(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    """A storm of pods that cannot move on: at most EVENTS_BURST events at once, then EVENTS_PER_SECOND; each of the
+    others is sent in its turn, and looked at again about once (not every window)."""
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(controller, "create_event", lambda api, namespace, event: sent.append(event))
+    monkeypatch.setattr(controller, "patch_annotations", lambda *args: True)
+    now = [1000.0]
+    cache = ClusterCache()
+    waiting = 120
+    cache.load([gpu_node("a", "NVIDIA-A100", 8), queue("team-a", {"NVIDIA-A100": 1}),
+                *(pod(f"w{index}", gpus=2, card="NVIDIA-A100", queue="team-a") for index in range(waiting))])
+    publisher = Publisher(cache, api=None, clock=lambda: now[0])  # type: ignore[arg-type]
+
+    await publisher.flush()
+    assert len(sent) == controller.EVENTS_BURST
+    assert publisher.stats.events_deferred == waiting - controller.EVENTS_BURST
+    examined = publisher.stats.examined
+    for _ in range(3):  # a second: the budget's rate, and the next ones in turn
+        now[0] += 1
+        await publisher.flush()
+    rate = int(controller.EVENTS_PER_SECOND)
+    assert controller.EVENTS_BURST + 3 * rate - 1 <= len(sent) <= controller.EVENTS_BURST + 3 * rate  # (turns fall
+    # due on a float schedule: the last of a second may fall in the next)
+    assert publisher.stats.examined - examined <= 3 * rate + 3  # each looked at again about once
+    for _ in range(10):
+        now[0] += 1
+        await publisher.flush()
+    assert len(sent) == waiting  # every one said, once
+    assert len({event["involvedObject"]["name"] for event in sent}) == waiting

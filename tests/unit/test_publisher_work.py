@@ -106,12 +106,17 @@ def cluster(pods: int) -> list[dict[str, Any]]:
     return objects
 
 
+UNLIMITED = 10**9
+"""An events budget these tests never spend (they count the work behind every event; the budget has its own test in
+test_publisher_events.py)."""
+
+
 async def loaded(monkeypatch: pytest.MonkeyPatch, pods: int, **options: Any) -> tuple[ClusterCache, Publisher, FakeApi]:
     """A cache of ``cluster(pods)``, its publisher after the first (reconciling) window, and the fake API."""
     api = FakeApi(monkeypatch)
     cache = ClusterCache()
     cache.load(cluster(pods))
-    publisher = Publisher(cache, api=None, **options)  # type: ignore[arg-type]
+    publisher = Publisher(cache, api=None, **{"events_burst": UNLIMITED, **options})  # type: ignore[arg-type]
     await publisher.flush()
     api.taken()
     return cache, publisher, api
@@ -228,7 +233,8 @@ async def test_a_large_window_gives_the_event_loop_back_between_slices(monkeypat
     api = FakeApi(monkeypatch)
     cache = ClusterCache()
     cache.load(cluster(5000))
-    publisher = Publisher(cache, api=None, slice_budget=10, slice_clock=slice_clock)  # type: ignore[arg-type]
+    publisher = Publisher(cache, api=None, slice_budget=10, slice_clock=slice_clock,  # type: ignore[arg-type]
+                          events_burst=UNLIMITED)
     calls = count_events(monkeypatch)
 
     def work() -> int:

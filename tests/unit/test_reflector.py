@@ -19,7 +19,7 @@ import pytest
 from builders import gpu_node, pod, podgroup, queue
 from polling import eventually
 
-from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, Unreachable, WatchEvent
+from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, NotFound, Unreachable, WatchEvent
 from cardquota.operator.reflector import Reflector
 from cardquota.runtime.cache import ClusterCache
 
@@ -85,8 +85,7 @@ def reflector_over(server: ScriptedServer, cache: ClusterCache, sleeps: list[flo
     async def sleep(delay: float) -> None:
         sleeps.append(delay)
 
-    return Reflector(cache, "v1", "Pod", lister=server.lister, watcher=server.watcher,
-                     cached_keys=lambda: list(cache.ledger.snapshot.pods), sleep=sleep)
+    return Reflector(cache, "v1", "Pod", lister=server.lister, watcher=server.watcher, sleep=sleep)
 
 
 def base_cache() -> ClusterCache:
@@ -315,3 +314,62 @@ async def test_each_listed_page_is_frozen_out_of_the_collectors_way(monkeypatch:
     reflector = reflector_over(ScriptedServer(dict(truth), "100", []), cache, [])
     await reflector.relist()
     assert frozen == [2, 4, 5]  # after each page of two
+
+
+@dataclass
+class NodesServer:
+    """Nodes (cluster-scoped) listed in one page; 404 while ``served`` is False, as for a CRD not installed."""
+
+    nodes: dict[str, dict[str, Any]]
+    served: bool = True
+    lists: int = 0
+
+    def lister(self) -> Iterator[ListPage]:
+        self.lists += 1
+        if not self.served:
+            raise NotFound("the server could not find the requested resource", 404)
+        yield ListPage([{**node, "metadata": {**node["metadata"], "resourceVersion": "5"}}
+                        for node in self.nodes.values()], "100", True)
+
+    def watcher(self, version: str) -> ScriptedWatch:
+        return ScriptedWatch([], hold=True)
+
+
+def node_reflector(server: NodesServer, cache: ClusterCache, sleeps: list[float]) -> Reflector:
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+        await asyncio.sleep(0)
+
+    return Reflector(cache, "v1", "Node", lister=server.lister, watcher=server.watcher, sleep=sleep)
+
+
+async def test_a_relist_deletes_a_cluster_scoped_object_that_went() -> None:
+    """Nodes have no namespace: what a relist no longer has is found by the cache's identity of the kind."""
+    server = NodesServer({"a": gpu_node("a", "NVIDIA-A100", 8), "b": gpu_node("b", "NVIDIA-H100", 8)})
+    cache = ClusterCache()
+    reflector = node_reflector(server, cache, [])
+    await reflector.relist()
+    assert set(cache.ledger.snapshot.nodes) == {"a", "b"}
+    del server.nodes["b"]
+    await reflector.relist()
+    assert set(cache.ledger.snapshot.nodes) == {"a"}
+
+
+async def test_a_kind_not_served_is_synced_empty_and_listed_again_until_it_is() -> None:
+    """Volcano's CRDs not installed yet (404): the kind is held as empty so start-up completes, and it is listed
+    again every NOT_SERVED_RETRY_SECONDS; once served, its objects arrive and it is watched."""
+    from cardquota.operator.reflector import NOT_SERVED_RETRY_SECONDS
+    server = NodesServer({"a": gpu_node("a", "NVIDIA-A100", 8)}, served=False)
+    cache = ClusterCache()
+    reflector = node_reflector(server, cache, sleeps := [])
+    task = asyncio.create_task(reflector.run())
+    await asyncio.wait_for(reflector.synced.wait(), 5)
+    assert not reflector.served
+    assert cache.ledger.snapshot.nodes == {}
+    await eventually(lambda: server.lists >= 3)
+    assert set(sleeps) == {NOT_SERVED_RETRY_SECONDS}
+    assert reflector.failing_since is None  # not served is not failing
+    server.served = True
+    await eventually(lambda: "a" in cache.ledger.snapshot.nodes)
+    assert reflector.served
+    await stopped(task)
