@@ -245,8 +245,7 @@ def operator_role(cert_dir: str, api_url: str, pause_collector: bool, page_size:
 def baseline_role(pause_collector: bool, page_size: int) -> None:
     """Our own paginated list of the same objects and ``ClusterCache.load``, in a process with the same imports."""
     import cardquota.processes  # noqa: F401  (the operator's imports, so the RSS compares like with like)
-    from cardquota.kube import api_client, list_all, list_pages
-    from cardquota.operator.watch import LISTED_AT_START
+    from cardquota.kube import CACHED_RESOURCES, api_client, list_all, list_pages
     from cardquota.runtime.cache import ClusterCache
 
     set_page_size(page_size)
@@ -267,7 +266,7 @@ def baseline_role(pause_collector: bool, page_size: int) -> None:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     api = api_client()
     cache = ClusterCache()
-    cache.load(list_all(api, LISTED_AT_START), complete=False)
+    cache.load(list_all(api, [resource for resource in CACHED_RESOURCES if resource[2] != "Pod"]), complete=False)
     for page in list_pages(api, "/api/v1/pods", "v1", "Pod"):
         cache.load(page.items, complete=False)
     cache.mark_complete()

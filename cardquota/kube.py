@@ -458,8 +458,11 @@ def list_objects(api: client.ApiClient, path: str, api_version: str, kind: str, 
 
 # ------------------------------------------------------------------------------------------ list and watch
 
-LIST_PAGE_SIZE = 500
-"""Objects per page of a paginated list (client-go's reflector lists 500 at a time as well)."""
+LIST_PAGE_SIZE = 100
+"""Objects per page of a paginated list. client-go's reflector lists 500 at a time, in protobuf; here a page is JSON,
+parsed by one ``json.loads`` that holds the GIL throughout (~38 ms for 500 realistic pods, 3.8 MB), during which the
+admission event loop cannot run. 100 a page keeps that under ~8 ms, for five times the list requests at start-up
+(1,000 at 100k pods; ``bench/scale.py --page-size``)."""
 WATCH_SECONDS = 290
 """How long the API server keeps one watch request open (``timeoutSeconds``); the caller then watches again from
 the last resourceVersion it saw."""

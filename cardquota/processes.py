@@ -99,7 +99,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run()),
               asyncio.create_task(drift.run())]
     try:
-        await follow(cache, api, connection, stop, tasks, started=started)
+        await follow(cache, api, stop, tasks, started=started)
     finally:
         for task in tasks:
             task.cancel()

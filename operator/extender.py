@@ -150,7 +150,7 @@ def api_pod_patcher(api: Any) -> PodPatcher:
 
 
 async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodPatcher | None,
-                       stop: asyncio.Event | None = None, *, api: Any = None, connection: Any = None,
+                       stop: asyncio.Event | None = None, *, api: Any = None,
                        on_listening: Callable[[int], None] | None = None) -> None:
     """Serve until ``stop`` is set (forever when None); with ``api``, the session is kept by watches (degraded until
     the first full list is in)."""
@@ -172,13 +172,14 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
                               host, port)
     if on_listening is not None:
         on_listening(runner.addresses[0][1])
-    log.info("extender listening on http://%s:%s%s", host, port, " (session kept by watches)" if cache else "")
+    log.info("extender listening on http://%s:%s%s", host, runner.addresses[0][1] if runner.addresses else port,
+             " (session kept by watches)" if cache else "")
     tasks: list[asyncio.Task[None]] = []
     try:
         if cache is not None:
             from cardquota.operator.watch import follow
 
-            await follow(cache, api, connection, stop, tasks, claims=True, reflectors=reflectors)
+            await follow(cache, api, stop, tasks, claims=True, reflectors=reflectors)
         else:
             await (stop or asyncio.Event()).wait()
     finally:

@@ -1,13 +1,13 @@
 """List-then-watch of the high-cardinality kinds (pods, PodGroups, nodes, ReplicaSets) into the cluster cache, at
 O(event) cost.
 
-What Kubernetes' client-go reflector does, in one asyncio task per kind: a paginated list (500 objects a page, each
-page applied to the cache as it arrives, so the cluster is never held whole), then a watch from the list's
-resourceVersion with bookmarks; when a watch request ends (the API server closes it after ``timeoutSeconds``) or
-its stream breaks, watch again from the last resourceVersion seen, with backoff on failures; when the API server
-says that resourceVersion is too old (410 Gone), list again and delete what the new list no longer holds. A kind
-the API server does not serve (404: Volcano's CRDs not installed yet) lists as empty and is listed again every
-:data:`NOT_SERVED_RETRY_SECONDS`.
+What Kubernetes' client-go reflector does, in one asyncio task per kind: a paginated list (``kube.LIST_PAGE_SIZE``
+objects a page, each page applied to the cache as it arrives, so the cluster is never held whole), then a watch
+from the list's resourceVersion with bookmarks; when a watch request ends (the API server closes it after
+``timeoutSeconds``) or its stream breaks, watch again from the last resourceVersion seen, with backoff on failures;
+when the API server says that resourceVersion is too old (410 Gone), list again and delete what the new list no
+longer holds. A kind the API server does not serve (404: Volcano's CRDs not installed yet) lists as empty and is
+listed again every :data:`NOT_SERVED_RETRY_SECONDS`.
 
 Kopf handles a kind by listing it again after our own start-up list and running one worker task per object (~1 ms
 of CPU per event; 16k tasks at 50k pods): for the kinds with one object per pod, per job or per node that costs more
@@ -45,7 +45,7 @@ BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Waits after consecutive failed list or watch requests (the last repeats)."""
 SLICE_SECONDS = 0.002
 """The reflector applies events for at most about this long before it lets the event loop run other tasks
-(admissions) again: a page of 500 realistic pods takes ~30 ms to apply, a burst of watch events as long as it lasts."""
+(admissions) again: a page of 100 realistic pods takes ~6 ms to apply, a burst of watch events as long as it lasts."""
 NOT_SERVED_RETRY_SECONDS = 30.0
 """How often a kind the API server does not serve (404) is listed again."""
 BEHIND_AFTER_SECONDS = 60.0
@@ -140,8 +140,18 @@ class Reflector:
         pages = self.lister()
         listed: set[Identity] = set()
         resource_version = ""
-        self.served = True
-        while (page := await asyncio.to_thread(self._next_page, pages)) is not None:
+        not_served: NotFound | None = None
+
+        def next_page() -> ListPage | None:
+            """The next page; a kind the API server does not serve is an empty list."""
+            nonlocal not_served
+            try:
+                return next(pages, None)
+            except NotFound as error:
+                not_served = error
+                return None
+
+        while (page := await asyncio.to_thread(next_page)) is not None:
             slice_ends = time.perf_counter() + SLICE_SECONDS
             for manifest in page.items:
                 self.cache.apply("ADDED", manifest)
@@ -165,21 +175,14 @@ class Reflector:
         for _, namespace, name in gone:
             self.cache.apply(DELETED, {"apiVersion": self.api_version, "kind": self.kind,
                                        "metadata": {"namespace": namespace, "name": name}})
+        if not_served is not None and self.served:
+            log.warning("%s is not served by the API server (%s): none held; listed again every %.0f s",
+                        self.kind, not_served, NOT_SERVED_RETRY_SECONDS)
+        self.served = not_served is None
         self.lists += 1
         log.info("%s listed: %d (%d deleted meanwhile), resourceVersion %s", self.kind, len(listed), len(gone),
                  resource_version)
         return resource_version
-
-    def _next_page(self, pages: Iterator[ListPage]) -> ListPage | None:
-        """The next page; a kind the API server does not serve is an empty list (:attr:`served` False)."""
-        try:
-            return next(pages, None)
-        except NotFound as error:
-            if self.served:
-                log.warning("%s is not served by the API server (%s): none held; listed again every %.0f s",
-                            self.kind, error, NOT_SERVED_RETRY_SECONDS)
-            self.served = False
-            return None
 
     def _identity(self, manifest: Mapping[str, Any]) -> Identity | None:
         try:

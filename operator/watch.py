@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from cardquota.kube import CACHED_RESOURCES, Connection, list_all_async
+from cardquota.kube import CACHED_RESOURCES, list_all_async
 from cardquota.operator.reflector import Reflector, claim_reflectors, resource_reflector
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED
@@ -47,6 +47,27 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
         kopf.on.event(group, version, plural, registry=registry, id=f"{kind.lower()}_event")(feed(kind, api_version))
 
 
+def connection_info(api: client.ApiClient) -> kopf.ConnectionInfo:
+    """Kopf's credentials, read from the client the rest of cardquota uses (one configuration: ``--api-url``, the
+    kubeconfig or the in-cluster service account, whichever :func:`cardquota.kube.api_client` chose). A plain
+    ``kopf.OperatorRegistry`` has no login handler of its own: without this one, Kopf could not log in."""
+    configuration = api.configuration
+    header = (configuration.get_api_key_with_prefix("BearerToken")
+              or configuration.get_api_key_with_prefix("authorization") or "")
+    scheme, _, token = header.rpartition(" ")  # "Bearer <token>", or a bare token
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
 async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
     """Until the reflector's first list is in the cache (its task failing first raises its error)."""
     waiting = asyncio.ensure_future(reflector.synced.wait())
@@ -58,20 +79,20 @@ async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
         task.result()
 
 
-async def follow(cache: ClusterCache, api: client.ApiClient, connection: Connection | None,
-                 stop: asyncio.Event | None, tasks: list[asyncio.Task[None]], *, claims: bool = False,
-                 started: asyncio.Event | None = None, reflectors: list[Reflector] | None = None) -> None:
-    """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the pods' reflector
-    synced (then the cache is complete and ``started`` set), then Kopf's watches; with ``claims``, reflectors for
+async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event | None,
+                 tasks: list[asyncio.Task[None]], *, claims: bool = False, started: asyncio.Event | None = None,
+                 reflectors: list[Reflector] | None = None) -> None:
+    """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the reflectors synced
+    one after the other (then the cache is complete and ``started`` set), then Kopf's watches, logged in as ``api``
+    is (:func:`connection_info`); with ``claims``, reflectors for
     DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
     added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags)."""
     registry = kopf.OperatorRegistry()
     register(registry, cache)
-    if connection is not None:
-        @kopf.on.login(registry=registry, id="login")
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=connection.host, insecure=connection.insecure,
-                                       token=connection.token or None)
+
+    @kopf.on.login(registry=registry, id="login")
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(api)
     cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
     for resource in REFLECTED:  # one after the other: pods last (see REFLECTED_KINDS)
         reflector = resource_reflector(cache, api, resource)

@@ -144,5 +144,5 @@ async def serve(app: web.Application, host: str, port: int, context: ssl.SSLCont
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=context)
     await site.start()
-    log.info("admission server listening on https://%s:%s", host, port)
+    log.info("admission server listening on https://%s:%s", host, runner.addresses[0][1] if runner.addresses else port)
     return runner

@@ -83,3 +83,33 @@ async def test_initial_list_then_watch_events_change_verdicts(volcano_kmock: Any
     finally:
         stop.set()
         await asyncio.wait_for(operator, timeout=15)
+
+
+async def test_following_with_only_a_kubeconfig_logs_kopf_in_as_the_client_is(volcano_kmock: Any,
+                                                                              tmp_path: Any) -> None:
+    """`cardquota operator` and `cardquota extender` reach the API through a kubeconfig (or the in-cluster account),
+    not a Connection: Kopf logs in from the same client configuration (watch.connection_info). Before, a plain
+    registry had no login handler and Kopf stopped with LoginError right after the cache had synced."""
+    from kubeconfigs import write_kubeconfig
+
+    from cardquota.operator.watch import follow
+
+    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    cache = ClusterCache()
+    stop, started = asyncio.Event(), asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=15)
+        assert set(cache.ledger.snapshot.nodes) == {"a100-1"}
+        url = f"{str(volcano_kmock.url).rstrip('/')}/apis/{QUEUES}"
+        async with aiohttp.ClientSession() as session, session.post(
+                url, json=queue("team-k", {"NVIDIA-A100": 8})) as response:
+            assert response.status < 300, await response.text()
+        await eventually(lambda: "team-k" in cache.ledger.snapshot.queues)  # through Kopf's queue handler
+        assert not following.done()
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)

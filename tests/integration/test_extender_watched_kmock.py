@@ -59,7 +59,7 @@ async def test_decisions_follow_the_watched_cluster(volcano_kmock: Any) -> None:
     stop = asyncio.Event()
     ports: list[int] = []
     task = asyncio.create_task(run_extender(Extender(CONFIG), "127.0.0.1", 0, None, stop, api=api_client(connection),
-                                            connection=connection, on_listening=ports.append))
+                                            on_listening=ports.append))
     await eventually(lambda: bool(ports))
     extender_url = f"http://127.0.0.1:{ports[0]}"
     node = gpu_node("a100-1", A100, 8)  # (as the volcano_kmock fixture has it)

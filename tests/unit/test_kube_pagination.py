@@ -43,12 +43,13 @@ def pods(count: int) -> list[dict[str, Any]]:
 
 def test_pages_follow_the_continue_token_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     limits: list[int] = []
-    monkeypatch.setattr(kube, "_get", paginating(pods(1201), limits))
+    size = kube.LIST_PAGE_SIZE
+    monkeypatch.setattr(kube, "_get", paginating(pods(2 * size + 1), limits))
     pages = list(list_pages(object(), "/api/v1/pods", "v1", "Pod"))  # type: ignore[arg-type]
-    assert [len(page.items) for page in pages] == [500, 500, 201]
+    assert [len(page.items) for page in pages] == [size, size, 1]
     assert [page.last for page in pages] == [False, False, True]
     assert {page.resource_version for page in pages} == {"4242"}
-    assert limits == [kube.LIST_PAGE_SIZE] * 3
+    assert limits == [size] * 3
     assert pages[0].items[0] == {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p0", "namespace": "ml"}}
 
 
