@@ -6,7 +6,7 @@ many pod events arrived, never a patch that changes nothing. A window's work is 
 annotations for the queues touched, node annotations for the nodes touched, and events for the PodGroups and pods
 touched plus, for a queue whose event inputs (:class:`~cardquota.core.events.QueueInputs`) changed, its waiting
 PodGroups and pods; a window in which nothing changed costs O(1). The publisher shares the event loop with the
-admission webhooks, so that work is done in slices of at most :data:`SLICE` seconds with the loop given back
+admission webhooks, so that work is done in slices of at most ``slicing.SLICE`` seconds with the loop given back
 between them. On start, and whenever leadership is gained, everything is reconciled once (in slices too), which
 corrects annotations left stale by a previous run.
 """
@@ -39,6 +39,7 @@ from cardquota.core.events import (
 from cardquota.core.objects import ObjectKey
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
+from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import ClusterCache
 
 log = logging.getLogger("cardquota.controller")
@@ -53,10 +54,6 @@ that cannot move on (thousands a second) costs the API server and the admission 
 each waiting event is looked at again about once, in turn."""
 EVENT_NAMESPACE = "default"
 """Where events about cluster-scoped objects (Queues) go, as Kubernetes does for them."""
-SLICE = 0.002
-"""The longest the publisher computes without giving the event loop back (seconds): an admission arriving during a
-window's work waits at most about this long for it."""
-
 EventKey = tuple[str, str, str]
 """(kind, namespace, name) of the object an event is about."""
 
@@ -73,27 +70,6 @@ class PublisherStats:
     """Events that waited for the budget (:data:`EVENTS_PER_SECOND`)."""
     examined: int = 0
     yields: int = 0
-
-
-@dataclass
-class Slicer:
-    """Cuts a window's work into slices: :meth:`tick`, called between two pieces of work, gives the event loop back
-    once the current stretch of synchronous work has lasted ``budget`` seconds."""
-
-    budget: float = SLICE
-    clock: Callable[[], float] = time.perf_counter
-    yields: int = 0
-    _started: float = 0.0
-
-    def restart(self) -> None:
-        """A stretch starts (after any await: the loop has just run other work)."""
-        self._started = self.clock()
-
-    async def tick(self) -> None:
-        if self.clock() - self._started >= self.budget:
-            await asyncio.sleep(0)
-            self.yields += 1
-            self._started = self.clock()
 
 
 class Publisher:

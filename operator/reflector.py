@@ -36,6 +36,7 @@ from prometheus_client import Gauge
 
 from cardquota.core.errors import InputError
 from cardquota.kube import Gone, KubeError, ListPage, NotFound, WatchEvent, WatchStream, list_pages
+from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import DELETED, ClusterCache, Identity
 from cardquota.runtime.metrics import EVENTS_PROCESSED, REGISTRY
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Waits after consecutive failed list or watch requests (the last repeats)."""
-SLICE_SECONDS = 0.002
+SLICE_SECONDS = SLICE
 """The reflector applies events for at most about this long before it lets the event loop run other tasks
 (admissions) again: a page of 100 realistic pods takes ~6 ms to apply, a burst of watch events as long as it lasts."""
 GONE_CHECKS_PER_SLICE = 10_000
@@ -153,16 +154,15 @@ class Reflector:
                 not_served = error
                 return None
 
+        slicer = Slicer(SLICE_SECONDS)
         while (page := await asyncio.to_thread(next_page)) is not None:
-            slice_ends = time.perf_counter() + SLICE_SECONDS
+            slicer.restart()
             for manifest in page.items:
                 self.cache.apply("ADDED", manifest)
                 EVENTS_PROCESSED.labels(kind=self.kind).inc()
                 if (identity := self._identity(manifest)) is not None:
                     listed.add(identity)
-                if time.perf_counter() >= slice_ends:
-                    await asyncio.sleep(0)
-                    slice_ends = time.perf_counter() + SLICE_SECONDS
+                await slicer.tick()
             resource_version = page.resource_version
             page = None  # (the page's manifests go now, by reference counting)
             # What the cache keeps of the page holds no reference cycles: out of the cyclic collector's way, so
@@ -221,7 +221,8 @@ class Reflector:
 
         threading.Thread(target=read, name=f"cardquota-watch-{self.kind.lower()}", daemon=True).start()
         applied = 0
-        slice_ends = time.perf_counter() + SLICE_SECONDS
+        slicer = Slicer(SLICE_SECONDS)
+        slicer.restart()
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -234,9 +235,7 @@ class Reflector:
                 if item.resource_version:
                     self.resource_version = item.resource_version
                 applied += 1
-                if time.perf_counter() >= slice_ends:
-                    await asyncio.sleep(0)
-                    slice_ends = time.perf_counter() + SLICE_SECONDS
+                await slicer.tick()
         finally:
             stream.close()
 
