@@ -1,4 +1,5 @@
-"""``cardquota operator``: the admission server and the watch handlers feeding its cache, in one process."""
+"""``cardquota operator``: the admission server, the controllers and the watches feeding their cache, in one process
+or (``--role webhook`` / ``--role controller``) split over two Deployments."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from aiohttp import web
+from kubernetes.client import ApiClient
+
+from cardquota.core.ledger import Ledger
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher
@@ -73,14 +78,47 @@ async def watch_certificate_files(source: Path, tls: ReloadableContext) -> None:
 
 async def run(settings: Settings, *, connection: Connection | None = None, stop: asyncio.Event | None = None,
               started: asyncio.Event | None = None, on_listening: Callable[[int], None] | None = None) -> None:
-    """Serve admissions until ``stop`` is set; ``started`` is set once the cluster snapshot has loaded, and
-    ``on_listening`` gets the port the server bound (useful with port 0)."""
-    cache = ClusterCache()
+    """Serve admissions and run the controllers (those :attr:`Settings.role` asks for) until ``stop`` is set;
+    ``started`` is set once the cluster snapshot has loaded, and ``on_listening`` gets the port the admission server
+    bound (useful with port 0)."""
+    role = settings.role
+    cache = ClusterCache(ledger=Ledger(published_usage=not role.follows_pods))
+    api = api_client(connection)
+    tasks: list[asyncio.Task[None]] = []
+    runners: list[web.AppRunner] = []
+    try:
+        if role.serves_webhooks:
+            runners.append(await serve_admissions(settings, cache, api, tasks))
+            if on_listening is not None:
+                on_listening(runners[0].addresses[0][1])
+        publisher: Publisher | None = None
+        if role.runs_controllers:
+            leader = LeaderElection(api, settings.namespace)
+            publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
+            drift = CrdDriftCheck(api, cache, is_leader=lambda: leader.leading)
+            tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
+        else:  # the policies still read the drift check's finding; the controller's leader reports it
+            drift = CrdDriftCheck(api, cache, is_leader=lambda: False)
+        tasks.append(asyncio.create_task(drift.run()))
+        runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,
+                                        settings.metrics_port))
+        await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods)
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for runner in runners:
+            await runner.cleanup()
+
+
+async def serve_admissions(settings: Settings, cache: ClusterCache, api: ApiClient,
+                           tasks: list[asyncio.Task[None]]) -> web.AppRunner:
+    """The HTTPS admission server over ``cache``, its serving certificate from where the settings say (tasks that
+    keep it current are added to ``tasks``)."""
     admission = Admission(cache, settings.policy, settings.failure_modes, own_users=settings.own_users)
     cert_dir = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
     tls = ReloadableContext(cert_dir / "live")
-    api = api_client(connection)
-    tasks: list[asyncio.Task[None]] = []
     if settings.dev:
         tls.install(dev_certificates(cert_dir))
     elif (cert_dir / "tls.crt").exists():  # mounted by the deployment (e.g. cert-manager): follow the files
@@ -89,21 +127,4 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     else:  # managed: a CA and serving certificate in a Secret, caBundle patched, renewed before expiry
         tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving)
         tasks.append(asyncio.create_task(keep_certificates(api, settings, tls)))
-    runner = await serve(build_app(admission), settings.host, settings.port, tls.context)
-    if on_listening is not None:
-        on_listening(runner.addresses[0][1])
-    leader = LeaderElection(api, settings.namespace)
-    publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
-    metrics_runner = await serve_http(metrics_app(cache, publisher), settings.host, settings.metrics_port)
-    drift = CrdDriftCheck(api, cache, is_leader=lambda: leader.leading)
-    tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run()),
-              asyncio.create_task(drift.run())]
-    try:
-        await follow(cache, api, stop, tasks, started=started)
-    finally:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await runner.cleanup()
-        await metrics_runner.cleanup()
+    return await serve(build_app(admission), settings.host, settings.port, tls.context)

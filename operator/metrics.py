@@ -98,9 +98,12 @@ def cpu_memory_families(ledger: Ledger) -> list[GaugeMetricFamily]:
     return [capability, allocated, inqueue]
 
 
-def metrics_app(cache: ClusterCache, publisher: Publisher | None = None) -> web.Application:
+def metrics_app(cache: ClusterCache, publisher: Publisher | None = None, *, queues: bool = True) -> web.Application:
+    """/metrics, /healthz and /readyz; the queues' gauges only with ``queues`` (a process that follows pods: one
+    without them would export usage it does not count)."""
     registry = CollectorRegistry()
-    registry.register(QueueCardCollector(cache, publisher))
+    if queues:
+        registry.register(QueueCardCollector(cache, publisher))
 
     async def metrics(_: web.Request) -> web.Response:
         return metrics_response(registry)

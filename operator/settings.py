@@ -51,6 +51,7 @@ ENV_METRICS_PORT = "CARDQUOTA_METRICS_PORT_NUMBER"
 ENV_LOG_FORMAT = "CARDQUOTA_LOG_FORMAT"
 ENV_EXTENDER_PORT = "CARDQUOTA_EXTENDER_PORT_NUMBER"
 ENV_SCHEDULER_CONF = "CARDQUOTA_SCHEDULER_CONF"
+ENV_ROLE = "CARDQUOTA_ROLE"
 
 _SERVICE_LINK_NAME = re.compile(
     r"[A-Z][A-Z0-9_]*_(?:"
@@ -122,6 +123,30 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
+class Role(StrEnum):
+    """What one ``cardquota operator`` process does (README, "Deploying at scale")."""
+
+    ALL = "all"
+    """The admission server and the controllers, over one cache of every cached kind, pods included."""
+    WEBHOOK = "webhook"
+    """The admission server only, over a cache without pods: no policy reads a pod from the cache, so a pod event
+    storm never reaches this process; a queue's usage is read from what the controller published on it."""
+    CONTROLLER = "controller"
+    """The controllers only (node card types, queue usage, events, metrics of queues), over every cached kind."""
+
+    @property
+    def serves_webhooks(self) -> bool:
+        return self is not Role.CONTROLLER
+
+    @property
+    def runs_controllers(self) -> bool:
+        return self is not Role.WEBHOOK
+
+    @property
+    def follows_pods(self) -> bool:
+        return self is not Role.WEBHOOK
+
+
 @dataclass(frozen=True)
 class Settings:
     namespace: str = "cardquota-system"
@@ -147,6 +172,7 @@ class Settings:
     """Plain-HTTP port of /metrics, /healthz and /readyz (0: any free port)."""
     service_account: str = "cardquota"
     """The operator's own service account: the webhooks never refuse its writes (the annotations it keeps)."""
+    role: Role = Role.ALL
     cert_grace_period: float = 60.0
     """Seconds a renewed CA sits in the webhooks' caBundle before the serving certificate it signed is served, and
     again (plus one check interval) before the CA it replaced leaves the caBundle: long enough for every API server
@@ -221,6 +247,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", "--metrics-port-number", dest="metrics_port", type=int,
                         help="plain-HTTP port for /metrics, /healthz and /readyz (env "
                         f"{ENV_METRICS_PORT}; default {defaults.metrics_port})")
+    parser.add_argument("--role", choices=[r.value for r in Role], help="all: the webhooks and the controllers; "
+                        "webhook: the admission server only, over a cache without pods (run the controllers in "
+                        "another Deployment); controller: the controllers only "
+                        f"(env {ENV_ROLE}; default {defaults.role.value})")
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], help="json for machines, text for "
                         f"humans (env {ENV_LOG_FORMAT}; default {defaults.log_format.value})")
 
@@ -251,7 +281,9 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
     except ValueError as error:
         raise InputError(str(error), where="--failure-mode") from None
     log_format = _chosen(args.log_format, env, ENV_LOG_FORMAT, LogFormat, "text or json", defaults.log_format)
+    role = _chosen(args.role, env, ENV_ROLE, Role, "all, webhook or controller", defaults.role)
     return Settings(
+        role=Role(role),
         namespace=_chosen_text(args.namespace, env, ENV_NAMESPACE, defaults.namespace),
         service=_chosen_text(args.service, env, ENV_SERVICE, defaults.service),
         service_account=_chosen_text(args.service_account, env, ENV_SERVICE_ACCOUNT, defaults.service_account),

@@ -81,10 +81,11 @@ async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
 
 async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event | None,
                  tasks: list[asyncio.Task[None]], *, claims: bool = False, started: asyncio.Event | None = None,
-                 reflectors: list[Reflector] | None = None) -> None:
+                 reflectors: list[Reflector] | None = None, pods: bool = True) -> None:
     """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the reflectors synced
     one after the other (then the cache is complete and ``started`` set), then Kopf's watches, logged in as ``api``
-    is (:func:`connection_info`); with ``claims``, reflectors for
+    is (:func:`connection_info`); without ``pods``, no pod is listed or watched (a webhook-only process: no policy
+    reads pods from the cache); with ``claims``, reflectors for
     DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
     added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags)."""
     registry = kopf.OperatorRegistry()
@@ -95,6 +96,8 @@ async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event
         return connection_info(api)
     cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
     for resource in REFLECTED:  # one after the other: pods last (see REFLECTED_KINDS)
+        if resource[2] == "Pod" and not pods:
+            continue
         reflector = resource_reflector(cache, api, resource)
         if reflectors is not None:
             reflectors.append(reflector)

@@ -23,11 +23,12 @@ from cardquota.core import keys
 from cardquota.core.cards import PRODUCT_LABEL, card_families, cluster_totals
 from cardquota.core.crd_additions import CRD_NAMES, WORDING, AdditionState, State, inspect, restore_command
 from cardquota.core.errors import InputError, one_line
+from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Node
 from cardquota.core.policies import schedconf
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.publish import CARD_USAGE, QUEUE_ANNOTATIONS, queue_annotations
+from cardquota.core.publish import QUEUE_ANNOTATIONS, queue_annotations
 from cardquota.core.schedconf.reader import CONF_KEY
 from cardquota.core.snapshot import ClusterSnapshot, Kind, describe, kind_of, node_record
 from cardquota.core.yamltext import load_one

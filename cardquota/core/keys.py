@@ -22,6 +22,17 @@ DEFAULT_QUEUE = "default"
 
 CARD_ALTERNATIVE_SEPARATOR = "|"
 
+# What the controller publishes on each Queue (core/publish.py writes them; a process that follows no pods reads them).
+
+CARD_ALLOCATED = "volcano.sh/card.allocated"
+"""Queue annotation: canonical JSON card type → cards the queue's bound pods hold."""
+CARD_INQUEUE = "volcano.sh/card.inqueue"
+"""Queue annotation: canonical JSON card type → cards its Inqueue PodGroups reserve beyond what their pods hold."""
+CARD_PENDING = "volcano.sh/card.pending"
+"""Queue annotation: canonical JSON card type → cards its unbound pods want."""
+CARD_USAGE = "volcano.sh/card.usage"
+"""Queue annotation: ``NVIDIA-A100 3/10, NVIDIA-H100 0/5`` (allocated/quota), for ``kubectl get queue``."""
+
 # mGPU (shared GPUs, mgpu-design.md): the resources and the pod annotation the webhooks and the scheduler read.
 
 MGPU_CORE = "vke.volcengine.com/mgpu-core"

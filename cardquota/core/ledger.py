@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
-from cardquota.core.keys import CARD_REQUEST
+from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST
 from cardquota.core.objects import (
     CPU_MEMORY,
     TERMINAL_POD_PHASES,
@@ -185,6 +186,20 @@ def _whole(amount: Fraction) -> int:
     return -(-amount.numerator // amount.denominator)
 
 
+def published_amounts(annotations: Mapping[str, str], name: str) -> dict[str, int]:
+    """Cards per card type as the controller published them in the annotation ``name`` (canonical JSON, see
+    core/publish.py), sorted; empty when the annotation is absent or not such an object (written by hand, or by an
+    older release): a published figure only ever adds warnings, so an unreadable one adds none."""
+    try:
+        amounts = json.loads(annotations.get(name) or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(amounts, dict) or not all(
+            isinstance(amount, int) and not isinstance(amount, bool) and amount >= 0 for amount in amounts.values()):
+        return {}
+    return _sorted(amounts)
+
+
 @dataclass
 class Ledger:
     """Per-queue card accounting over a :class:`ClusterSnapshot`, kept current one event at a time."""
@@ -211,6 +226,11 @@ class Ledger:
     """Per queue, its PodGroups in a :data:`WAITING_PHASES` phase."""
     changes: ChangeLog = field(default_factory=ChangeLog, repr=False)
     """The queues, nodes, PodGroups and pods touched since the publisher last drained it."""
+    published_usage: bool = False
+    """Answer :meth:`usage` and :meth:`queue_use` from what the controller last published on each Queue
+    (``volcano.sh/card.allocated`` / ``.inqueue`` / ``.pending``), not from pods: for a process that follows no
+    pods (``cardquota operator --role webhook``). The figures are then as of the controller's last publish window,
+    and a queue's cpu/memory use (not published) is absent."""
     _deferred_groups: set[ObjectKey] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -218,6 +238,10 @@ class Ledger:
 
     def queue_use(self, queue: str) -> dict[str, int]:
         """Cards the queue holds or has reserved now: allocated + inqueue, per card type."""
+        if self.published_usage:
+            usage = self.usage(queue)
+            return {card: usage.allocated.get(card, 0) + usage.inqueue.get(card, 0)
+                    for card in sorted({*usage.allocated, *usage.inqueue})}
         totals = self._totals.get(queue, {})
         use = dict(totals.get(Bucket.ALLOCATED, {}))
         for card, amount in totals.get(Bucket.INQUEUE, {}).items():
@@ -369,7 +393,10 @@ class Ledger:
         return self.snapshot.queue_of(pod)
 
     def queue_names(self) -> list[str]:
-        """Every Queue object, plus any queue that objects are charged to without a Queue object."""
+        """Every Queue object, plus any queue that objects are charged to without a Queue object (with
+        :attr:`published_usage`: the Queue objects only)."""
+        if self.published_usage:
+            return sorted(self.snapshot.queues)
         return sorted(set(self.snapshot.queues) | set(self._totals))
 
     def usage(self, queue: str, *, card_unlimited_cpu_memory: bool = False) -> QueueUsage:
@@ -377,6 +404,11 @@ class Ledger:
         them with ``cardUnlimitedCpuMemory`` as given."""
         record = self.snapshot.queues.get(queue)
         quota = dict(record.quota.values) if record is not None else {}
+        if self.published_usage:
+            annotations = record.queue.meta.annotations if record is not None else {}
+            return QueueUsage(quota=quota, allocated=published_amounts(annotations, CARD_ALLOCATED),
+                              inqueue=published_amounts(annotations, CARD_INQUEUE),
+                              pending=published_amounts(annotations, CARD_PENDING))
         totals = self._totals.get(queue, {})
         allocated = dict.fromkeys(quota, 0)
         allocated.update(totals.get(Bucket.ALLOCATED, {}))

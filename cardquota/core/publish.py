@@ -10,13 +10,10 @@ import json
 from collections.abc import Mapping
 
 from cardquota.core.cards import NodeCards
+from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE
 from cardquota.core.ledger import QueueUsage
 
 CARD_TYPES = "volcano.sh/card.types"
-CARD_ALLOCATED = "volcano.sh/card.allocated"
-CARD_INQUEUE = "volcano.sh/card.inqueue"
-CARD_PENDING = "volcano.sh/card.pending"
-CARD_USAGE = "volcano.sh/card.usage"
 QUEUE_ANNOTATIONS = (CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE)
 
 

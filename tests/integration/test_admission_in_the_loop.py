@@ -21,7 +21,7 @@ from builders import podgroup, queue
 from operator_runs import operator_running
 from polling import eventually
 
-from cardquota.core.publish import CARD_USAGE
+from cardquota.core.keys import CARD_USAGE
 from cardquota.kube import queue_path
 
 pytestmark = [pytest.mark.asyncio,

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from builders import gpu_node, pod, queue
 
+from cardquota.core.ledger import Ledger
 from cardquota.kube import Connection, api_client
 from cardquota.operator.leader import LEASE_SECONDS, LeaderElection
 from cardquota.operator.metrics import metrics_app
@@ -42,11 +43,8 @@ async def test_exactly_one_replica_leads_and_the_other_takes_over_after_expiry(v
     assert (first.leading, second.leading) == (False, True)
 
 
-async def test_metrics_expose_queue_card_gauges() -> None:
-    cache = ClusterCache()
-    cache.load([gpu_node("a", "NVIDIA-A100", 8), queue("team-a", {"NVIDIA-A100": 10}),
-                pod("p", node_name="a", gpus=3, queue="team-a"), pod("w", gpus=2, card="NVIDIA-A100", queue="team-a")])
-    runner = await serve_http(metrics_app(cache), "127.0.0.1", 0)
+async def scrape(cache: ClusterCache, *, queues: bool = True) -> str:
+    runner = await serve_http(metrics_app(cache, queues=queues), "127.0.0.1", 0)
     port = runner.addresses[0][1]
     try:
         async with aiohttp.ClientSession() as session:
@@ -57,6 +55,17 @@ async def test_metrics_expose_queue_card_gauges() -> None:
                 assert response.status == 200
     finally:
         await runner.cleanup()
+    return text
+
+
+CLUSTER = [gpu_node("a", "NVIDIA-A100", 8), queue("team-a", {"NVIDIA-A100": 10}),
+           pod("p", node_name="a", gpus=3, queue="team-a"), pod("w", gpus=2, card="NVIDIA-A100", queue="team-a")]
+
+
+async def test_metrics_expose_queue_card_gauges() -> None:
+    cache = ClusterCache()
+    cache.load(CLUSTER)
+    text = await scrape(cache)
     labels = 'card_name="NVIDIA-A100",queue_name="team-a"'
     assert f"volcano_queue_card_allocated{{{labels}}} 3.0" in text
     assert f"volcano_queue_card_capacity{{{labels}}} 10.0" in text
@@ -64,4 +73,14 @@ async def test_metrics_expose_queue_card_gauges() -> None:
     assert f"volcano_queue_card_request{{{labels}}} 5.0" in text
     assert f"cardquota_queue_card_pending{{{labels}}} 2.0" in text
     assert "cardquota_queue_card_inqueue{" not in text  # no Inqueue PodGroup: no sample
+    assert "cardquota_webhook_duration_seconds" in text
+
+
+async def test_a_webhook_process_exports_no_queue_gauge() -> None:
+    """``--role webhook`` counts no pod: the queues' gauges are the controller's to export."""
+    cache = ClusterCache(ledger=Ledger(published_usage=True))
+    cache.load(CLUSTER)
+    text = await scrape(cache, queues=False)
+    assert "volcano_queue_card" not in text
+    assert "cardquota_queue_" not in text
     assert "cardquota_webhook_duration_seconds" in text

@@ -31,8 +31,9 @@ from cardquota.cli.main import run
 from cardquota.core import doctor
 from cardquota.core.crd_additions import CRD_NAMES, JOB_CRD, PODGROUP_CRD, QUEUE_CRD, State
 from cardquota.core.doctor import Result, Status, Target, Trust, Unreadable
+from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
-from cardquota.core.publish import CARD_USAGE, queue_annotations
+from cardquota.core.publish import queue_annotations
 from cardquota.operator.certificates import Certificates, secret_body
 from cardquota.operator.settings import Settings
 from cardquota.runtime.tls import KeyPair, new_ca, new_serving_cert, service_dns_names

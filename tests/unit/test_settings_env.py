@@ -16,6 +16,7 @@ import yaml
 from cardquota.cli.main import run
 from cardquota.operator.settings import (
     ExtenderSettings,
+    Role,
     Settings,
     add_arguments,
     extender_settings,
@@ -113,6 +114,7 @@ BAD_VALUES = [
     (["operator", "--dev"], "CARDQUOTA_PUBLISH_WINDOW", "nan", "a number of seconds, 0 or more"),
     (["operator", "--dev"], "CARDQUOTA_FAILURE_MODES", "Pod=sometimes", "KIND=open|closed items"),
     (["operator", "--dev"], "CARDQUOTA_SCHEDULERS", ",", "scheduler names, comma-separated"),
+    (["operator", "--dev"], "CARDQUOTA_ROLE", "scheduler", "all, webhook or controller"),
     (["extender", "--no-patch"], "CARDQUOTA_EXTENDER_PORT_NUMBER", LINK, "a port number (0 to 65535)"),
     (["extender", "--no-patch"], "CARDQUOTA_EXTENDER_PORT_NUMBER", "８７１３", "a port number (0 to 65535)"),
 ]
@@ -172,6 +174,15 @@ def test_the_new_names_are_read_and_the_command_line_wins() -> None:
     assert extender_settings(_extender_args(), env) == ExtenderSettings("127.0.0.1", 9713, "/etc/conf")
     assert extender_settings(_extender_args("::", 1), env).port == 1
     assert from_arguments(_operator_args([]), {"CARDQUOTA_WEBHOOK_PORT_NUMBER": ""}).port == Settings().port
+
+
+def test_the_role_is_all_unless_the_variable_or_the_option_says_otherwise() -> None:
+    assert Settings().role is Role.ALL
+    assert from_arguments(_operator_args([]), {"CARDQUOTA_ROLE": "webhook"}).role is Role.WEBHOOK
+    assert from_arguments(_operator_args(["--role", "controller"]), {"CARDQUOTA_ROLE": "webhook"}).role \
+        is Role.CONTROLLER
+    assert [(role.serves_webhooks, role.runs_controllers, role.follows_pods) for role in Role] == [
+        (True, True, True), (True, False, False), (False, True, True)]
 
 
 def test_a_bad_failure_mode_on_the_command_line_names_the_option() -> None:

@@ -14,11 +14,11 @@ from builders import gpu_node, pod, podgroup, queue
 from verdicts import denied_at
 
 from cardquota.core import keys
+from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.common import UNCHANGED_NOTE
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.publish import CARD_USAGE
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict
 from cardquota.core.violations import Reason
