@@ -178,13 +178,11 @@ def pod_events() -> float:
     return REGISTRY.get_sample_value("cardquota_watch_events_total", {"kind": "Pod"}) or 0.0
 
 
-async def operate(cert_dir: str, api_url: str, pause_collector: bool) -> None:
-    """The operator as ``cardquota operator --dev`` runs it, reporting on stdout. Given the API server's address as
-    a ``Connection``, as tests/operator_runs.py does: with none (the kubeconfig from $KUBECONFIG, as the command
-    line runs it) ``operator/watch.follow`` registers no Kopf login handler on its plain ``kopf.OperatorRegistry``,
-    and Kopf fails with "Ran out of valid credentials" right after the cache has synced, ending ``run``."""
+async def operate(cert_dir: str, api_url: str, pause_collector: bool, role: str) -> None:
+    """The operator as ``cardquota operator --dev --role ROLE`` runs it, reporting on stdout; given the API server's
+    address as a ``Connection``, as tests/operator_runs.py does."""
     from cardquota.kube import Connection
-    from cardquota.operator.settings import Settings
+    from cardquota.operator.settings import Role, Settings
     from cardquota.processes import run
 
     loop = asyncio.get_running_loop()
@@ -208,7 +206,7 @@ async def operate(cert_dir: str, api_url: str, pause_collector: bool) -> None:
     def listening(port: int) -> None:  # the lag so far (dev certificates made on the loop) delays no admission
         emit({**state("listening"), "port": port, **lag.take()})
 
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=cert_dir)
+    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=cert_dir, role=Role(role))
     if pause_collector:  # the experiment: no collection until the cache is synced (mark_complete collects, freezes)
         gc.disable()
     connection = Connection(host=api_url, token="bench")
@@ -233,13 +231,13 @@ async def operate(cert_dir: str, api_url: str, pause_collector: bool) -> None:
     lag_task.cancel()
 
 
-def operator_role(cert_dir: str, api_url: str, pause_collector: bool, page_size: int) -> None:
+def operator_role(cert_dir: str, api_url: str, pause_collector: bool, page_size: int, role: str) -> None:
     from cardquota.operator.settings import LogFormat
     from cardquota.processes import configure_logging
 
     configure_logging(LogFormat.TEXT)
     set_page_size(page_size)
-    asyncio.run(operate(cert_dir, api_url, pause_collector))
+    asyncio.run(operate(cert_dir, api_url, pause_collector, role))
 
 
 def baseline_role(pause_collector: bool, page_size: int) -> None:
@@ -291,6 +289,7 @@ class Options:
     storm_node_rate: float
     storm_seconds: float
     smoke: bool
+    split: bool = False
 
 
 @dataclass
@@ -353,12 +352,13 @@ class Operator:
         self.log = log
 
     @classmethod
-    async def start(cls, env: dict[str, str], folder: Path, api_url: str) -> Operator:
+    async def start(cls, env: dict[str, str], folder: Path, api_url: str, role: str = "all") -> Operator:
+        folder.mkdir(parents=True, exist_ok=True)
         log = folder / "operator.log"
         with log.open("wb") as stderr:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, str(Path(__file__).resolve()), "--role", "operator", "--cert-dir", str(folder),
-                "--api-url", api_url, *EXTRA,
+                "--api-url", api_url, "--operator-role", role, *EXTRA,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env)
         return cls(process, log)
 
@@ -436,13 +436,26 @@ async def settle(operator: Operator, synced: dict[str, Any], minimum: float) -> 
 
 
 async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult:
+    """With ``options.split``, the admissions go to a ``--role webhook`` process started (and synced) first, and
+    the start-up, memory and lag figures are the ``--role controller`` process's; else both are one ``--role all``
+    process's."""
     base = await baseline(env)
     with tempfile.TemporaryDirectory(prefix="cardquota-scale-") as directory:
         folder = Path(directory)
-        operator = await Operator.start(env, folder, f"http://127.0.0.1:{port}")
+        api_url = f"http://127.0.0.1:{port}"
+        webhook: Operator | None = None
+        webhook_before_idle = webhook_idle = webhook_storm = None
+        if options.split:
+            webhook = await Operator.start(env, folder / "webhook", api_url, "webhook")
+            listening = await webhook.next(600)
+            webhook_synced = await webhook.next()
+            await webhook.ask("gc")
+            load = Load(listening["port"], folder / "webhook" / "ca.crt", options.rate)
+        operator = await Operator.start(env, folder, api_url, "controller" if options.split else "all")
         try:
-            listening = await operator.next(600)
-            load = Load(listening["port"], folder / "ca.crt", options.rate)
+            if webhook is None:
+                listening = await operator.next(600)
+                load = Load(listening["port"], folder / "ca.crt", options.rate)
             settled_event = asyncio.Event()
             burst = asyncio.create_task(load.fire(settled_event))
             synced = await operator.next()
@@ -453,8 +466,10 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
             samples = await burst
             steady = await operator.ask("gc")
             await operator.ask("mark")
+            webhook_before_idle = await webhook.ask("mark") if webhook is not None else None
             idle = await load.fire(options.idle_seconds)
             idle_report = await operator.ask("mark")
+            webhook_idle = await webhook.ask("mark") if webhook is not None else None
             before = await stand_in("/_bench/stats", port=port)
             sent_before = before["sent"].get("Pod", 0)
             applied_before = idle_report["pod_events"]
@@ -462,6 +477,7 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
                            f"&node_rate={options.storm_node_rate}", port=port, method="POST")
             storm = await load.fire(options.storm_seconds)
             storm_report = await operator.ask("mark")
+            webhook_storm = await webhook.ask("mark") if webhook is not None else None
             stats = await stand_in("/_bench/stats", port=port)
             while stats["storming"]:
                 await asyncio.sleep(0.2)
@@ -478,6 +494,8 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
         finally:
             await operator.stop()
             LAST_LOG.write_bytes(operator.log.read_bytes())
+            if webhook is not None:
+                await webhook.stop()
     startup = [sample for sample in samples if sample.sent < synced_at]
     after = [sample for sample in samples if sample.sent >= synced_at]
     failed = sum(not sample.ok for sample in (*samples, *idle, *storm))
@@ -499,6 +517,13 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
         "lag_idle": idle_report["lag_max"], "lag_storm": storm_report["lag_max"],
         "storm_cpu": storm_report["cpu"] - idle_report["cpu"], "storm_sent": sent, "storm_applied": applied,
         "catch_up": catch_up, "failed": failed}
+    if webhook_before_idle is not None and webhook_idle is not None and webhook_storm is not None:
+        figures |= {"webhook_cpu_synced": webhook_synced["cpu"], "webhook_wall_synced": webhook_synced["wall"],
+                    "webhook_rss": webhook_storm["rss"], "webhook_hwm": webhook_storm["hwm"],
+                    "webhook_lag_idle": webhook_idle["lag_max"], "webhook_lag_storm": webhook_storm["lag_max"],
+                    "webhook_storm_cpu": webhook_storm["cpu"] - webhook_idle["cpu"],
+                    "webhook_idle_cpu": webhook_idle["cpu"] - webhook_before_idle["cpu"],
+                    "webhook_pod_events": webhook_storm["pod_events"]}
     def sites(stalls: list[tuple[str, int]]) -> str:
         return "; ".join(f"{where} ({count * 5} ms)" for where, count in stalls) or "none"
 
@@ -554,7 +579,12 @@ def describe(number: int, f: dict[str, float], options: Options) -> list[str]:
         f"{f['p99_storm'] / f['p99_idle']:.2f}x (target <= 1.5), p50 {ms(f['p50_storm'])} vs {ms(f['p50_idle'])}; "
         f"worst lag {ms(f['lag_storm'])} (longest collection {ms(f['gc_storm'])}, {ms(f['gc_storm_total'])} in all); "
         f"operator CPU {f['storm_cpu']:.2f} s; all applied "
-        f"{f['catch_up']:.1f} s after the storm ({f['storm_applied']:.0f} of {f['storm_sent']:.0f})"]
+        f"{f['catch_up']:.1f} s after the storm ({f['storm_applied']:.0f} of {f['storm_sent']:.0f})",
+        *([f"    webhook process (--role webhook): synced in {f['webhook_wall_synced']:.1f} s with "
+           f"{f['webhook_cpu_synced']:.2f} s CPU, RSS {f['webhook_rss']:.0f} MiB (peak {f['webhook_hwm']:.0f}); "
+           f"{f['webhook_pod_events']:.0f} pod events applied; CPU {f['webhook_storm_cpu']:.2f} s in the storm vs "
+           f"{f['webhook_idle_cpu']:.2f} s idle (the same admissions); worst lag {ms(f['webhook_lag_storm'])} in the "
+           f"storm, {ms(f['webhook_lag_idle'])} idle"] if "webhook_rss" in f else [])]
 
 
 def span(values: Sequence[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -606,9 +636,10 @@ async def measure(pods: int, options: Options) -> None:
             env = {key: value for key, value in os.environ.items() if not key.startswith("KUBERNETES_")}
             env["KUBECONFIG"] = str(kubeconfig)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH.parent), env.get("PYTHONPATH", "")]))
+            subjects = "webhook, controller" if options.split else "operator"
             print(f"scale: {pods} pods ({size / 2**20:.0f} MiB of JSON), {max(1, pods // 20)} nodes, "
-                  f"{max(1, pods // 8)} podgroups; API server stand-in, operator and baseline each in a process of "
-                  f"its own; product at {product_version()}", flush=True)
+                  f"{max(1, pods // 8)} podgroups; API server stand-in, {subjects} and baseline each in a process "
+                  f"of its own; product at {product_version()}", flush=True)
             results = []
             for number in range(1, options.runs + 1):
                 result = await one_run(env, port, options)
@@ -642,10 +673,14 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=0,
                         help="an experiment, not the product: list pages of this many objects instead of "
                              "kube.LIST_PAGE_SIZE, in the operator and the baseline")
+    parser.add_argument("--split", action="store_true",
+                        help="the deployment at scale: admissions to a --role webhook process (no pods), the "
+                             "start-up and storm figures of a --role controller process beside it")
+    parser.add_argument("--operator-role", default="all", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="one quick run at 200 pods (checks the harness only)")
     args = parser.parse_args()
     if args.role == "operator":
-        operator_role(args.cert_dir, args.api_url, args.pause_collector, args.page_size)
+        operator_role(args.cert_dir, args.api_url, args.pause_collector, args.page_size, args.operator_role)
         return
     if args.role == "baseline":
         baseline_role(args.pause_collector, args.page_size)
@@ -660,7 +695,7 @@ def main() -> None:
         EXTRA.extend(("--page-size", str(args.page_size)))
         print(f"experiment: lists paginated {args.page_size} objects a page in the operator and the baseline")
     options = Options(args.runs, args.rate, args.idle_seconds, args.settle, args.storm_rate, args.storm_node_rate,
-                      args.storm_seconds, args.smoke)
+                      args.storm_seconds, args.smoke, args.split)
     for pods in (int(size) for size in args.pods.split(",")):
         asyncio.run(measure(pods, options))
 

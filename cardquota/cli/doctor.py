@@ -67,7 +67,8 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-secret", default=defaults.tls_secret,
                         help=f"the Secret holding the serving certificate (default {defaults.tls_secret})")
     parser.add_argument("--deployment", default=defaults.deployment,
-                        help=f"the operator's Deployment (default {defaults.deployment})")
+                        help=f"the operator's Deployment (default {defaults.deployment}); when the controllers run "
+                        "apart, theirs is this name + -controller")
     parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     parser.set_defaults(command=doctor_command, namespace_options=("-n",))
 
@@ -218,6 +219,11 @@ def fetch_live(api: Any, target: Target, now: float) -> Installation:
 
     namespace = f"/namespaces/{target.namespace}"
     operator_deployment = get(f"/apis/apps/v1{namespace}/deployments/{target.deployment}")
+    controller_deployment = get(f"/apis/apps/v1{namespace}/deployments/{target.controller_deployment}")
+    controller_pods: Listing = ()
+    if isinstance(controller_deployment, Mapping):
+        controller_pods = _read(functools.partial(list_objects, api, f"/api/v1{namespace}/pods", "v1", "Pod",
+                                                  label_selector=_selector(controller_deployment, target)))
     listings: dict[str, Listing] = {
         plural: _read(functools.partial(list_objects, api, f"{prefix}/{plural}", version, kind))
         for prefix, plural, kind, version in CARD_RESOURCES}
@@ -234,7 +240,7 @@ def fetch_live(api: Any, target: Target, now: float) -> Installation:
         scheduler_configmap=get(f"/api/v1/namespaces/{target.scheduler_namespace}/configmaps/"
                                 f"{target.scheduler_configmap}"),
         nodes=listings["nodes"], queues=listings["queues"], podgroups=listings["podgroups"], pods=listings["pods"],
-        now=now, trust=verifier(now))
+        now=now, trust=verifier(now), controller_deployment=controller_deployment, controller_pods=controller_pods)
 
 
 def _scheduler_deployments(api: Any) -> Listing:
@@ -314,4 +320,6 @@ def fetch_files(files: Sequence[str], target: Target, now: float) -> Installatio
         lease=one("Lease", target.namespace, target.lease),
         scheduler_configmap=one("ConfigMap", target.scheduler_namespace, target.scheduler_configmap),
         nodes=every(Kind.NODE), queues=every(Kind.QUEUE), podgroups=every(Kind.PODGROUP), pods=every(Kind.POD),
-        now=now, trust=verifier(now))
+        now=now, trust=verifier(now), controller_deployment=one("Deployment", target.namespace,
+                                                                target.controller_deployment),
+        controller_pods=every(Kind.POD))

@@ -133,6 +133,12 @@ class Target:
     scheduler_configmap: str
 
     @property
+    def controller_deployment(self) -> str:
+        """The controllers' Deployment when they run apart from the webhooks (manifests/components/
+        separate-controller); absent in the one-Deployment install."""
+        return f"{self.deployment}-controller"
+
+    @property
     def dns_name(self) -> str:
         """The name the API server calls the webhook Service by (a SAN the serving certificate must have)."""
         return f"{self.service}.{self.namespace}.svc"
@@ -158,6 +164,9 @@ class Installation:
     now: float
     """Seconds since the epoch."""
     trust: TrustCheck = field(repr=False, compare=False)
+    controller_deployment: Read = None
+    """:attr:`Target.controller_deployment`: None when the webhooks and the controllers are one Deployment."""
+    controller_pods: Listing = ()
 
 
 def _object(value: object) -> Read:
@@ -189,7 +198,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                           installation.trust)),
         (OPERATOR, lambda: check_operator(_object(installation.operator_deployment),
                                           _objects(installation.operator_pods), _object(installation.lease), target,
-                                          installation.now)),
+                                          installation.now, _object(installation.controller_deployment),
+                                          _objects(installation.controller_pods))),
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target)),
         (NODES, lambda: check_nodes(nodes)),
         (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target)),
@@ -432,34 +442,69 @@ def _service(webhook: Mapping[str, Any]) -> str | None:
 # --------------------------------------------------------------------------------------------------- operator
 
 
-def check_operator(deployment: Read, pods: Listing, lease: Read, target: Target, now: float) -> list[Result]:
+def check_operator(deployment: Read, pods: Listing, lease: Read, target: Target, now: float,
+                   controller: Read = None, controller_pods: Listing = ()) -> list[Result]:
+    """The webhook Deployment's pods, the controller Deployment's when the controllers run apart (``controller``
+    found), and the Lease: held by a ready pod of whichever Deployment runs the controllers."""
     results: list[Result] = []
     where = f"{target.namespace}/{target.deployment}"
-    selector = dict(target.pod_selector)
-    wanted = 1
     if isinstance(deployment, Unreadable):
         results.append(_cannot_tell(OPERATOR, f"Deployment {where} is installed", deployment))
     elif deployment is None:
         results.append(Result(OPERATOR, Status.FAIL, f"Deployment {where} not found: the operator is not deployed "
                               "(or in another namespace: -n)", fix=DEPLOY))
         return results
-    else:
-        labels = _map(_map(_map(deployment.get("spec")).get("selector")).get("matchLabels"))
-        if labels and all(isinstance(v, str) for v in labels.values()):
-            selector = {str(k): str(v) for k, v in labels.items()}
-        replicas = _map(deployment.get("spec")).get("replicas", 1)
-        wanted = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
-    ready: list[str] = []
-    if isinstance(pods, Unreadable):
-        results.append(_cannot_tell(OPERATOR, "the operator's pods are ready", pods))
-    else:
-        ready = _pod_lines(pods, selector, wanted, target, results)
-    results.append(_leader(lease, None if isinstance(pods, Unreadable) else ready, target, now))
+    ready = _ready_pods(deployment, pods, target.pod_selector, target, results,
+                        _Pods("operator", target.deployment,
+                              "admissions of queues, PodGroups and Volcano jobs fail"))
+    leading = "operator"
+    if isinstance(controller, Mapping):
+        leading = "controller"
+        ready = _ready_pods(controller, controller_pods, {}, target, results,
+                            _Pods("controller", target.controller_deployment,
+                                  "no usage, node card types or events are published"))
+    elif isinstance(controller, Unreadable):
+        results.append(_cannot_tell(OPERATOR, f"whether Deployment {target.namespace}/"
+                                    f"{target.controller_deployment} runs the controllers", controller))
+    leaders = _pod_selector(controller, {}) if leading == "controller" else target.pod_selector
+    results.append(_leader(lease, ready, target, now, leading, _logs_command(target, leaders)))
     return results
 
 
+@dataclass(frozen=True)
+class _Pods:
+    what: str
+    """"operator" or "controller"."""
+    deployment: str
+    impact: str
+    """What no ready pod means."""
+
+
+def _ready_pods(deployment: Read, pods: Listing, selector: Mapping[str, str], target: Target,
+                results: list[Result], kind: _Pods) -> list[str] | None:
+    """Adds the line on the Deployment's pods; the ready ones, None when the pods could not be read."""
+    wanted = 1
+    selector = _pod_selector(deployment, selector)
+    if isinstance(deployment, Mapping):
+        replicas = _map(deployment.get("spec")).get("replicas", 1)
+        wanted = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+    if isinstance(pods, Unreadable):
+        results.append(_cannot_tell(OPERATOR, f"the {kind.what}'s pods are ready", pods))
+        return None
+    return _pod_lines(pods, dict(selector), wanted, target, results, kind)
+
+
+def _pod_selector(deployment: Read, default: Mapping[str, str]) -> Mapping[str, str]:
+    """The Deployment's ``matchLabels``; ``default`` when it cannot tell."""
+    labels = _map(_map(_map(deployment.get("spec")).get("selector")).get("matchLabels")) \
+        if isinstance(deployment, Mapping) else {}
+    if labels and all(isinstance(v, str) for v in labels.values()):
+        return {str(k): str(v) for k, v in labels.items()}
+    return default
+
+
 def _pod_lines(pods: Sequence[Manifest], selector: Mapping[str, str], wanted: int, target: Target,
-               results: list[Result]) -> list[str]:
+               results: list[Result], kind: _Pods) -> list[str]:
     chosen = sorted((pod for pod in pods if _namespace(pod) == target.namespace
                      and all(_labels(pod).get(k) == v for k, v in selector.items())), key=_name)
     ready = [_name(pod) for pod in chosen if _ready(pod)]
@@ -467,20 +512,21 @@ def _pod_lines(pods: Sequence[Manifest], selector: Mapping[str, str], wanted: in
     label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     describe_pods = f"kubectl -n {target.namespace} describe pods -l {label_selector}"
     if not chosen:
-        scale = f"kubectl -n {target.namespace} scale deployment {target.deployment} --replicas=2"
-        results.append(Result(OPERATOR, Status.FAIL, f"no operator pods (labels {label_selector}) in "
+        scale = f"kubectl -n {target.namespace} scale deployment {kind.deployment} --replicas=2"
+        results.append(Result(OPERATOR, Status.FAIL, f"no {kind.what} pods (labels {label_selector}) in "
                               f"{target.namespace}; the Deployment wants {wanted}",
                               fix=scale if wanted == 0 else
-                              f"kubectl -n {target.namespace} describe deployment {target.deployment}"))
+                              f"kubectl -n {target.namespace} describe deployment {kind.deployment}"))
     elif not ready:
-        results.append(Result(OPERATOR, Status.FAIL, f"none of the {len(chosen)} operator pods is ready: admissions "
-                              "of queues, PodGroups and Volcano jobs fail", details=_some(not_ready),
-                              fix=f"{describe_pods}; {_logs_command(target)}"))
+        results.append(Result(OPERATOR, Status.FAIL, f"none of the {len(chosen)} {kind.what} pods is ready: "
+                              f"{kind.impact}", details=_some(not_ready),
+                              fix=f"{describe_pods}; kubectl -n {target.namespace} logs -l {label_selector} "
+                                  "--tail=50"))
     elif len(ready) < wanted or not_ready:
-        results.append(Result(OPERATOR, Status.WARN, f"{len(ready)} of {max(wanted, len(chosen))} operator pods "
+        results.append(Result(OPERATOR, Status.WARN, f"{len(ready)} of {max(wanted, len(chosen))} {kind.what} pods "
                               f"ready: {_names(ready)}", details=_some(not_ready), fix=describe_pods))
     else:
-        results.append(Result(OPERATOR, Status.OK, f"{len(ready)} of {len(chosen)} operator pods ready: "
+        results.append(Result(OPERATOR, Status.OK, f"{len(ready)} of {len(chosen)} {kind.what} pods ready: "
                               f"{_names(ready)}"))
     return ready
 
@@ -505,9 +551,8 @@ def _why_not_ready(pod: Manifest) -> str:
     return f"{_shown(phase)}, not ready" if isinstance(phase, str) and phase else "not ready"
 
 
-def _leader(lease: Read, ready: Sequence[str] | None, target: Target, now: float) -> Result:
+def _leader(lease: Read, ready: Sequence[str] | None, target: Target, now: float, what: str, logs: str) -> Result:
     where = f"Lease {target.namespace}/{target.lease}"
-    logs = _logs_command(target)
     if isinstance(lease, Unreadable):
         return _cannot_tell(OPERATOR, "which replica leads", lease)
     if lease is None:
@@ -533,11 +578,11 @@ def _leader(lease: Read, ready: Sequence[str] | None, target: Target, now: float
                       f"ago, longer than its {duration} s: nobody publishes usage or events",
                       fix=f"{logs}; a replica takes over an expired Lease within 5 s")
     if ready is None:
-        return _cannot_tell(OPERATOR, f"whether the leader {_shown(holder)} is a ready operator pod",
+        return _cannot_tell(OPERATOR, f"whether the leader {_shown(holder)} is a ready {what} pod",
                             Unreadable("the pods could not be read"))
     pod = holder_pod(holder, ready)
     if pod is None:
-        return Result(OPERATOR, Status.FAIL, f"{where} is held by {_shown(holder)}, which is not a ready operator pod "
+        return Result(OPERATOR, Status.FAIL, f"{where} is held by {_shown(holder)}, which is not a ready {what} pod "
                       f"({_names(ready) or 'none is ready'})", fix=f"{logs}; kubectl -n {target.namespace} delete "
                       f"lease {target.lease} lets a ready replica take over")
     return Result(OPERATOR, Status.OK, f"one leader: {pod} holds {where} (renewed within its {duration} s)")
@@ -817,8 +862,10 @@ def _cannot_tell(name: str, what: str, unreadable: Unreadable) -> Result:
                   fix="run doctor as a user who may read it (it is meant for cluster admins)")
 
 
-def _logs_command(target: Target) -> str:
-    selector = ",".join(f"{k}={v}" for k, v in sorted(target.pod_selector.items()))
+def _logs_command(target: Target, pod_selector: Mapping[str, str] | None = None) -> str:
+    """Logs of the pods ``pod_selector`` selects (the operator's when None)."""
+    chosen = target.pod_selector if pod_selector is None else pod_selector
+    selector = ",".join(f"{k}={v}" for k, v in sorted(chosen.items()))
     return f"kubectl -n {target.namespace} logs -l {selector} --tail=50"
 
 

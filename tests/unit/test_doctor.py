@@ -582,6 +582,50 @@ def test_missing_things_say_what_to_run() -> None:
                               "publishes usage or events")
 
 
+# The webhooks and the controllers in two Deployments (manifests/components/separate-controller): the Lease is the
+# controller pods' to hold.
+CONTROLLER, CONTROLLER_STANDBY = "cardquota-controller-5d6f7b8c9-abcde", "cardquota-controller-5d6f7b8c9-fghij"
+
+
+def controller_deployment() -> Manifest:
+    (deployment,) = [d for d in shipped("manifests/components/separate-controller/controller.yaml")
+                     if d["kind"] == "Deployment"]
+    return deployment
+
+
+def controller_pod(name: str, *, ready: bool = True) -> Manifest:
+    return operator_pod(name, ready=ready, labels={"app.kubernetes.io/component": "controller",
+                                                   "app.kubernetes.io/name": "cardquota"})
+
+
+SPLIT_PODS = [operator_pod(LEADER), operator_pod(STANDBY), controller_pod(CONTROLLER),
+              controller_pod(CONTROLLER_STANDBY)]
+CONTROLLERS_OK = ("ok", f"2 of 2 controller pods ready: {CONTROLLER}, {CONTROLLER_STANDBY}")
+CONTROLLER_LEADS = ("ok", f"one leader: {CONTROLLER} holds Lease cardquota-system/cardquota-controller (renewed "
+                          "within its 15 s)")
+
+
+@pytest.mark.parametrize(("pods", "holder", "controller", "expected"), [
+    pytest.param(SPLIT_PODS, CONTROLLER, None, [PODS_OK, CONTROLLERS_OK, CONTROLLER_LEADS], id="healthy"),
+    pytest.param(SPLIT_PODS, LEADER, None, [PODS_OK, CONTROLLERS_OK, (
+        "fail", f"Lease cardquota-system/cardquota-controller is held by {LEADER}-1a2b3c4d, which is not a ready "
+                f"controller pod ({CONTROLLER}, {CONTROLLER_STANDBY})")], id="held-by-a-webhook-pod"),
+    pytest.param([*SPLIT_PODS[:2], controller_pod(CONTROLLER, ready=False),
+                  controller_pod(CONTROLLER_STANDBY, ready=False)], CONTROLLER, None, [
+        PODS_OK, ("fail", "none of the 2 controller pods is ready: no usage, node card types or events are published"),
+        ("fail", f"Lease cardquota-system/cardquota-controller is held by {CONTROLLER}-1a2b3c4d, which is not a ready "
+                 "controller pod (none is ready)")], id="no-controller-ready"),
+    pytest.param(SPLIT_PODS, LEADER, FORBIDDEN, [PODS_OK, (
+        "unknown", "cannot tell whether Deployment cardquota-system/cardquota-controller runs the controllers: "
+                   f"{FORBIDDEN.reason}"), LEADER_OK], id="controller-deployment-forbidden"),
+])
+def test_the_lease_is_the_controller_pods_when_the_controllers_run_apart(
+        pods: list[Manifest], holder: str, controller: Any, expected: list[tuple[str, str]]) -> None:
+    results = doctor.check_operator(operator_deployment(), pods, lease(f"{holder}-1a2b3c4d"), target(), NOW,
+                                    controller_deployment() if controller is None else controller, pods)
+    assert statuses(results) == expected
+
+
 def test_the_deployment_selector_chooses_the_pods() -> None:
     deployment = operator_deployment(replicas=1)
     deployment["spec"]["selector"]["matchLabels"] = {"tier": "quota"}
@@ -909,6 +953,23 @@ def test_offline_healthy_installation_every_line_passes(tmp_path: Path) -> None:
     assert document["results"][0] == {
         "check": "Volcano", "status": "ok", "message": "Volcano's CRDs are installed: queues.scheduling.volcano.sh, "
         "podgroups.scheduling.volcano.sh, jobs.batch.volcano.sh", "details": [], "fix": ""}
+
+
+def test_offline_split_installation_checks_the_controller_pods_and_their_lease(tmp_path: Path) -> None:
+    import time
+
+    now = time.time()
+    objects = [o for o in installation_objects(now) if o["kind"] != "Lease"]
+    objects += [controller_deployment(), controller_pod(CONTROLLER), controller_pod(CONTROLLER_STANDBY),
+                lease(f"{CONTROLLER}-1a2b3c4d", renewed=now - 2)]
+    code, text, err = plugin("doctor", "--cluster", dump(tmp_path / "c.yaml", objects))
+    assert (code, err) == (0, "")
+    assert f"✓ 2 of 2 controller pods ready: {CONTROLLER}, {CONTROLLER_STANDBY}" in text
+    assert f"✓ one leader: {CONTROLLER} holds Lease cardquota-system/cardquota-controller" in text
+    objects[-1] = lease(f"{LEADER}-1a2b3c4d", renewed=now - 2)  # a webhook pod cannot be the leader
+    code, text, _ = plugin("doctor", "--cluster", dump(tmp_path / "c.yaml", objects))
+    assert code == 1
+    assert f"which is not a ready controller pod ({CONTROLLER}, {CONTROLLER_STANDBY})" in text
 
 
 def test_offline_broken_installation_exits_1_with_fixes(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ from cardquota.loader import load_paths
 from cardquota.operator.controller import Publisher
 from cardquota.operator.metrics import QueueCardCollector
 from cardquota.operator.reflector import CLAIM_KINDS, DRA_API_VERSION
-from cardquota.operator.settings import Settings
+from cardquota.operator.settings import Role, Settings
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import REGISTRY
 from cardquota.webhooks.admission import ADMITTED
@@ -768,3 +768,61 @@ def test_a_volcano_cronjob_the_match_condition_skips_is_one_the_policy_leaves_al
     if not _matches(VALIDATE_VOLCANO_CRONJOBS, cronjob):
         verdict = admit_volcano_cronjob(cronjob, None, EXAMPLE_SNAPSHOT, PolicyConfig())
         assert (verdict.allowed, verdict.warnings, verdict.patch) == (True, (), ()), verdict
+
+
+# ------------------------------------------------------------------------------------- separate controller
+
+SEPARATE = _objects(MANIFESTS / "components" / "separate-controller")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
+def test_production_splits_the_webhooks_from_the_controllers_and_dev_keeps_one_process() -> None:
+    """components/separate-controller: the Service that receives admission reviews selects only the
+    ``--role webhook`` pods, the controller pods (``--role controller``) only the metrics Service; both run as the
+    one ServiceAccount whose writes the webhooks never refuse."""
+    rendered = _render("production")
+    deployments = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Deployment"}
+    services = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Service"}
+
+    def role(name: str) -> Role:
+        (container,) = deployments[name]["spec"]["template"]["spec"]["containers"]
+        roles = [item["value"] for item in container["env"] if item["name"] == "CARDQUOTA_ROLE"]
+        assert len(roles) == 1, name
+        return Role(roles[0])
+
+    def labels(name: str) -> dict[str, str]:
+        return dict(deployments[name]["spec"]["template"]["metadata"]["labels"])
+
+    assert (role("cardquota"), role("cardquota-controller")) == (Role.WEBHOOK, Role.CONTROLLER)
+    webhook_service = services[Settings().service]["spec"]["selector"]
+    assert _selects({"matchLabels": webhook_service}, labels("cardquota"))
+    assert not _selects({"matchLabels": webhook_service}, labels("cardquota-controller"))
+    controller_service = services["cardquota-controller"]["spec"]["selector"]
+    assert _selects({"matchLabels": controller_service}, labels("cardquota-controller"))
+    assert {d["spec"]["template"]["spec"]["serviceAccountName"] for d in deployments.values()} == {"cardquota"}
+    controller = deployments["cardquota-controller"]
+    assert _selects(controller["spec"]["selector"], labels("cardquota-controller"))
+    (container,) = controller["spec"]["template"]["spec"]["containers"]
+    assert [port["name"] for port in container["ports"]] == ["metrics"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert controller["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert container["image"] == deployments["cardquota"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    budgets = [obj for obj in rendered if obj["kind"] == "PodDisruptionBudget"]
+    assert sorted(_selects(budget["spec"]["selector"], labels("cardquota-controller")) for budget in budgets) == [
+        False, True]
+    dev = [obj for obj in _render("dev") if obj["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in dev] == ["cardquota"]
+    assert "CARDQUOTA_ROLE" not in {item["name"] for item in dev[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_the_separate_controller_component_names_only_what_the_operator_reads() -> None:
+    """The controller container sets the role, namespace, service account and metrics port, and listens on that port
+    only (no webhook port: it serves no admission)."""
+    (controller,) = [obj for obj in SEPARATE if obj["kind"] == "Deployment"]
+    (container,) = controller["spec"]["template"]["spec"]["containers"]
+    env = {item["name"] for item in container["env"]}
+    assert env == {"CARDQUOTA_ROLE", "CARDQUOTA_NAMESPACE", "CARDQUOTA_SERVICE_ACCOUNT",
+                   "CARDQUOTA_METRICS_PORT_NUMBER"}
+    assert int(next(item["value"] for item in container["env"] if item["name"] == "CARDQUOTA_METRICS_PORT_NUMBER")) \
+        == Settings().metrics_port == container["ports"][0]["containerPort"]
