@@ -69,6 +69,15 @@ from timing import percentile
 BENCH = Path(__file__).resolve().parent
 SIZES = (10_000, 50_000, 100_000)
 EXTRA: list[str] = []
+PINNED: dict[str, set[int]] = {}
+"""With ``--pin``: the CPUs of the admission side ("admissions": this driver, which times the requests, and the
+webhook process) and of the rest ("rest": the stand-in, the controller, the baseline)."""
+
+
+def pinned(side: str) -> dict[str, Any]:
+    """``create_subprocess_exec`` arguments that start the child on the CPUs of ``side`` (none without --pin)."""
+    cpus = PINNED.get(side)
+    return {} if cpus is None else {"preexec_fn": lambda: os.sched_setaffinity(0, cpus)}
 """Options the driver passes on to the operator and baseline processes (``--pause-collector``)."""
 LAST_LOG = Path(tempfile.gettempdir()) / "cardquota-scale-operator.log"
 """The operator's log of the last run, kept for a look."""
@@ -359,7 +368,8 @@ class Operator:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, str(Path(__file__).resolve()), "--role", "operator", "--cert-dir", str(folder),
                 "--api-url", api_url, "--operator-role", role, *EXTRA,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env)
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env,
+                **pinned("admissions" if role == "webhook" else "rest"))
         return cls(process, log)
 
     async def next(self, timeout: float = 3600) -> dict[str, Any]:
@@ -393,7 +403,8 @@ class Operator:
 
 async def baseline(env: dict[str, str]) -> dict[str, Any]:
     process = await asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).resolve()), "--role",
-                                                   "baseline", *EXTRA, stdout=asyncio.subprocess.PIPE, env=env)
+                                                   "baseline", *EXTRA, stdout=asyncio.subprocess.PIPE, env=env,
+                                                   **pinned("rest"))
     output, _ = await process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"the baseline process failed (exit {process.returncode})")
@@ -619,7 +630,7 @@ def summary(pods: int, results: list[RunResult]) -> list[str]:
 
 async def measure(pods: int, options: Options) -> None:
     process = await asyncio.create_subprocess_exec(sys.executable, str(BENCH / "apiserver.py"), "--pods", str(pods),
-                                                   stdout=asyncio.subprocess.PIPE)
+                                                   stdout=asyncio.subprocess.PIPE, **pinned("rest"))
     try:
         assert process.stdout is not None
         ready = (await asyncio.wait_for(process.stdout.readline(), 1800)).split()
@@ -676,6 +687,10 @@ def main() -> None:
     parser.add_argument("--split", action="store_true",
                         help="the deployment at scale: admissions to a --role webhook process (no pods), the "
                              "start-up and storm figures of a --role controller process beside it")
+    parser.add_argument("--pin", action="store_true",
+                        help="with --split: the webhook process and this driver on the first CPU, the stand-in, the "
+                             "controller and the baseline on the others (as the webhook's pod would have CPU of its "
+                             "own on a node), so that the storm's figure is the webhook's, not the machine's")
     parser.add_argument("--operator-role", default="all", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="one quick run at 200 pods (checks the harness only)")
     args = parser.parse_args()
@@ -694,6 +709,14 @@ def main() -> None:
     if args.page_size:
         EXTRA.extend(("--page-size", str(args.page_size)))
         print(f"experiment: lists paginated {args.page_size} objects a page in the operator and the baseline")
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if not args.split or len(cpus) < 2:
+            parser.error("--pin needs --split and at least two CPUs")
+        PINNED.update(admissions={cpus[0]}, rest=set(cpus[1:]))
+        os.sched_setaffinity(0, PINNED["admissions"])
+        print(f"pinned: the driver and the webhook on CPU {cpus[0]}, the stand-in, the controller and the baseline "
+              f"on {', '.join(map(str, cpus[1:]))}")
     options = Options(args.runs, args.rate, args.idle_seconds, args.settle, args.storm_rate, args.storm_node_rate,
                       args.storm_seconds, args.smoke, args.split)
     for pods in (int(size) for size in args.pods.split(",")):
