@@ -50,6 +50,7 @@ import contextlib
 import gc
 import json
 import os
+import shutil
 import ssl
 import sys
 import tempfile
@@ -72,15 +73,16 @@ EXTRA: list[str] = []
 PINNED: dict[str, set[int]] = {}
 """With ``--pin``: the CPUs of the admission side ("admissions": this driver, which times the requests, and the
 webhook process) and of the rest ("rest": the stand-in, the controller, the baseline)."""
-
-
-def pinned(side: str) -> dict[str, Any]:
-    """``create_subprocess_exec`` arguments that start the child on the CPUs of ``side`` (none without --pin)."""
-    cpus = PINNED.get(side)
-    return {} if cpus is None else {"preexec_fn": lambda: os.sched_setaffinity(0, cpus)}
-"""Options the driver passes on to the operator and baseline processes (``--pause-collector``)."""
 LAST_LOG = Path(tempfile.gettempdir()) / "cardquota-scale-operator.log"
-"""The operator's log of the last run, kept for a look."""
+
+
+def pinned(side: str, command: Sequence[str]) -> list[str]:
+    """``command``, started on the CPUs of ``side`` with --pin: through ``taskset``, a small program, so that nothing
+    of the child runs on the driver's CPU first (a ``preexec_fn`` would run Python in the forked child there)."""
+    cpus = PINNED.get(side)
+    if cpus is None:
+        return list(command)
+    return ["taskset", "--cpu-list", ",".join(map(str, sorted(cpus))), *command]
 
 
 # ------------------------------------------------------------------------------------------ in the measured processes
@@ -324,7 +326,8 @@ class Load:
         self.bodies = [pod_review(index) for index in range(64)]
 
     async def fire(self, until: asyncio.Event | float) -> list[Sample]:
-        """Until the event is set, or for that many seconds; a fresh connection pool each time."""
+        """Until the event is set, or for that many seconds; a fresh connection pool each time, opened by one request
+        before the window (a handshake is not an admission's cost: the API server reuses its connections)."""
         samples: list[Sample] = []
         connector = aiohttp.TCPConnector(ssl=self.context, limit=32)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -341,6 +344,8 @@ class Load:
                     pass
                 samples.append(Sample(sent, time.perf_counter() - sent, ok))
 
+            await one(0)  # the connection's TLS handshake, before the window (the API server keeps its connections)
+            samples.clear()
             tasks = []
             start = time.perf_counter()
             index = 0
@@ -366,10 +371,10 @@ class Operator:
         log = folder / "operator.log"
         with log.open("wb") as stderr:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, str(Path(__file__).resolve()), "--role", "operator", "--cert-dir", str(folder),
-                "--api-url", api_url, "--operator-role", role, *EXTRA,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env,
-                **pinned("admissions" if role == "webhook" else "rest"))
+                *pinned("admissions" if role == "webhook" else "rest", [
+                    sys.executable, str(Path(__file__).resolve()), "--role", "operator", "--cert-dir", str(folder),
+                    "--api-url", api_url, "--operator-role", role, *EXTRA]),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env)
         return cls(process, log)
 
     async def next(self, timeout: float = 3600) -> dict[str, Any]:
@@ -402,9 +407,9 @@ class Operator:
 
 
 async def baseline(env: dict[str, str]) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).resolve()), "--role",
-                                                   "baseline", *EXTRA, stdout=asyncio.subprocess.PIPE, env=env,
-                                                   **pinned("rest"))
+    process = await asyncio.create_subprocess_exec(
+        *pinned("rest", [sys.executable, str(Path(__file__).resolve()), "--role", "baseline", *EXTRA]),
+        stdout=asyncio.subprocess.PIPE, env=env)
     output, _ = await process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"the baseline process failed (exit {process.returncode})")
@@ -462,6 +467,7 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
             webhook_synced = await webhook.next()
             await webhook.ask("gc")
             load = Load(listening["port"], folder / "webhook" / "ca.crt", options.rate)
+        started_at = time.perf_counter()
         operator = await Operator.start(env, folder, api_url, "controller" if options.split else "all")
         try:
             if webhook is None:
@@ -538,7 +544,11 @@ async def one_run(env: dict[str, str], port: int, options: Options) -> RunResult
     def sites(stalls: list[tuple[str, int]]) -> str:
         return "; ".join(f"{where} ({count * 5} ms)" for where, count in stalls) or "none"
 
-    notes = [f"    where the loop stalled (sampled every 5 ms while 30 ms late): until synced: "
+    slowest = sorted(startup, key=lambda sample: -sample.seconds)[:3]
+    notes = ["    slowest admissions until synced: " + ", ".join(
+                 f"{ms(sample.seconds)} sent {sample.sent - started_at:.2f} s after start" for sample in slowest)
+             + f" (synced {synced_at - started_at:.2f} s after)",
+             f"    where the loop stalled (sampled every 5 ms while 30 ms late): until synced: "
              f"{sites(synced['stalls'])}",
              f"      synced until settled: {sites(settled['stalls'])}",
              f"      storm: {sites(storm_report['stalls'])}",
@@ -629,8 +639,9 @@ def summary(pods: int, results: list[RunResult]) -> list[str]:
 
 
 async def measure(pods: int, options: Options) -> None:
-    process = await asyncio.create_subprocess_exec(sys.executable, str(BENCH / "apiserver.py"), "--pods", str(pods),
-                                                   stdout=asyncio.subprocess.PIPE, **pinned("rest"))
+    process = await asyncio.create_subprocess_exec(
+        *pinned("rest", [sys.executable, str(BENCH / "apiserver.py"), "--pods", str(pods)]),
+        stdout=asyncio.subprocess.PIPE)
     try:
         assert process.stdout is not None
         ready = (await asyncio.wait_for(process.stdout.readline(), 1800)).split()
@@ -711,8 +722,8 @@ def main() -> None:
         print(f"experiment: lists paginated {args.page_size} objects a page in the operator and the baseline")
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))
-        if not args.split or len(cpus) < 2:
-            parser.error("--pin needs --split and at least two CPUs")
+        if not args.split or len(cpus) < 2 or shutil.which("taskset") is None:
+            parser.error("--pin needs --split, at least two CPUs and taskset (util-linux)")
         PINNED.update(admissions={cpus[0]}, rest=set(cpus[1:]))
         os.sched_setaffinity(0, PINNED["admissions"])
         print(f"pinned: the driver and the webhook on CPU {cpus[0]}, the stand-in, the controller and the baseline "

@@ -59,7 +59,8 @@ def test_scale_bench_smoke_reports_every_figure() -> None:
     applied = re.search(r"\((\d+) of (\d+)\)$", lines[6])
     assert applied is not None
     assert applied[1] == applied[2]  # every storm event reached the cache
-    assert lines[7].startswith("    where the loop stalled")
-    assert lines[10].startswith("    API writes during the storm: ")
-    assert lines[11].startswith("summary 200 pods over 1 runs")
-    assert len(lines) == 18
+    assert lines[7].startswith("    slowest admissions until synced: ")
+    assert lines[8].startswith("    where the loop stalled")
+    assert lines[11].startswith("    API writes during the storm: ")
+    assert lines[12].startswith("summary 200 pods over 1 runs")
+    assert len(lines) == 19
