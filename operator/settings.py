@@ -52,6 +52,7 @@ ENV_LOG_FORMAT = "CARDQUOTA_LOG_FORMAT"
 ENV_EXTENDER_PORT = "CARDQUOTA_EXTENDER_PORT_NUMBER"
 ENV_SCHEDULER_CONF = "CARDQUOTA_SCHEDULER_CONF"
 ENV_ROLE = "CARDQUOTA_ROLE"
+ENV_CONTROLLER_SERVICE_ACCOUNT = "CARDQUOTA_CONTROLLER_SERVICE_ACCOUNT"
 
 _SERVICE_LINK_NAME = re.compile(
     r"[A-Z][A-Z0-9_]*_(?:"
@@ -172,6 +173,9 @@ class Settings:
     """Plain-HTTP port of /metrics, /healthz and /readyz (0: any free port)."""
     service_account: str = "cardquota"
     """The operator's own service account: the webhooks never refuse its writes (the annotations it keeps)."""
+    controller_service_account: str = "cardquota-controller"
+    """The controllers' service account when they run in a Deployment of their own (``--role controller``, with
+    least privilege each): the webhooks never refuse its writes either."""
     role: Role = Role.ALL
     cert_grace_period: float = 60.0
     """Seconds a renewed CA sits in the webhooks' caBundle before the serving certificate it signed is served, and
@@ -180,8 +184,10 @@ class Settings:
 
     @property
     def own_users(self) -> frozenset[str]:
-        """The user names the API server gives this operator's requests in an AdmissionReview."""
-        return frozenset({f"system:serviceaccount:{self.namespace}:{self.service_account}"})
+        """The user names the API server gives cardquota's own requests in an AdmissionReview: this process's, and
+        the controllers' when they run apart."""
+        return frozenset(f"system:serviceaccount:{self.namespace}:{account}"
+                         for account in (self.service_account, self.controller_service_account))
 
     @property
     def policy(self) -> PolicyConfig:
@@ -217,6 +223,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"{ENV_SERVICE}; default {defaults.service})")
     parser.add_argument("--service-account", help="the operator's own service account, whose writes the webhooks "
                         f"never refuse (env {ENV_SERVICE_ACCOUNT}; default {defaults.service_account})")
+    parser.add_argument("--controller-service-account", help="the controllers' service account when they run in a "
+                        "Deployment of their own; the webhooks never refuse its writes either (env "
+                        f"{ENV_CONTROLLER_SERVICE_ACCOUNT}; default {defaults.controller_service_account})")
     parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default {defaults.host})")
     parser.add_argument("--port", "--webhook-port-number", dest="port", type=int,
                         help=f"HTTPS port of the admission server (env {ENV_WEBHOOK_PORT}; "
@@ -287,6 +296,8 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         namespace=_chosen_text(args.namespace, env, ENV_NAMESPACE, defaults.namespace),
         service=_chosen_text(args.service, env, ENV_SERVICE, defaults.service),
         service_account=_chosen_text(args.service_account, env, ENV_SERVICE_ACCOUNT, defaults.service_account),
+        controller_service_account=_chosen_text(args.controller_service_account, env,
+                                                ENV_CONTROLLER_SERVICE_ACCOUNT, defaults.controller_service_account),
         host=_chosen_text(args.host, env, ENV_HOST, defaults.host),
         port=_chosen(args.port, env, ENV_WEBHOOK_PORT, read_port, PORT_FORM, defaults.port),
         schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,

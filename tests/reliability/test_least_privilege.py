@@ -1,6 +1,8 @@
 """Least privilege, derived from what the operator really calls: the real ``cardquota operator`` (managed
 certificates, leader election, annotation writes, events) runs against kmock, every request it makes is recorded,
-and the shipped RBAC must grant each one — and grant nothing that no request used."""
+and the shipped RBAC must grant each one — and grant nothing that no request used. So too for each process of the
+split deployment (``--role webhook`` and ``--role controller``) against its own roles
+(manifests/components/separate-controller)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from polling import eventually
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates
 from cardquota.operator.leader import LeaderElection
-from cardquota.operator.settings import Settings
+from cardquota.operator.settings import Role, Settings
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -33,11 +35,15 @@ A100 = "NVIDIA-A100"
 Rule = dict[str, Any]
 
 
-def rbac() -> tuple[list[Rule], list[Rule]]:
-    documents = list(yaml.safe_load_all((REPO / "manifests" / "base" / "rbac.yaml").read_text()))
+def rbac(path: str = "manifests/base/rbac.yaml") -> tuple[list[Rule], list[Rule]]:
+    """(the ClusterRole's rules, the Role's) in one shipped file."""
+    documents = list(yaml.safe_load_all((REPO / path).read_text()))
     (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole"]
     (role,) = [d for d in documents if d["kind"] == "Role"]
     return cluster_role["rules"], role["rules"]
+
+
+SPLIT = "manifests/components/separate-controller"
 
 
 def verb(request: Any) -> str:
@@ -65,41 +71,45 @@ async def post(kmock: Any, path: str, body: object) -> None:
         assert response.status < 300, await response.text()
 
 
-async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: Any, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))  # renew the Lease within the test
+async def webhook_configurations(kmock: Any) -> None:
     for plural, kind in (("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
                          ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration")):
         name = "cardquota-validating" if kind.startswith("Validating") else "cardquota-mutating"
-        await post(volcano_kmock, f"{WEBHOOKS}/{plural}", {
+        await post(kmock, f"{WEBHOOKS}/{plural}", {
             "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": name},
             "webhooks": [{"name": "w.cardquota.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
                           "clientConfig": {"service": {"name": "cardquota", "namespace": NAMESPACE}}}]})
-    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 1})
-    volcano_kmock.objects["v1/pods", "ml", "held"] = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a",
-                                                         node_name="a100-1")
-    volcano_kmock.objects["v1/pods", "ml", "waiting"] = pod("waiting", namespace="ml", card=A100, gpus=1,
-                                                            queue="team-a")
-    setup_requests = len(list(volcano_kmock))  # the test's own, above
-    settings = Settings(namespace=NAMESPACE, publish_window=0.1)  # managed certificates: Secret and caBundle
 
-    def done(*wanted: tuple[str, str]) -> bool:
-        seen = {(verb(r), r.resource.plural) for r in volcano_kmock if r.resource is not None}
-        return all(item in seen for item in wanted)
 
-    async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
-                                publish_window=0.1):
-        await eventually(lambda: done(("create", "events"), ("patch", "queues"), ("patch", "nodes"),
-                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
-    # Renewal: a certificate close to expiry is replaced in the Secret (a patch).
-    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+def cluster(kmock: Any) -> int:
+    """A queue with a bound and a waiting card pod (so there is usage to publish and an event to record); the
+    number of requests made so far (the test's own)."""
+    kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 1})
+    kmock.objects["v1/pods", "ml", "held"] = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a",
+                                                 node_name="a100-1")
+    kmock.objects["v1/pods", "ml", "waiting"] = pod("waiting", namespace="ml", card=A100, gpus=1, queue="team-a")
+    return len(list(kmock))
+
+
+def made(kmock: Any, *wanted: tuple[str, str]) -> bool:
+    """Whether the operator has made a request of each (verb, resource)."""
+    seen = {(verb(r), r.resource.plural) for r in kmock if r.resource is not None}
+    return all(item in seen for item in wanted)
+
+
+async def renew_certificate(kmock: Any) -> None:
+    """A certificate close to expiry is replaced in the Secret (a patch)."""
+    api = api_client(Connection(host=str(kmock.url).rstrip("/"), insecure=True))
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=340)
-    await asyncio.to_thread(ensure_certificates, api, settings, later)
+    await asyncio.to_thread(ensure_certificates, api, Settings(namespace=NAMESPACE), later)
 
-    cluster_rules, namespaced_rules = rbac()
+
+def assert_exactly_granted(kmock: Any, setup_requests: int, cluster_rules: list[Rule],
+                           namespaced_rules: list[Rule]) -> None:
+    """Every request after the test's own is granted by the rules, and every grant was used."""
     used: set[tuple[str, str, str, str]] = set()
     refused = []
-    for request in list(volcano_kmock)[setup_requests:]:
+    for request in list(kmock)[setup_requests:]:
         if request.resource is None or not request.resource.plural:
             continue  # discovery (/api, /apis): allowed to every authenticated user
         action = verb(request)
@@ -115,3 +125,38 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
                for rule in cluster_rules + namespaced_rules for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
     assert sorted(granted - used) == []
+
+
+async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))  # renew the Lease within the test
+    await webhook_configurations(volcano_kmock)
+    setup_requests = cluster(volcano_kmock)
+    async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
+                                publish_window=0.1):
+        await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
+                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
+    await renew_certificate(volcano_kmock)
+    assert_exactly_granted(volcano_kmock, setup_requests, *rbac())
+
+
+async def test_the_webhook_process_is_granted_exactly_what_it_calls(volcano_kmock: Any, tmp_path: Path) -> None:
+    await webhook_configurations(volcano_kmock)
+    setup_requests = cluster(volcano_kmock)
+    async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
+                                role=Role.WEBHOOK):
+        await eventually(lambda: made(volcano_kmock, ("patch", "mutatingwebhookconfigurations"),
+                                      ("watch", "queues"), ("watch", "nodes")), timeout=20)
+    await renew_certificate(volcano_kmock)
+    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/webhook-rbac.yaml"))
+
+
+async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_kmock: Any, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))
+    setup_requests = cluster(volcano_kmock)
+    async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
+                                publish_window=0.1, role=Role.CONTROLLER):
+        await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
+                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
+    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml"))

@@ -301,8 +301,9 @@ def _matches(program: Any, obj: Mapping[str, Any], user: str = "alice", old: Map
 
 @pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
 def test_the_writes_cardquota_makes_never_reach_its_own_webhooks(hook: dict[str, Any]) -> None:
-    """The operator patches annotations of queues and nodes: those webhooks exclude its service account (the user
-    the deployment runs as), so a down or refusing webhook cannot block the controller; the others never see it."""
+    """The operator patches annotations of queues and nodes: those webhooks exclude its service accounts (the one the
+    deployment runs as, and the controllers' when they run apart), so a down or refusing webhook cannot block the
+    controller; the others never see it."""
     conditions = {condition["name"]: condition["expression"] for condition in hook.get("matchConditions") or []}
     kind = _admitted_kind(hook).kind
     if kind not in ("Queue", "Node"):
@@ -310,7 +311,11 @@ def test_the_writes_cardquota_makes_never_reach_its_own_webhooks(hook: dict[str,
         return
     assert _one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == Settings().service_account
     program = CEL.program(CEL.compile(conditions[NOT_OURS]))
-    for user, called in ((OWN_USER, False), ("alice", True), (f"system:serviceaccount:{NAMESPACE}:other", True)):
+    own = Settings(namespace=NAMESPACE).own_users
+    assert OWN_USER in own  # this process's account, and the controllers' when they run apart:
+    assert own - {OWN_USER} == {f"system:serviceaccount:{NAMESPACE}:cardquota-controller"}
+    for user, called in (*((user, False) for user in sorted(own)), ("alice", True),
+                         (f"system:serviceaccount:{NAMESPACE}:other", True)):
         request = celpy.json_to_cel({"userInfo": {"username": user}})
         assert bool(program.evaluate({"request": request})) is called, user
 
@@ -778,8 +783,8 @@ SEPARATE = _objects(MANIFESTS / "components" / "separate-controller")
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
 def test_production_splits_the_webhooks_from_the_controllers_and_dev_keeps_one_process() -> None:
     """components/separate-controller: the Service that receives admission reviews selects only the
-    ``--role webhook`` pods, the controller pods (``--role controller``) only the metrics Service; both run as the
-    one ServiceAccount whose writes the webhooks never refuse."""
+    ``--role webhook`` pods, the controller pods (``--role controller``) only the metrics Service; each runs as its
+    own ServiceAccount, bound to its own roles (both among the accounts whose writes the webhooks never refuse)."""
     rendered = _render("production")
     deployments = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Deployment"}
     services = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Service"}
@@ -799,7 +804,16 @@ def test_production_splits_the_webhooks_from_the_controllers_and_dev_keeps_one_p
     assert not _selects({"matchLabels": webhook_service}, labels("cardquota-controller"))
     controller_service = services["cardquota-controller"]["spec"]["selector"]
     assert _selects({"matchLabels": controller_service}, labels("cardquota-controller"))
-    assert {d["spec"]["template"]["spec"]["serviceAccountName"] for d in deployments.values()} == {"cardquota"}
+    accounts = {name: d["spec"]["template"]["spec"]["serviceAccountName"] for name, d in deployments.items()}
+    assert accounts == {"cardquota": Settings().service_account,
+                        "cardquota-controller": Settings().controller_service_account}
+    bindings = {(obj["kind"], obj["metadata"]["name"]): obj for obj in rendered if obj["kind"].endswith("Binding")}
+    for account in accounts.values():
+        for kind, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+            assert bindings[(kind, account)]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role,
+                                                            "name": account}
+            assert bindings[(kind, account)]["subjects"] == [
+                {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
     controller = deployments["cardquota-controller"]
     assert _selects(controller["spec"]["selector"], labels("cardquota-controller"))
     (container,) = controller["spec"]["template"]["spec"]["containers"]
@@ -826,3 +840,34 @@ def test_the_separate_controller_component_names_only_what_the_operator_reads() 
                    "CARDQUOTA_METRICS_PORT_NUMBER"}
     assert int(next(item["value"] for item in container["env"] if item["name"] == "CARDQUOTA_METRICS_PORT_NUMBER")) \
         == Settings().metrics_port == container["ports"][0]["containerPort"]
+
+
+def _grants_of(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    grants: dict[tuple[str, str, str], set[str]] = {}
+    for obj in objects:
+        for rule in obj.get("rules") or []:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for name in rule.get("resourceNames") or [""]:
+                        grants.setdefault((group, resource, name), set()).update(rule["verbs"])
+    return grants
+
+
+def test_the_split_roles_share_out_the_base_roles_without_a_wildcard() -> None:
+    """The webhook's narrowed roles and the controller's together grant what the one-process roles grant, no more;
+    the webhooks keep no pod and no write but their certificate's (each grant used: tests/reliability/
+    test_least_privilege.py runs each process against them)."""
+    webhook = _documents(MANIFESTS / "components" / "separate-controller" / "webhook-rbac.yaml")
+    controller = [obj for obj in SEPARATE if obj["kind"] in ("ClusterRole", "Role")]
+    base = [obj for obj in BASE if obj["kind"] in ("ClusterRole", "Role")]
+    together = _grants_of(webhook)
+    for key, verbs in _grants_of(controller).items():
+        together.setdefault(key, set()).update(verbs)
+    assert together == _grants_of(base)
+    webhook_grants = _grants_of(webhook)
+    assert ("", "pods", "") not in webhook_grants
+    writes = {key for key, verbs in webhook_grants.items() if verbs - {"get", "list", "watch"}}
+    assert {resource for _, resource, _ in writes} == {"secrets", "validatingwebhookconfigurations",
+                                                      "mutatingwebhookconfigurations"}
+    for obj in [*webhook, *controller]:
+        assert "*" not in json.dumps(obj.get("rules"))
