@@ -124,13 +124,19 @@ def _rules(kind: str) -> list[dict[str, Any]]:
 
 
 def _grants(kind: str) -> dict[tuple[str, str, str], set[str]]:
-    """(apiGroup, resource, resourceName or "") -> verbs."""
+    """(apiGroup, resource, resourceName or "") -> verbs, of the base's ClusterRole or Role."""
+    return _grants_of([{"rules": _rules(kind)}])
+
+
+def _grants_of(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    """(apiGroup, resource, resourceName or "") -> verbs, of every rule of the objects."""
     grants: dict[tuple[str, str, str], set[str]] = {}
-    for rule in _rules(kind):
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for name in rule.get("resourceNames") or [""]:
-                    grants.setdefault((group, resource, name), set()).update(rule["verbs"])
+    for obj in objects:
+        for rule in obj.get("rules") or []:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for name in rule.get("resourceNames") or [""]:
+                        grants.setdefault((group, resource, name), set()).update(rule["verbs"])
     return grants
 
 
@@ -840,17 +846,6 @@ def test_the_separate_controller_component_names_only_what_the_operator_reads() 
                    "CARDQUOTA_METRICS_PORT_NUMBER"}
     assert int(next(item["value"] for item in container["env"] if item["name"] == "CARDQUOTA_METRICS_PORT_NUMBER")) \
         == Settings().metrics_port == container["ports"][0]["containerPort"]
-
-
-def _grants_of(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
-    grants: dict[tuple[str, str, str], set[str]] = {}
-    for obj in objects:
-        for rule in obj.get("rules") or []:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    for name in rule.get("resourceNames") or [""]:
-                        grants.setdefault((group, resource, name), set()).update(rule["verbs"])
-    return grants
 
 
 def test_the_split_roles_share_out_the_base_roles_without_a_wildcard() -> None:
