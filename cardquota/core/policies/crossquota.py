@@ -55,11 +55,12 @@ _PERCENTAGE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9
 _MAX_VALUE_LENGTH = 64
 
 
-def scoring_strategy_violations(annotations: Mapping[str, str]) -> list[Violation]:
-    """What is wrong with a pod's ``volcano.sh/crossquota-scoring-strategy``: nothing when it is absent."""
+def scoring_strategy_violations(annotations: Mapping[str, object]) -> list[Violation]:
+    """What is wrong with a pod's ``volcano.sh/crossquota-scoring-strategy``: nothing when it is absent. The
+    annotations as written (a pod template's are read unvalidated, so a value may be any JSON)."""
     if not isinstance(annotations, Mapping) or SCORING_STRATEGY_ANNOTATION not in annotations:
         return []
-    value: object = annotations[SCORING_STRATEGY_ANNOTATION]
+    value = annotations[SCORING_STRATEGY_ANNOTATION]
     if isinstance(value, str) and value in SCORING_STRATEGIES:
         return []
     shown_value = quoted(value) if isinstance(value, str) else type_name(value)
