@@ -33,7 +33,9 @@ from cardquota.core.doctor import (
     Trust,
     TrustCheck,
     Unreadable,
+    label_selector,
     overall,
+    pod_selector,
     run_checks,
 )
 from cardquota.core.objects import Manifest
@@ -260,12 +262,8 @@ def _scheduler_deployments(api: Any) -> Listing:
 
 
 def _selector(deployment: Read, target: Target) -> str:
-    labels: Any = {}
-    if isinstance(deployment, Mapping):
-        labels = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels")
-    if not isinstance(labels, Mapping) or not labels:
-        labels = target.pod_selector
-    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    """The label selector of the Deployment's pods (the operator's default labels when it cannot tell)."""
+    return label_selector(pod_selector(deployment, target.pod_selector))
 
 
 def _read(call: Callable[[], T]) -> T | Unreadable:

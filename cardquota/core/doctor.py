@@ -457,16 +457,15 @@ def check_operator(deployment: Read, pods: Listing, lease: Read, target: Target,
     ready = _ready_pods(deployment, pods, target.pod_selector, target, results,
                         _Pods("operator", target.deployment,
                               "admissions of queues, PodGroups and Volcano jobs fail"))
-    leading = "operator"
+    leading, leaders = "operator", target.pod_selector
     if isinstance(controller, Mapping):
-        leading = "controller"
-        ready = _ready_pods(controller, controller_pods, {}, target, results,
+        leading, leaders = "controller", pod_selector(controller, {})
+        ready = _ready_pods(controller, controller_pods, leaders, target, results,
                             _Pods("controller", target.controller_deployment,
                                   "no usage, node card types or events are published"))
     elif isinstance(controller, Unreadable):
         results.append(_cannot_tell(OPERATOR, f"whether Deployment {target.namespace}/"
                                     f"{target.controller_deployment} runs the controllers", controller))
-    leaders = _pod_selector(controller, {}) if leading == "controller" else target.pod_selector
     results.append(_leader(lease, ready, target, now, leading, _logs_command(target, leaders)))
     return results
 
@@ -484,7 +483,7 @@ def _ready_pods(deployment: Read, pods: Listing, selector: Mapping[str, str], ta
                 results: list[Result], kind: _Pods) -> list[str] | None:
     """Adds the line on the Deployment's pods; the ready ones, None when the pods could not be read."""
     wanted = 1
-    selector = _pod_selector(deployment, selector)
+    selector = pod_selector(deployment, selector)
     if isinstance(deployment, Mapping):
         replicas = _map(deployment.get("spec")).get("replicas", 1)
         wanted = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
@@ -494,7 +493,7 @@ def _ready_pods(deployment: Read, pods: Listing, selector: Mapping[str, str], ta
     return _pod_lines(pods, dict(selector), wanted, target, results, kind)
 
 
-def _pod_selector(deployment: Read, default: Mapping[str, str]) -> Mapping[str, str]:
+def pod_selector(deployment: Read, default: Mapping[str, str]) -> Mapping[str, str]:
     """The Deployment's ``matchLabels``; ``default`` when it cannot tell."""
     labels = _map(_map(_map(deployment.get("spec")).get("selector")).get("matchLabels")) \
         if isinstance(deployment, Mapping) else {}
@@ -503,25 +502,29 @@ def _pod_selector(deployment: Read, default: Mapping[str, str]) -> Mapping[str, 
     return default
 
 
+def label_selector(labels: Mapping[str, str]) -> str:
+    """``a=1,b=2``: the labels as ``kubectl -l`` and a list's ``labelSelector`` take them."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
 def _pod_lines(pods: Sequence[Manifest], selector: Mapping[str, str], wanted: int, target: Target,
                results: list[Result], kind: _Pods) -> list[str]:
     chosen = sorted((pod for pod in pods if _namespace(pod) == target.namespace
                      and all(_labels(pod).get(k) == v for k, v in selector.items())), key=_name)
     ready = [_name(pod) for pod in chosen if _ready(pod)]
     not_ready = [f"{_name(pod)}: {_why_not_ready(pod)}" for pod in chosen if not _ready(pod)]
-    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-    describe_pods = f"kubectl -n {target.namespace} describe pods -l {label_selector}"
+    labels = label_selector(selector)
+    describe_pods = f"kubectl -n {target.namespace} describe pods -l {labels}"
     if not chosen:
         scale = f"kubectl -n {target.namespace} scale deployment {kind.deployment} --replicas=2"
-        results.append(Result(OPERATOR, Status.FAIL, f"no {kind.what} pods (labels {label_selector}) in "
+        results.append(Result(OPERATOR, Status.FAIL, f"no {kind.what} pods (labels {labels}) in "
                               f"{target.namespace}; the Deployment wants {wanted}",
                               fix=scale if wanted == 0 else
                               f"kubectl -n {target.namespace} describe deployment {kind.deployment}"))
     elif not ready:
         results.append(Result(OPERATOR, Status.FAIL, f"none of the {len(chosen)} {kind.what} pods is ready: "
                               f"{kind.impact}", details=_some(not_ready),
-                              fix=f"{describe_pods}; kubectl -n {target.namespace} logs -l {label_selector} "
-                                  "--tail=50"))
+                              fix=f"{describe_pods}; {_logs_command(target, selector)}"))
     elif len(ready) < wanted or not_ready:
         results.append(Result(OPERATOR, Status.WARN, f"{len(ready)} of {max(wanted, len(chosen))} {kind.what} pods "
                               f"ready: {_names(ready)}", details=_some(not_ready), fix=describe_pods))
@@ -862,11 +865,10 @@ def _cannot_tell(name: str, what: str, unreadable: Unreadable) -> Result:
                   fix="run doctor as a user who may read it (it is meant for cluster admins)")
 
 
-def _logs_command(target: Target, pod_selector: Mapping[str, str] | None = None) -> str:
-    """Logs of the pods ``pod_selector`` selects (the operator's when None)."""
-    chosen = target.pod_selector if pod_selector is None else pod_selector
-    selector = ",".join(f"{k}={v}" for k, v in sorted(chosen.items()))
-    return f"kubectl -n {target.namespace} logs -l {selector} --tail=50"
+def _logs_command(target: Target, pods: Mapping[str, str] | None = None) -> str:
+    """Logs of the pods the labels ``pods`` select (the operator's when None)."""
+    chosen = target.pod_selector if pods is None else pods
+    return f"kubectl -n {target.namespace} logs -l {label_selector(chosen)} --tail=50"
 
 
 def _map(value: object) -> Mapping[str, Any]:
