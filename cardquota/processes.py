@@ -91,15 +91,18 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
             runners.append(await serve_admissions(settings, cache, api, tasks))
             if on_listening is not None:
                 on_listening(runners[0].addresses[0][1])
+        leader = LeaderElection(api, settings.namespace) if role.runs_controllers else None
+
+        def leads() -> bool:
+            """Whether this process writes (never a webhook process: the controllers' leader does)."""
+            return leader is not None and leader.leading
+
         publisher: Publisher | None = None
-        if role.runs_controllers:
-            leader = LeaderElection(api, settings.namespace)
-            publisher = Publisher(cache, api, window=settings.publish_window, is_leader=lambda: leader.leading)
-            drift = CrdDriftCheck(api, cache, is_leader=lambda: leader.leading)
+        if leader is not None:
+            publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads)
             tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
-        else:  # the policies still read the drift check's finding; the controller's leader reports it
-            drift = CrdDriftCheck(api, cache, is_leader=lambda: False)
-        tasks.append(asyncio.create_task(drift.run()))
+        # in every process: the policies read the drift check's finding
+        tasks.append(asyncio.create_task(CrdDriftCheck(api, cache, is_leader=leads).run()))
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,
                                         settings.metrics_port))
         await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods)

@@ -240,11 +240,12 @@ class Ledger:
         """Cards the queue holds or has reserved now: allocated + inqueue, per card type."""
         if self.published_usage:
             usage = self.usage(queue)
-            return {card: usage.allocated.get(card, 0) + usage.inqueue.get(card, 0)
-                    for card in sorted({*usage.allocated, *usage.inqueue})}
-        totals = self._totals.get(queue, {})
-        use = dict(totals.get(Bucket.ALLOCATED, {}))
-        for card, amount in totals.get(Bucket.INQUEUE, {}).items():
+            allocated, inqueue = usage.allocated, usage.inqueue
+        else:
+            totals = self._totals.get(queue, {})
+            allocated, inqueue = totals.get(Bucket.ALLOCATED, {}), totals.get(Bucket.INQUEUE, {})
+        use = dict(allocated)
+        for card, amount in inqueue.items():
             use[card] = use.get(card, 0) + amount
         return use
 
