@@ -134,11 +134,6 @@ too_long = _at(Reason.TOO_LONG)
 ANNOTATIONS = FieldPath.of("metadata", "annotations")
 
 
-def annotation_path(name: str) -> str:
-    """``metadata.annotations["volcano.sh/card.quota"]``; a name from the input is escaped to stay on one line."""
-    return str(ANNOTATIONS.key(name))
-
-
 MAX_SHOWN = 40
 """Values longer than this are clipped in messages."""
 
