@@ -35,7 +35,7 @@ from kubernetes import client
 from prometheus_client import Gauge
 
 from cardquota.core.errors import InputError
-from cardquota.kube import Gone, KubeError, ListPage, NotFound, WatchEvent, WatchStream, list_pages
+from cardquota.kube import CACHED_RESOURCES, Gone, KubeError, ListPage, NotFound, WatchEvent, WatchStream, list_pages
 from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import DELETED, ClusterCache, Identity
 from cardquota.runtime.metrics import EVENTS_PROCESSED, REGISTRY
@@ -252,7 +252,7 @@ def resource_reflector(cache: ClusterCache, api: client.ApiClient, resource: Res
 
 def pod_reflector(cache: ClusterCache, api: client.ApiClient) -> Reflector:
     """Pods of every namespace."""
-    return resource_reflector(cache, api, ("/api/v1", "pods", "Pod", "v1"))
+    return resource_reflector(cache, api, next(resource for resource in CACHED_RESOURCES if resource[2] == "Pod"))
 
 
 CLAIM_KINDS = (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate"))

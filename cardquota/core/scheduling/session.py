@@ -178,7 +178,7 @@ class Session:
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
         self._queue_uses: dict[ObjectKey, _QueueUse] = {}
-        """Per bound pod, what it was charged to its queue and the queues above (taken back exactly on release)."""
+        """Per bound pod, what it uses of its queue and the queues above (taken back exactly on release)."""
         self._parents: dict[str, str] | None = None
         self._members: dict[ObjectKey, set[ObjectKey]] = {}
         """Pods per PodGroup (of the pods the session holds), to recharge them when their group changes queue."""
@@ -603,20 +603,20 @@ class Session:
             # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
             exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.cards_wanted(key) > 0
             amounts = {} if exempt else {resource: pod.requests.get(resource, Fraction(0)) for resource in CPU_MEMORY}
-            charge = _QueueUse(queue, amounts, self.dra_request(key) if key in self.pods else {},
-                                  tuple(dra.ancestry(queue, self.parents)))
-            self._queue_uses[key] = charge
+            use = _QueueUse(queue, amounts, self.dra_request(key) if key in self.pods else {},
+                            tuple(dra.ancestry(queue, self.parents)))
+            self._queue_uses[key] = use
         else:
             taken = self._queue_uses.pop(key, None)
             if taken is None:
                 return
-            charge = taken
-        queue_used = self.queue_used.setdefault(charge.queue, {})
-        for resource, amount in charge.cpu_memory.items():
+            use = taken
+        queue_used = self.queue_used.setdefault(use.queue, {})
+        for resource, amount in use.cpu_memory.items():
             queue_used[resource] = queue_used.get(resource, Fraction(0)) + sign * amount
-        for name in charge.ancestry:
+        for name in use.ancestry:
             held = self.queue_dra.setdefault(name, {})
-            for device_class, device_amount in charge.devices.items():
+            for device_class, device_amount in use.devices.items():
                 held.setdefault(device_class, dra.DeviceAmount()).add(device_amount, sign)
 
     def _in_a_queue(self, key: ObjectKey, pod: Pod) -> bool:
