@@ -73,12 +73,18 @@ def test_every_example_is_judged_alike(manifest: dict[str, Any]) -> None:
 QUEUES = [manifest for manifest in CLUSTER if manifest.get("kind") == "Queue"]
 
 
-@pytest.mark.parametrize("old", QUEUES, ids=lambda m: m["metadata"]["name"])
-def test_lowering_or_deleting_a_queue_warns_alike(old: dict[str, Any]) -> None:
-    name = old["metadata"]["name"]
+def lowered_to_zero(old: dict[str, Any]) -> dict[str, Any]:
+    """The queue with every card type of its quota lowered to 0."""
     quota = json.loads(old["metadata"].get("annotations", {}).get(keys.CARD_QUOTA, "{}"))
     lowered = copy.deepcopy(old)
     lowered["metadata"].setdefault("annotations", {})[keys.CARD_QUOTA] = json.dumps(dict.fromkeys(quota, 0))
+    return lowered
+
+
+@pytest.mark.parametrize("old", QUEUES, ids=lambda m: m["metadata"]["name"])
+def test_lowering_or_deleting_a_queue_warns_alike(old: dict[str, Any]) -> None:
+    name = old["metadata"]["name"]
+    lowered = lowered_to_zero(old)
     assert judged(lowered, old, WEBHOOK.snapshot) == judged(lowered, old, ALL.snapshot)
     assert delete_warnings(name, WEBHOOK) == delete_warnings(name, ALL)
 
@@ -87,9 +93,7 @@ def test_the_queue_cases_above_carry_usage_warnings() -> None:
     """(So that the comparisons above compare something: the cluster's pods make some of those warnings.)"""
     warned = []
     for old in QUEUES:
-        quota = json.loads(old["metadata"].get("annotations", {}).get(keys.CARD_QUOTA, "{}"))
-        lowered = copy.deepcopy(old)
-        lowered["metadata"].setdefault("annotations", {})[keys.CARD_QUOTA] = json.dumps(dict.fromkeys(quota, 0))
-        warned += [w for w in admit(lowered, old, WEBHOOK.snapshot, CONFIG).warnings if "holds or has reserved" in w]
+        warned += [w for w in admit(lowered_to_zero(old), old, WEBHOOK.snapshot, CONFIG).warnings
+                   if "holds or has reserved" in w]
         warned += delete_warnings(old["metadata"]["name"], WEBHOOK)
     assert len(warned) >= 2
