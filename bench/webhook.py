@@ -1,11 +1,18 @@
 """Admission latency over HTTPS on loopback: this server against a no-op aiohttp server, in one run.
 
-    python bench/webhook.py [--clients 50] [--requests 40]
+    python bench/webhook.py [--clients 50] [--requests 40] [--bodies small|realistic|both]
 
 Each server runs in its own process (so the load generator does not share its event loop); 50 concurrent clients
 with keep-alive connections (as the API server uses) send AdmissionReview requests for Pods — half plain pods,
-half card pods (which get a patch) — to /validate and /mutate. The no-op server parses the review and answers
-``allowed: true`` with the uid. Both servers get the same GC treatment: collector on, their start-up heap frozen
+half card pods (which get a patch) — to /validate and /mutate, in two sets of bodies, each against both servers:
+``small`` (~0.6 KB reviews: only what the policy reads, the worst case for the ratio, as the no-op's own cost
+grows with the body) and ``realistic`` (~5.5 KB: the CREATE of a Volcano job's worker pod as the API server sends
+it, with env, probes, volumes, tolerations and managedFields; its plain half the same pod without a card). The
+no-op server parses the review and answers ``allowed: true`` with the uid.
+
+Whether the core runs compiled (``make compiled``; see the README's "Compiled core") or interpreted is printed:
+``PYTHONPATH=build/compiled/tree python bench/webhook.py`` measures the compiled build ``make test-compiled``
+left there. Both servers get the same GC treatment: collector on, their start-up heap frozen
 (``gc.freeze``, as ``ClusterCache.load`` does once the cache is loaded). Prints p50/p99 of each, the p99 ratio
 (target: at most 1.3 at 50 clients), and the CPU each server process spent per review over the measured round
 (every thread; the latency at 50 clients is mostly queueing behind that CPU).
@@ -31,7 +38,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synthetic import cluster
+from synthetic import cluster, realistic_pod
 from timing import frozen_heap, percentile
 
 from cardquota.core.policies.config import PolicyConfig
@@ -88,6 +95,28 @@ def serve(kind: str, pair: KeyPair, directory: str, ports: Any) -> None:
     asyncio.run(main())
 
 
+def realistic_review(index: int) -> bytes:
+    """The CREATE review of a Volcano job's worker pod (card pods at odd indexes), as the API server sends it to a
+    webhook: no name yet (``generateName``), no status, the creating controller's managedFields."""
+    pod = realistic_pod(index, None, groups=64)
+    metadata = pod["metadata"]
+    for generated in ("name", "uid", "resourceVersion", "creationTimestamp"):
+        metadata.pop(generated, None)
+    metadata["managedFields"] = [entry for entry in metadata["managedFields"] if "subresource" not in entry]
+    pod.pop("status")
+    if index % 2 == 0:  # the same worker on CPU: no card name, no GPU
+        metadata["annotations"].pop("volcano.sh/card.name")
+        for container in pod["spec"]["containers"]:
+            container.get("resources", {}).get("limits", {}).pop("nvidia.com/gpu", None)
+    return _review_body(pod)
+
+
+def _review_body(pod: dict[str, Any]) -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE", "namespace": "ml", "name": "", "object": pod}}).encode()
+
+
 def pod_review(index: int) -> bytes:
     card = index % 2 == 1
     annotations = {"volcano.sh/card.name": "NVIDIA-A100|NVIDIA-H100", "scheduling.k8s.io/group-name": "pg-1"} \
@@ -97,14 +126,14 @@ def pod_review(index: int) -> bytes:
            "metadata": {"generateName": "worker-", "namespace": "ml", "annotations": annotations},
            "spec": {"schedulerName": "volcano",
                     "containers": [{"name": "main", "image": "app:1", "resources": {"limits": limits}}]}}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "operation": "CREATE", "namespace": "ml", "name": "", "object": pod}}).encode()
+    return _review_body(pod)
 
 
-async def drive(port: int, ca: KeyPair, clients: int, requests: int) -> Run:
+BODIES = {"small": pod_review, "realistic": realistic_review}
+
+
+async def drive(port: int, ca: KeyPair, clients: int, requests: int, bodies: list[bytes]) -> Run:
     context = ssl.create_default_context(cadata=ca.cert_pem.decode())
-    bodies = [pod_review(i) for i in range(64)]
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(ssl=context, limit=clients)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -134,34 +163,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--requests", type=int, default=40, help="requests per client (after a warm-up round)")
+    parser.add_argument("--bodies", choices=[*BODIES, "both"], default="both")
     args = parser.parse_args()
     ca = new_ca()
     pair = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
-    results: dict[str, Run] = {}
+    total = args.clients * args.requests
+    print(f"{total} AdmissionReview requests per server and body set, {args.clients} concurrent clients, HTTPS on "
+          f"loopback; the core is {core_build()}")
+    for name in BODIES if args.bodies == "both" else [args.bodies]:
+        bodies = [BODIES[name](index) for index in range(64)]
+        results = {kind: measure(kind, pair, ca, args, bodies) for kind in ("noop", "ours")}
+        size = statistics.fmean(map(len, bodies)) / 1024
+        print(f"{name} bodies ({size:.1f} KiB on average)")
+        for kind, label in (("noop", "no-op aiohttp server"), ("ours", "cardquota webhooks")):
+            values, cpu = results[kind].latencies, results[kind].cpu_per_review
+            print(f"  {label:22} p50 {percentile(values, 0.5) * 1e3:6.2f} ms   p99 "
+                  f"{percentile(values, 0.99) * 1e3:6.2f} ms   mean {statistics.fmean(values) * 1e3:6.2f} ms   "
+                  f"server CPU {cpu * 1e6:4.0f} µs/review")
+        ours, noop = results["ours"].latencies, results["noop"].latencies
+        ratio = percentile(ours, 0.99) / percentile(noop, 0.99)
+        p50_ratio = percentile(ours, 0.5) / percentile(noop, 0.5)
+        extra = (results["ours"].cpu_per_review - results["noop"].cpu_per_review) * 1e6
+        print(f"  p99 ratio {ratio:.2f} (target <= 1.3)   p50 ratio {p50_ratio:.2f} (target <= 1.3)   server CPU "
+              f"{extra:+.0f} µs/review over the no-op")
+
+
+def measure(kind: str, pair: KeyPair, ca: KeyPair, args: argparse.Namespace, bodies: list[bytes]) -> Run:
+    """One server (``noop`` or ``ours``) in a process of its own, driven with ``bodies``."""
     with tempfile.TemporaryDirectory() as directory:
         context = multiprocessing.get_context("spawn")
-        for kind in ("noop", "ours"):
-            ports = context.Queue()
-            process = context.Process(target=serve, args=(kind, pair, directory, ports), daemon=True)
-            process.start()
-            try:
-                port = ports.get(timeout=60)
-                results[kind] = asyncio.run(drive(port, ca, args.clients, args.requests))
-            finally:
-                process.terminate()
-                process.join()
-    total = args.clients * args.requests
-    print(f"{total} AdmissionReview requests per server, {args.clients} concurrent clients, HTTPS on loopback")
-    for kind, label in (("noop", "no-op aiohttp server"), ("ours", "cardquota webhooks")):
-        values, cpu = results[kind].latencies, results[kind].cpu_per_review
-        print(f"  {label:22} p50 {percentile(values, 0.5) * 1e3:6.2f} ms   p99 {percentile(values, 0.99) * 1e3:6.2f} ms"
-              f"   mean {statistics.fmean(values) * 1e3:6.2f} ms   server CPU {cpu * 1e6:4.0f} µs/review")
-    ours, noop = results["ours"].latencies, results["noop"].latencies
-    ratio = percentile(ours, 0.99) / percentile(noop, 0.99)
-    p50_ratio = percentile(ours, 0.5) / percentile(noop, 0.5)
-    extra = (results["ours"].cpu_per_review - results["noop"].cpu_per_review) * 1e6
-    print(f"  p99 ratio {ratio:.2f} (target <= 1.3)   p50 ratio {p50_ratio:.2f}   server CPU {extra:+.0f} µs/review "
-          "over the no-op")
+        ports = context.Queue()
+        process = context.Process(target=serve, args=(kind, pair, directory, ports), daemon=True)
+        process.start()
+        try:
+            port = ports.get(timeout=60)
+            return asyncio.run(drive(port, ca, args.clients, args.requests, bodies))
+        finally:
+            process.terminate()
+            process.join()
+
+
+def core_build() -> str:
+    """``compiled (mypyc)`` when the core's modules are the compiled build's extension modules."""
+    from cardquota.core.policies import pod
+    return "compiled (mypyc)" if not (pod.__file__ or "").endswith(".py") else "interpreted"
 
 
 if __name__ == "__main__":

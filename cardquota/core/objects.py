@@ -391,6 +391,8 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
     Regular containers add up; each init container runs alone (alongside the restartable "sidecar" init
     containers started before it), so the pod needs the larger of the two; sidecars also run beside the regular
     containers; ``spec.overhead`` is added on top. A container's request falls back to its limit.
+
+    The result is shared by pods whose containers ask for the same (:data:`_EFFECTIVE`): callers never change it.
     """
     containers = _sequence(pod_spec.get("containers"), f"{path}.containers")
     init_containers = _sequence(pod_spec.get("initContainers"), f"{path}.initContainers")
@@ -398,7 +400,70 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
     if entries > MAX_RESOURCE_ENTRIES:
         raise InputError(f"has {entries} resource requests and limits in its containers: cardquota reads at most "
                          f"{MAX_RESOURCE_ENTRIES} per pod", where=path)
-    if len(containers) == 1 and not init_containers and not pod_spec.get("overhead"):
+    overhead = pod_spec.get("overhead")
+    key = _requests_key(containers, init_containers, overhead)
+    if key is not None:
+        found = _EFFECTIVE.get(key)
+        if found is not None:
+            return found
+    computed = _effective_requests(containers, init_containers, overhead, path)
+    if key is not None:
+        if len(_EFFECTIVE) >= MAX_EFFECTIVE:
+            _EFFECTIVE.clear()
+        _EFFECTIVE[key] = computed
+    return computed
+
+
+MAX_EFFECTIVE = 4_096
+"""Entries of :data:`_EFFECTIVE` (emptied when full): distinct container resource shapes, a few hundred bytes each."""
+_EFFECTIVE: dict[tuple[object, ...], dict[str, Fraction]] = {}
+"""Effective requests by what they were computed from (:func:`_requests_key`): the pods of a job, and replicas
+admitted one after another, ask for the same, and adding up Fractions costs more than reading the key."""
+_NO_RESOURCES: tuple[object, ...] = ()
+
+
+def _requests_key(containers: Sequence[Any], init_containers: Sequence[Any], overhead: object
+                  ) -> tuple[object, ...] | None:
+    """Everything :func:`_effective_requests` reads, as a hashable tuple; None when any part is not of the plain
+    shape JSON gives (a dict of strings), which is then computed, and refused where it must be, as always."""
+    parts: list[object] = [_resources_key(container) for container in containers]
+    parts.append(None)  # the regular containers end here
+    for container in init_containers:
+        parts.append(_resources_key(container))
+        policy = container.get("restartPolicy") if type(container) is dict else None
+        if policy is not None and type(policy) is not str:
+            return None
+        parts.append(policy)
+    if overhead:
+        if type(overhead) is not dict or not all(type(value) is str for value in overhead.values()):
+            return None
+        parts.append(tuple(overhead.items()))
+    return None if _UNREADABLE in parts else tuple(parts)
+
+
+_UNREADABLE = object()
+"""What :func:`_resources_key` gives for a container it cannot key (never equal to a key part)."""
+
+
+def _resources_key(container: object) -> object:
+    if type(container) is not dict:
+        return _UNREADABLE
+    resources = container.get("resources")
+    if resources is None:
+        return _NO_RESOURCES
+    if type(resources) is not dict:
+        return _UNREADABLE
+    limits, requests = resources.get("limits"), resources.get("requests")
+    if limits is not None and (type(limits) is not dict or not all(type(v) is str for v in limits.values())):
+        return _UNREADABLE
+    if requests is not None and (type(requests) is not dict or not all(type(v) is str for v in requests.values())):
+        return _UNREADABLE
+    return (tuple(limits.items()) if limits else _NO_RESOURCES, tuple(requests.items()) if requests else _NO_RESOURCES)
+
+
+def _effective_requests(containers: Sequence[Any], init_containers: Sequence[Any], overhead: object, path: str
+                        ) -> dict[str, Fraction]:
+    if len(containers) == 1 and not init_containers and not overhead:
         return container_requests(containers[0], f"{path}.containers[0]")  # the common pod: nothing to add up
     total: dict[str, Fraction] = {}
     for index, container in enumerate(containers):
@@ -421,8 +486,8 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
             init_peak[resource] = max(init_peak.get(resource, Fraction(0)), amount)
     for resource, amount in init_peak.items():
         total[resource] = max(total.get(resource, Fraction(0)), amount)
-    overhead = _mapping(pod_spec.get("overhead"), f"{path}.overhead")
-    _add(total, {name: _quantity(value, f'{path}.overhead["{name}"]') for name, value in overhead.items()})
+    overhead_amounts = _mapping(overhead, f"{path}.overhead")
+    _add(total, {name: _quantity(value, f'{path}.overhead["{name}"]') for name, value in overhead_amounts.items()})
     return total
 
 

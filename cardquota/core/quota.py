@@ -93,8 +93,8 @@ def parse_card_amounts(
         return _denied(invalid(path, "is not valid JSON: nested too deeply"))
     try:
         pairs = json.loads(text, object_pairs_hook=_keep_pairs, parse_constant=_reject_constant)
-    except _NonFiniteNumber as error:
-        return _denied(invalid(path, f"is not valid JSON: {error} is not a number JSON allows"))
+    except _NonFiniteNumber as constant:  # a name of its own: one name bound to two exception types breaks mypyc
+        return _denied(invalid(path, f"is not valid JSON: {constant} is not a number JSON allows"))
     except RecursionError:
         return _denied(invalid(path, "is not valid JSON: nested too deeply"))
     except ValueError as error:
@@ -105,12 +105,13 @@ def parse_card_amounts(
     values: dict[str, int] = {}
     violations: list[Violation] = []
     seen: set[str] = set()
-    if len(pairs) > MAX_CARD_KEYS:
+    members = pairs.members
+    if len(members) > MAX_CARD_KEYS:
         kind = "card types" if not alternatives else "card keys"
-        violations.append(too_many(path, f"has {len(pairs):,} {kind}; the limit is {MAX_CARD_KEYS:,} "
+        violations.append(too_many(path, f"has {len(members):,} {kind}; the limit is {MAX_CARD_KEYS:,} "
                                          f"(only the first {MAX_CARD_KEYS:,} are read)"))
-        del pairs[MAX_CARD_KEYS:]
-    for name, amount in pairs:
+        del members[MAX_CARD_KEYS:]
+    for name, amount in members:
         violation = _entry_violation(path, name, amount, seen, alternatives=alternatives, minimum=minimum)
         seen.add(name)
         if violation is not None:
@@ -243,8 +244,16 @@ def _clip(name: str) -> str:
     return name if len(name) <= MAX_NAME_SHOWN else name[: MAX_NAME_SHOWN - 1] + "…"
 
 
-class _Pairs(list[tuple[str, object]]):
-    """A JSON object's members in order, duplicates kept (json.loads would silently keep only the last)."""
+class _Pairs:
+    """A JSON object's members in order, duplicates kept (json.loads would silently keep only the last).
+
+    A plain class holding the list rather than a ``list`` subclass, so that the optional compiled build (mypyc,
+    which cannot subclass most builtins) takes this module too."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, members: list[tuple[str, object]]) -> None:
+        self.members = members
 
 
 def _keep_pairs(pairs: list[tuple[str, object]]) -> _Pairs:

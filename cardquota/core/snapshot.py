@@ -153,53 +153,63 @@ class _WordIndex:
         return sorted(set(names))
 
 
-@dataclass(frozen=True)
 class CardCatalog:
-    """Every card type some node offers, by name."""
+    """Every card type some node offers, by name; never changed once made (it is rebuilt when a node's card types
+    change). What the rules derive from it is kept with it: the resources the types are offered through, computed
+    once here, and the suggestion indexes and :attr:`memo`, filled on first use.
 
-    entries: Mapping[str, CatalogEntry] = field(default_factory=dict)
+    (A plain class with its caches as attributes, not a frozen dataclass with ``functools.cached_property``: the
+    optional compiled build turns such a property into one that computes on every read.)"""
+
+    __slots__ = ("_counted_cache", "_word_indexes_cache", "entries", "memo", "resource_by_name", "resources")
+
+    def __init__(self, entries: Mapping[str, CatalogEntry] | None = None) -> None:
+        self.entries: Mapping[str, CatalogEntry] = entries if entries is not None else {}
+        self.resource_by_name: Mapping[str, str] = {name: entry.resource for name, entry in self.entries.items()}
+        """Card type → the resource it is offered through."""
+        self.resources: frozenset[str] = frozenset(self.resource_by_name.values())
+        """The Kubernetes resources the card types are offered through."""
+        self.memo: dict[Hashable, object] = {}
+        """Facts derived from this catalog (suggestions, what a card name's alternatives are requested through),
+        kept for as long as the catalog lives; at most :data:`MAX_MEMO` entries, each of a short name."""
+        self._counted_cache: list[tuple[str, Counter[str]]] | None = None
+        self._word_indexes_cache: tuple[_WordIndex, _WordIndex] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CardCatalog) and self.entries == other.entries
+
+    __hash__ = None  # type: ignore[assignment]  # equal by entries, which a dict holds
+
+    def __repr__(self) -> str:
+        return f"CardCatalog(entries={self.entries!r})"
 
     def get(self, name: str) -> CatalogEntry | None:
         return self.entries.get(name)
 
     def resource_of(self, name: str) -> str | None:
-        entry = self.entries.get(name)
-        return entry.resource if entry is not None else None
+        return self.resource_by_name.get(name)
 
-    @functools.cached_property
-    def resources(self) -> frozenset[str]:
-        """The Kubernetes resources the card types are offered through."""
-        return frozenset(entry.resource for entry in self.entries.values())
-
-    @functools.cached_property
-    def resource_by_name(self) -> Mapping[str, str]:
-        """Card type → the resource it is offered through."""
-        return {name: entry.resource for name, entry in self.entries.items()}
-
-    @functools.cached_property
-    def memo(self) -> dict[Hashable, object]:
-        """Facts derived from this catalog (suggestions, what a card name's alternatives are requested through),
-        kept for as long as the catalog lives (it is rebuilt when a node changes); at most :data:`MAX_MEMO` entries,
-        each of a short name."""
-        return {}
-
-    @functools.cached_property
+    @property
     def _counted(self) -> list[tuple[str, Counter[str]]]:
         """The index the suggestion search uses, built once per catalog: each name with its characters counted."""
-        return [(name, Counter(name)) for name in self.entries]
+        if self._counted_cache is None:
+            self._counted_cache = [(name, Counter(name)) for name in self.entries]
+        return self._counted_cache
 
-    @functools.cached_property
+    @property
     def _word_indexes(self) -> tuple[_WordIndex, _WordIndex]:
         """The indexes :meth:`suggest` uses, built once per catalog: products by their words from the first, and
         from each later word (at most :data:`MAX_INDEXED_TOKENS` places per type)."""
-        starts: list[tuple[str, str]] = []
-        inner: list[tuple[str, str]] = []
-        for name in self.entries:
-            product, rest = _split_type(name)
-            words = _words(product)[:MAX_INDEXED_TOKENS]
-            for place in range(len(words)):
-                (inner if place else starts).append((f"{rest}\x01{'-'.join(words[place:])}", name))
-        return _WordIndex.of(starts), _WordIndex.of(inner)
+        if self._word_indexes_cache is None:
+            starts: list[tuple[str, str]] = []
+            inner: list[tuple[str, str]] = []
+            for name in self.entries:
+                product, rest = _split_type(name)
+                words = _words(product)[:MAX_INDEXED_TOKENS]
+                for place in range(len(words)):
+                    (inner if place else starts).append((f"{rest}\x01{'-'.join(words[place:])}", name))
+            self._word_indexes_cache = _WordIndex.of(starts), _WordIndex.of(inner)
+        return self._word_indexes_cache
 
     def suggest(self, name: str, limit: int = MAX_SUGGESTED) -> Suggestion:
         """The discovered types a card type no node offers most likely meant, as GPU feature discovery names

@@ -21,6 +21,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import NamedTuple
 
+from cardquota.core.hashable import HashableCards
 from cardquota.core.objects import ObjectKey, Pod, PodGroup, share
 from cardquota.core.quantity import whole_units
 from cardquota.core.quota import card_alternatives
@@ -51,20 +52,10 @@ class Charge(NamedTuple):
 INQUEUE_PHASE = "Inqueue"
 
 
-class CardAmounts(dict[str, int]):
-    """The cards of a shared charge: a map never changed once made, hashable by its entries so that the charge
-    holding it is its own key in :data:`SHARED_CHARGES` (no second tuple of its fields per entry)."""
-
-    __slots__ = ()
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(frozenset(self.items()))
-
-
 SHARED_CHARGES: dict[Charge, Charge] = {}
 """Pod charges of one card type, each its own key: equal charges are one tuple (a bounded table, see
 :func:`~cardquota.core.objects.share`; charges are values, never changed in place)."""
-SHARED_CARDS: dict[tuple[str, int], CardAmounts] = {}
+SHARED_CARDS: dict[tuple[str, int], HashableCards] = {}
 """The one-card-type amounts of :data:`SHARED_CHARGES` (``{"NVIDIA-A100": 8}``), one map per (card type, amount):
 the charges of different jobs (PodGroup, queue) hold equal amounts."""
 
@@ -109,7 +100,7 @@ def pod_charge(pod: Pod, queue: str, node: NodeRecord | None, offered: Container
     bucket = Bucket.ALLOCATED if pod.bound else Bucket.PENDING
     if len(cards) == 1:  # the common pod: one card type, shared with the pods of its job
         [(card, amount)] = cards.items()
-        amounts = SHARED_CARDS.get((card, amount)) or share(SHARED_CARDS, (card, amount), CardAmounts(cards))
+        amounts = SHARED_CARDS.get((card, amount)) or share(SHARED_CARDS, (card, amount), HashableCards(cards))
         charge = Charge(queue, bucket, amounts, uses_cluster, pod.group_key, pod.card_name)
         return SHARED_CHARGES.get(charge) or share(SHARED_CHARGES, charge, charge)
     return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)

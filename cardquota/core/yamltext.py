@@ -49,8 +49,8 @@ def load_documents(text: str) -> Iterator[tuple[int, Any]]:
             yield index, value
     except yaml.YAMLError as error:
         raise InputError(_yaml_problem(error), where=f"document {index + 1}") from None
-    except Exception as error:  # PyYAML's constructors raise KeyError, IndexError, … on badly tagged values
-        raise InputError(f"has a value that cannot be read ({type(error).__name__}: {error})",
+    except Exception as failure:  # PyYAML's constructors raise KeyError, IndexError, … on badly tagged values
+        raise InputError(f"has a value that cannot be read ({type(failure).__name__}: {failure})",
                          where=f"document {index + 1}") from None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,10 +23,15 @@ def test_webhook_bench_runs_against_both_servers() -> None:
     result = subprocess.run([sys.executable, "bench/webhook.py", "--clients", "4", "--requests", "3"], cwd=REPO,
                             capture_output=True, text=True, check=True, timeout=180)
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("12 AdmissionReview requests per server, 4 concurrent clients")
-    assert "no-op aiohttp server" in lines[1]
-    assert "cardquota webhooks" in lines[2]
-    assert lines[3].strip().startswith("p99 ratio")
+    assert lines[0].startswith("12 AdmissionReview requests per server and body set, 4 concurrent clients")
+    build = "compiled (mypyc)" if os.environ.get("CARDQUOTA_EXPECT_COMPILED") == "1" else "interpreted"
+    assert lines[0].endswith(f"the core is {build}")  # make test-compiled runs this suite against the compiled core
+    for first, bodies in ((1, "small bodies"), (5, "realistic bodies")):
+        assert lines[first].startswith(bodies)
+        assert "no-op aiohttp server" in lines[first + 1]
+        assert "cardquota webhooks" in lines[first + 2]
+        assert lines[first + 3].strip().startswith("p99 ratio")
+    assert len(lines) == 9
 
 
 def test_ledger_bench_reports_both_ratios() -> None:

@@ -53,7 +53,9 @@ class _Value:
     """One mGPU resource of one container, as written, with where it was found."""
 
     path: FieldPath
-    raw: object
+    raw: Any
+    """The value as written: any JSON value. (Typed ``Any``, not ``object``: the optional compiled build cannot
+    resolve a dataclass field annotated with a builtin's name.)"""
     amount: Fraction | None
     """None when ``raw`` is not a quantity (that is reported once, by :func:`_parse_violations`)."""
 

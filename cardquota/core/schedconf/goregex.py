@@ -35,8 +35,8 @@ def go_regex_problem(pattern: str) -> str | None:
     except re.error as error:
         where = f" at position {error.pos}" if error.pos is not None and not changed else ""
         return f"{error.msg}{where}"
-    except (ValueError, RecursionError, OverflowError, MemoryError) as error:
-        return f"{type(error).__name__}: {error}"
+    except (ValueError, RecursionError, OverflowError, MemoryError) as failure:
+        return f"{type(failure).__name__}: {failure}"
     return None
 
 
