@@ -232,7 +232,7 @@ class Publisher:
                 continue
             seen.add(key)
             await self._tick()
-            identity = ("PodGroup", *key)
+            identity = ("PodGroup", key[0], key[1])
             group = snapshot.podgroups.get(key)
             if group is None:
                 self._forget(identity)
@@ -246,7 +246,7 @@ class Publisher:
                 continue
             seen.add(key)
             await self._tick()
-            identity = ("Pod", *key)
+            identity = ("Pod", key[0], key[1])
             pod = waiting_pod(ledger, key)
             if pod is None:
                 if key in snapshot.pods:

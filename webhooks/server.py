@@ -78,18 +78,17 @@ async def answer_body(admission: Admission, pool: Executor, body: bytes, mutatin
     """(HTTP status, JSON body) for one request body, as served: a small body read on the event loop, a large one
     on ``pool`` (:func:`read_on_the_loop`), the policy on the loop (:func:`judge`), a large answer encoded on
     ``pool``."""
-    loop = asyncio.get_running_loop()
     try:
         if read_on_the_loop(body):
             review = read_review(body)
         else:
-            review = await loop.run_in_executor(pool, read_review, body)
+            review = await asyncio.get_running_loop().run_in_executor(pool, read_review, body)
     except MalformedReview as error:
         return 400, _json({"error": str(error)})
     answer = judge(admission, review, mutating)
     if len(body) <= INLINE_ANSWER_BYTES and len(answer["response"].get("patch", "")) <= INLINE_ANSWER_BYTES:
-        return 200, _encoded(answer)
-    return 200, await loop.run_in_executor(pool, _encoded, answer)
+        return 200, _encoded(answer)  # (the running loop is only looked up off this path: it costs a getpid())
+    return 200, await asyncio.get_running_loop().run_in_executor(pool, _encoded, answer)
 
 
 def read_on_the_loop(body: bytes) -> bool:

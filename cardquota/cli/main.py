@@ -33,7 +33,7 @@ from cardquota.cli.output import OutputFormat
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest
+from cardquota.core.objects import Manifest, ObjectKey
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import (
     DEFAULT_CARD_AWARE_SCHEDULERS,
@@ -442,7 +442,7 @@ def _located(document: Document, step: Callable[[Manifest], T]) -> T:
 def _unique(documents: list[Document], kinds: set[Kind], err: TextIO) -> list[Document]:
     """The documents of the given kinds; later copies of an object replace earlier ones, as ``kubectl apply``
     would, with a warning."""
-    seen: dict[tuple[str, tuple[str, str]], Document] = {}
+    seen: dict[tuple[str, ObjectKey], Document] = {}
     for document in documents:
         kind = kind_of(document.manifest)
         if kind is None or kind not in kinds:

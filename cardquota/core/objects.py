@@ -18,8 +18,11 @@ from cardquota.core.quantity import parse_quantity
 from cardquota.core.violations import type_name
 
 Manifest = Mapping[str, Any]
-ObjectKey = tuple[str, str]
-"""(namespace, name); the namespace is "" for cluster-scoped objects."""
+ObjectKey = tuple[str, ...]
+"""(namespace, name); the namespace is "" for cluster-scoped objects. Typed as a tuple of any length, not
+``tuple[str, str]``: the compiled core holds a value of a fixed-length tuple type unboxed and builds a new tuple
+each time it stores one, so every dict keyed by a pod would hold its own copy of the key (~60 bytes each), and the
+keys the views share (a PodGroup's, :func:`share`) would no longer be shared."""
 
 NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 NO_AMOUNTS: Mapping[str, Fraction] = MappingProxyType({})
@@ -260,7 +263,7 @@ class Pod(NamedTuple):
         pods of a job share them; see :func:`share`)."""
         annotations = meta.annotations
         group_name = annotations.get(keys.GROUP_NAME)
-        group_key = (meta.namespace, group_name) if group_name else None
+        group_key: ObjectKey | None = (meta.namespace, group_name) if group_name else None
         if shared:
             if group_key is not None:
                 group_key = _GROUP_KEYS.get(group_key) or share(_GROUP_KEYS, group_key, group_key)

@@ -84,7 +84,9 @@ def test_pods_of_a_job_share_equal_requests_and_their_podgroup_key_without_mixin
     one, two = (Pod.from_manifest(labelled_pod(name), cached=True) for name in ("p1", "p2"))
     other = Pod.from_manifest(pod("p3", group="g", containers=[container(requests={"cpu": "3"})]), cached=True)
     assert one.requests == two.requests
+    assert one.requests is two.requests  # one object, not equal copies (the compiled core too)
     assert one.group_key == two.group_key == other.group_key == ("default", "g")
+    assert one.group_key is two.group_key is other.group_key
     assert dict(other.requests) == {"cpu": Fraction(3)}
     assert dict(one.requests) == {"cpu": Fraction(1), "nvidia.com/gpu": Fraction(2)}
 
@@ -98,3 +100,19 @@ def test_a_changed_pod_is_held_as_its_latest_view() -> None:
     assert dict(view.meta.annotations) == {keys.CARD_NAME: A100, keys.QUEUE_NAME: "q",
                                            keys.SCORING_STRATEGY_ANNOTATION: keys.MOST_ALLOCATED}
     assert view.group_key is None
+
+
+@pytest.mark.parametrize("fed", ["built", "upserted"])
+def test_a_held_pods_key_is_one_object_in_every_table_that_holds_it(fed: str) -> None:
+    """Each table keyed by the pod holds the view's own key, not an equal copy (~60 bytes a table a pod): checked
+    because the compiled core copies a tuple whose type is a fixed-length tuple each time it stores it."""
+    cluster = [gpu_node("a100-1", A100, 8), queue("q", {A100: 8}), podgroup("g", queue="q", request={A100: 2})]
+    ledger = Ledger.build([*cluster, labelled_pod()]) if fed == "built" else Ledger.build(cluster)
+    if fed == "upserted":
+        ledger.upsert(labelled_pod())
+    [(key, view)] = ledger.snapshot.pods.items()
+    assert view.key is key
+    tables = {"charges": ledger._pod_charges, "cpu/memory": ledger._pod_cpu_memory}
+    for name, table in tables.items():
+        [held_key] = [candidate for candidate in table if candidate == key]
+        assert held_key is key, name

@@ -87,7 +87,7 @@ def session_manifests(snapshot: Mapping[str, Any]) -> list[Manifest]:
     """Every object an ``onSessionOpen`` snapshot carries: nodes, queues, PodGroups and the pods of both jobs and
     nodes (a pod listed twice is kept once)."""
     manifests: list[Manifest] = []
-    pods: dict[tuple[str, str], Manifest] = {}
+    pods: dict[ObjectKey, Manifest] = {}
     for section, convert in (("Nodes", node_manifest), ("Queues", queue_manifest), ("Jobs", podgroup_manifest)):
         for info in _values(field(snapshot, section)):
             manifest = convert(info)
@@ -362,7 +362,7 @@ def _values(value: object) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
-def _keep_pod(pods: dict[tuple[str, str], Manifest], manifest: Manifest | None) -> None:
+def _keep_pod(pods: dict[ObjectKey, Manifest], manifest: Manifest | None) -> None:
     if manifest is None:
         return
     pods[namespaced_key(manifest)] = manifest
