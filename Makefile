@@ -18,7 +18,7 @@ VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCA
 .PHONY: help demo test lint unit compiled test-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean
 
 help: ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || { echo "cannot create $(VENV): install Python's venv module (Debian: apt-get install python3-venv)"; exit 1; }
@@ -67,6 +67,7 @@ test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e t
 # symlinks kept) in $(COMPILED)/tree, so that no build/ left over from an earlier build leaks into the wheel.
 compiled: $(VENV)/.stamp-test ## the wheel with the core compiled by mypyc, in dist/ (what the image ships; needs a C compiler)
 	@$(CC) --version >/dev/null 2>&1 || { echo "make compiled: no C compiler ('$(CC)'): install gcc"; exit 1; }
+	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "make compiled: needs a git checkout (it copies the files git knows)"; exit 1; }
 	rm -rf $(COMPILED) && mkdir -p $(COMPILED)/tree $(COMPILED)/wheel $(COMPILED)/unpacked dist
 	git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null \
 		| tar -xf - -C $(COMPILED)/tree
