@@ -404,7 +404,7 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
         raise InputError(f"has {entries} resource requests and limits in its containers: cardquota reads at most "
                          f"{MAX_RESOURCE_ENTRIES} per pod", where=path)
     overhead = pod_spec.get("overhead")
-    key = _requests_key(containers, init_containers, overhead)
+    key = _requests_key(containers, init_containers, overhead) if entries <= MAX_KEYED_ENTRIES else None
     if key is not None:
         found = _EFFECTIVE.get(key)
         if found is not None:
@@ -418,7 +418,11 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
 
 
 MAX_EFFECTIVE = 4_096
-"""Entries of :data:`_EFFECTIVE` (emptied when full): distinct container resource shapes, a few hundred bytes each."""
+"""Entries of :data:`_EFFECTIVE` (emptied when full): distinct container resource shapes, each at most
+:data:`MAX_KEYED_ENTRIES` requests and limits (a few KB at most; a few hundred bytes for a real pod)."""
+MAX_KEYED_ENTRIES = 64
+"""Pods naming more requests and limits than this (real pods name a handful) are computed each time, never kept:
+the table's memory stays bounded by its entries times this, not by :data:`MAX_RESOURCE_ENTRIES`."""
 _EFFECTIVE: dict[tuple[object, ...], dict[str, Fraction]] = {}
 """Effective requests by what they were computed from (:func:`_requests_key`): the pods of a job, and replicas
 admitted one after another, ask for the same, and adding up Fractions costs more than reading the key."""

@@ -81,3 +81,14 @@ def test_the_table_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for index in range(objects.MAX_EFFECTIVE + 10):
         effective_requests({"containers": [{"name": "c", "resources": {"requests": {"cpu": f"{index}m"}}}]}, "spec")
     assert 0 < len(objects._EFFECTIVE) <= objects.MAX_EFFECTIVE
+
+
+def test_a_pod_naming_more_than_a_real_pod_does_is_computed_but_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(objects, "_EFFECTIVE", {})
+    names = [f"example.com/device-{index}" for index in range(objects.MAX_KEYED_ENTRIES + 1)]
+    spec = {"containers": [{"name": "c", "resources": {"limits": dict.fromkeys(names, "1")}}]}
+    assert effective_requests(spec, "spec") == fresh(spec)
+    assert objects._EFFECTIVE == {}
+    spec["containers"][0]["resources"]["limits"].pop(names[0])  # at the bound: kept
+    assert effective_requests(spec, "spec") is effective_requests(spec, "spec")
+    assert len(objects._EFFECTIVE) == 1
