@@ -11,7 +11,7 @@ objects the API server accepts (256 KiB of annotations, 3 MiB bodies, 10,000 lev
    the no-op, and the warnings the validating answer carries (count and runes; the API server keeps 4,096 runes).
    Budget: 50 ms and 50 MiB.
 2. Event-loop stall: the longest the event loop waits (a 1 ms ticker's worst lateness) while the case is reviewed
-   as the server does it (``answer_body``: a body of at most 32 KiB and 2,000 brackets read on the loop, a larger
+   as the server does it (``answer_body``: a body of at most 32 KiB read on the loop by json.loads, a larger or deeper
    one on a policy thread, the policy on the loop), and as the whole review would be on the loop.
 """
 

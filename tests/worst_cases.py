@@ -27,8 +27,11 @@ ANNOTATIONS_LIMIT = 256 * 1024
 BODY_LIMIT = 3 * 1024 * 1024
 JSON_DEPTH_LIMIT = 10_000
 INLINE_BYTES = 32 * 1024
-INLINE_BRACKETS = 2_000
-"""The bounds of the bodies the admission server reads on its event loop (cardquota.webhooks.server)."""
+"""The largest body the admission server reads on its event loop (cardquota.webhooks.server), when json.loads
+reads it in place."""
+BEYOND_IN_PLACE = 6_000
+"""Deeper than json.loads is let read in place at any recursion limit: up to cardquota.webhooks.review's
+_SAFE_RECURSION_LIMIT (5,000) it stops at the limit; above it, a body with this many brackets is not tried."""
 
 T = TypeVar("T", str, bytes)
 MIG_PROFILES = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
@@ -274,8 +277,14 @@ def cases() -> list[Case]:
              _largest(lambda n: review_body(_with_spec_field(pod_object(A100), [1.5e300] * n), **POD), INLINE_BYTES),
              "the costliest body still read on the event loop: 32 KiB, a long array of numbers"),
         Case("pod-on-the-loop-brackets", "Pod",
-             review_body(_with_spec_field(pod_object(A100), [{"a": [0]}] * ((INLINE_BRACKETS - 20) // 2)), **POD),
-             "a body read on the event loop with as many containers as allowed (2,000 brackets)"),
+             _largest(lambda n: review_body(_with_spec_field(pod_object(A100), [{"a": [0]}] * n), **POD),
+                      INLINE_BYTES),
+             "the costliest body still read on the event loop: 32 KiB, a long array of small objects"),
+        Case("pod-on-the-loop-then-deep", "Pod",
+             _largest(lambda n: review_body(_with_spec_field(pod_object(A100), [[1.5e300] * n, "DEEP"]), **POD)
+                      .replace(b'"DEEP"', b"[" * BEYOND_IN_PLACE + b"1" + b"]" * BEYOND_IN_PLACE), INLINE_BYTES),
+             "32 KiB: numbers, then a value nested 6,000 levels; json.loads fails on the loop at the end, and the "
+             "body is read again on a policy thread"),
         Case("deployment-3mib", "Deployment",
              _largest(lambda n: review_body(_deployment(ALTERNATIVES_41, n), **DEPLOYMENT), BODY_LIMIT),
              "a Deployment whose 3 MiB pod template names 41 alternatives"),

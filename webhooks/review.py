@@ -15,7 +15,13 @@ from typing import Any
 
 from cardquota.core.errors import one_line
 from cardquota.core.objects import completed
-from cardquota.core.verdict import MAX_MESSAGE_VIOLATIONS, MAX_WARNING_RUNES, PatchOperation, Verdict
+from cardquota.core.verdict import (
+    MAX_MESSAGE_VIOLATIONS,
+    MAX_WARNING_RUNES,
+    PatchOperation,
+    Verdict,
+    operation_json,
+)
 from cardquota.webhooks.deep_json import TooDeep, loads_deep
 
 API_VERSION = "admission.k8s.io/v1"
@@ -31,6 +37,11 @@ C limit (3.12: ~1,500 levels; 3.13: ~10,000): up to this limit any thread's stac
 
 class MalformedReview(ValueError):
     """A body that is not an AdmissionReview request (answered with HTTP 400 and a JSON error)."""
+
+
+class NotInPlace(Exception):
+    """Raised by ``read_review(..., in_place=True)`` for a body json.loads cannot read in place (nested deeper than
+    the recursion limit lets it go): the caller reads it again, in full, where time is not scarce."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +74,12 @@ class AdmissionRequest:
         return _completed(self.old_object, self.name, self.namespace)
 
 
-def read_review(body: bytes) -> AdmissionRequest:
+def read_review(body: bytes, *, in_place: bool = False) -> AdmissionRequest:
+    """The request in ``body``. ``in_place``: read by json.loads alone, in time linear in the body's size, or raise
+    :class:`NotInPlace` (the slower reader of deep bodies is not tried)."""
     try:
-        review = loads(body)
-    except MalformedReview:
+        review = loads(body, in_place=in_place)
+    except (MalformedReview, NotInPlace):
         raise
     except ValueError as error:
         raise MalformedReview(f"the body is not JSON: {error}") from None
@@ -104,16 +117,18 @@ def read_review(body: bytes) -> AdmissionRequest:
     )
 
 
-def loads(body: bytes) -> Any:
+def loads(body: bytes, *, in_place: bool = False) -> Any:
     """The body's JSON, nested as deep as the API server's decoder allows (``deep_json.MAX_REVIEW_NESTING``), in
     time linear in its size and without RecursionError on any Python: json.loads in place when it can (the body
-    cannot be deep, or the attempt succeeds), else :func:`loads_deep`. Raises MalformedReview when it is deeper,
-    ValueError when it is not JSON."""
+    cannot be deep, or the attempt succeeds), else :func:`loads_deep` — or, ``in_place``, :class:`NotInPlace`.
+    Raises MalformedReview when it is deeper, ValueError when it is not JSON."""
     if sys.getrecursionlimit() <= _SAFE_RECURSION_LIMIT or body.count(b"[") + body.count(b"{") <= _FEW_BRACKETS:
         try:
             return json.loads(body)
         except RecursionError:  # deeper than json.loads can go here
             pass
+    if in_place:
+        raise NotInPlace
     try:
         return loads_deep(body.decode(json.detect_encoding(body)))
     except TooDeep as error:
@@ -147,7 +162,8 @@ def causes(verdict: Verdict) -> list[dict[str, str]]:
 
 
 def encode_patch(patch: Sequence[PatchOperation]) -> str:
-    return base64.b64encode(json.dumps([dict(op) for op in patch], separators=(",", ":")).encode()).decode("ascii")
+    """The patch as the API server takes it: base64 of its JSON (an operation a policy shares is encoded once)."""
+    return base64.b64encode(f"[{','.join(map(operation_json, patch))}]".encode()).decode("ascii")
 
 
 def _completed(manifest: Mapping[str, Any] | None, name: str, namespace: str) -> Mapping[str, Any] | None:

@@ -20,7 +20,7 @@ from aiohttp import web
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.metrics import Timer
 from cardquota.webhooks.admission import Admission
-from cardquota.webhooks.review import AdmissionRequest, MalformedReview, read_review, response
+from cardquota.webhooks.review import AdmissionRequest, MalformedReview, NotInPlace, read_review, response
 
 log = logging.getLogger("cardquota.webhooks")
 MAX_BODY = 16 * 2**20
@@ -31,9 +31,8 @@ tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop kee
 reviews. More than one, so a small review does not queue behind a large one. The policy itself runs on the loop
 (see :func:`judge`), bounded by the limits in the card rules."""
 INLINE_BODY_BYTES = 32 * 2**10
-INLINE_BODY_BRACKETS = 2_000
-"""A body of at most :data:`INLINE_BODY_BYTES` with at most this many opening brackets is read on the event loop
-(:func:`read_on_the_loop`); larger or more nested ones on the policy threads."""
+"""A body of at most this size is read on the event loop (:func:`read_on_the_loop`) when json.loads reads it in
+place; a larger one, or one nested deeper than the recursion limit, on the policy threads."""
 INLINE_ANSWER_BYTES = 64 * 2**10
 """An answer is encoded on the event loop, right after the policy, when the body and the answer's patch are both
 at most this size (its other parts are bounded: the message is clipped, the warnings kept within the API server's
@@ -79,9 +78,11 @@ async def answer_body(admission: Admission, pool: Executor, body: bytes, mutatin
     on ``pool`` (:func:`read_on_the_loop`), the policy on the loop (:func:`judge`), a large answer encoded on
     ``pool``."""
     try:
-        if read_on_the_loop(body):
-            review = read_review(body)
-        else:
+        try:
+            if not read_on_the_loop(body):
+                raise NotInPlace
+            review = read_review(body, in_place=True)
+        except NotInPlace:
             review = await asyncio.get_running_loop().run_in_executor(pool, read_review, body)
     except MalformedReview as error:
         return 400, _json({"error": str(error)})
@@ -92,12 +93,14 @@ async def answer_body(admission: Admission, pool: Executor, body: bytes, mutatin
 
 
 def read_on_the_loop(body: bytes) -> bool:
-    """Whether a body is read on the event loop: a trip to a policy thread and back costs more CPU than reading a
-    typical review (tens of microseconds and a wait for the GIL, against ~10 µs for a Pod review; ``bench/
-    webhook.py``), and what a body this small and this little nested costs is bounded: about a millisecond at
-    most (32 KiB of large floats: ``bench/worst_case.py``'s ``pod-on-the-loop-*`` cases). The rest, whatever grows
-    with a large or deep object, is read off the loop."""
-    return len(body) <= INLINE_BODY_BYTES and body.count(b"{") + body.count(b"[") <= INLINE_BODY_BRACKETS
+    """Whether a body is read on the event loop (by json.loads in place; one nested deeper than that reaches goes
+    to a policy thread after all): a trip to a policy thread and back costs more CPU than reading a typical review
+    (tens of microseconds and a wait for the GIL, against ~40 µs for a realistic 6 KB Pod review; ``bench/
+    webhook.py``), and what a body this small costs json.loads is bounded: about a millisecond at most (32 KiB of
+    large floats, or of small objects; a deep one stops at the recursion limit within ~50 µs: ``bench/
+    worst_case.py``'s ``pod-on-the-loop-*`` cases). The size is the whole test: counting a body's brackets, as this
+    once did, cost 5 µs a realistic review. The rest, whatever grows with a large object, is read off the loop."""
+    return len(body) <= INLINE_BODY_BYTES
 
 
 def judge(admission: Admission, review: AdmissionRequest, mutating: bool) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,11 +102,12 @@ def in_namespace(manifest: Manifest, namespace: str) -> Manifest:
 
 
 def apply_patch(manifest: Manifest, patch: Sequence[PatchOperation]) -> Manifest:
-    """The object as the API server would store it after the mutating webhook's patch."""
+    """The object as the API server would store it after the mutating webhook's patch (the operations' values
+    copied in: a policy may share an operation between verdicts, and the object may be changed later)."""
     if not patch:
         return manifest
     try:
-        patched: Manifest = jsonpatch.apply_patch(manifest, [dict(op) for op in patch])
+        patched: Manifest = jsonpatch.apply_patch(manifest, copy.deepcopy([dict(op) for op in patch]))
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
         raise InputError(f"the policy's patch does not apply: {error}") from None
     return patched

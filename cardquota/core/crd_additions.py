@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.verdict import PatchOperation
 
 QUEUE_CRD = "queues.scheduling.volcano.sh"
@@ -155,24 +156,24 @@ def _schema_parent(version: Mapping[str, Any], addition: SchemaAddition) -> tupl
     schema: None when the version has no such object (no schema, no ``spec``, or ``spec`` is a map or scalar)."""
     parts: list[str | int] = ["schema", "openAPIV3Schema"]
     schema = version.get("schema")
-    node: Any = schema.get("openAPIV3Schema") if isinstance(schema, Mapping) else None
+    node: Any = schema.get("openAPIV3Schema") if isinstance(schema, MAPPING_TYPES) else None
     for name in addition.parent:
-        properties = node.get("properties") if isinstance(node, Mapping) else None
-        node = properties.get(name) if isinstance(properties, Mapping) else None
+        properties = node.get("properties") if isinstance(node, MAPPING_TYPES) else None
+        node = properties.get(name) if isinstance(properties, MAPPING_TYPES) else None
         parts += ["properties", name]
-    if not isinstance(node, Mapping) or node.get("type", "object") != "object" or "additionalProperties" in node:
+    if not isinstance(node, MAPPING_TYPES) or node.get("type", "object") != "object" or "additionalProperties" in node:
         return parts, None
     return parts, node
 
 
 def _properties(node: Mapping[str, Any]) -> Mapping[str, Any]:
     properties = node.get("properties")
-    return properties if isinstance(properties, Mapping) else {}
+    return properties if isinstance(properties, MAPPING_TYPES) else {}
 
 
 def _columns(version: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     columns = version.get("additionalPrinterColumns")
-    return [c for c in columns if isinstance(c, Mapping)] if isinstance(columns, list) else []
+    return [c for c in columns if isinstance(c, MAPPING_TYPES)] if isinstance(columns, list) else []
 
 
 def _state(version: Mapping[str, Any], addition: Addition) -> State:
@@ -192,16 +193,16 @@ def _state(version: Mapping[str, Any], addition: Addition) -> State:
 
 def _versions(crd: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any]]]:
     spec = crd.get("spec")
-    versions = spec.get("versions") if isinstance(spec, Mapping) else None
+    versions = spec.get("versions") if isinstance(spec, MAPPING_TYPES) else None
     if not isinstance(versions, list):
         return []
     return [(index, version) for index, version in enumerate(versions)
-            if isinstance(version, Mapping) and isinstance(version.get("name"), str)]
+            if isinstance(version, MAPPING_TYPES) and isinstance(version.get("name"), str)]
 
 
 def crd_name(crd: Mapping[str, Any]) -> str:
     metadata = crd.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, MAPPING_TYPES) else None
     return name if isinstance(name, str) else ""
 
 
@@ -221,7 +222,7 @@ def missing(crd: Mapping[str, Any]) -> list[AdditionState]:
 def _guards(crd: Mapping[str, Any], indexes: Sequence[int]) -> list[PatchOperation]:
     guards: list[PatchOperation] = []
     metadata = crd.get("metadata")
-    resource_version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    resource_version = metadata.get("resourceVersion") if isinstance(metadata, MAPPING_TYPES) else None
     if isinstance(resource_version, str) and resource_version:
         guards.append({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version})
     versions = crd["spec"]["versions"] if indexes else []

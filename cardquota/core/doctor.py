@@ -23,6 +23,7 @@ from cardquota.core import keys
 from cardquota.core.cards import PRODUCT_LABEL, card_families, cluster_totals
 from cardquota.core.crd_additions import CRD_NAMES, WORDING, AdditionState, State, inspect, restore_command
 from cardquota.core.errors import InputError, one_line
+from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
 from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Node
@@ -181,7 +182,7 @@ def _objects(listing: object) -> Listing:
     """A listing as the checks take it: items that are not maps are dropped."""
     if isinstance(listing, Unreadable):
         return listing
-    return [item for item in listing if isinstance(item, Mapping)] if isinstance(listing, list | tuple) else []
+    return [item for item in listing if isinstance(item, MAPPING_TYPES)] if isinstance(listing, SEQUENCE_TYPES) else []
 
 
 def run_checks(installation: Installation, target: Target) -> list[Result]:
@@ -282,7 +283,7 @@ def volcano_scheduler(deployments: Iterable[Manifest]) -> tuple[str, str] | None
 
 def _scheduler_image(deployment: Manifest) -> str | None:
     spec = _map(_map(_map(deployment.get("spec")).get("template")).get("spec"))
-    containers = [c for c in _list(spec.get("containers")) if isinstance(c, Mapping)]
+    containers = [c for c in _list(spec.get("containers")) if isinstance(c, MAPPING_TYPES)]
     images = [(c.get("name"), c.get("image")) for c in containers if isinstance(c.get("image"), str)]
     for name, image in images:
         if "vc-scheduler" in str(image) or name == "volcano-scheduler":
@@ -364,7 +365,7 @@ def check_webhooks(configurations: Mapping[str, Read], secret: Read, target: Tar
             results.append(Result(WEBHOOKS, Status.FAIL, f"{what} is not registered: nothing is checked at "
                                   "admission", fix=DEPLOY))
             continue
-        webhooks = [w for w in _list(configuration.get("webhooks")) if isinstance(w, Mapping)]
+        webhooks = [w for w in _list(configuration.get("webhooks")) if isinstance(w, MAPPING_TYPES)]
         if not webhooks:
             results.append(Result(WEBHOOKS, Status.FAIL, f"{what} has no webhooks", fix=DEPLOY))
             continue
@@ -434,7 +435,7 @@ def _ca_bundle(webhook: Mapping[str, Any]) -> str:
 
 def _service(webhook: Mapping[str, Any]) -> str | None:
     service = _map(webhook.get("clientConfig")).get("service")
-    if not isinstance(service, Mapping):
+    if not isinstance(service, MAPPING_TYPES):
         return None  # a url: not ours to judge
     return f"{service.get('namespace')}/{service.get('name')}"
 
@@ -458,7 +459,7 @@ def check_operator(deployment: Read, pods: Listing, lease: Read, target: Target,
                         _Pods("operator", target.deployment,
                               "admissions of queues, PodGroups and Volcano jobs fail"))
     leading, leaders = "operator", target.pod_selector
-    if isinstance(controller, Mapping):
+    if isinstance(controller, MAPPING_TYPES):
         leading, leaders = "controller", pod_selector(controller, {})
         ready = _ready_pods(controller, controller_pods, leaders, target, results,
                             _Pods("controller", target.controller_deployment,
@@ -484,7 +485,7 @@ def _ready_pods(deployment: Read, pods: Listing, selector: Mapping[str, str], ta
     """Adds the line on the Deployment's pods; the ready ones, None when the pods could not be read."""
     wanted = 1
     selector = pod_selector(deployment, selector)
-    if isinstance(deployment, Mapping):
+    if isinstance(deployment, MAPPING_TYPES):
         replicas = _map(deployment.get("spec")).get("replicas", 1)
         wanted = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
     if isinstance(pods, Unreadable):
@@ -496,7 +497,7 @@ def _ready_pods(deployment: Read, pods: Listing, selector: Mapping[str, str], ta
 def pod_selector(deployment: Read, default: Mapping[str, str]) -> Mapping[str, str]:
     """The Deployment's ``matchLabels``; ``default`` when it cannot tell."""
     labels = _map(_map(_map(deployment.get("spec")).get("selector")).get("matchLabels")) \
-        if isinstance(deployment, Mapping) else {}
+        if isinstance(deployment, MAPPING_TYPES) else {}
     if labels and all(isinstance(v, str) for v in labels.values()):
         return {str(k): str(v) for k, v in labels.items()}
     return default
@@ -538,7 +539,8 @@ def _ready(pod: Manifest) -> bool:
     if _map(pod.get("metadata")).get("deletionTimestamp"):
         return False
     conditions = _list(_map(pod.get("status")).get("conditions"))
-    return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return any(isinstance(c, MAPPING_TYPES) and c.get("type") == "Ready" and c.get("status") == "True"
+               for c in conditions)
 
 
 def _why_not_ready(pod: Manifest) -> str:
@@ -872,7 +874,7 @@ def _logs_command(target: Target, pods: Mapping[str, str] | None = None) -> str:
 
 
 def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, MAPPING_TYPES) else {}
 
 
 def _list(value: object) -> list[Any]:

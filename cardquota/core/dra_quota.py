@@ -5,11 +5,12 @@ DeviceClass, ``count`` (int64 ≥ 0) and ``capacity`` dimensions (Kubernetes qua
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.violations import (
     FieldPath,
@@ -73,7 +74,7 @@ def read_quotas(section: object, path: FieldPath | str = "",
     path = path if isinstance(path, FieldPath) else FieldPath(path)
     if section is None:
         return {}
-    if not isinstance(section, Mapping):
+    if not isinstance(section, MAPPING_TYPES):
         found.append(invalid(path, f"must be a map of DeviceClass name to quota, not {type_name(section)}"))
         return {}
     quotas: Quotas = {}
@@ -109,7 +110,7 @@ def device_class_violation(name: object, path: FieldPath) -> Violation | None:
 def _read_entry(device_class: str, entry: object, path: FieldPath,
                 violations: list[Violation]) -> DeviceQuota | None:
     label = f"DeviceClass {device_class}"
-    if not isinstance(entry, Mapping):
+    if not isinstance(entry, MAPPING_TYPES):
         violations.append(invalid(path, f"{label}: must be a map with count and optional capacity, "
                                         f"not {type_name(entry)}"))
         return None
@@ -121,7 +122,7 @@ def _read_entry(device_class: str, entry: object, path: FieldPath,
     quota.count = _read_count(entry.get(COUNT), path.child(COUNT), label, violations)
     capacity = entry.get(CAPACITY)
     capacity_path = path.child(CAPACITY)
-    if capacity is not None and not isinstance(capacity, Mapping):
+    if capacity is not None and not isinstance(capacity, MAPPING_TYPES):
         violations.append(invalid(capacity_path, f"{label}: capacity must be a map of dimension to quantity, "
                                                  f"not {type_name(capacity)}"))
     elif capacity is not None:

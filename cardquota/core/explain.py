@@ -19,12 +19,13 @@ The quota sentences are the ones the controller's events and the scheduler rules
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
@@ -289,7 +290,7 @@ def _last_condition(conditions: object) -> str | None:
     if not isinstance(conditions, list):
         return None
     for condition in reversed(conditions):
-        if isinstance(condition, Mapping) and str(condition.get("status")) == "True" \
+        if isinstance(condition, MAPPING_TYPES) and str(condition.get("status")) == "True" \
                 and condition.get("type") == "Unschedulable":
             reason = str(condition.get("reason") or "").strip()
             message = " ".join(str(condition.get("message") or "").split())
@@ -340,7 +341,7 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
                  schedulers: frozenset[str]) -> Explanation:
     """A Volcano Job: its PodGroup and pods as the job controller made them (the PodGroup owned by the job, or named
     after it; the pods labelled ``volcano.sh/job-name``), else as it will make them, from its task templates."""
-    metadata = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
+    metadata = job.get("metadata") if isinstance(job.get("metadata"), MAPPING_TYPES) else {}
     namespace, name = str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name", ""))
     existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP and namespaced_key(m)[0] == namespace
                            and (namespaced_key(m)[1] == name or _owned_by_job(m, name))), None)
@@ -364,21 +365,21 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
 
 
 def _owned_by_job(manifest: Manifest, job: str) -> bool:
-    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
     owners = (metadata or {}).get("ownerReferences")
     if not isinstance(owners, list):
         return False
-    return any(isinstance(owner, Mapping) and owner.get("kind") == "Job" and owner.get("name") == job
+    return any(isinstance(owner, MAPPING_TYPES) and owner.get("kind") == "Job" and owner.get("name") == job
                for owner in owners)
 
 
 def _marks(manifest: Manifest) -> dict[str, object]:
     """A pod's labels and annotations together (Volcano puts the job name in both)."""
-    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
     marks: dict[str, object] = {}
     for part in ("labels", "annotations"):
         values = (metadata or {}).get(part)
-        if isinstance(values, Mapping):
+        if isinstance(values, MAPPING_TYPES):
             marks.update(values)
     return marks
 

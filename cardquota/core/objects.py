@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.violations import type_name
 
@@ -35,7 +36,7 @@ def namespaced_key(manifest: Mapping[str, Any]) -> ObjectKey:
     """(namespace, name) of a namespaced object, read leniently (no validation: a deleted object, a TaskInfo's pod):
     the namespace "default" when it is not written, as the API server defaults it."""
     metadata = manifest.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
+    metadata = metadata if isinstance(metadata, MAPPING_TYPES) else {}
     return (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
 
 
@@ -64,7 +65,7 @@ can contain it."""
 def given_name(metadata: object) -> str:
     """The object's name: ``metadata.name``, else ``metadata.generateName`` followed by ``*`` (the API server
     generates the rest on create; ``kubectl create -f`` accepts such objects), else ""."""
-    if not isinstance(metadata, Mapping):
+    if not isinstance(metadata, MAPPING_TYPES):
         return ""
     name = metadata.get("name")
     if isinstance(name, str) and name:
@@ -83,7 +84,7 @@ def completed(manifest: Manifest, name: str = "", namespace: str = "") -> Manife
     gives it, else the :func:`given_name`, else ``(unnamed)``) and ``metadata.namespace`` filled from
     ``namespace`` when the object leaves it out. The webhooks and ``cardquota check`` both read objects so."""
     metadata = manifest.get("metadata")
-    metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
+    metadata = dict(metadata) if isinstance(metadata, MAPPING_TYPES) else {}
     if not (isinstance(metadata.get("name"), str) and metadata["name"]):
         metadata["name"] = name or given_name(metadata) or "(unnamed)"
     if namespace and not metadata.get("namespace"):
@@ -369,7 +370,7 @@ def readable_amounts(value: object) -> Mapping[str, Fraction]:
     """A resource list (``spec.minResources``, ``spec.capability``) as amounts; entries that are not quantities are
     left out (the API server validates these lists, and the admission policies report them), so one bad amount
     never makes the whole object unreadable."""
-    if not isinstance(value, Mapping) or not value:
+    if not isinstance(value, MAPPING_TYPES) or not value:
         return NO_AMOUNTS
     amounts: dict[str, Fraction] = {}
     for resource, amount in value.items():
@@ -558,7 +559,7 @@ def _mapping(value: object, path: str, *, required: bool = False) -> Mapping[Any
         if required:
             raise InputError("is required", where=path)
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, MAPPING_TYPES):
         raise InputError(f"must be a map, not {type_name(value)}", where=path)
     return value
 
@@ -566,7 +567,7 @@ def _mapping(value: object, path: str, *, required: bool = False) -> Mapping[Any
 def _sequence(value: object, path: str) -> Sequence[Any]:
     if value is None:
         return ()
-    if not isinstance(value, list | tuple):
+    if not isinstance(value, SEQUENCE_TYPES):
         raise InputError(f"must be a list, not {type_name(value)}", where=path)
     return value
 

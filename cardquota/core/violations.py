@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
+
 
 class Reason(StrEnum):
     """The kind of a violation. Which one a rule uses:"""
@@ -148,9 +150,9 @@ def type_name(value: object) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
-    if isinstance(value, Mapping):
+    if isinstance(value, MAPPING_TYPES):
         return "a map"
-    if isinstance(value, list | tuple):
+    if isinstance(value, SEQUENCE_TYPES):
         return "a list"
     return type(value).__name__
 

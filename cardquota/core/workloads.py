@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
 
 TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -29,7 +30,7 @@ def workload_key(manifest: Manifest) -> WorkloadKey | None:
     if (group, kind) not in TEMPLATE_PATHS:
         return None
     metadata = manifest.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
+    metadata = metadata if isinstance(metadata, MAPPING_TYPES) else {}
     namespace, name = metadata.get("namespace") or "default", metadata.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str) or not name:
         return None
@@ -45,7 +46,7 @@ def template_only(manifest: Manifest) -> Manifest:
     path = TEMPLATE_PATHS[(key[0], key[1])]
     node: object = manifest
     for step in path:
-        node = node.get(step) if isinstance(node, Mapping) else None
+        node = node.get(step) if isinstance(node, MAPPING_TYPES) else None
     kept: object = node
     for step in reversed(path):
         kept = {step: kept}

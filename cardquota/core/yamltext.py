@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import yaml
 
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 
 MAX_NESTING = 500
 """The CLI's limit on files (YAML or JSON): deeper than any real manifest or scheduler configuration, and safely
@@ -219,7 +220,7 @@ def depth(value: object) -> int:
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
-        if isinstance(item, Mapping):
+        if isinstance(item, MAPPING_TYPES):
             children: Iterable[object] = item.values()
         elif isinstance(item, list):
             children = item

@@ -58,7 +58,7 @@ from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
 from cardquota.webhooks import server as server_module
 from cardquota.webhooks.admission import Admission
-from cardquota.webhooks.review import MalformedReview, read_review, response
+from cardquota.webhooks.review import MalformedReview, NotInPlace, read_review, response
 from cardquota.webhooks.server import build_app, serve
 
 WARNING_RUNES, WARNINGS_RUNES = 256, 4096
@@ -258,9 +258,9 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
     released: list[bool] = []
     real_read, real_judge = server_module.read_review, server_module.judge
 
-    def read_held(body: bytes) -> Any:
+    def read_held(body: bytes, **options: Any) -> Any:
         readers.append(threading.get_ident())
-        request = real_read(body)
+        request = real_read(body, **options)
         if request.name == "held":
             held.set()
             released.append(release.wait(30))  # (not forever: on the loop, this would block it)
@@ -290,21 +290,54 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
     assert set(judges) == {loop_thread}
 
 
+async def test_a_small_body_nested_too_deep_is_tried_on_the_loop_then_read_on_a_thread(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body small enough for the loop is read there by json.loads alone; one nested deeper than that goes (it
+    stops at the recursion limit, having read what came before) is read again, in full, on a policy thread."""
+    loop_thread = threading.get_ident()
+    reads: list[tuple[bool, bool]] = []  # (on the loop, in place)
+    real_read = server_module.read_review
+
+    def read_recorded(body: bytes, *, in_place: bool = False) -> Any:
+        reads.append((threading.get_ident() == loop_thread, in_place))
+        return real_read(body, in_place=in_place)
+
+    monkeypatch.setattr(server_module, "read_review", read_recorded)
+    body = {case.name: case.body for case in worst_cases.cases()}["pod-on-the-loop-then-deep"]
+    status, answer = await server.post("/validate", body)
+    assert status == 200
+    assert answer["response"]["allowed"] is True, answer
+    assert reads == [(True, True), (False, False)]
+    reads.clear()
+    status, answer = await server.post("/validate", review(pod("plain", namespace="ml")))
+    assert status == 200
+    assert reads == [(True, True)]
+
+
 # ------------------------------------------------------------------------------------------- helpers
 
 
 
 
 def test_the_small_cases_are_the_costliest_bodies_read_on_the_loop() -> None:
-    """The corpus' bounds are the server's; its two costliest small bodies are just within them (bench/worst_case.py
-    times them), and one byte or one bracket more sends a body to a policy thread."""
-    assert (worst_cases.INLINE_BYTES, worst_cases.INLINE_BRACKETS) == (server_module.INLINE_BODY_BYTES,
-                                                                       server_module.INLINE_BODY_BRACKETS)
+    """The corpus' bound is the server's; its costliest small bodies are just within it (bench/worst_case.py times
+    them), and one byte more sends a body to a policy thread."""
+    assert worst_cases.INLINE_BYTES == server_module.INLINE_BODY_BYTES
     small = {case.name: case.body for case in worst_cases.cases() if case.name.startswith("pod-on-the-loop")}
-    numbers, brackets = small["pod-on-the-loop-numbers"], small["pod-on-the-loop-brackets"]
-    assert server_module.read_on_the_loop(numbers)
-    assert len(numbers) > worst_cases.INLINE_BYTES - 32
-    assert server_module.read_on_the_loop(brackets)
-    assert brackets.count(b"{") + brackets.count(b"[") > worst_cases.INLINE_BRACKETS - 40
+    assert set(small) == {"pod-on-the-loop-numbers", "pod-on-the-loop-brackets", "pod-on-the-loop-then-deep"}
+    for name, body in small.items():
+        assert server_module.read_on_the_loop(body), name
+        assert len(body) > worst_cases.INLINE_BYTES - 32, name
     assert not server_module.read_on_the_loop(b" " * (worst_cases.INLINE_BYTES + 1))
-    assert not server_module.read_on_the_loop(b"[" * (worst_cases.INLINE_BRACKETS + 1))
+
+
+def test_a_small_body_too_deep_to_read_in_place_is_read_in_full() -> None:
+    """json.loads stops at the recursion limit: on the loop the body is not read further (NotInPlace), and read in
+    full it is the same request as any other."""
+    body = {case.name: case.body for case in worst_cases.cases()}["pod-on-the-loop-then-deep"]
+    with pytest.raises(NotInPlace):
+        read_review(body, in_place=True)
+    request = read_review(body)
+    assert (request.kind, request.operation) == ("Pod", "CREATE")
+    assert request.object is not None
+    assert len(request.object["spec"]["extra"]) == 2

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.quota import card_alternatives, clipped, quota_allows
 from cardquota.core.resources import card_requests, is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
@@ -95,7 +96,7 @@ def card_resources_requested(requests: Mapping[str, Fraction], catalog: CardCata
 def job_tasks_violation(manifest: Mapping[str, Any]) -> Violation | None:
     """A Volcano Job with more than :data:`MAX_JOB_TASKS` tasks."""
     spec = manifest.get("spec")
-    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    tasks = spec.get("tasks") if isinstance(spec, MAPPING_TYPES) else None
     if isinstance(tasks, list) and len(tasks) > MAX_JOB_TASKS:
         return too_many(FieldPath.of("spec", "tasks"), f"has {len(tasks):,} tasks; cardquota checks at most "
                                                        f"{MAX_JOB_TASKS} tasks per Job (scale a task with replicas)")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
@@ -29,9 +30,9 @@ def read_view(build: Callable[[Manifest], View], manifest: Manifest) -> tuple[Vi
 
 def annotations_of(manifest: object) -> Mapping[Any, Any]:
     """An object's (or a pod template's) ``metadata.annotations``; empty when either is missing or not a map."""
-    metadata = manifest.get("metadata") if isinstance(manifest, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
+    metadata = manifest.get("metadata") if isinstance(manifest, MAPPING_TYPES) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, MAPPING_TYPES) else None
+    return annotations if isinstance(annotations, MAPPING_TYPES) else {}
 
 
 def skipped(what: str) -> str:

@@ -8,8 +8,7 @@ created. The Job policy's own patch is left out; its checks (the derived request
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, given_name
 from cardquota.core.policies import job as job_policy
 from cardquota.core.policies.config import PolicyConfig
@@ -37,16 +36,16 @@ def template_job(manifest: Manifest) -> tuple[Manifest | None, Violation | None]
     """The Volcano Job a CronJob's ``spec.jobTemplate`` describes (named after the CronJob, in its namespace), or
     None when it has none; the violation when the template is not a map."""
     spec = manifest.get("spec")
-    template = spec.get("jobTemplate") if isinstance(spec, Mapping) else None
+    template = spec.get("jobTemplate") if isinstance(spec, MAPPING_TYPES) else None
     if template is None:
         return None, None
-    if not isinstance(template, Mapping):
+    if not isinstance(template, MAPPING_TYPES):
         return None, invalid(TEMPLATE, "must be a map")
     metadata = template.get("metadata")
-    if metadata is not None and not isinstance(metadata, Mapping):
+    if metadata is not None and not isinstance(metadata, MAPPING_TYPES):
         return None, invalid(TEMPLATE.child("metadata"), "must be a map")
     outer = manifest.get("metadata")
-    outer = outer if isinstance(outer, Mapping) else {}
+    outer = outer if isinstance(outer, MAPPING_TYPES) else {}
     job_metadata = {**(metadata or {}), "name": f"{given_name(outer) or 'cronjob'}-*"}
     if isinstance(outer.get("namespace"), str) and outer["namespace"]:
         job_metadata["namespace"] = outer["namespace"]

@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.keys import (
     ANNOTATION_QUOTA_PERCENTAGE_PREFIX,
     ANNOTATION_QUOTA_PREFIX,
@@ -58,7 +59,7 @@ _MAX_VALUE_LENGTH = 64
 def scoring_strategy_violations(annotations: Mapping[str, object]) -> list[Violation]:
     """What is wrong with a pod's ``volcano.sh/crossquota-scoring-strategy``: nothing when it is absent. The
     annotations as written (a pod template's are read unvalidated, so a value may be any JSON)."""
-    if not isinstance(annotations, Mapping) or SCORING_STRATEGY_ANNOTATION not in annotations:
+    if not isinstance(annotations, MAPPING_TYPES) or SCORING_STRATEGY_ANNOTATION not in annotations:
         return []
     value = annotations[SCORING_STRATEGY_ANNOTATION]
     if isinstance(value, str) and value in SCORING_STRATEGIES:
@@ -88,9 +89,9 @@ def percentage_resource(annotation: str) -> str | None:
 
 def node_annotation_violations(node: Mapping[str, Any]) -> list[Violation]:
     """Every crossquota annotation of a Node that is malformed or out of range; empty when it has none."""
-    metadata = node.get("metadata") if isinstance(node, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping):
+    metadata = node.get("metadata") if isinstance(node, MAPPING_TYPES) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, MAPPING_TYPES) else None
+    if not isinstance(annotations, MAPPING_TYPES):
         return []
     violations: list[Violation] = []
     for name, value in annotations.items():
@@ -134,11 +135,11 @@ def _quota_violation(path: FieldPath, name: str, resource: str, value: str,
     if quota < 0:
         return invalid(path, f"{name} {value} is negative; a quota is 0 or more")
     label = shown(resource)
-    status = node.get("status") if isinstance(node, Mapping) else None
-    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+    status = node.get("status") if isinstance(node, MAPPING_TYPES) else None
+    allocatable = status.get("allocatable") if isinstance(status, MAPPING_TYPES) else None
     if allocatable is None:
         return invalid(path, f"{name} {value} limits {label}, but the node reports no status.allocatable to limit")
-    if not isinstance(allocatable, Mapping):
+    if not isinstance(allocatable, MAPPING_TYPES):
         return invalid(path, f"{name} {value} cannot be checked: the node's status.allocatable is not a map")
     if resource not in allocatable:
         return invalid(path, f"{name} {value} limits {label}, which the node does not have (it is not in "

@@ -36,6 +36,7 @@ from cardquota.core.dra_quota import (
     read_quotas,
 )
 from cardquota.core.errors import one_line
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.policies.common import skipped
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.violations import FieldPath, Violation, invalid, not_found, not_supported, shown, type_name
@@ -44,13 +45,13 @@ from cardquota.core.violations import FieldPath, Violation, invalid, not_found, 
 def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple[list[Violation], list[str]]:
     """(violations, warnings) for a Queue manifest's ``spec.dra``; ([], []) when it has none."""
     spec = queue.get("spec")
-    if not isinstance(spec, Mapping):
+    if not isinstance(spec, MAPPING_TYPES):
         return [], []
     dra = spec.get("dra")
     if dra is None:
         return [], []
     violations: list[Violation] = []
-    if not isinstance(dra, Mapping):
+    if not isinstance(dra, MAPPING_TYPES):
         return [invalid(DRA_PATH, f"must be a map of capability, deserved and guarantee, not {type_name(dra)}")], []
     for key in dra:
         if key not in SECTIONS:
@@ -168,7 +169,7 @@ def _exceeding(lower: DeviceQuota, upper: DeviceQuota) -> Iterator[tuple[str | N
 
 def _queuename_of(queue: Mapping[str, Any]) -> str | None:
     metadata = queue.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, MAPPING_TYPES) else None
     return name if isinstance(name, str) and name else None
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.cards import (
     CARD_REQUEST_PATH,
@@ -103,7 +104,7 @@ def _card_name_path(task: FieldPath) -> FieldPath:
 
 def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_CardTask], list[Violation]]:
     spec = manifest.get("spec")
-    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    tasks = spec.get("tasks") if isinstance(spec, MAPPING_TYPES) else None
     if tasks is None:
         return [], []
     if not isinstance(tasks, list):
@@ -113,13 +114,13 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
     catalog = snapshot.catalog()
     for index, task in enumerate(tasks):
         path = TASKS.index(index)
-        if not isinstance(task, Mapping):
+        if not isinstance(task, MAPPING_TYPES):
             violations.append(invalid(path, "must be a map"))
             continue
         raw_name = task.get("name")
         name = raw_name if isinstance(raw_name, str) and raw_name else f"#{index}"
         template = task.get("template") or {}
-        if not isinstance(template, Mapping):
+        if not isinstance(template, MAPPING_TYPES):
             violations.append(invalid(path.child("template"), "must be a map"))
             continue
         annotations = annotations_of(template)
@@ -150,11 +151,11 @@ def _template_pod_violations(manifest: Manifest) -> list[Violation]:
     """The pod rules the card checks above do not cover, on each task's template: mGPU requests and the crossquota
     scoring strategy (the same rule functions the Pod policy runs), at the template's path."""
     spec = manifest.get("spec")
-    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    tasks = spec.get("tasks") if isinstance(spec, MAPPING_TYPES) else None
     violations: list[Violation] = []
     for index, task in enumerate(tasks if isinstance(tasks, list) else []):
-        template = task.get("template") if isinstance(task, Mapping) else None
-        if not isinstance(template, Mapping):
+        template = task.get("template") if isinstance(task, MAPPING_TYPES) else None
+        if not isinstance(template, MAPPING_TYPES):
             continue
         prefix = TASKS.index(index).child("template")
         found = [*mgpu_violations(template), *scoring_strategy_violations(annotations_of(template))]
@@ -165,11 +166,11 @@ def _template_pod_violations(manifest: Manifest) -> list[Violation]:
 def _template_pod_warnings(manifest: Manifest) -> list[str]:
     """The pod rules' warnings on each task's template (the affinity typos), at the template's path."""
     spec = manifest.get("spec")
-    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    tasks = spec.get("tasks") if isinstance(spec, MAPPING_TYPES) else None
     warnings: list[str] = []
     for index, task in enumerate(tasks if isinstance(tasks, list) else []):
-        template = task.get("template") if isinstance(task, Mapping) else None
-        if isinstance(template, Mapping):
+        template = task.get("template") if isinstance(task, MAPPING_TYPES) else None
+        if isinstance(template, MAPPING_TYPES):
             warnings.extend(f"spec.tasks[{index}].template.{warning}" for warning in affinity_typo_warnings(template))
     return warnings
 
@@ -177,9 +178,9 @@ def _template_pod_warnings(manifest: Manifest) -> list[str]:
 def _gang_counts(manifest: Manifest) -> list[int]:
     """Pods per task in the gang (what Volcano's minResources counts), by task index."""
     spec = manifest.get("spec")
-    spec = spec if isinstance(spec, Mapping) else {}
+    spec = spec if isinstance(spec, MAPPING_TYPES) else {}
     raw = spec.get("tasks")
-    tasks = [task if isinstance(task, Mapping) else {} for task in raw] if isinstance(raw, list) else []
+    tasks = [task if isinstance(task, MAPPING_TYPES) else {} for task in raw] if isinstance(raw, list) else []
     return gang_pod_counts(tasks, job_min_available(spec, tasks))
 
 

@@ -21,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
 from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, MGPU_CORE, MGPU_MEMORY
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.violations import (
@@ -114,16 +115,16 @@ def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
 
 def _mentions_mgpu(pod: Mapping[str, Any]) -> bool:
     """Whether any container names an mGPU resource in its requests or limits (a cheap scan, no parsing)."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    containers = spec.get("containers") if isinstance(spec, Mapping) else None
-    if not isinstance(containers, list | tuple):
+    spec = pod.get("spec") if isinstance(pod, MAPPING_TYPES) else None
+    containers = spec.get("containers") if isinstance(spec, MAPPING_TYPES) else None
+    if not isinstance(containers, SEQUENCE_TYPES):
         return False
     for container in containers:
-        resources = container.get("resources") if isinstance(container, Mapping) else None
-        if not isinstance(resources, Mapping):
+        resources = container.get("resources") if isinstance(container, MAPPING_TYPES) else None
+        if not isinstance(resources, MAPPING_TYPES):
             continue
         for section in (resources.get("requests"), resources.get("limits")):
-            if isinstance(section, Mapping) and (MGPU_CORE in section or MGPU_MEMORY in section):
+            if isinstance(section, MAPPING_TYPES) and (MGPU_CORE in section or MGPU_MEMORY in section):
                 return True
     return False
 
@@ -131,17 +132,17 @@ def _mentions_mgpu(pod: Mapping[str, Any]) -> bool:
 def _containers(pod: Mapping[str, Any]) -> tuple[list[_Container], list[Violation]]:
     """The containers of ``spec.containers`` (parts that are not maps read as empty), and a violation when the list
     itself cannot be read (reported only for a multiple mGPU pod, whose annotation must be matched against it)."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    raw = spec.get("containers") if isinstance(spec, Mapping) else None
+    spec = pod.get("spec") if isinstance(pod, MAPPING_TYPES) else None
+    raw = spec.get("containers") if isinstance(spec, MAPPING_TYPES) else None
     if raw is None:
         return [], []
-    if not isinstance(raw, list | tuple):
+    if not isinstance(raw, SEQUENCE_TYPES):
         return [], [invalid(CONTAINERS, "must be a list of containers")]
     return [_container(index, item) for index, item in enumerate(raw)], []
 
 
 def _container(index: int, item: object) -> _Container:
-    container = item if isinstance(item, Mapping) else {}
+    container = item if isinstance(item, MAPPING_TYPES) else {}
     name = container.get("name")
     if isinstance(name, str) and name:
         label = f'container "{name}"' if shown(name) == name else f"container {shown(name)}"
@@ -149,11 +150,11 @@ def _container(index: int, item: object) -> _Container:
         label = f"container #{index}"
     base = CONTAINERS.index(index).child("resources")
     resources = container.get("resources")
-    resources = resources if isinstance(resources, Mapping) else {}
+    resources = resources if isinstance(resources, MAPPING_TYPES) else {}
     requests = resources.get("requests")
     limits = resources.get("limits")
     sections = [(section, values) for section, values in (("requests", requests), ("limits", limits))
-                if isinstance(values, Mapping)]
+                if isinstance(values, MAPPING_TYPES)]
 
     def value(resource: str) -> _Value | None:
         for section, values in sections:
@@ -174,9 +175,9 @@ def _amount(raw: object) -> Fraction | None:
 
 def _multiple_gpu_annotation(pod: Mapping[str, Any]) -> tuple[str, Violation | None] | None:
     """The annotation's value (and a violation when it is not a string), or None when the pod has none."""
-    metadata = pod.get("metadata") if isinstance(pod, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping) or CONTAINER_MULTIPLE_GPU not in annotations:
+    metadata = pod.get("metadata") if isinstance(pod, MAPPING_TYPES) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, MAPPING_TYPES) else None
+    if not isinstance(annotations, MAPPING_TYPES) or CONTAINER_MULTIPLE_GPU not in annotations:
         return None
     value = annotations[CONTAINER_MULTIPLE_GPU]
     if not isinstance(value, str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.common import annotations_of
 from cardquota.core.policies.config import PolicyConfig
@@ -41,7 +42,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
 def _with_annotations(manifest: Manifest, annotations: Mapping[Any, Any]) -> dict[str, Any]:
     """The node with only these annotations (a shallow copy: the allocatable is shared, nothing is mutated)."""
     metadata = manifest.get("metadata")
-    return {**manifest, "metadata": {**(metadata if isinstance(metadata, Mapping) else {}),
+    return {**manifest, "metadata": {**(metadata if isinstance(metadata, MAPPING_TYPES) else {}),
                                      "annotations": dict(annotations)}}
 
 

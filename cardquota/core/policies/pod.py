@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cardquota.core import keys
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, Pod
 from cardquota.core.policies.cards import (
     CARD_NAME_PATH,
@@ -38,7 +39,7 @@ from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.quota import card_alternatives, card_name_violation
 from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
-from cardquota.core.verdict import PatchOperation, Verdict, decide, pointer
+from cardquota.core.verdict import SHARED_OPERATIONS, PatchOperation, Verdict, decide, pointer
 from cardquota.core.violations import (
     ANNOTATIONS,
     FieldPath,
@@ -125,7 +126,7 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
 
 def _scheduler_name(manifest: Manifest) -> str:
     spec = manifest.get("spec")
-    name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    name = spec.get("schedulerName") if isinstance(spec, MAPPING_TYPES) else None
     return name if isinstance(name, str) and name else DEFAULT_SCHEDULER
 
 
@@ -144,21 +145,41 @@ def _unnamed_card_warnings(pod: Pod, snapshot: ClusterSnapshot) -> list[str]:
 def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardCatalog) -> list[PatchOperation]:
     alternatives = card_alternatives(card_name)
     label = _product_label(alternatives, pod, catalog)
-    products = list(dict.fromkeys(_product(card, catalog) for card in alternatives))
+    products = tuple(dict.fromkeys(_product(card, catalog) for card in alternatives))
     raw_spec = manifest.get("spec")
-    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, MAPPING_TYPES) else {}
     current = spec.get("affinity")
-    if current is not None and not isinstance(current, Mapping):
-        return []
-    affinity = copy.deepcopy(dict(current or {}))
-    if not _merge_node_affinity(affinity, label, products):
-        return []
-    return [PatchOperation(op="replace" if "affinity" in spec else "add", path=pointer("spec", "affinity"),
-                           value=affinity)]
+    operation = "replace" if "affinity" in spec else "add"
+    if current is None:  # most pods: the same operation for every pod asking for these products
+        return [SHARED_OPERATIONS.get(("pod-affinity", operation, label, products),
+                                      lambda: _affinity_operation(operation, {}, label, products))]
+    if not isinstance(current, MAPPING_TYPES) or not _lacks_product_terms(current, label, products):
+        return []  # (read without copying: on the validating webhook, after the mutation, the terms are there)
+    return [_affinity_operation(operation, copy.deepcopy(dict(current)), label, products)]
 
 
-def _merge_node_affinity(affinity: dict[str, Any], label: str, products: list[str]) -> bool:
-    """Add the product terms to ``affinity`` in place; False when they are already there (or it is malformed)."""
+def _affinity_operation(operation: str, affinity: dict[str, Any], label: str, products: tuple[str, ...]
+                        ) -> PatchOperation:
+    _merge_node_affinity(affinity, label, products)
+    return PatchOperation(op=operation, path=pointer("spec", "affinity"), value=affinity)
+
+
+def _required_expression(label: str, products: tuple[str, ...]) -> dict[str, Any]:
+    return {"key": label, "operator": "In", "values": list(products)}
+
+
+def _preferred_terms(label: str, products: tuple[str, ...]) -> list[dict[str, Any]]:
+    """For alternatives, one preferred term per product, weighted by its order (100, 50, 25, …)."""
+    if len(products) < 2:
+        return []
+    return [{"weight": max(1, round(100 * 0.5**index)),
+             "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [product]}]}}
+            for index, product in enumerate(products)]
+
+
+def _merge_node_affinity(affinity: dict[str, Any], label: str, products: tuple[str, ...]) -> bool:
+    """Add the product terms to ``affinity`` in place; False when they are already there (or it is malformed).
+    :func:`_lacks_product_terms` answers the same question without changing anything."""
     node = affinity.setdefault("nodeAffinity", {})
     if not isinstance(node, dict):
         return False
@@ -168,7 +189,7 @@ def _merge_node_affinity(affinity: dict[str, Any], label: str, products: list[st
     terms = required.setdefault("nodeSelectorTerms", [])
     if not isinstance(terms, list) or not all(isinstance(term, dict) for term in terms):
         return False
-    expression = {"key": label, "operator": "In", "values": products}
+    expression = _required_expression(label, products)
     changed = False
     if not terms:
         terms.append({"matchExpressions": [expression]})
@@ -180,17 +201,43 @@ def _merge_node_affinity(affinity: dict[str, Any], label: str, products: list[st
         if expression not in expressions:
             expressions.append(expression)
             changed = True
-    if len(products) > 1:
+    wanted = _preferred_terms(label, products)
+    if wanted:
         preferred = node.setdefault(PREFERRED, [])
         if not isinstance(preferred, list):
             return False
-        for index, product in enumerate(products):
-            term = {"weight": max(1, round(100 * 0.5**index)),
-                    "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [product]}]}}
+        for term in wanted:
             if term not in preferred:
                 preferred.append(term)
                 changed = True
     return changed
+
+
+def _lacks_product_terms(affinity: Mapping[str, Any], label: str, products: tuple[str, ...]) -> bool:
+    """Whether :func:`_merge_node_affinity` would change (a copy of) ``affinity``, read without copying it."""
+    node = affinity.get("nodeAffinity", {})
+    if not isinstance(node, dict):
+        return False
+    required = node.get(REQUIRED, {})
+    if not isinstance(required, dict):
+        return False
+    terms = required.get("nodeSelectorTerms", [])
+    if not isinstance(terms, list) or not all(isinstance(term, dict) for term in terms):
+        return False
+    expression = _required_expression(label, products)
+    lacking = not terms
+    for term in terms:
+        expressions = term.get("matchExpressions", [])
+        if not isinstance(expressions, list):
+            return False
+        lacking = lacking or expression not in expressions
+    wanted = _preferred_terms(label, products)
+    if wanted:
+        preferred = node.get(PREFERRED, [])
+        if not isinstance(preferred, list):
+            return False
+        lacking = lacking or any(term not in preferred for term in wanted)
+    return lacking
 
 
 def _product(card_type: str, catalog: CardCatalog) -> str:
@@ -211,9 +258,9 @@ def _product_label(alternatives: tuple[str, ...], pod: Pod, catalog: CardCatalog
 def affinity_typo_warnings(manifest: Manifest) -> list[str]:
     """A pod's (or pod template's) node affinity fields misspelt so that Kubernetes ignores them."""
     spec = manifest.get("spec")
-    affinity = spec.get("affinity") if isinstance(spec, Mapping) else None
-    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    if not isinstance(node, Mapping):
+    affinity = spec.get("affinity") if isinstance(spec, MAPPING_TYPES) else None
+    node = affinity.get("nodeAffinity") if isinstance(affinity, MAPPING_TYPES) else None
+    if not isinstance(node, MAPPING_TYPES):
         return []
     return [f"spec.affinity.nodeAffinity.{typo} is not a Kubernetes field and is ignored (did you mean {right}?)"
             for typo, right in AFFINITY_TYPOS.items() if typo in node]

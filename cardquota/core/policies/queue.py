@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from cardquota.core import keys
 from cardquota.core.crd_additions import DRA_ADDITION, restore_command
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
@@ -60,7 +61,7 @@ def _pruned_dra_warnings(manifest: Manifest, snapshot: ClusterSnapshot) -> list[
     if DRA_ADDITION.label not in snapshot.queue_crd_missing:
         return []
     spec = manifest.get("spec")
-    written = isinstance(spec, Mapping) and "dra" in spec
+    written = isinstance(spec, MAPPING_TYPES) and "dra" in spec
     return [f"{'spec.dra of this queue is dropped' if written else 'spec.dra is dropped from every queue written'}: "
             "the installed Queue CRD lacks cardquota's spec.dra schema (re-applied by a Volcano upgrade?), so the "
             f"API server prunes it; restore the schema with: {restore_command()}"]

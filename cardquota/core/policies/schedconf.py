@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.errors import InputError, one_line
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quantity import parse_quantity
@@ -73,13 +74,13 @@ message of an Invalid violation (of a NotSupported one for a :class:`_OneOf` che
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     """Deny a scheduler ConfigMap whose configuration Volcano would not load or would misread."""
     metadata = manifest.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, MAPPING_TYPES) else None
     if name != config.scheduler_configmap:
         return allow()
     data = manifest.get("data")
     if data is None:
         data = {}
-    if not isinstance(data, Mapping):
+    if not isinstance(data, MAPPING_TYPES):
         return decide([invalid(FieldPath.of("data"), f"must be a map of key to text, not {type_name(data)}")])
     if CONF_KEY not in data:
         return decide([required(CONF_PATH, "is missing: the Volcano scheduler reads its actions and plugins "
@@ -97,7 +98,7 @@ def conf_violations(text: str) -> list[Violation]:
     except InputError as error:
         problem = document_end_problem(text)
         return [invalid(CONF_PATH, problem or one_line(f"is not valid YAML: {error}"))]
-    if not isinstance(conf, Mapping):
+    if not isinstance(conf, MAPPING_TYPES):
         return [invalid(CONF_PATH, f"must be a YAML map with actions and tiers, not {type_name(conf)}")]
     violations = _actions_violations(conf)
     violations.extend(_tiers_violations(conf))
@@ -130,7 +131,7 @@ def _tiers_violations(conf: Mapping[Any, Any]) -> list[Violation]:
     plugins: list[tuple[str, FieldPath]] = []  # (name, path) of every readable plugin
     for tier_index, tier in enumerate(tiers):
         tier_path = path.index(tier_index)
-        if not isinstance(tier, Mapping):
+        if not isinstance(tier, MAPPING_TYPES):
             violations.append(invalid(tier_path, f"must be a map with plugins, not {type_name(tier)}"))
             continue
         if "plugins" not in tier:
@@ -152,7 +153,7 @@ def _tiers_violations(conf: Mapping[Any, Any]) -> list[Violation]:
 
 def _plugin_violations(plugin: object, path: FieldPath, violations: list[Violation]) -> str | None:
     """Check one plugin entry; its name when readable."""
-    if not isinstance(plugin, Mapping):
+    if not isinstance(plugin, MAPPING_TYPES):
         violations.append(invalid(path, f"must be a map with a name, not {type_name(plugin)}"))
         return None
     name = plugin.get("name")
@@ -167,7 +168,7 @@ def _plugin_violations(plugin: object, path: FieldPath, violations: list[Violati
     arguments = plugin.get("arguments")
     if arguments is None:
         return name
-    if not isinstance(arguments, Mapping):
+    if not isinstance(arguments, MAPPING_TYPES):
         violations.append(invalid(path.child("arguments"),
                                   f"{shown(name)} arguments must be a map of name to value, "
                                   f"not {type_name(arguments)}"))

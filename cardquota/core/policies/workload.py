@@ -20,6 +20,7 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.pod import admit as admit_pod
@@ -53,14 +54,14 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if problem is not None:
         return decide([invalid(where, problem)])
     assert template is not None
-    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
     namespace = str((metadata or {}).get("namespace") or "default")
     template_metadata = template.get("metadata")
     pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {**(template_metadata if isinstance(template_metadata, Mapping) else {}),
+           "metadata": {**(template_metadata if isinstance(template_metadata, MAPPING_TYPES) else {}),
                         "name": f"{(metadata or {}).get('name')}-template", "namespace": namespace},
            "spec": template.get("spec") or {}}
-    if template_metadata is not None and not isinstance(template_metadata, Mapping):
+    if template_metadata is not None and not isinstance(template_metadata, MAPPING_TYPES):
         return decide([invalid(where.child("metadata"), "must be a map")])
     verdict = admit_pod(pod, None, snapshot, config)
     violations = [violation.under(where) for violation in verdict.violations]
@@ -96,12 +97,12 @@ def _template_unchanged(old: Manifest | None, path: tuple[str, ...], template: M
 def admit_hpa(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     """An autoscaling/v2 HorizontalPodAutoscaler: warns when ``maxReplicas`` pods of its card workload do not fit
     the queue, and says where scale-up will stall."""
-    spec = manifest.get("spec") if isinstance(manifest.get("spec"), Mapping) else {}
+    spec = manifest.get("spec") if isinstance(manifest.get("spec"), MAPPING_TYPES) else {}
     target = (spec or {}).get("scaleTargetRef")
     maximum = (spec or {}).get("maxReplicas")
-    if not isinstance(target, Mapping) or isinstance(maximum, bool) or not isinstance(maximum, int):
+    if not isinstance(target, MAPPING_TYPES) or isinstance(maximum, bool) or not isinstance(maximum, int):
         return allow()  # the API server validates the HPA's own shape
-    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), Mapping) else {}
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
     namespace = str((metadata or {}).get("namespace") or "default")
     group = str(target.get("apiVersion", "")).rpartition("/")[0]
     key = (group, str(target.get("kind", "")), namespace, str(target.get("name", "")))
@@ -123,9 +124,9 @@ def admit_hpa(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapsho
 
 def card_template(template: Mapping[str, Any], namespace: str, snapshot: ClusterSnapshot) -> CardTemplate | None:
     """The card facts of a pod template, None when it names no usable card type."""
-    metadata = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
+    metadata = template.get("metadata") if isinstance(template.get("metadata"), MAPPING_TYPES) else {}
     annotations = (metadata or {}).get("annotations")
-    annotations = annotations if isinstance(annotations, Mapping) else {}
+    annotations = annotations if isinstance(annotations, MAPPING_TYPES) else {}
     card_name = annotations.get(keys.CARD_NAME)
     if not isinstance(card_name, str) or card_name_problem(card_name) is not None:
         return None
@@ -162,10 +163,10 @@ def _allowed(card: CardTemplate, snapshot: ClusterSnapshot) -> str:
 def _template(manifest: Manifest, path: tuple[str, ...]) -> tuple[Mapping[str, Any] | None, str | None]:
     node: Any = manifest
     for step in path:
-        node = node.get(step) if isinstance(node, Mapping) else None
+        node = node.get(step) if isinstance(node, MAPPING_TYPES) else None
         if node is None:
             return {}, None  # no template yet: nothing to check (the API server requires one where it must)
-    if not isinstance(node, Mapping):
+    if not isinstance(node, MAPPING_TYPES):
         return None, "must be a pod template (a map)"
     return node, None
 
@@ -178,8 +179,8 @@ def _replicas(manifest: Manifest, path: tuple[str, ...]) -> int | None:
         return None
     holder: Any = manifest
     for step in path[:-1]:  # the object holding the template: spec (or the CronJob's job spec)
-        holder = holder.get(step) if isinstance(holder, Mapping) else None
-    if not isinstance(holder, Mapping):
+        holder = holder.get(step) if isinstance(holder, MAPPING_TYPES) else None
+    if not isinstance(holder, MAPPING_TYPES):
         return None
     def count(name: str) -> int | None:
         value = holder.get(name, 1)

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import CpuMemoryUse, Ledger
 from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
 from cardquota.core.quantity import format_quantity
@@ -244,7 +245,7 @@ def minimum_beyond_capability(podgroup: Mapping[str, Any], queue: str,
     queue's capability on their own can never be enqueued. (A job with a card request, or a card resource among its
     minResources, may be, under ``cardUnlimitedCpuMemory``, which admission does not know: it is not judged.)"""
     spec = podgroup.get("spec")
-    minimum = readable_amounts(spec.get("minResources") if isinstance(spec, Mapping) else None)
+    minimum = readable_amounts(spec.get("minResources") if isinstance(spec, MAPPING_TYPES) else None)
     if any(amount > 0 and is_card_resource(resource) for resource, amount in minimum.items()):
         return None
     for resource in CPU_MEMORY:
@@ -297,7 +298,7 @@ def fitting_alternatives(card_name: str, wanted: int, capability: Mapping[str, i
 def queue_capability(queue_spec: Mapping[str, Any]) -> dict[str, Fraction] | None:
     """``spec.capability`` cpu and memory (cores, bytes); None when the queue sets neither. Unreadable amounts are
     left out (the Queue policy refuses them at admission)."""
-    return cpu_memory_of(queue_spec.get("capability") if isinstance(queue_spec, Mapping) else None) or None
+    return cpu_memory_of(queue_spec.get("capability") if isinstance(queue_spec, MAPPING_TYPES) else None) or None
 
 
 def cpu_memory_refusal(queue: str, request: Mapping[str, Fraction], capability: Mapping[str, Fraction] | None,

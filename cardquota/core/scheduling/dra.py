@@ -15,6 +15,7 @@ from typing import Any
 
 from cardquota.core.dra_quota import CAPABILITY, ROOT_QUEUE, read_quotas
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.scheduling.refusal import Refusal
 
@@ -39,21 +40,21 @@ DeviceAmounts = dict[str, DeviceAmount]
 def claim_amounts(claim_spec: Mapping[str, Any]) -> DeviceAmounts:
     """One ResourceClaim's (or template's) ``spec``, per DeviceClass; unreadable requests are skipped."""
     amounts: DeviceAmounts = {}
-    devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
-    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    devices = claim_spec.get("devices") if isinstance(claim_spec, MAPPING_TYPES) else None
+    requests = devices.get("requests") if isinstance(devices, MAPPING_TYPES) else None
     for request in requests if isinstance(requests, list) else []:
-        if not isinstance(request, Mapping):
+        if not isinstance(request, MAPPING_TYPES):
             continue
         exactly = request.get("exactly")
-        exact: Mapping[str, Any] = exactly if isinstance(exactly, Mapping) else request
+        exact: Mapping[str, Any] = exactly if isinstance(exactly, MAPPING_TYPES) else request
         device_class = exact.get("deviceClassName")
         if not isinstance(device_class, str) or not device_class:
             continue
         count = exact.get("count", 1)
         amount = DeviceAmount(Fraction(count) if isinstance(count, int) and count > 0 else Fraction(1))
         capacity = exact.get("capacity")
-        dimensions = capacity.get("requests") if isinstance(capacity, Mapping) else None
-        for dimension, value in (dimensions if isinstance(dimensions, Mapping) else {}).items():
+        dimensions = capacity.get("requests") if isinstance(capacity, MAPPING_TYPES) else None
+        for dimension, value in (dimensions if isinstance(dimensions, MAPPING_TYPES) else {}).items():
             try:
                 amount.capacity[str(dimension)] = parse_quantity(value) * amount.count
             except InputError:
@@ -90,7 +91,7 @@ def quota_refusal(queue: str, request: DeviceAmounts, allocated: Mapping[str, De
     for name in ancestry(queue, parents):
         spec = queue_specs.get(name) or {}
         dra = spec.get("dra")
-        capability = read_quotas(dra.get(CAPABILITY) if isinstance(dra, Mapping) else None, "spec.dra.capability")
+        capability = read_quotas(dra.get(CAPABILITY) if isinstance(dra, MAPPING_TYPES) else None, "spec.dra.capability")
         for device_class, wanted in request.items():
             bound = capability.get(device_class)
             if bound is None:

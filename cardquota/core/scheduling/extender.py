@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.scheduling import capacity_card
@@ -37,7 +38,7 @@ until the watch brings that, the next cycle must still see those cards taken —
 
 def field(obj: object, name: str) -> Any:
     """``obj[name]`` matched without regard to case (Go's JSON decoding), None when absent."""
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, MAPPING_TYPES):
         return None
     if name in obj:
         return obj[name]
@@ -48,7 +49,7 @@ def field(obj: object, name: str) -> Any:
 def task_pod(task: object) -> Manifest | None:
     """The full v1.Pod a TaskInfo carries, with its node when the task holds one."""
     pod = field(task, "Pod")
-    if not isinstance(pod, Mapping) or not isinstance(pod.get("metadata"), Mapping):
+    if not isinstance(pod, MAPPING_TYPES) or not isinstance(pod.get("metadata"), MAPPING_TYPES):
         return None
     manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", **pod}
     node = field(task, "NodeName")
@@ -62,14 +63,14 @@ def task_pod(task: object) -> Manifest | None:
 
 def node_manifest(node_info: object) -> Manifest | None:
     node = field(node_info, "Node")
-    if not isinstance(node, Mapping) or not isinstance(node.get("metadata"), Mapping):
+    if not isinstance(node, MAPPING_TYPES) or not isinstance(node.get("metadata"), MAPPING_TYPES):
         return None
     return {"apiVersion": "v1", "kind": "Node", **node}
 
 
 def podgroup_manifest(job: object) -> Manifest | None:
     group = field(job, "PodGroup")
-    if not isinstance(group, Mapping) or not isinstance(group.get("metadata"), Mapping):
+    if not isinstance(group, MAPPING_TYPES) or not isinstance(group.get("metadata"), MAPPING_TYPES):
         return None
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
             **{key: group[key] for key in ("metadata", "spec", "status") if key in group}}
@@ -77,7 +78,7 @@ def podgroup_manifest(job: object) -> Manifest | None:
 
 def queue_manifest(queue_info: object) -> Manifest | None:
     queue = field(queue_info, "Queue")
-    if not isinstance(queue, Mapping) or not isinstance(queue.get("metadata"), Mapping):
+    if not isinstance(queue, MAPPING_TYPES) or not isinstance(queue.get("metadata"), MAPPING_TYPES):
         return None
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
             **{key: queue[key] for key in ("metadata", "spec", "status") if key in queue}}
@@ -357,7 +358,7 @@ def _known(session: Session, node: Manifest) -> bool:
 
 
 def _values(value: object) -> list[Any]:
-    if isinstance(value, Mapping):
+    if isinstance(value, MAPPING_TYPES):
         return list(value.values())
     return list(value) if isinstance(value, list) else []
 

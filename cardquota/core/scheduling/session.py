@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
@@ -57,11 +58,11 @@ class SchedulerConfig:
         """From the text of ``volcano-scheduler.conf`` (raises InputError when it is not YAML)."""
         conf = read_conf(text)
         plugins: dict[str, Mapping[str, Any]] = {}
-        for tier in (conf or {}).get("tiers") or [] if isinstance(conf, Mapping) else []:
-            for plugin in (tier or {}).get("plugins") or [] if isinstance(tier, Mapping) else []:
-                if isinstance(plugin, Mapping) and isinstance(plugin.get("name"), str):
+        for tier in (conf or {}).get("tiers") or [] if isinstance(conf, MAPPING_TYPES) else []:
+            for plugin in (tier or {}).get("plugins") or [] if isinstance(tier, MAPPING_TYPES) else []:
+                if isinstance(plugin, MAPPING_TYPES) and isinstance(plugin.get("name"), str):
                     arguments = plugin.get("arguments")
-                    plugins[plugin["name"]] = arguments if isinstance(arguments, Mapping) else {}
+                    plugins[plugin["name"]] = arguments if isinstance(arguments, MAPPING_TYPES) else {}
         return cls(
             capacity_card=capacity_card.CapacityCardConfig.from_arguments(plugins.get(capacity_card.PLUGIN, {})),
             crossquota=(crossquota.CrossQuotaConfig.from_arguments(plugins[crossquota.PLUGIN])
@@ -110,17 +111,17 @@ def watched_pod(manifest: Manifest) -> Manifest:
     server returns it is 4 to 8 KB of env, volumes, status and managedFields no rule reads, and a session kept by
     watches holds every pod of the cluster."""
     metadata, spec, status = (manifest.get(name) for name in ("metadata", "spec", "status"))
-    if not (isinstance(metadata, Mapping) and isinstance(spec, Mapping)):
+    if not (isinstance(metadata, MAPPING_TYPES) and isinstance(spec, MAPPING_TYPES)):
         return manifest  # (unreadable: the ledger says why)
     kept_spec: dict[str, Any] = {name: spec[name] for name in _POD_SPEC_READ if name in spec}
     for name in ("containers", "initContainers"):
         containers = spec.get(name)
         if isinstance(containers, list):
             kept_spec[name] = [{key: container[key] for key in _CONTAINER_READ if key in container}
-                               if isinstance(container, Mapping) else container for container in containers]
+                               if isinstance(container, MAPPING_TYPES) else container for container in containers]
         elif name in spec:
             kept_spec[name] = containers
-    phase = status.get("phase") if isinstance(status, Mapping) else None
+    phase = status.get("phase") if isinstance(status, MAPPING_TYPES) else None
     return {"apiVersion": manifest.get("apiVersion"), "kind": manifest.get("kind"),
             "metadata": {name: metadata[name] for name in _POD_METADATA_READ if name in metadata},
             "spec": kept_spec, "status": {} if phase is None else {"phase": phase}}
@@ -167,7 +168,7 @@ class Session:
                     self.podgroup_conditions[(namespace, name)] = conditions
             elif kind is Kind.QUEUE:
                 spec = manifest.get("spec")
-                self.queue_specs[name] = spec if isinstance(spec, Mapping) else {}
+                self.queue_specs[name] = spec if isinstance(spec, MAPPING_TYPES) else {}
             elif manifest.get("kind") == "ResourceClaim":
                 self.claims[(namespace, name)] = dra.claim_amounts(manifest.get("spec") or {})
             elif manifest.get("kind") == "ResourceClaimTemplate":
@@ -233,7 +234,7 @@ class Session:
         spec = self.pods[key].get("spec") or {}
         parts = []
         for claim in spec.get("resourceClaims") or []:
-            if not isinstance(claim, Mapping):
+            if not isinstance(claim, MAPPING_TYPES):
                 continue
             if isinstance(claim.get("resourceClaimName"), str):
                 parts.append(self.claims.get((key[0], claim["resourceClaimName"]), {}))
@@ -507,7 +508,7 @@ class Session:
         previous = self.ledger.snapshot.queues.get(name)
         self.ledger.upsert(manifest)
         spec = manifest.get("spec")
-        self.queue_specs[name] = spec if isinstance(spec, Mapping) else {}
+        self.queue_specs[name] = spec if isinstance(spec, MAPPING_TYPES) else {}
         current = self.ledger.snapshot.queues.get(name)
         if previous is None or current is None or previous.queue.parent != current.queue.parent:
             self._queues_changed()
@@ -538,7 +539,7 @@ class Session:
             return  # (a status update: the claim's allocation, not what it asks for)
         reference = "resourceClaimTemplateName" if template else "resourceClaimName"
         self._take_uses_again(pod_key for pod_key in list(self._queue_uses) if pod_key[0] == key[0] and any(
-            isinstance(claim, Mapping) and claim.get(reference) == key[1]
+            isinstance(claim, MAPPING_TYPES) and claim.get(reference) == key[1]
             for claim in (self.pods.get(pod_key, {}).get("spec") or {}).get("resourceClaims") or []))
 
     def _queues_changed(self) -> None:

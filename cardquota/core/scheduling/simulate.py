@@ -18,6 +18,7 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import QueueUsage
 from cardquota.core.objects import Manifest, ObjectKey, PodGroup, effective_requests
 from cardquota.core.quantity import format_quantity
@@ -81,7 +82,7 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
         spec = _map(manifest.get("spec"))
         name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
         raw_tasks = spec.get("tasks")
-        tasks = [task for task in raw_tasks if isinstance(task, Mapping)] if isinstance(raw_tasks, list) else []
+        tasks = [task for task in raw_tasks if isinstance(task, MAPPING_TYPES)] if isinstance(raw_tasks, list) else []
         group_annotations = {k: v for k, v in _map(metadata.get("annotations")).items() if k == keys.CARD_REQUEST}
         min_member = job_min_available(spec, tasks)
         group_spec: dict[str, Any] = {"queue": spec.get("queue") or keys.DEFAULT_QUEUE, "minMember": min_member}
@@ -249,7 +250,7 @@ def _placed(session: Session, key: ObjectKey, node: str) -> PodOutcome:
 
 def _map(value: object) -> Mapping[str, Any]:
     """A part of a manifest that should be a map, or an empty one (the Job policy refuses such jobs)."""
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, MAPPING_TYPES) else {}
 
 
 _count = count_of
