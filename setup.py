@@ -23,12 +23,16 @@ INTERPRETED = {
     CORE / "doctor.py": "reads an installation once per CLI run; its tests replace its checks one by one",
 }
 """Core modules left interpreted, each with the reason. Every other module of the core is compiled."""
+WEBHOOKS = Path("cardquota") / "webhooks"
+COMPILED_EDGES = (WEBHOOKS / "review.py", WEBHOOKS / "admission.py")
+"""Outside the core, the two modules every admission runs through besides the policy — reading the review and
+writing the answer; the decision per kind and failure mode — are compiled too (they import no I/O library)."""
 BUILD_REQUIREMENTS = ("mypy>=2.4,<3", "types-PyYAML", "setuptools>=68")
 """What the compiled build needs installed (mypyc comes with mypy; it type-checks the core, hence the stubs)."""
 
 
 def compiled_modules() -> list[str]:
-    return sorted(str(path) for path in CORE.rglob("*.py") if path not in INTERPRETED)
+    return sorted([*(str(path) for path in CORE.rglob("*.py") if path not in INTERPRETED), *map(str, COMPILED_EDGES)])
 
 
 def extensions() -> list[object]:

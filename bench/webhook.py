@@ -1,6 +1,6 @@
 """Admission latency over HTTPS on loopback: this server against a no-op aiohttp server, in one run.
 
-    python bench/webhook.py [--clients 50] [--requests 40] [--bodies small|realistic|both]
+    python bench/webhook.py [--clients 50] [--requests 20] [--rounds 10] [--bodies small|realistic|both]
 
 Each server runs in its own process (so the load generator does not share its event loop); 50 concurrent clients
 with keep-alive connections (as the API server uses) send AdmissionReview requests for Pods — half plain pods,
@@ -15,17 +15,22 @@ no-op server parses the review and answers ``allowed: true`` with the uid.
 Whether the core runs compiled (``make compiled``; see the README's "Compiled core") or interpreted is printed:
 ``PYTHONPATH=build/compiled/tree python bench/webhook.py`` measures the compiled build ``make test-compiled``
 left there. Both servers get the same GC treatment: collector on, their start-up heap frozen
-(``gc.freeze``, as ``ClusterCache.load`` does once the cache is loaded). Prints p50/p99 of each, the p99 ratio
-(target: at most 1.3 at 50 clients), and the CPU each server process spent per review over the measured round
-(every thread; the latency at 50 clients is mostly queueing behind that CPU). A round measures both servers, one
-after the other, in alternating order; the median and range of each ratio over the rounds (``--rounds``, 3) are
-printed last, as a noisy machine moves a single round's figures by tens of percent.
+(``gc.freeze``, as ``ClusterCache.load`` does once the cache is loaded).
+
+Both servers run at once, each idle while the other is driven: after a warm-up round each, ``--rounds`` rounds
+(10) each drive one server then the other (in alternating order) with ``--requests`` requests per client (20, so
+1,000 reviews a server and round). Short interleaved rounds keep a slow spell of a shared machine (they last seconds
+and move a lone measurement by tens of percent) from landing on one server only. Prints, over every round, the
+p50/p99/mean latency of each and the CPU each server process spent per review (every thread; the latency at 50
+clients is mostly queueing behind that CPU), their ratios (target: p50 and p99 at most 1.3 at 50 clients), and the
+median and range of the per-round ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import ssl
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -159,92 +165,114 @@ def mutated(bodies: list[bytes]) -> list[bytes]:
     return result
 
 
-async def drive(port: int, ca: KeyPair, clients: int, requests: int, bodies: Bodies) -> Run:
-    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+async def drive(session: aiohttp.ClientSession, port: int, clients: int, requests: int, bodies: Bodies) -> Run:
+    """One round against one server, over the session's kept-alive connections."""
     latencies: list[float] = []
-    connector = aiohttp.TCPConnector(ssl=context, limit=clients)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async def client(offset: int) -> None:
-            for i in range(requests):
-                path, sent = ("/mutate", bodies.mutate) if i % 2 else ("/validate", bodies.validate)
-                start = time.perf_counter()
-                async with session.post(f"https://localhost:{port}{path}", data=sent[(offset + i) % 64],
-                                        headers={"Content-Type": "application/json"}) as response:
-                    await response.read()
-                    assert response.status == 200
-                latencies.append(time.perf_counter() - start)
 
-        async def cpu() -> float:
-            async with session.get(f"https://localhost:{port}/cpu-seconds") as response:
-                return float(await response.text())
+    async def client(offset: int) -> None:
+        for i in range(requests):
+            path, sent = ("/mutate", bodies.mutate) if i % 2 else ("/validate", bodies.validate)
+            start = time.perf_counter()
+            async with session.post(f"https://localhost:{port}{path}", data=sent[(offset + i) % 64],
+                                    headers={"Content-Type": "application/json"}) as response:
+                await response.read()
+                assert response.status == 200
+            latencies.append(time.perf_counter() - start)
 
-        await asyncio.gather(*(client(c) for c in range(clients)))  # warm-up round
-        latencies.clear()
-        before = await cpu()
-        await asyncio.gather(*(client(c) for c in range(clients)))
-        spent = await cpu() - before
+    async def cpu() -> float:
+        async with session.get(f"https://localhost:{port}/cpu-seconds") as response:
+            return float(await response.text())
+
+    before = await cpu()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    spent = await cpu() - before
     return Run(latencies, spent / len(latencies))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--requests", type=int, default=40, help="requests per client (after a warm-up round)")
+    parser.add_argument("--requests", type=int, default=20, help="requests per client, server and round")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds, each driving both servers in turn")
     parser.add_argument("--bodies", choices=[*BODIES, "both"], default="both")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds per body set, each measuring both servers (in alternating order)")
     args = parser.parse_args()
     ca = new_ca()
     pair = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
-    total = args.clients * args.requests
-    print(f"{total} AdmissionReview requests per server, round and body set, {args.clients} concurrent clients, "
-          f"HTTPS on loopback; the core is {core_build()}")
+    print(f"{args.rounds} rounds of {args.clients * args.requests} AdmissionReview requests per server and body set, "
+          f"{args.clients} concurrent clients, HTTPS on loopback; the core is {core_build()}")
     for name in BODIES if args.bodies == "both" else [args.bodies]:
         created = [BODIES[name](index) for index in range(64)]
         bodies = Bodies(created, mutated(created))
         size = statistics.fmean(map(len, created)) / 1024
         print(f"{name} bodies ({size:.1f} KiB on average)")
+        with servers(pair) as ports:
+            rounds = asyncio.run(interleaved(ports, ca, args, bodies))
+        report(rounds)
+
+
+async def interleaved(ports: dict[str, int], ca: KeyPair, args: argparse.Namespace, bodies: Bodies
+                      ) -> list[dict[str, Run]]:
+    """A warm-up round each (it opens the connections: no TLS handshake is measured), then ``args.rounds`` rounds
+    driving both servers in turn (in alternating order)."""
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = {kind: await stack.enter_async_context(aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context, limit=args.clients))) for kind in ports}
+        for kind, port in ports.items():
+            await drive(sessions[kind], port, args.clients, args.requests, bodies)
         rounds = []
         for number in range(args.rounds):
             order = ("noop", "ours") if number % 2 == 0 else ("ours", "noop")
-            results = {kind: measure(kind, pair, ca, args, bodies) for kind in order}
-            rounds.append(report_round(number + 1, results))
-        if len(rounds) > 1:
-            print(f"  over {len(rounds)} rounds: " + "   ".join(
-                f"{label} median {statistics.median(values):{spec}} ({min(values):{spec}} to {max(values):{spec}})"
-                for label, spec, values in zip(("p50 ratio", "p99 ratio", "server CPU over the no-op (µs/review)"),
-                                               (".2f", ".2f", "+.0f"), zip(*rounds, strict=True), strict=True)))
+            rounds.append({kind: await drive(sessions[kind], ports[kind], args.clients, args.requests, bodies)
+                           for kind in order})
+    return rounds
 
 
-def report_round(number: int, results: dict[str, Run]) -> tuple[float, float, float]:
-    """Prints one round; returns its p50 ratio, p99 ratio and the server CPU over the no-op (µs a review)."""
+def report(rounds: list[dict[str, Run]]) -> None:
+    """Each server's figures over every round, their ratios, and the median and range of the per-round ratios."""
     for kind, label in (("noop", "no-op aiohttp server"), ("ours", "cardquota webhooks")):
-        values, cpu = results[kind].latencies, results[kind].cpu_per_review
-        print(f"  round {number}  {label:22} p50 {percentile(values, 0.5) * 1e3:6.2f} ms   p99 "
+        values = [latency for one in rounds for latency in one[kind].latencies]
+        print(f"  {label:22} p50 {percentile(values, 0.5) * 1e3:6.2f} ms   p99 "
               f"{percentile(values, 0.99) * 1e3:6.2f} ms   mean {statistics.fmean(values) * 1e3:6.2f} ms   "
-              f"server CPU {cpu * 1e6:4.0f} µs/review")
-    ours, noop = results["ours"].latencies, results["noop"].latencies
-    p99_ratio = percentile(ours, 0.99) / percentile(noop, 0.99)
-    p50_ratio = percentile(ours, 0.5) / percentile(noop, 0.5)
-    extra = (results["ours"].cpu_per_review - results["noop"].cpu_per_review) * 1e6
-    print(f"  round {number}  p99 ratio {p99_ratio:.2f} (target <= 1.3)   p50 ratio {p50_ratio:.2f} (target <= 1.3)   "
-          f"server CPU {extra:+.0f} µs/review over the no-op")
-    return p50_ratio, p99_ratio, extra
+              f"server CPU {cpu_per_review(rounds, kind) * 1e6:4.0f} µs/review")
+    ours = [latency for one in rounds for latency in one["ours"].latencies]
+    noop = [latency for one in rounds for latency in one["noop"].latencies]
+    extra = (cpu_per_review(rounds, "ours") - cpu_per_review(rounds, "noop")) * 1e6
+    print(f"  p50 ratio {percentile(ours, 0.5) / percentile(noop, 0.5):.2f} (target <= 1.3)   p99 ratio "
+          f"{percentile(ours, 0.99) / percentile(noop, 0.99):.2f} (target <= 1.3)   server CPU {extra:+.0f} µs/review "
+          "over the no-op")
+    per_round = [(percentile(one["ours"].latencies, 0.5) / percentile(one["noop"].latencies, 0.5),
+                  percentile(one["ours"].latencies, 0.99) / percentile(one["noop"].latencies, 0.99),
+                  (one["ours"].cpu_per_review - one["noop"].cpu_per_review) * 1e6) for one in rounds]
+    print(f"  per round ({len(rounds)}): " + "   ".join(
+        f"{label} median {statistics.median(values):{spec}} ({min(values):{spec}} to {max(values):{spec}})"
+        for label, spec, values in zip(("p50 ratio", "p99 ratio", "server CPU over the no-op (µs/review)"),
+                                       (".2f", ".2f", "+.0f"), zip(*per_round, strict=True), strict=True)))
 
 
-def measure(kind: str, pair: KeyPair, ca: KeyPair, args: argparse.Namespace, bodies: Bodies) -> Run:
-    """One server (``noop`` or ``ours``) in a process of its own, driven with ``bodies``."""
+def cpu_per_review(rounds: list[dict[str, Run]], kind: str) -> float:
+    return (sum(one[kind].cpu_per_review * len(one[kind].latencies) for one in rounds)
+            / sum(len(one[kind].latencies) for one in rounds))
+
+
+@contextlib.contextmanager
+def servers(pair: KeyPair) -> Iterator[dict[str, int]]:
+    """Both servers (``noop`` and ``ours``), each in a process of its own; yields their ports."""
     with tempfile.TemporaryDirectory() as directory:
         context = multiprocessing.get_context("spawn")
-        ports = context.Queue()
-        process = context.Process(target=serve, args=(kind, pair, directory, ports), daemon=True)
-        process.start()
+        processes, ports = [], {}
         try:
-            port = ports.get(timeout=60)
-            return asyncio.run(drive(port, ca, args.clients, args.requests, bodies))
+            for kind in ("noop", "ours"):
+                queue = context.Queue()
+                process = context.Process(target=serve, args=(kind, pair, directory, queue), daemon=True)
+                process.start()
+                processes.append(process)
+                ports[kind] = queue.get(timeout=60)
+            yield ports
         finally:
-            process.terminate()
-            process.join()
+            for process in processes:
+                process.terminate()
+                process.join()
 
 
 def core_build() -> str:

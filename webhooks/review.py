@@ -10,8 +10,7 @@ import base64
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cardquota.core.errors import one_line
 from cardquota.core.objects import completed
@@ -44,8 +43,10 @@ class NotInPlace(Exception):
     the recursion limit lets it go): the caller reads it again, in full, where time is not scarce."""
 
 
-@dataclass(frozen=True)
-class AdmissionRequest:
+class AdmissionRequest(NamedTuple):
+    """One review's request (a named tuple: one is built per review, in ~0.4 µs against ~2 µs for a frozen
+    dataclass)."""
+
     uid: str
     group: str
     kind: str

@@ -4,15 +4,56 @@ metrics, health and the extender."""
 
 from __future__ import annotations
 
+import bisect
 import time
+from collections.abc import Iterator
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 REGISTRY = CollectorRegistry()
-WEBHOOK_SECONDS = Histogram("cardquota_webhook_duration_seconds", "Admission review latency in the server",
-                            ["kind", "verdict"], registry=REGISTRY,
-                            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+
+
+class LatencyHistogram(Collector):
+    """A Prometheus histogram by (kind, verdict) for the admission server's event loop, the one thread that
+    observes: an observation is a bisect and two additions (~0.3 µs), where prometheus_client's Histogram locks
+    and walks its buckets (~2 µs, in the admission answer's path: ``bench/webhook.py``). Exposed the same way
+    (``_bucket`` with ``le``, ``_count``, ``_sum``); read from another thread, a scrape may see an observation in
+    the count and not yet in the sum."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = buckets
+        self._series: dict[tuple[str, str], list[float]] = {}
+        """Per (kind, verdict): the observations in each bucket (not cumulative; the last past every bound), then
+        their sum."""
+
+    def observe(self, kind: str, verdict: str, seconds: float) -> None:
+        series = self._series.get((kind, verdict))
+        if series is None:
+            series = self._series[kind, verdict] = [0.0] * (len(self.bounds) + 2)
+        series[bisect.bisect_left(self.bounds, seconds)] += 1
+        series[-1] += seconds
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["kind", "verdict"])
+        for (kind, verdict), series in sorted(self._series.items()):
+            counts, total, cumulative = series[:-1], series[-1], 0.0
+            buckets = []
+            for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric([kind, verdict], buckets, total)
+        yield family
+
+
+WEBHOOK_SECONDS = LatencyHistogram("cardquota_webhook_duration_seconds", "Admission review latency in the server",
+                                   buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+REGISTRY.register(WEBHOOK_SECONDS)
 EVENTS_PROCESSED = Counter("cardquota_watch_events_total", "Watch events applied to the cache", ["kind"],
                            registry=REGISTRY)
 
@@ -31,11 +72,6 @@ async def serve_http(app: web.Application, host: str, port: int) -> web.AppRunne
     return runner
 
 
-_WEBHOOK_CHILDREN: dict[tuple[str, str], Histogram] = {}
-"""The histogram's child per (kind, verdict), looked up once: ``labels()`` validates and locks on every call, a
-third of what an observation costs."""
-
-
 class Timer:
     """Measure one admission for the latency histogram."""
 
@@ -45,8 +81,5 @@ class Timer:
         self.start = time.perf_counter()
 
     def observe(self, kind: str, verdict: str) -> None:
-        elapsed = time.perf_counter() - self.start
-        child = _WEBHOOK_CHILDREN.get((kind, verdict))
-        if child is None:
-            child = _WEBHOOK_CHILDREN[kind, verdict] = WEBHOOK_SECONDS.labels(kind=kind, verdict=verdict)
-        child.observe(elapsed)
+        """Observed on the admission server's event loop only (see :class:`LatencyHistogram`)."""
+        WEBHOOK_SECONDS.observe(kind, verdict, time.perf_counter() - self.start)

@@ -132,9 +132,8 @@ def _scheduler_name(manifest: Manifest) -> str:
 
 def _unnamed_card_warnings(pod: Pod, snapshot: ClusterSnapshot) -> list[str]:
     """A pod requesting a card resource without volcano.sh/card.name, in a queue with card quotas."""
-    catalog = snapshot.catalog()
-    known = {entry.resource for entry in catalog.entries.values()}
-    requested = sorted(name for name, amount in pod.requests.items() if amount > 0 and name in known)
+    offered = snapshot.catalog().resources
+    requested = sorted(name for name, amount in pod.requests.items() if name in offered and amount.numerator > 0)
     record = snapshot.queues.get(snapshot.queue_of(pod))
     if not requested or record is None or not record.quota.values:
         return []
