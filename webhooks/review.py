@@ -152,6 +152,24 @@ def response(uid: str, verdict: Verdict, *, with_patch: bool) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": answer}
 
 
+_PLAIN_ANSWERS = (["uid", "allowed"], ["uid", "allowed", "patchType", "patch"])
+"""The keys of an allowed answer with nothing to say, with or without a patch: most answers."""
+_escaped = json.encoder.encode_basestring_ascii
+"""A string as ``json.dumps`` writes it (quoted, escaped, ASCII)."""
+
+
+def encoded(answer: Mapping[str, Any]) -> bytes:
+    """``json.dumps(answer).encode()`` for an answer from :func:`response`: the same bytes, written directly for an
+    allowed answer with nothing to say (~0.6 µs against ~3.5 µs, on every admission's path), else by json.dumps."""
+    body = answer["response"]
+    if (answer.get("apiVersion") == API_VERSION and answer.get("kind") == "AdmissionReview" and len(answer) == 3
+            and body["allowed"] is True and list(body) in _PLAIN_ANSWERS and type(body["uid"]) is str):
+        patch = f', "patchType": "JSONPatch", "patch": {_escaped(body["patch"])}' if "patch" in body else ""
+        return (f'{{"apiVersion": "{API_VERSION}", "kind": "AdmissionReview", "response": {{"uid": '
+                f'{_escaped(body["uid"])}, "allowed": true{patch}}}}}').encode()
+    return json.dumps(answer).encode()
+
+
 def causes(verdict: Verdict) -> list[dict[str, str]]:
     """The denial's violations as the API server's own validation errors list them (``metav1.StatusCause``: the
     reason as ``type``, the path as ``field``), so a client reads ours as it reads a Kubernetes field error. The

@@ -20,7 +20,14 @@ from aiohttp import web
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.metrics import Timer
 from cardquota.webhooks.admission import Admission
-from cardquota.webhooks.review import AdmissionRequest, MalformedReview, NotInPlace, read_review, response
+from cardquota.webhooks.review import (
+    AdmissionRequest,
+    MalformedReview,
+    NotInPlace,
+    encoded,
+    read_review,
+    response,
+)
 
 log = logging.getLogger("cardquota.webhooks")
 MAX_BODY = 16 * 2**20
@@ -129,7 +136,7 @@ def answer_review(admission: Admission, body: bytes, mutating: bool) -> tuple[in
 
 
 def _encoded(answer: dict[str, Any]) -> bytes:
-    return _json(answer)
+    return encoded(answer)
 
 
 def _json(value: object) -> bytes:

@@ -201,18 +201,23 @@ def _card_name_fault(card_name: str) -> tuple[Reason, str] | None:
     if not card_name.strip():
         return (Reason.REQUIRED,
                 "must name a card type, such as NVIDIA-A100, or alternatives such as NVIDIA-A100|NVIDIA-H100")
-    label = json.dumps(_clip(card_name))
     parts = card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
     if len(parts) > MAX_CARD_ALTERNATIVES:
-        return Reason.TOO_MANY, f"{label} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES}"
+        return (Reason.TOO_MANY,
+                f"{_label(card_name)} lists {len(parts):,} alternatives; the limit is {MAX_CARD_ALTERNATIVES}")
     stripped = list(map(str.strip, parts))  # (each check a pass at C speed: a Job repeats names in every task)
     if not all(stripped):
-        return Reason.INVALID, f"{label} has an empty alternative"
+        return Reason.INVALID, f"{_label(card_name)} has an empty alternative"
     if stripped != parts or not card_name.isprintable():
-        return Reason.INVALID, f"{label} has spaces or control characters around a card type"
+        return Reason.INVALID, f"{_label(card_name)} has spaces or control characters around a card type"
     if len(set(parts)) != len(parts):
-        return Reason.DUPLICATE, f"{label} lists a card type twice"
+        return Reason.DUPLICATE, f"{_label(card_name)} lists a card type twice"
     return None
+
+
+def _label(card_name: str) -> str:
+    """The card name as a message quotes it (built only for a message: a name that is right needs none)."""
+    return json.dumps(_clip(card_name))
 
 
 def card_alternatives(card_name: str) -> tuple[str, ...]:

@@ -104,7 +104,12 @@ class Verdict:
 
 
 def allow(warnings: Iterable[str] = (), patch: Iterable[PatchOperation] = ()) -> Verdict:
+    if type(warnings) in _SEQUENCES and type(patch) in _SEQUENCES and not warnings and not patch:
+        return _ALLOWED  # most verdicts (a Verdict is immutable: one serves them all)
     return Verdict(allowed=True, warnings=tuple(one_line(w) for w in warnings), patch=tuple(patch))
+
+
+_SEQUENCES = (list, tuple)
 
 
 def deny(violations: Sequence[Violation], warnings: Iterable[str] = ()) -> Verdict:
@@ -176,3 +181,7 @@ def _cut(text: str) -> str:
     """One line (escapes are at most 10 characters for one) of at most :data:`MAX_WARNING_RUNES`."""
     text = one_line(text[: 4 * MAX_WARNING_RUNES]) if len(text) > MAX_WARNING_RUNES else one_line(text)
     return text if len(text) <= MAX_WARNING_RUNES else text[: MAX_WARNING_RUNES - 1] + "…"
+
+
+_ALLOWED = Verdict(allowed=True)
+"""What :func:`allow` gives with no warnings and no patch."""

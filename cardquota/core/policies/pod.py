@@ -67,7 +67,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         return decide(violations)
     violations.extend(_rebinding_violations(pod, old))
     violations.extend(mgpu_violations(manifest))
-    violations.extend(scoring_strategy_violations(pod.meta.annotations))
+    violations.extend(scoring_strategy_violations(pod.annotations))
     warnings = affinity_typo_warnings(manifest)
     patch: list[PatchOperation] = []
     if pod.card_name is not None:
