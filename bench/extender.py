@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from synthetic import PRODUCTS, cluster, pod
-from timing import frozen_heap, percentile
+from timing import cpu_seconds, frozen_heap, percentile, server_cpu_seconds, timed_post
 from volcano_payloads import node_info, task_info
 
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
@@ -82,11 +82,6 @@ def workload(nodes: int) -> tuple[list[dict[str, Any]], list[bytes]]:
     return watched, bodies
 
 
-async def cpu_seconds(_: web.Request) -> web.Response:
-    """The server process's CPU time so far (every thread): the driver reads it around the measured round."""
-    return web.Response(text=repr(time.process_time()))
-
-
 def serve(kind: str, nodes: int, ports: Any) -> None:
     async def main() -> None:
         if kind == "ours":  # as served: the session filled by the cache from the watched cluster
@@ -118,26 +113,19 @@ async def drive(port: int, bodies: list[bytes], calls: int) -> tuple[list[float]
     latencies: list[float] = []
     connector = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(connector=connector) as session:
+        base = f"http://127.0.0.1:{port}"
+
         async def client(offset: int) -> None:
             for i in range(calls):
                 index = (offset + i) % len(bodies)
                 verb = "prioritize" if index % 2 else "predicate"
-                start = time.perf_counter()
-                async with session.post(f"http://127.0.0.1:{port}/{verb}", data=bodies[index],
-                                        headers={"Content-Type": "application/json"}) as response:
-                    await response.read()
-                    assert response.status == 200
-                latencies.append(time.perf_counter() - start)
-
-        async def cpu() -> float:
-            async with session.get(f"http://127.0.0.1:{port}/cpu-seconds") as response:
-                return float(await response.text())
+                latencies.append(await timed_post(session, f"{base}/{verb}", bodies[index]))
 
         await asyncio.gather(*(client(c) for c in range(CONCURRENCY)))  # warm-up round
         latencies.clear()
-        before = await cpu()
+        before = await server_cpu_seconds(session, base)
         await asyncio.gather(*(client(c) for c in range(CONCURRENCY)))
-        spent = await cpu() - before
+        spent = await server_cpu_seconds(session, base) - before
     return latencies, spent / len(latencies)
 
 

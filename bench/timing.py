@@ -16,6 +16,8 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 
+import aiohttp
+from aiohttp import web
 from synthetic import PodMaker, pod
 
 from cardquota.core.ledger import Ledger
@@ -88,3 +90,24 @@ def pod_event_seconds(ledger: Ledger, nodes: int, groups: int, events: int, make
     finally:
         gc.unfreeze()
     return statistics.median(samples)
+
+
+async def timed_post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+    """Seconds one POST of a JSON body takes, its answer read (it must be HTTP 200)."""
+    start = time.perf_counter()
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+        await response.read()
+        assert response.status == 200
+    return time.perf_counter() - start
+
+
+async def cpu_seconds(_: web.Request) -> web.Response:
+    """A bench server's ``/cpu-seconds`` route: its process's CPU time so far (every thread), which the driver reads
+    around a measured round (:func:`server_cpu_seconds`)."""
+    return web.Response(text=repr(time.process_time()))
+
+
+async def server_cpu_seconds(session: aiohttp.ClientSession, base_url: str) -> float:
+    """The CPU a bench server's process has spent so far, every thread (its ``/cpu-seconds`` route)."""
+    async with session.get(f"{base_url}/cpu-seconds") as response:
+        return float(await response.text())

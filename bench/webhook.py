@@ -37,7 +37,6 @@ import ssl
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +48,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import cluster, realistic_pod
-from timing import frozen_heap, percentile
+from timing import cpu_seconds, frozen_heap, percentile, server_cpu_seconds, timed_post
 
 from cardquota.cli.check import apply_patch
 from cardquota.core.policies.config import PolicyConfig
@@ -83,11 +82,6 @@ def our_app() -> web.Application:
     cache = ClusterCache()
     cache.load(cluster(nodes=200, pods=3000))
     return build_app(Admission(cache, PolicyConfig()))
-
-
-async def cpu_seconds(_: web.Request) -> web.Response:
-    """The server process's CPU time so far (every thread): the driver reads it around the measured round."""
-    return web.Response(text=repr(time.process_time()))
 
 
 def serve(kind: str, pair: KeyPair, directory: str, ports: Any) -> None:
@@ -169,23 +163,16 @@ async def drive(session: aiohttp.ClientSession, port: int, clients: int, request
     """One round against one server, over the session's kept-alive connections."""
     latencies: list[float] = []
 
+    base = f"https://localhost:{port}"
+
     async def client(offset: int) -> None:
         for i in range(requests):
             path, sent = ("/mutate", bodies.mutate) if i % 2 else ("/validate", bodies.validate)
-            start = time.perf_counter()
-            async with session.post(f"https://localhost:{port}{path}", data=sent[(offset + i) % 64],
-                                    headers={"Content-Type": "application/json"}) as response:
-                await response.read()
-                assert response.status == 200
-            latencies.append(time.perf_counter() - start)
+            latencies.append(await timed_post(session, base + path, sent[(offset + i) % 64]))
 
-    async def cpu() -> float:
-        async with session.get(f"https://localhost:{port}/cpu-seconds") as response:
-            return float(await response.text())
-
-    before = await cpu()
+    before = await server_cpu_seconds(session, base)
     await asyncio.gather(*(client(c) for c in range(clients)))
-    spent = await cpu() - before
+    spent = await server_cpu_seconds(session, base) - before
     return Run(latencies, spent / len(latencies))
 
 

@@ -152,14 +152,14 @@ def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardC
     if current is None:  # most pods: the same operation for every pod asking for these products
         return [SHARED_OPERATIONS.get(("pod-affinity", operation, label, products),
                                       lambda: _affinity_operation(operation, {}, label, products))]
-    if not isinstance(current, MAPPING_TYPES) or not _lacks_product_terms(current, label, products):
+    if not isinstance(current, MAPPING_TYPES) or not _product_terms(current, label, products, merge=False):
         return []  # (read without copying: on the validating webhook, after the mutation, the terms are there)
     return [_affinity_operation(operation, copy.deepcopy(dict(current)), label, products)]
 
 
 def _affinity_operation(operation: str, affinity: dict[str, Any], label: str, products: tuple[str, ...]
                         ) -> PatchOperation:
-    _merge_node_affinity(affinity, label, products)
+    _product_terms(affinity, label, products, merge=True)
     return PatchOperation(op=operation, path=pointer("spec", "affinity"), value=affinity)
 
 
@@ -176,67 +176,49 @@ def _preferred_terms(label: str, products: tuple[str, ...]) -> list[dict[str, An
             for index, product in enumerate(products)]
 
 
-def _merge_node_affinity(affinity: dict[str, Any], label: str, products: tuple[str, ...]) -> bool:
-    """Add the product terms to ``affinity`` in place; False when they are already there (or it is malformed).
-    :func:`_lacks_product_terms` answers the same question without changing anything."""
-    node = affinity.setdefault("nodeAffinity", {})
+def _product_terms(affinity: Mapping[str, Any], label: str, products: tuple[str, ...], *, merge: bool) -> bool:
+    """Whether ``affinity`` lacks the product terms (False when it is malformed). With ``merge`` (on a copy: it is
+    changed in place) the missing terms are added; without, nothing is changed or copied (the validating webhook
+    sees the mutated pod, whose terms are all there)."""
+    node = _field(affinity, "nodeAffinity", {}, merge)
     if not isinstance(node, dict):
         return False
-    required = node.setdefault(REQUIRED, {})
+    required = _field(node, REQUIRED, {}, merge)
     if not isinstance(required, dict):
         return False
-    terms = required.setdefault("nodeSelectorTerms", [])
-    if not isinstance(terms, list) or not all(isinstance(term, dict) for term in terms):
-        return False
-    expression = _required_expression(label, products)
-    changed = False
-    if not terms:
-        terms.append({"matchExpressions": [expression]})
-        changed = True
-    for term in terms:
-        expressions = term.setdefault("matchExpressions", [])
-        if not isinstance(expressions, list):
-            return False
-        if expression not in expressions:
-            expressions.append(expression)
-            changed = True
-    wanted = _preferred_terms(label, products)
-    if wanted:
-        preferred = node.setdefault(PREFERRED, [])
-        if not isinstance(preferred, list):
-            return False
-        for term in wanted:
-            if term not in preferred:
-                preferred.append(term)
-                changed = True
-    return changed
-
-
-def _lacks_product_terms(affinity: Mapping[str, Any], label: str, products: tuple[str, ...]) -> bool:
-    """Whether :func:`_merge_node_affinity` would change (a copy of) ``affinity``, read without copying it."""
-    node = affinity.get("nodeAffinity", {})
-    if not isinstance(node, dict):
-        return False
-    required = node.get(REQUIRED, {})
-    if not isinstance(required, dict):
-        return False
-    terms = required.get("nodeSelectorTerms", [])
+    terms = _field(required, "nodeSelectorTerms", [], merge)
     if not isinstance(terms, list) or not all(isinstance(term, dict) for term in terms):
         return False
     expression = _required_expression(label, products)
     lacking = not terms
+    if lacking and merge:
+        terms.append({"matchExpressions": [expression]})
     for term in terms:
-        expressions = term.get("matchExpressions", [])
+        expressions = _field(term, "matchExpressions", [], merge)
         if not isinstance(expressions, list):
             return False
-        lacking = lacking or expression not in expressions
+        if expression not in expressions:
+            lacking = True
+            if merge:
+                expressions.append(expression)
     wanted = _preferred_terms(label, products)
     if wanted:
-        preferred = node.get(PREFERRED, [])
+        preferred = _field(node, PREFERRED, [], merge)
         if not isinstance(preferred, list):
             return False
-        lacking = lacking or any(term not in preferred for term in wanted)
+        for term in wanted:
+            if term not in preferred:
+                lacking = True
+                if merge:
+                    preferred.append(term)
     return lacking
+
+
+def _field(parent: Mapping[str, Any], key: str, default: object, merge: bool) -> Any:
+    """``parent[key]``, else ``default`` — set into ``parent`` when merging."""
+    if merge and isinstance(parent, dict):
+        return parent.setdefault(key, default)
+    return parent.get(key, default)
 
 
 def _product(card_type: str, catalog: CardCatalog) -> str:

@@ -130,10 +130,11 @@ affinities = st.fixed_dictionaries({}, optional={"nodeAffinity": node_affinities
 @given(affinities, PRODUCTS)
 def test_the_read_only_check_agrees_with_the_merge(affinity: dict[str, Any], products: tuple[str, ...]) -> None:
     before = copy.deepcopy(affinity)
-    lacking = pod_policy._lacks_product_terms(affinity, LABEL, products)
+    lacking = pod_policy._product_terms(affinity, LABEL, products, merge=False)
     event(f"lacking: {lacking}")
     assert affinity == before
     merged = copy.deepcopy(affinity)
-    assert lacking == pod_policy._merge_node_affinity(merged, LABEL, products)
-    if lacking:  # and once merged, nothing lacks
-        assert not pod_policy._lacks_product_terms(merged, LABEL, products)
+    assert lacking == pod_policy._product_terms(merged, LABEL, products, merge=True)
+    if lacking:  # merged, it has changed, and nothing lacks any more
+        assert merged != affinity
+        assert not pod_policy._product_terms(merged, LABEL, products, merge=False)
