@@ -400,16 +400,17 @@ def effective_requests(pod_spec: Mapping[str, Any], path: str) -> dict[str, Frac
     """
     containers = _sequence(pod_spec.get("containers"), f"{path}.containers")
     init_containers = _sequence(pod_spec.get("initContainers"), f"{path}.initContainers")
-    entries = _resource_entries(containers) + _resource_entries(init_containers)
-    if entries > MAX_RESOURCE_ENTRIES:
-        raise InputError(f"has {entries} resource requests and limits in its containers: cardquota reads at most "
-                         f"{MAX_RESOURCE_ENTRIES} per pod", where=path)
     overhead = pod_spec.get("overhead")
-    key = _requests_key(containers, init_containers, overhead) if entries <= MAX_KEYED_ENTRIES else None
-    if key is not None:
+    key = _requests_key(containers, init_containers, overhead)
+    if key is not None:  # (then at most MAX_KEYED_ENTRIES requests and limits: nothing to refuse)
         found = _EFFECTIVE.get(key)
         if found is not None:
             return found
+    else:
+        entries = _resource_entries(containers) + _resource_entries(init_containers)
+        if entries > MAX_RESOURCE_ENTRIES:
+            raise InputError(f"has {entries} resource requests and limits in its containers: cardquota reads at "
+                             f"most {MAX_RESOURCE_ENTRIES} per pod", where=path)
     computed = _effective_requests(containers, init_containers, overhead, path)
     if key is not None:
         if len(_EFFECTIVE) >= MAX_EFFECTIVE:
@@ -427,46 +428,62 @@ the table's memory stays bounded by its entries times this, not by :data:`MAX_RE
 _EFFECTIVE: dict[tuple[object, ...], dict[str, Fraction]] = {}
 """Effective requests by what they were computed from (:func:`_requests_key`): the pods of a job, and replicas
 admitted one after another, ask for the same, and adding up Fractions costs more than reading the key."""
-_NO_RESOURCES: tuple[object, ...] = ()
 
 
 def _requests_key(containers: Sequence[Any], init_containers: Sequence[Any], overhead: object
                   ) -> tuple[object, ...] | None:
     """Everything :func:`_effective_requests` reads, as a hashable tuple; None when any part is not of the plain
-    shape JSON gives (a dict of strings), which is then computed, and refused where it must be, as always."""
-    parts: list[object] = [_resources_key(container) for container in containers]
+    shape JSON gives (a dict of strings), or when the containers name more than :data:`MAX_KEYED_ENTRIES` requests
+    and limits (counted from the sections' lengths, before any is read), which is then counted, computed, and
+    refused where it must be, as always."""
+    parts: list[object] = []
+    budget = MAX_KEYED_ENTRIES
+    for container in containers:
+        part = _resources_key(container, budget)
+        if part is None:
+            return None
+        budget -= len(part[0]) + len(part[1])
+        parts.append(part)
     parts.append(None)  # the regular containers end here
     for container in init_containers:
-        parts.append(_resources_key(container))
-        policy = container.get("restartPolicy") if type(container) is dict else None
+        part = _resources_key(container, budget)
+        if part is None:
+            return None
+        budget -= len(part[0]) + len(part[1])
+        policy = container.get("restartPolicy")  # (a dict: _resources_key read it)
         if policy is not None and type(policy) is not str:
             return None
+        parts.append(part)
         parts.append(policy)
     if overhead:
         if type(overhead) is not dict or not all(type(value) is str for value in overhead.values()):
             return None
         parts.append(tuple(overhead.items()))
-    return None if _UNREADABLE in parts else tuple(parts)
+    return tuple(parts)
 
 
-_UNREADABLE = object()
-"""What :func:`_resources_key` gives for a container it cannot key (never equal to a key part)."""
+ResourcesKey = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+_NO_RESOURCES: ResourcesKey = ((), ())
 
 
-def _resources_key(container: object) -> object:
+def _resources_key(container: object, budget: int) -> ResourcesKey | None:
+    """A container's (limits, requests) as items, or None when they are not of the plain shape or more than
+    ``budget`` in all."""
     if type(container) is not dict:
-        return _UNREADABLE
+        return None
     resources = container.get("resources")
     if resources is None:
         return _NO_RESOURCES
     if type(resources) is not dict:
-        return _UNREADABLE
+        return None
     limits, requests = resources.get("limits"), resources.get("requests")
+    if (len(limits) if type(limits) is dict else 0) + (len(requests) if type(requests) is dict else 0) > budget:
+        return None
     if limits is not None and (type(limits) is not dict or not all(type(v) is str for v in limits.values())):
-        return _UNREADABLE
+        return None
     if requests is not None and (type(requests) is not dict or not all(type(v) is str for v in requests.values())):
-        return _UNREADABLE
-    return (tuple(limits.items()) if limits else _NO_RESOURCES, tuple(requests.items()) if requests else _NO_RESOURCES)
+        return None
+    return (tuple(limits.items()) if limits else (), tuple(requests.items()) if requests else ())
 
 
 def _effective_requests(containers: Sequence[Any], init_containers: Sequence[Any], overhead: object, path: str

@@ -92,3 +92,17 @@ def test_a_pod_naming_more_than_a_real_pod_does_is_computed_but_not_kept(monkeyp
     spec["containers"][0]["resources"]["limits"].pop(names[0])  # at the bound: kept
     assert effective_requests(spec, "spec") is effective_requests(spec, "spec")
     assert len(objects._EFFECTIVE) == 1
+
+
+def test_the_bound_on_kept_pods_counts_every_container(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two containers and an init container, each under the bound, over it together: computed, not kept."""
+    monkeypatch.setattr(objects, "_EFFECTIVE", {})
+    third = objects.MAX_KEYED_ENTRIES // 3 + 1
+    def container(name: str) -> dict[str, object]:
+        return {"name": name, "resources": {"limits": {f"example.com/{name}-{index}": "1" for index in range(third)}}}
+    spec = {"containers": [container("a"), container("b")], "initContainers": [container("i")]}
+    assert effective_requests(spec, "spec") == fresh(spec)
+    assert objects._EFFECTIVE == {}
+    spec["initContainers"] = []  # two thirds of the bound: kept
+    assert effective_requests(spec, "spec") is effective_requests(spec, "spec")
+    assert len(objects._EFFECTIVE) == 1

@@ -79,6 +79,13 @@ class _Container:
         return self.base.child("requests").key(resource)
 
 
+def may_break_mgpu_rules(annotations: Mapping[str, str], requests: Mapping[str, Fraction]) -> bool:
+    """Whether :func:`mgpu_violations` can find anything, from a readable pod's view: its annotations and its
+    effective requests, whose names include every name its containers request or limit. A cheap test the Pod
+    policy makes first (most pods have nothing to do with mGPU); False means there is nothing to check."""
+    return CONTAINER_MULTIPLE_GPU in annotations or MGPU_CORE in requests or MGPU_MEMORY in requests
+
+
 def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
     """Every mGPU rule the pod breaks; empty for a pod with no mGPU request and no container-multiple-gpu."""
     annotation = _multiple_gpu_annotation(pod)

@@ -36,7 +36,7 @@ from cardquota.core.policies.cards import (
 from cardquota.core.policies.common import ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
-from cardquota.core.policies.mgpu import mgpu_violations
+from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
 from cardquota.core.quota import card_alternatives, card_name_violation
 from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
 from cardquota.core.verdict import SHARED_OPERATIONS, PatchOperation, Verdict, decide, pointer
@@ -66,7 +66,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if pod is None:
         return decide(violations)
     violations.extend(_rebinding_violations(pod, old))
-    violations.extend(mgpu_violations(manifest))
+    if may_break_mgpu_rules(pod.annotations, pod.requests):
+        violations.extend(mgpu_violations(manifest))
     violations.extend(scoring_strategy_violations(pod.annotations))
     warnings = affinity_typo_warnings(manifest)
     patch: list[PatchOperation] = []

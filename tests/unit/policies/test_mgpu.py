@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from strategies import manifest_values
 from verdicts import violations_of
 
+from cardquota.core.errors import InputError
 from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, MGPU_CORE, MGPU_MEMORY
-from cardquota.core.policies.mgpu import mgpu_violations
+from cardquota.core.objects import Pod
+from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
 from cardquota.core.violations import Reason, Violation
 
 MULTIPLE_PATH = f'metadata.annotations["{CONTAINER_MULTIPLE_GPU}"]'
@@ -373,3 +375,23 @@ def test_any_even_split_over_several_cards_is_allowed(count: int, per_card_core:
 @given(st.integers(min_value=101, max_value=10**6).filter(lambda core: core % 100 != 0))
 def test_any_core_above_a_card_that_is_not_whole_cards_is_denied(core: int) -> None:
     assert violations_of(mgpu_violations(mgpu_pod(mgpu(core=str(core))))) == [(core_path(), Reason.INVALID)]
+
+
+_resources = st.dictionaries(st.sampled_from([MGPU_CORE, MGPU_MEMORY, "nvidia.com/gpu", "cpu"]),
+                             st.sampled_from(["0", "1", "50", "1024", "x"]), max_size=3)
+_containers = st.lists(st.fixed_dictionaries({"name": st.sampled_from(["a", "b"])}, optional={
+    "resources": st.fixed_dictionaries({}, optional={"limits": _resources, "requests": _resources})}), max_size=3)
+
+
+@given(_containers, _containers, st.dictionaries(st.sampled_from([CONTAINER_MULTIPLE_GPU, "other"]),
+                                                 st.sampled_from(["1,0", "2", "", "a"]), max_size=2))
+def test_the_pod_policys_first_test_never_skips_a_pod_the_rules_would_refuse(
+        containers: list[dict[str, Any]], init_containers: list[dict[str, Any]], annotations: dict[str, str]) -> None:
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "annotations": annotations},
+                "spec": {"containers": containers, "initContainers": init_containers}}
+    try:
+        view = Pod.from_manifest(manifest)
+    except InputError:
+        return  # (the Pod policy stops at an unreadable pod, before the mGPU rules)
+    if not may_break_mgpu_rules(view.annotations, view.requests):
+        assert mgpu_violations(manifest) == []
