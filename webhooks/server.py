@@ -76,8 +76,8 @@ async def _review(admission: Admission, pool: Executor, request: web.Request, *,
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
-    status, encoded = await answer_body(admission, pool, body, mutating)
-    return web.Response(body=encoded, status=status, content_type="application/json")
+    status, answer = await answer_body(admission, pool, body, mutating)
+    return web.Response(body=answer, status=status, content_type="application/json")
 
 
 async def answer_body(admission: Admission, pool: Executor, body: bytes, mutating: bool) -> tuple[int, bytes]:
@@ -95,8 +95,8 @@ async def answer_body(admission: Admission, pool: Executor, body: bytes, mutatin
         return 400, _json({"error": str(error)})
     answer = judge(admission, review, mutating)
     if len(body) <= INLINE_ANSWER_BYTES and len(answer["response"].get("patch", "")) <= INLINE_ANSWER_BYTES:
-        return 200, _encoded(answer)  # (the running loop is only looked up off this path: it costs a getpid())
-    return 200, await asyncio.get_running_loop().run_in_executor(pool, _encoded, answer)
+        return 200, encoded(answer)  # (the running loop is only looked up off this path: it costs a getpid())
+    return 200, await asyncio.get_running_loop().run_in_executor(pool, encoded, answer)
 
 
 def read_on_the_loop(body: bytes) -> bool:
@@ -132,11 +132,7 @@ def answer_review(admission: Admission, body: bytes, mutating: bool) -> tuple[in
         review = read_review(body)
     except MalformedReview as error:
         return 400, _json({"error": str(error)})
-    return 200, _encoded(judge(admission, review, mutating))
-
-
-def _encoded(answer: dict[str, Any]) -> bytes:
-    return encoded(answer)
+    return 200, encoded(judge(admission, review, mutating))
 
 
 def _json(value: object) -> bytes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from cardquota.core.errors import one_line
+from cardquota.core.jsontypes import SEQUENCE_TYPES
 from cardquota.core.violations import Violation
 
 MAX_MESSAGE_VIOLATIONS = 5
@@ -104,12 +105,10 @@ class Verdict:
 
 
 def allow(warnings: Iterable[str] = (), patch: Iterable[PatchOperation] = ()) -> Verdict:
-    if type(warnings) in _SEQUENCES and type(patch) in _SEQUENCES and not warnings and not patch:
+    if type(warnings) in SEQUENCE_TYPES and type(patch) in SEQUENCE_TYPES and not warnings and not patch:
         return _ALLOWED  # most verdicts (a Verdict is immutable: one serves them all)
     return Verdict(allowed=True, warnings=tuple(one_line(w) for w in warnings), patch=tuple(patch))
 
-
-_SEQUENCES = (list, tuple)
 
 
 def deny(violations: Sequence[Violation], warnings: Iterable[str] = ()) -> Verdict:
