@@ -24,9 +24,11 @@ INTERPRETED = {
 }
 """Core modules left interpreted, each with the reason. Every other module of the core is compiled."""
 WEBHOOKS = Path("cardquota") / "webhooks"
-COMPILED_EDGES = (WEBHOOKS / "review.py", WEBHOOKS / "admission.py")
-"""Outside the core, the two modules every admission runs through besides the policy — reading the review and
-writing the answer; the decision per kind and failure mode — are compiled too (they import no I/O library)."""
+RUNTIME = Path("cardquota") / "runtime"
+COMPILED_EDGES = (WEBHOOKS / "review.py", WEBHOOKS / "admission.py", RUNTIME / "latency.py")
+"""Outside the core, the modules every admission runs through besides the policy — reading the review and writing
+the answer; the decision per kind and failure mode; the latency it observes — are compiled too (none imports an I/O
+library)."""
 BUILD_REQUIREMENTS = ("mypy>=2.4,<3", "types-PyYAML", "setuptools>=68")
 """What the compiled build needs installed (mypyc comes with mypy; it type-checks the core, hence the stubs)."""
 

@@ -7,15 +7,18 @@ with a warning saying cardquota could not check) or fail-closed (denied with the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from cardquota.core.errors import one_line
 from cardquota.core.policies.config import FailureMode, PolicyConfig
 from cardquota.core.verdict import Verdict, allow
 from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.latency import ADMISSION_LATENCIES
 from cardquota.webhooks import cronjob, job, node, pod, podgroup, queue, schedconf, workload
 from cardquota.webhooks.kinds import AdmittedKind
-from cardquota.webhooks.review import AdmissionRequest
+from cardquota.webhooks.review import AdmissionRequest, response
 
 log = logging.getLogger("cardquota.webhooks")
 
@@ -43,6 +46,19 @@ class Admission:
         self.own_users = frozenset(own_users)
         """cardquota's own service accounts: their writes (annotations it keeps) are never refused."""
 
+    def answer(self, request: AdmissionRequest, mutating: bool) -> dict[str, Any]:
+        """The AdmissionReview answering one request (its latency observed in the webhook histogram). Never raises:
+        a failure here is answered per the kind's failure mode."""
+        start = time.perf_counter()
+        try:
+            verdict = self.review(request, mutating=mutating)
+            ADMISSION_LATENCIES.observe_since(request.kind, "allowed" if verdict.allowed else "denied", start)
+            return response(request.uid, verdict, with_patch=mutating)
+        except Exception as error:  # nothing here should fail; if it does, still answer, per the kind's failure mode
+            log.exception("could not answer the review of %s (uid %s)", request.identity, request.uid)
+            verdict = self.cannot_check(request, f"internal error ({type(error).__name__})")
+            return response(request.uid, verdict, with_patch=False)
+
     def review(self, request: AdmissionRequest, *, mutating: bool) -> Verdict:
         """The verdict for the validating (``mutating=False``) or mutating webhook. The mutating one only
         patches — it never denies, even when it cannot check, so a refusal always names the validating webhook
@@ -53,13 +69,14 @@ class Admission:
             return ALLOWED
         if request.operation == "DELETE":
             return self._delete(admitted, request) if not mutating else ALLOWED
-        if not self.cache.ready:
+        snapshot = self.cache.ledger.snapshot
+        if not snapshot.complete:  # (the cache's first full list has not arrived)
             if mutating:
                 return ALLOWED
             return self.cannot_check(request, "its cluster snapshot is still loading; retry in a few seconds")
         try:
             verdict = admitted.admit(request.policy_object() or {}, request.policy_old_object(),
-                                     self.cache.ledger.snapshot, self.policy)
+                                     snapshot, self.policy)
         except Exception as error:  # a bug in a policy: answered per failure mode, never a 500
             log.exception("policy for %s failed (%s, uid %s)", request.identity, request.operation, request.uid)
             if mutating:

@@ -13,20 +13,16 @@ import json
 import logging
 import ssl
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any
 
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
-from cardquota.runtime.metrics import Timer
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
-    AdmissionRequest,
     MalformedReview,
     NotInPlace,
     encoded,
     read_review,
-    response,
 )
 
 log = logging.getLogger("cardquota.webhooks")
@@ -36,7 +32,7 @@ POLICY_THREADS = 4
 """Large review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
 reviews. More than one, so a small review does not queue behind a large one. The policy itself runs on the loop
-(see :func:`judge`), bounded by the limits in the card rules."""
+(see :func:`answer_body`), bounded by the limits in the card rules."""
 INLINE_BODY_BYTES = 32 * 2**10
 """A body of at most this size is read on the event loop (:func:`read_on_the_loop`) when json.loads reads it in
 place; a larger one, or one nested deeper than the recursion limit, on the policy threads."""
@@ -82,7 +78,9 @@ async def _review(admission: Admission, pool: Executor, request: web.Request, *,
 
 async def answer_body(admission: Admission, pool: Executor, body: bytes, mutating: bool) -> tuple[int, bytes]:
     """(HTTP status, JSON body) for one request body, as served: a small body read on the event loop, a large one
-    on ``pool`` (:func:`read_on_the_loop`), the policy on the loop (:func:`judge`), a large answer encoded on
+    on ``pool`` (:func:`read_on_the_loop`), the policy on the loop (:meth:`Admission.answer`: the cache it reads
+    is changed by watch events on that loop, so the policy sees one consistent snapshot, where on another thread it
+    could see a ledger half-way through an event, or a dict changing size under its loop), a large answer encoded on
     ``pool``."""
     try:
         try:
@@ -93,7 +91,7 @@ async def answer_body(admission: Admission, pool: Executor, body: bytes, mutatin
             review = await asyncio.get_running_loop().run_in_executor(pool, read_review, body)
     except MalformedReview as error:
         return 400, _json({"error": str(error)})
-    answer = judge(admission, review, mutating)
+    answer = admission.answer(review, mutating)
     if len(body) <= INLINE_ANSWER_BYTES and len(answer["response"].get("patch", "")) <= INLINE_ANSWER_BYTES:
         return 200, encoded(answer)  # (the running loop is only looked up off this path: it costs a getpid())
     return 200, await asyncio.get_running_loop().run_in_executor(pool, encoded, answer)
@@ -110,29 +108,13 @@ def read_on_the_loop(body: bytes) -> bool:
     return len(body) <= INLINE_BODY_BYTES
 
 
-def judge(admission: Admission, review: AdmissionRequest, mutating: bool) -> dict[str, Any]:
-    """The response to one review, judged on the event loop: the cache the policy reads is changed by watch events
-    on that loop, so the policy sees one consistent snapshot (on another thread it could see a ledger half-way
-    through an event, or a dict changing size under its loop). Reading the body, and encoding a large answer, the
-    parts that grow with a large object, run on the policy threads."""
-    timer = Timer()
-    try:
-        verdict = admission.review(review, mutating=mutating)
-        timer.observe(review.kind, "allowed" if verdict.allowed else "denied")
-        return response(review.uid, verdict, with_patch=mutating)
-    except Exception as error:  # nothing here should fail; if it does, still answer, per the kind's failure mode
-        log.exception("could not answer the review of %s (uid %s)", review.identity, review.uid)
-        verdict = admission.cannot_check(review, f"internal error ({type(error).__name__})")
-        return response(review.uid, verdict, with_patch=False)
-
-
 def answer_review(admission: Admission, body: bytes, mutating: bool) -> tuple[int, bytes]:
     """(HTTP status, JSON body) for one request body, all on the calling thread (benchmarks, tests)."""
     try:
         review = read_review(body)
     except MalformedReview as error:
         return 400, _json({"error": str(error)})
-    return 200, encoded(judge(admission, review, mutating))
+    return 200, encoded(admission.answer(review, mutating))
 
 
 def _json(value: object) -> bytes:

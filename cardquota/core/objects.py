@@ -40,6 +40,13 @@ def namespaced_key(manifest: Mapping[str, Any]) -> ObjectKey:
     return (str(metadata.get("namespace") or "default"), str(metadata.get("name", "")))
 
 
+# The named tuples built on every admission and watch event (ObjectMeta, Pod, the webhook's AdmissionRequest) are
+# built with ``tuple.__new__(Type, (fields…))``, every field given in order: a named tuple's own constructor is a
+# Python function (the compiled core calls it as one), which costs ~0.3 µs more per tuple, and more when the
+# server's other work has left the CPU's caches cold (bench/webhook.py). tests/unit/test_objects.py checks that
+# these views equal the ones their constructors build.
+
+
 class ObjectMeta(NamedTuple):
     """An object's identity, labels and annotations (a named tuple: one is built per watch event, cheaply)."""
 
@@ -115,15 +122,16 @@ def read_meta(manifest: Manifest, *, namespaced: bool,
     if kept_annotations is not None:
         _string_map(metadata.get("labels"), "metadata.labels", copy=False)
         annotations = _string_map(metadata.get("annotations"), "metadata.annotations", copy=False)
-        return ObjectMeta(_intern(kind, kind), name, _intern(namespace, namespace) if namespaced else "", NO_STRINGS,
-                          _kept(annotations, kept_annotations))
-    return ObjectMeta(
+        shared_namespace = _intern(namespace, namespace) if namespaced else ""
+        return tuple.__new__(ObjectMeta, (_intern(kind, kind), name, shared_namespace, NO_STRINGS,
+                                          _kept(annotations, kept_annotations)))
+    return tuple.__new__(ObjectMeta, (  # (see the note above ObjectMeta)
         kind,
         name,
         namespace if namespaced else "",
         _string_map(metadata.get("labels"), "metadata.labels"),
         _string_map(metadata.get("annotations"), "metadata.annotations"),
-    )
+    ))
 
 
 def _kept(annotations: Mapping[str, str], names: tuple[str, ...]) -> Mapping[str, str]:
@@ -271,7 +279,7 @@ class Pod(NamedTuple):
             if requests:
                 requests = share(_REQUESTS, tuple([(resource, amount.numerator, amount.denominator)
                                                      for resource, amount in requests.items()]), requests)
-        return cls(
+        return tuple.__new__(cls, (  # (see the note above ObjectMeta)
             (meta.namespace, meta.name),
             node_name,
             phase,
@@ -282,7 +290,7 @@ class Pod(NamedTuple):
             meta.kind,
             meta.labels,
             annotations,
-        )
+        ))
 
     @property
     def bound(self) -> bool:

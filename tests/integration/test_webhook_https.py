@@ -156,6 +156,26 @@ async def test_a_crashing_policy_fails_open_for_pods_and_closed_for_queues(serve
     assert (await server.validate(review(queue("q", {A100: 1}))))["allowed"] is True
 
 
+async def test_a_failure_outside_the_policy_is_still_answered_per_the_failure_mode(
+        server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """Whatever fails while a review is answered (here the cache, before any policy runs) is answered as a crashing
+    policy is, per the kind's failure mode, and logged; never an HTTP 500."""
+
+    class BrokenLedger:
+        @property
+        def snapshot(self) -> None:
+            raise RuntimeError("boom")
+
+    server.admission.cache = ClusterCache(ledger=BrokenLedger())  # type: ignore[arg-type]
+    pod_answer = await server.validate(review(pod("p", namespace="ml", card=A100, gpus=1, queue="team-a")))
+    assert pod_answer["allowed"] is True
+    assert pod_answer["warnings"][0].startswith("cardquota could not check Pod ml/p: internal error (")
+    queue_answer = await server.validate(review(queue("q", {A100: 1})))
+    assert queue_answer["allowed"] is False
+    assert queue_answer["status"]["message"].startswith("cardquota could not check Queue q: internal error (")
+    assert "could not answer the review of Queue q" in caplog.text
+
+
 async def test_until_the_first_full_list_answers_follow_the_failure_mode(server: Server) -> None:
     server.admission.cache = ClusterCache()
     pod_answer = await server.validate(review(pod("p", namespace="ml", card=A100, gpus=1, queue="team-a")))

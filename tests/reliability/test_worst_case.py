@@ -18,6 +18,7 @@ levels (legal in a Volcano Job) got HTTP 400.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import difflib
 import functools
 import json
@@ -256,7 +257,8 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
     readers: list[int] = []
     judges: list[int] = []
     released: list[bool] = []
-    real_read, real_judge = server_module.read_review, server_module.judge
+    real_read = server_module.read_review
+    pod_kind = server.admission.kinds["", "Pod"]
 
     def read_held(body: bytes, **options: Any) -> Any:
         readers.append(threading.get_ident())
@@ -266,12 +268,12 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
             released.append(release.wait(30))  # (not forever: on the loop, this would block it)
         return request
 
-    def judge_recorded(*args: Any) -> Any:
+    def admit_recorded(*args: Any) -> Any:
         judges.append(threading.get_ident())
-        return real_judge(*args)
+        return pod_kind.admit(*args)
 
     monkeypatch.setattr(server_module, "read_review", read_held)
-    monkeypatch.setattr(server_module, "judge", judge_recorded)
+    monkeypatch.setitem(server.admission.kinds, ("", "Pod"), dataclasses.replace(pod_kind, admit=admit_recorded))
     large = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a")
     large["metadata"]["annotations"]["example.com/notes"] = "x" * server_module.INLINE_BODY_BYTES
     first = asyncio.ensure_future(server.validate(review(large)))
@@ -287,6 +289,7 @@ async def test_a_review_whose_body_is_being_read_does_not_hold_up_another(server
     assert released == [True]  # the first was still held when the second was answered
     assert readers[0] != loop_thread  # the large body, off the loop
     assert readers[1:] == [loop_thread]  # the small one, on it
+    assert len(judges) == 2
     assert set(judges) == {loop_thread}
 
 

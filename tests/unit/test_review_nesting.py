@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardquota.webhooks.deep_json import KEPT_NESTING, MAX_REVIEW_NESTING, loads_deep
-from cardquota.webhooks.review import MalformedReview, loads, read_review
+from cardquota.webhooks.review import MalformedReview, json_document, loads, read_review
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -95,3 +95,42 @@ def test_deep_bodies_in_utf16_are_read_and_bad_utf8_refused() -> None:
     assert loads(text.encode("utf-16")) == loads_deep(text)
     with pytest.raises(ValueError):  # noqa: PT011
         loads(b"[" * 3000 + b'"\xff"' + b"]" * 3000)
+
+
+json_texts = st.one_of(
+    st.builds(json.dumps, json_values),
+    st.builds(lambda value, indent: json.dumps(value, indent=indent), st.dictionaries(st.text(max_size=6), json_values,
+                                                                                       max_size=4),
+              st.sampled_from([None, 1, "\t"])),
+    st.text(alphabet='{}[]":,0123456789.eE+- \t\n\rtruefalsnu\\é\x00', max_size=30),
+)
+"""JSON documents, objects among them, and text that is mostly almost JSON."""
+surroundings = st.sampled_from(["", " ", "\n", " \r\n\t", "x", " 1", "{}", "\ufeff"])
+
+
+@given(json_texts, surroundings, st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-32", "utf-8-sig"]))
+def test_the_review_reader_reads_and_refuses_what_json_loads_does(text: str, tail: str, encoding: str) -> None:
+    body = (text + tail).encode(encoding, "surrogatepass")
+    try:
+        expected: object = json.loads(body)
+    except ValueError as error:  # (UnicodeDecodeError and JSONDecodeError)
+        expected = (type(error), str(error))
+    try:
+        got: object = json_document(body)
+    except ValueError as error:
+        got = (type(error), str(error))
+    assert got == expected
+
+
+@given(st.binary(max_size=24))
+def test_the_review_reader_agrees_with_json_loads_on_any_bytes(tail: bytes) -> None:
+    for body in (b"{" + tail, b'{"a": 1}' + tail, tail):
+        try:
+            expected: object = json.loads(body)
+        except ValueError as error:
+            expected = (type(error), str(error))
+        try:
+            got: object = json_document(body)
+        except ValueError as error:
+            got = (type(error), str(error))
+        assert got == expected

@@ -241,8 +241,10 @@ def affinity_typo_warnings(manifest: Manifest) -> list[str]:
     """A pod's (or pod template's) node affinity fields misspelt so that Kubernetes ignores them."""
     spec = manifest.get("spec")
     affinity = spec.get("affinity") if isinstance(spec, MAPPING_TYPES) else None
+    if affinity is None:  # most pods (None is told apart first: it is no dict, and Mapping's check is slow)
+        return []
     node = affinity.get("nodeAffinity") if isinstance(affinity, MAPPING_TYPES) else None
-    if not isinstance(node, MAPPING_TYPES):
+    if node is None or not isinstance(node, MAPPING_TYPES):
         return []
     return [f"spec.affinity.nodeAffinity.{typo} is not a Kubernetes field and is ignored (did you mean {right}?)"
             for typo, right in AFFINITY_TYPOS.items() if typo in node]
