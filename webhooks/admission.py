@@ -95,7 +95,7 @@ class Admission:
         return Verdict(verdict.allowed, verdict.message, verdict.violations, warnings)
 
     def _delete(self, admitted: AdmittedKind, request: AdmissionRequest) -> Verdict:
-        if admitted.on_delete is None or not self.cache.ready:
+        if admitted.on_delete is None or not self.cache.ledger.snapshot.complete:
             return allow()
         try:
             return allow(warnings=admitted.on_delete(request.name, self.cache.ledger))

@@ -121,9 +121,9 @@ def read_review(body: bytes, *, in_place: bool = False) -> AdmissionRequest:
 
 def loads(body: bytes, *, in_place: bool = False) -> Any:
     """The body's JSON, nested as deep as the API server's decoder allows (``deep_json.MAX_REVIEW_NESTING``), in
-    time linear in its size and without RecursionError on any Python: json.loads in place when it can (the body
-    cannot be deep, or the attempt succeeds), else :func:`loads_deep` — or, ``in_place``, :class:`NotInPlace`.
-    Raises MalformedReview when it is deeper, ValueError when it is not JSON."""
+    time linear in its size and without RecursionError on any Python: json.loads' own reader in place when it can
+    (:func:`json_document`; the body cannot be deep, or the attempt succeeds), else :func:`loads_deep` — or,
+    ``in_place``, :class:`NotInPlace`. Raises MalformedReview when it is deeper, ValueError when it is not JSON."""
     if sys.getrecursionlimit() <= _SAFE_RECURSION_LIMIT or body.count(b"[") + body.count(b"{") <= _FEW_BRACKETS:
         try:
             return json_document(body)
