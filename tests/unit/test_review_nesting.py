@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -111,26 +112,19 @@ surroundings = st.sampled_from(["", " ", "\n", " \r\n\t", "x", " 1", "{}", "\ufe
 @given(json_texts, surroundings, st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-32", "utf-8-sig"]))
 def test_the_review_reader_reads_and_refuses_what_json_loads_does(text: str, tail: str, encoding: str) -> None:
     body = (text + tail).encode(encoding, "surrogatepass")
-    try:
-        expected: object = json.loads(body)
-    except ValueError as error:  # (UnicodeDecodeError and JSONDecodeError)
-        expected = (type(error), str(error))
-    try:
-        got: object = json_document(body)
-    except ValueError as error:
-        got = (type(error), str(error))
-    assert got == expected
+    assert outcome(json_document, body) == outcome(json.loads, body)
 
 
 @given(st.binary(max_size=24))
 def test_the_review_reader_agrees_with_json_loads_on_any_bytes(tail: bytes) -> None:
     for body in (b"{" + tail, b'{"a": 1}' + tail, tail):
-        try:
-            expected: object = json.loads(body)
-        except ValueError as error:
-            expected = (type(error), str(error))
-        try:
-            got: object = json_document(body)
-        except ValueError as error:
-            got = (type(error), str(error))
-        assert got == expected
+        assert outcome(json_document, body) == outcome(json.loads, body)
+
+
+def outcome(read: Callable[[bytes], object], body: bytes) -> object:
+    """What ``read`` gives, or the type and text of the error it raises (UnicodeDecodeError and JSONDecodeError are
+    both ValueErrors)."""
+    try:
+        return read(body)
+    except ValueError as error:
+        return (type(error), str(error))
