@@ -12,7 +12,7 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from cardquota.runtime.latency import ADMISSION_BOUNDS, ADMISSION_LATENCIES, Latencies
+from cardquota.runtime.latency import ADMISSION_LATENCIES, Latencies
 
 REGISTRY = CollectorRegistry()
 
@@ -24,11 +24,10 @@ class LatencyHistogram(Collector):
     answer's path: ``bench/webhook.py``). Exposed the same way (``_bucket`` with ``le``, ``_count``, ``_sum``); read
     from another thread, a scrape may see an observation in the count and not yet in the sum."""
 
-    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...],
-                 latencies: Latencies | None = None) -> None:
+    def __init__(self, name: str, documentation: str, latencies: Latencies) -> None:
         self.name = name
         self.documentation = documentation
-        self.latencies = latencies if latencies is not None else Latencies(buckets)
+        self.latencies = latencies
 
     @property
     def bounds(self) -> tuple[float, ...]:
@@ -49,7 +48,7 @@ class LatencyHistogram(Collector):
 
 
 WEBHOOK_SECONDS = LatencyHistogram("cardquota_webhook_duration_seconds", "Admission review latency in the server",
-                                   ADMISSION_BOUNDS, ADMISSION_LATENCIES)
+                                   ADMISSION_LATENCIES)
 REGISTRY.register(WEBHOOK_SECONDS)
 EVENTS_PROCESSED = Counter("cardquota_watch_events_total", "Watch events applied to the cache", ["kind"],
                            registry=REGISTRY)

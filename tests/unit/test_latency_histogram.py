@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from cardquota.runtime.latency import Latencies
 from cardquota.runtime.metrics import WEBHOOK_SECONDS, LatencyHistogram
 
 BUCKETS = WEBHOOK_SECONDS.bounds
@@ -23,7 +24,7 @@ def exposed(registry: CollectorRegistry) -> list[str]:
 @given(observations)
 def test_the_exposition_is_prometheus_clients(seen: list[tuple[str, str, float]]) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    histogram = LatencyHistogram("latency_seconds", "latency", BUCKETS)
+    histogram = LatencyHistogram("latency_seconds", "latency", Latencies(BUCKETS))
     ours.register(histogram)
     reference = Histogram("latency_seconds", "latency", ["kind", "verdict"], registry=theirs, buckets=BUCKETS)
     for kind, verdict, seconds in seen:
@@ -34,7 +35,7 @@ def test_the_exposition_is_prometheus_clients(seen: list[tuple[str, str, float]]
 
 def test_an_observation_on_a_bound_counts_in_that_bucket() -> None:
     registry = CollectorRegistry()
-    histogram = LatencyHistogram("latency_seconds", "latency", (0.001, 0.01))
+    histogram = LatencyHistogram("latency_seconds", "latency", Latencies((0.001, 0.01)))
     registry.register(histogram)
     histogram.observe("Pod", "allowed", 0.001)
     histogram.observe("Pod", "allowed", 0.5)
