@@ -110,7 +110,6 @@ def allow(warnings: Iterable[str] = (), patch: Iterable[PatchOperation] = ()) ->
     return Verdict(allowed=True, warnings=tuple(one_line(w) for w in warnings), patch=tuple(patch))
 
 
-
 def deny(violations: Sequence[Violation], warnings: Iterable[str] = ()) -> Verdict:
     """A denial whose message lists the violations, each as ``field path: message``; the API server's budget for
     a message is small, so after :data:`MAX_MESSAGE_VIOLATIONS` it counts the rest ("and 3 more problems")."""

@@ -10,7 +10,6 @@ histogram it replaces, the more as the server's other work leaves the CPU's cach
 from __future__ import annotations
 
 import bisect
-import time
 
 ADMISSION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 """The buckets' upper bounds, in seconds."""
@@ -33,10 +32,6 @@ class Latencies:
             series = self._series[key] = [0.0] * (len(self.bounds) + 2)
         series[bisect.bisect_left(self.bounds, seconds)] += 1
         series[-1] += seconds
-
-    def observe_since(self, kind: str, verdict: str, start: float) -> None:
-        """Observe the time from ``start`` (a ``time.perf_counter()``) until now."""
-        self.observe(kind, verdict, time.perf_counter() - start)
 
     def series(self) -> list[tuple[tuple[str, str], list[float], float]]:
         """Each (kind, verdict) in order, with its per-bucket counts (the last past every bound) and its sum: a copy,

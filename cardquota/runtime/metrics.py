@@ -33,9 +33,6 @@ class LatencyHistogram(Collector):
     def bounds(self) -> tuple[float, ...]:
         return self.latencies.bounds
 
-    def observe(self, kind: str, verdict: str, seconds: float) -> None:
-        self.latencies.observe(kind, verdict, seconds)
-
     def collect(self) -> Iterator[HistogramMetricFamily]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=["kind", "verdict"])
         for (kind, verdict), counts, total in self.latencies.series():

@@ -24,21 +24,21 @@ def exposed(registry: CollectorRegistry) -> list[str]:
 @given(observations)
 def test_the_exposition_is_prometheus_clients(seen: list[tuple[str, str, float]]) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    histogram = LatencyHistogram("latency_seconds", "latency", Latencies(BUCKETS))
-    ours.register(histogram)
+    latencies = Latencies(BUCKETS)
+    ours.register(LatencyHistogram("latency_seconds", "latency", latencies))
     reference = Histogram("latency_seconds", "latency", ["kind", "verdict"], registry=theirs, buckets=BUCKETS)
     for kind, verdict, seconds in seen:
-        histogram.observe(kind, verdict, seconds)
+        latencies.observe(kind, verdict, seconds)
         reference.labels(kind=kind, verdict=verdict).observe(seconds)
     assert exposed(ours) == exposed(theirs)
 
 
 def test_an_observation_on_a_bound_counts_in_that_bucket() -> None:
     registry = CollectorRegistry()
-    histogram = LatencyHistogram("latency_seconds", "latency", Latencies((0.001, 0.01)))
-    registry.register(histogram)
-    histogram.observe("Pod", "allowed", 0.001)
-    histogram.observe("Pod", "allowed", 0.5)
+    latencies = Latencies((0.001, 0.01))
+    registry.register(LatencyHistogram("latency_seconds", "latency", latencies))
+    latencies.observe("Pod", "allowed", 0.001)
+    latencies.observe("Pod", "allowed", 0.5)
     lines = exposed(registry)
     assert 'latency_seconds_bucket{kind="Pod",le="0.001",verdict="allowed"} 1.0' in lines
     assert 'latency_seconds_bucket{kind="Pod",le="0.01",verdict="allowed"} 1.0' in lines
