@@ -78,14 +78,14 @@ async def post(client: Any, verb: str, body: object) -> Any:
 
 
 async def test_deallocating_a_running_pod_frees_nothing(served: Any) -> None:
-    before = IGNORED.labels("deallocateFunc", "not-allocated-this-cycle")._value.get()
+    before = IGNORED.labels("deallocatefunc", "not-allocated-this-cycle")._value.get()
     hostile = {"task": task_info(card_pod("held", node_name="a1"), status=RUNNING)}
     assert await post(served, "deallocateFunc", hostile) == {"errorMessage": ""}
     refused = await post(served, "predicate", {"task": task_info(card_pod("waiting")), "node": node_info(GPU_NODE)})
     assert refused["code"] == 2
     assert refused["status"].startswith("InsufficientScalarQuota")
     assert await post(served, "jobEnqueueable", {"job": job_info(group("next", 1))}) == {"status": -1}
-    assert IGNORED.labels("deallocateFunc", "not-allocated-this-cycle")._value.get() == before + 1
+    assert IGNORED.labels("deallocatefunc", "not-allocated-this-cycle")._value.get() == before + 1
 
 
 async def test_two_thousand_unknown_pods_stay_bounded_and_go_with_the_cycle(served: Any) -> None:

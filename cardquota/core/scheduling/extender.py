@@ -126,7 +126,8 @@ class _Reserved:
 
 
 Ignored = Callable[[str, str, ObjectKey | None], None]
-"""Told of every request whose pod, node or job the extender will not act on: (verb, why, the object's key)."""
+"""Told of every request whose pod, node or job the extender will not act on: (the verb in lower case, as the
+server's metrics name it; why; the object's key)."""
 
 
 class Extender:
@@ -383,14 +384,14 @@ class Extender:
         except InputError:
             return {"status": ENQUEUE_ABSTAIN}
         if key not in session.ledger.snapshot.podgroups:
-            self.on_ignored("jobEnqueueable", "unknown-job", key)
+            self.on_ignored("jobenqueueable", "unknown-job", key)
             return {"status": ENQUEUE_ABSTAIN}
         reserved = self._enqueued.get(key)
         if reserved is not None:  # asked again: judged without its own reservation, which keeps its lifetime
             self._undo_reservation(session, key, lapsed=False)
         group = session.ledger.snapshot.podgroups[key]
         if group.phase not in WAITING_PHASES:
-            self.on_ignored("jobEnqueueable", "not-pending", key)
+            self.on_ignored("jobenqueueable", "not-pending", key)
             return {"status": ENQUEUE_ABSTAIN}
         if not session.enqueue_is_judged(group):
             return {"status": ENQUEUE_ABSTAIN}  # no cards, no cpu/memory its queue limits: not capacity-card's say
@@ -436,7 +437,7 @@ class Extender:
         watched = self._allocated[key].watched if key in self._allocated else session.pods[key]
         view = Pod.from_manifest(watched)
         if view.bound or view.terminated:
-            self.on_ignored("allocateFunc", "bound", key)  # charged where the watch shows it: nothing to do
+            self.on_ignored("allocatefunc", "bound", key)  # charged where the watch shows it: nothing to do
             return {"errorMessage": ""}, None, {}
         session.deallocate(key)  # placed earlier (an assumption, or this cycle): accounted once, from pending
         problem = session.task_refusal(key) or session.node_refusal(key, node)
@@ -459,9 +460,9 @@ class Extender:
         if key in self._cycle_allocations and key in self._allocated:
             self._undo_allocation(session, key, lapsed=False)
         elif key not in session.pods or key in self._strangers:
-            self.on_ignored("deallocateFunc", "unknown-pod", key)
+            self.on_ignored("deallocatefunc", "unknown-pod", key)
         else:
-            self.on_ignored("deallocateFunc", "not-allocated-this-cycle", key)
+            self.on_ignored("deallocatefunc", "not-allocated-this-cycle", key)
         return {"errorMessage": ""}
 
     # ------------------------------------------------------------------------------------------------ internals
@@ -470,16 +471,16 @@ class Extender:
         """The refusal of an allocation cardquota cannot vouch for: a pod or node the watch does not know, an mGPU
         pod of a scheduler the configuration does not name (its result annotations are not written for it)."""
         if key not in session.pods or key in self._strangers:
-            self.on_ignored("allocateFunc", "unknown-pod", key)
+            self.on_ignored("allocatefunc", "unknown-pod", key)
             return {"errorMessage": f"cardquota does not know pod {key[0]}/{key[1]} yet: its allocation waits for "
                                     "a later cycle"}
         if node not in session.nodes:
-            self.on_ignored("allocateFunc", "unknown-node", key)
+            self.on_ignored("allocatefunc", "unknown-node", key)
             return {"errorMessage": f"cardquota does not know node {node} yet: allocations onto it wait for a later "
                                     "cycle"}
         scheduler = (session.pods[key].get("spec") or {}).get("schedulerName")
         if scheduler not in self.config.scheduler_names and session.wants_mgpu(key):
-            self.on_ignored("allocateFunc", "other-scheduler", key)
+            self.on_ignored("allocatefunc", "other-scheduler", key)
             return {"errorMessage": f"pod {key[0]}/{key[1]} asks for mGPU but its schedulerName {scheduler!r} is "
                                     f"not one cardquota serves ({', '.join(sorted(self.config.scheduler_names))})"}
         return None

@@ -93,7 +93,7 @@ def test_deallocate_never_frees_a_pod_the_watch_shows_bound() -> None:
     assert extender.deallocate_func({"task": task_info(card_pod("held", node_name="a1"), status=RUNNING)}) == {
         "errorMessage": ""}
     assert allocated(extender) == 1
-    assert told == [("deallocateFunc", "not-allocated-this-cycle")]
+    assert told == [("deallocatefunc", "not-allocated-this-cycle")]
 
 
 def test_deallocate_undoes_this_cycles_allocation_only() -> None:
@@ -107,7 +107,7 @@ def test_deallocate_undoes_this_cycles_allocation_only() -> None:
     extender.on_session_open({})
     extender.deallocate_func({"task": task_info(card_pod("q"), status=ALLOCATED, node="a1")})
     assert allocated(extender) == 1  # a past cycle's allocation stands until the watch shows it or it lapses
-    assert told == [("deallocateFunc", "not-allocated-this-cycle")]
+    assert told == [("deallocatefunc", "not-allocated-this-cycle")]
 
 
 def test_deallocate_of_a_pod_the_watch_showed_bound_meanwhile_is_ignored() -> None:
@@ -116,7 +116,7 @@ def test_deallocate_of_a_pod_the_watch_showed_bound_meanwhile_is_ignored() -> No
     extender.upsert(card_pod("p", node_name="a1"))  # bound (in the real world: after the session closed)
     extender.deallocate_func({"task": task_info(card_pod("p"), status=ALLOCATED, node="a1")})
     assert allocated(extender) == 1
-    assert told == [("deallocateFunc", "not-allocated-this-cycle")]
+    assert told == [("deallocatefunc", "not-allocated-this-cycle")]
 
 
 def test_allocating_the_same_task_twice_counts_it_once_and_keeps_its_lifetime() -> None:
@@ -157,7 +157,7 @@ def test_allocate_refuses_pods_and_nodes_the_watch_does_not_know_and_leaves_boun
     assert allocated(extender) == 1
     assert extender.session is not None
     assert "ghost" not in {name for _, name in extender.session.pods}
-    assert told == [("allocateFunc", "unknown-pod"), ("allocateFunc", "unknown-node"), ("allocateFunc", "bound")]
+    assert told == [("allocatefunc", "unknown-pod"), ("allocatefunc", "unknown-node"), ("allocatefunc", "bound")]
 
 
 def test_mgpu_results_are_given_only_for_pending_pods_of_the_configured_schedulers() -> None:
@@ -174,7 +174,7 @@ def test_mgpu_results_are_given_only_for_pending_pods_of_the_configured_schedule
     assert (target, annotations) == (None, {})
     assert extender.allocate_func({"task": task_info(mgpu_pod("running", node_name="m1"), status=ALLOCATED,
                                                      node="m1")}) == ({"errorMessage": ""}, None, {})
-    assert told == [("allocateFunc", "other-scheduler"), ("allocateFunc", "bound")]
+    assert told == [("allocatefunc", "other-scheduler"), ("allocatefunc", "bound")]
 
 
 def test_unknown_pods_are_judged_kept_at_most_the_cap_and_gone_when_the_cycle_ends() -> None:
@@ -218,7 +218,7 @@ def test_job_enqueueable_judges_the_watched_podgroup_and_abstains_on_unknown_one
     assert extender.job_enqueueable({"job": job_info(group("ghost", 1))}) == {"status": 0}
     assert extender.session is not None
     assert ("ml", "ghost") not in extender.session.ledger.snapshot.podgroups
-    assert told == [("jobEnqueueable", "unknown-job")]
+    assert told == [("jobenqueueable", "unknown-job")]
 
 
 def test_a_repeated_job_enqueueable_counts_once_and_never_extends_the_reservation() -> None:
