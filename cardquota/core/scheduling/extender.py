@@ -148,7 +148,7 @@ class Extender:
     * a pod the watch does not know (the scheduler's informer was faster) is judged by ``predicate``/``prioritize``
       from the request and kept pending in the session until the cycle ends, at most
       :data:`STRANGERS_PER_CYCLE` of them (beyond, judged and forgotten at once); unknown nodes are never added;
-    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one abstains) and reserves it once: a repeated
+    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it once: a repeated
       call does not extend its :data:`ASSUMED_SECONDS`, and after a reservation lapsed unconfirmed (or was refused
       on a repeated call) a new one lasts only until the cycle ends — so does a new allocation of a pod whose
       allocation lapsed.
@@ -383,9 +383,9 @@ class Extender:
             key = PodGroup.from_manifest(manifest).key
         except InputError:
             return {"status": ENQUEUE_ABSTAIN}
-        if key not in session.ledger.snapshot.podgroups:
-            self.on_ignored("jobenqueueable", "unknown-job", key)
-            return {"status": ENQUEUE_ABSTAIN}
+        if key not in session.ledger.snapshot.podgroups:  # refused, not let through unchecked: the scheduler asks
+            self.on_ignored("jobenqueueable", "unknown-job", key)  # again next cycle, when the watch has brought it
+            return {"status": ENQUEUE_REJECT}
         reserved = self._enqueued.get(key)
         if reserved is not None:  # asked again: judged without its own reservation, which keeps its lifetime
             self._undo_reservation(session, key, lapsed=False)

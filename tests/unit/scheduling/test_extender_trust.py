@@ -210,12 +210,13 @@ def test_without_session_verbs_a_cycle_ends_after_cycle_seconds() -> None:
     assert ("ml", "ghost") not in extender.session.pods
 
 
-def test_job_enqueueable_judges_the_watched_podgroup_and_abstains_on_unknown_ones() -> None:
+def test_job_enqueueable_judges_the_watched_podgroup_and_refuses_unknown_ones() -> None:
+    """(An unknown job is refused rather than let through unchecked: the scheduler asks again next cycle.)"""
     extender, _, told = watched(group("real", 1))
     lying = group("real", 99)  # the request claims 99 cards; the watch says 1
     assert extender.job_enqueueable({"job": job_info(lying)}) == {"status": 1}
     assert inqueue(extender) == 1
-    assert extender.job_enqueueable({"job": job_info(group("ghost", 1))}) == {"status": 0}
+    assert extender.job_enqueueable({"job": job_info(group("ghost", 1))}) == {"status": -1}
     assert extender.session is not None
     assert ("ml", "ghost") not in extender.session.ledger.snapshot.podgroups
     assert told == [("jobenqueueable", "unknown-job")]
