@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
-from cardquota.core.objects import Manifest, namespaced_key
+from cardquota.core.objects import Manifest, ObjectKey, namespaced_key
 from cardquota.core.scheduling.extender import Extender
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.metrics import REGISTRY, metrics_response
@@ -40,6 +40,9 @@ SYNCED = Gauge("cardquota_extender_synced", "1 once the extender's watched sessi
                registry=REGISTRY)
 ABSTENTIONS = Counter("cardquota_extender_abstentions_total", "Verbs answered without judging, by why",
                       ["verb", "reason"], registry=REGISTRY)
+IGNORED = Counter("cardquota_extender_ignored_total", "Requests naming a pod, node or job the extender would not "
+                  "act on (not in its watch, bound, not allocated in this cycle), by verb and why", ["verb", "reason"],
+                  registry=REGISTRY)
 DEGRADED_LOG_SECONDS = 60.0
 PodPatcher = Callable[[Manifest, dict[str, str]], Coroutine[Any, Any, None]]
 
@@ -62,6 +65,7 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
     comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode)."""
     background: set[asyncio.Task[None]] = set()
     last_degraded_log = [float("-inf")]
+    extender.on_ignored = ignored
     verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
         "onsessionopen": extender.on_session_open,
         "onsessionclose": extender.on_session_close,
@@ -133,6 +137,13 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
     add_health_routes(app, synced or (lambda: True))
     app.router.add_post("/{verb}", handle)
     return app
+
+
+def ignored(verb: str, reason: str, key: ObjectKey | None) -> None:
+    """A request the extender answered without acting on it: counted, and logged at debug level (a caller other
+    than the scheduler can send many)."""
+    IGNORED.labels(verb, reason).inc()
+    log.debug("extender verb %s: %s/%s ignored (%s)", verb, *(key or ("-", "-")), reason)
 
 
 def api_pod_patcher(api: Any) -> PodPatcher:

@@ -201,6 +201,9 @@ class ExtenderSettings:
     port: int = 8713
     scheduler_conf: str | None = None
     """volcano-scheduler.conf, for the plugins' arguments (their defaults when None)."""
+    schedulers: frozenset[str] = frozenset({"volcano"})
+    """The names Volcano schedules pods under (``spec.schedulerName``): their pods count against their queue's quota
+    without a PodGroup, and only theirs get mGPU results patched on."""
 
 
 def parse_failure_modes(items: Sequence[str]) -> dict[str, FailureMode]:
@@ -319,12 +322,14 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
 
 
 def extender_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ExtenderSettings:
-    """The settings of ``cardquota extender`` (options ``--host``, ``--port``, ``--scheduler-conf``, each None when
-    not given); raises InputError naming a variable that cannot be read."""
+    """The settings of ``cardquota extender`` (options ``--host``, ``--port``, ``--scheduler-conf``,
+    ``--schedulers``, each None when not given); raises InputError naming a variable that cannot be read."""
     env = os.environ if environ is None else environ
     defaults = ExtenderSettings()
+    schedulers = args.schedulers or from_env(env, ENV_SCHEDULERS, read_names, "scheduler names, comma-separated")
     return ExtenderSettings(
         host=_chosen_text(args.host, env, ENV_HOST, defaults.host),
         port=_chosen(args.port, env, ENV_EXTENDER_PORT, read_port, PORT_FORM, defaults.port),
         scheduler_conf=args.scheduler_conf or env.get(ENV_SCHEDULER_CONF) or None,
+        schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,
     )

@@ -46,10 +46,13 @@ def job_info(podgroup: dict[str, Any], pods: list[dict[str, Any]] = ()) -> dict[
 
 
 def session_open(nodes: list[dict[str, Any]], queues: list[dict[str, Any]], jobs: list[dict[str, Any]],
-                 pods_by_node: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    pods_by_node = pods_by_node or {}
-    return {"Jobs": {f"{j['metadata'].get('namespace', 'default')}/{j['metadata']['name']}": job_info(j)
-                     for j in jobs},
+                 pods_by_node: dict[str, list[dict[str, Any]]] | None = None,
+                 pods_by_job: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """The onSessionOpen body: ``pods_by_job`` (by PodGroup name) are the jobs' tasks, as Volcano sends every
+    pending pod of a job in its JobInfo."""
+    pods_by_node, pods_by_job = pods_by_node or {}, pods_by_job or {}
+    return {"Jobs": {f"{j['metadata'].get('namespace', 'default')}/{j['metadata']['name']}":
+                     job_info(j, pods_by_job.get(j["metadata"]["name"], [])) for j in jobs},
             "Nodes": {n["metadata"]["name"]: node_info(n, pods_by_node.get(n["metadata"]["name"], []))
                       for n in nodes},
             "Queues": {q["metadata"]["name"]: queue_info(q) for q in queues},

@@ -213,6 +213,10 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     extender.add_argument("--scheduler-conf", metavar="FILE",
                           help="volcano-scheduler.conf, for the plugins' arguments (the scheduler ConfigMap "
                           f"mounted as a file; env {settings.ENV_SCHEDULER_CONF}); default: the plugins' defaults")
+    extender.add_argument("--card-aware-scheduler", "--schedulers", dest="schedulers", action="append",
+                          metavar="NAME", help="a scheduler name Volcano serves (spec.schedulerName), repeatable: its "
+                          "pods count against their queue without a PodGroup, and only its pending pods get mGPU "
+                          f"results patched on (env {settings.ENV_SCHEDULERS}, comma-separated; default volcano)")
     extender.add_argument("--no-patch", action="store_true",
                           help="do not patch mGPU results onto pods")
     extender.add_argument("--session-from-body", action="store_true",
@@ -301,6 +305,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
+    import dataclasses
     import logging
     import time
 
@@ -318,6 +323,7 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise InputError(f"cannot read it: {error.strerror}", where=settings.scheduler_conf) from None
         except InputError as error:
             raise error.located(settings.scheduler_conf) from None
+    config = dataclasses.replace(config, scheduler_names=settings.schedulers)
     patcher, api = None, None
     if not (args.no_patch and args.session_from_body):
         from cardquota.kube import KubeError, api_client

@@ -46,9 +46,11 @@ async def post(client: Any, verb: str, body: object) -> Any:
 
 async def test_a_scheduling_cycle_end_to_end(client: Any) -> None:
     group = podgroup("train", namespace="ml", queue="team-a", phase="Pending", request={A100: 2})
-    assert await post(client, "onSessionOpen", session_open([GPU_NODE, MGPU_NODE], [QUEUE], [group])) == {}
+    worker = pod("w0", namespace="ml", card=A100, gpus=1, queue="team-a", group="train")
+    assert await post(client, "onSessionOpen", session_open([GPU_NODE, MGPU_NODE], [QUEUE], [group],
+                                                            pods_by_job={"train": [worker]})) == {}
     assert await post(client, "jobEnqueueable", {"job": job_info(group)}) == {"status": 1}
-    task = task_info(pod("w0", namespace="ml", card=A100, gpus=1, queue="team-a"))
+    task = task_info(worker)
     assert await post(client, "predicate", {"task": task, "node": node_info(GPU_NODE)}) == {"status": "", "code": 0}
     assert (await post(client, "predicate", {"task": task, "node": node_info(MGPU_NODE)}))["code"] == 2
     scores = await post(client, "prioritize", {"task": task, "nodes": [node_info(GPU_NODE)]})
@@ -62,9 +64,11 @@ async def test_a_scheduling_cycle_end_to_end(client: Any) -> None:
 
 
 async def test_mgpu_results_are_handed_to_the_pod_patcher(client: Any) -> None:
-    await post(client, "onSessionOpen", session_open([MGPU_NODE], [queue("default", {})], []))
     mgpu_pod = pod("infer", namespace="ml", containers=[{"name": "c", "resources": {"requests": {
         "vke.volcengine.com/mgpu-core": "30", "vke.volcengine.com/mgpu-memory": "4096"}}}])
+    await post(client, "onSessionOpen", session_open([MGPU_NODE], [queue("default", {})],
+                                                     [podgroup("infer", namespace="ml", phase="Inqueue")],
+                                                     pods_by_job={"infer": [mgpu_pod]}))
     task = task_info(mgpu_pod, status=ALLOCATED, node="m1")
     assert await post(client, "allocateFunc", {"task": task}) == {"errorMessage": ""}
     for _ in range(50):

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from builders import gpu_node, pod, queue
 from polling import eventually
-from volcano_payloads import node_info, task_info
+from volcano_payloads import RUNNING, node_info, task_info
 
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.core.scheduling.extender import Extender
@@ -86,6 +86,11 @@ async def decide(extender_url: str, base: str, node: dict[str, Any]) -> None:
         async with session.post(f"{base}/api/v1/namespaces/ml/pods", json=card_pod("held", node_name="a100-1")):
             pass
         await eventually(refused)  # the one card of team-a's quota is held: seen through the watch alone
+        # A caller that is not the scheduler cannot free it: the watch shows it bound.
+        async with session.post(f"{extender_url}/deallocateFunc", json={
+                "task": task_info(card_pod("held", node_name="a100-1"), status=RUNNING)}) as response:
+            assert await response.json() == {"errorMessage": ""}
+        assert await refused()
         async with session.delete(f"{base}/api/v1/namespaces/ml/pods/held"):
             pass
         await eventually(lambda: _not(refused))

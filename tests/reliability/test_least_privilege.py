@@ -15,12 +15,17 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from builders import pod, queue
+from builders import node, pod, queue
 from operator_runs import operator_running
 from polling import eventually
+from volcano_payloads import ALLOCATED, task_info
 
+from cardquota.core.scheduling.extender import Extender
+from cardquota.core.scheduling.mgpu import MGPUConfig
+from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates
+from cardquota.operator.extender import api_pod_patcher, run_extender
 from cardquota.operator.leader import LeaderElection
 from cardquota.operator.settings import Role, Settings
 
@@ -36,11 +41,11 @@ Rule = dict[str, Any]
 
 
 def rbac(path: str = "manifests/base/rbac.yaml") -> tuple[list[Rule], list[Rule]]:
-    """(the ClusterRole's rules, the Role's) in one shipped file."""
+    """(the ClusterRole's rules, the Role's — none when the file has no Role) in one shipped file."""
     documents = list(yaml.safe_load_all((REPO / path).read_text()))
     (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole"]
-    (role,) = [d for d in documents if d["kind"] == "Role"]
-    return cluster_role["rules"], role["rules"]
+    roles = [d for d in documents if d["kind"] == "Role"]
+    return cluster_role["rules"], roles[0]["rules"] if roles else []
 
 
 SPLIT = "manifests/components/separate-controller"
@@ -160,3 +165,49 @@ async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_k
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
     assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml"))
+
+
+EXTENDER = "manifests/components/extender/extender.yaml"
+MGPU = {"vke.volcengine.com/mgpu-core": "30", "vke.volcengine.com/mgpu-memory": "4096"}
+
+
+def mgpu_pod(name: str, node_name: str | None = None) -> dict[str, Any]:
+    return pod(name, namespace="ml", node_name=node_name, containers=[{"name": "c", "resources": {"requests": MGPU}}])
+
+
+async def test_the_extender_is_granted_exactly_what_it_calls_and_patches_only_the_pods_it_placed(
+        volcano_kmock: Any) -> None:
+    """The served extender (watching kmock) places a pending mGPU pod and is asked, by some other caller, to place
+    a running one: only the first is patched, and its ClusterRole grants exactly what it called."""
+    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
+        volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
+            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
+    volcano_kmock.objects["v1/nodes", None, "m1"] = node("m1", allocatable={
+        "vke.volcengine.com/mgpu-core": "400", "vke.volcengine.com/mgpu-memory": "98304"})
+    volcano_kmock.objects["v1/pods", "ml", "mine"] = mgpu_pod("mine")
+    volcano_kmock.objects["v1/pods", "ml", "busy"] = mgpu_pod("busy", node_name="m1")
+    setup_requests = cluster(volcano_kmock)
+    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+    stop, ports = asyncio.Event(), []
+    served = asyncio.create_task(run_extender(
+        Extender(SchedulerConfig(mgpu=MGPUConfig(enabled=True))), "127.0.0.1", 0, api_pod_patcher(api), stop,
+        api=api, on_listening=ports.append))
+    try:
+        await eventually(lambda: bool(ports))
+        async with aiohttp.ClientSession(base_url=f"http://127.0.0.1:{ports[0]}") as session:
+            async def ready() -> bool:
+                async with session.get("/readyz") as response:
+                    return response.status == 200
+
+            await eventually(ready, timeout=20)
+            for manifest in (mgpu_pod("busy", node_name="m1"), mgpu_pod("mine")):
+                async with session.post("/allocateFunc", json={"task": task_info(manifest, status=ALLOCATED,
+                                                                                 node="m1")}) as response:
+                    assert await response.json() == {"errorMessage": ""}
+        await eventually(lambda: made(volcano_kmock, ("patch", "pods"), ("watch", "resourceclaims"),
+                                      ("watch", "resourceclaimtemplates")), timeout=20)
+    finally:
+        stop.set()
+        await asyncio.wait_for(served, 30)
+    assert [r.name for r in volcano_kmock if verb(r) == "patch"] == ["mine"]
+    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(EXTENDER))

@@ -656,3 +656,19 @@ def test_stdin_is_read_at_most_once(argv, monkeypatch):
     result = cardquota(*argv, "-o", "json")
     assert_one_error_line(result, "stdin can be read only once, but '-' is given 2 times")
     assert sys.stdin.read() == EXAMPLE.read_text()  # untouched
+
+
+def test_the_extender_serves_the_schedulers_it_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--schedulers`` reaches the extender's rules: only pending pods of these get mGPU results patched on."""
+    import cardquota.operator.extender as served
+
+    seen = []
+
+    async def run_extender(extender, host, port, patch_pod, stop=None, **_):
+        seen.append(extender.config.scheduler_names)
+
+    monkeypatch.setattr(served, "run_extender", run_extender)
+    assert cardquota("extender", "--no-patch", "--session-from-body", "--schedulers", "vc-a",
+                     "--schedulers", "vc-b").code == 0
+    assert cardquota("extender", "--no-patch", "--session-from-body").code == 0
+    assert seen == [frozenset({"vc-a", "vc-b"}), frozenset({"volcano"})]

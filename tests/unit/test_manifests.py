@@ -685,6 +685,9 @@ def test_the_extender_may_list_and_watch_what_it_follows_and_write_only_pods() -
     assert all({"list", "watch"} <= verbs for verbs in granted.values())
     reads = {"list", "watch", "get"}
     assert {key: verbs - reads for key, verbs in granted.items() if verbs - reads} == {("", "pods"): {"patch"}}
+    # The one write in a rule of its own (to be bound per namespace where the cluster-wide grant is too wide).
+    writes = [rule for rule in _one("ClusterRole", EXTENDER)["rules"] if set(rule["verbs"]) - reads]
+    assert writes == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
 
 
 def test_the_example_configmap_sends_no_session_body() -> None:

@@ -150,8 +150,9 @@ def _operator_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _extender_args(host: str | None = None, port: int | None = None) -> argparse.Namespace:
-    return argparse.Namespace(host=host, port=port, scheduler_conf=None)
+def _extender_args(host: str | None = None, port: int | None = None,
+                   schedulers: list[str] | None = None) -> argparse.Namespace:
+    return argparse.Namespace(host=host, port=port, scheduler_conf=None, schedulers=schedulers)
 
 
 def test_every_link_of_the_shipped_services_leaves_the_settings_alone() -> None:
@@ -173,6 +174,10 @@ def test_the_new_names_are_read_and_the_command_line_wins() -> None:
     assert from_arguments(_operator_args(["--port", "9000", "--metrics-port", "9001"]), env).port == 9000
     assert extender_settings(_extender_args(), env) == ExtenderSettings("127.0.0.1", 9713, "/etc/conf")
     assert extender_settings(_extender_args("::", 1), env).port == 1
+    assert extender_settings(_extender_args(), {"CARDQUOTA_SCHEDULERS": "volcano, vc-b"}).schedulers == {
+        "volcano", "vc-b"}
+    assert extender_settings(_extender_args(schedulers=["only"]), {"CARDQUOTA_SCHEDULERS": "vc-b"}).schedulers == {
+        "only"}
     assert from_arguments(_operator_args([]), {"CARDQUOTA_WEBHOOK_PORT_NUMBER": ""}).port == Settings().port
 
 

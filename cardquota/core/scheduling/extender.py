@@ -10,16 +10,17 @@ queue not overused, job ready, allocation accepted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.ledger import Ledger
+from cardquota.core.ledger import WAITING_PHASES, Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.scheduling import capacity_card
-from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.core.scheduling.session import SchedulerConfig, Session, watched_pod
 from cardquota.core.snapshot import ClusterSnapshot, Kind, kind_of
 
 CODE_PASS = 0
@@ -34,6 +35,13 @@ ASSUMED_SECONDS = 30.0
 (the pod bound, the PodGroup Inqueue): Volcano binds and writes the PodGroup's phase after the session closes, and
 until the watch brings that, the next cycle must still see those cards taken — as the scheduler's own cache
 "assumes" a binding. Undone when it expires unseen (the bind failed)."""
+CYCLE_SECONDS = 10.0
+"""When the scheduler calls neither ``onSessionOpen`` nor ``onSessionClose``, a cycle is taken to end this long after
+the last one ended (Volcano's default schedule period is 1 s): what lives for a cycle only does not outlive it."""
+STRANGERS_PER_CYCLE = 512
+"""At most this many pods the watch does not know are kept (pending) in a cycle. The scheduler names such a pod only
+in the moment before the extender's watch brings it (both follow the same API server); a caller naming more is not
+the scheduler. Beyond the cap a pod is still judged from the request, then forgotten."""
 
 
 def field(obj: object, name: str) -> Any:
@@ -101,20 +109,55 @@ def session_manifests(snapshot: Mapping[str, Any]) -> list[Manifest]:
 
 @dataclass(frozen=True)
 class _Assumed:
-    """A decision of a cycle not yet seen through the watch: until when it stands, and the object as last watched
-    (put back if it expires)."""
+    """A task allocated in a cycle and not yet seen bound through the watch: until when the allocation stands (None:
+    until the cycle ends), and the pod as last watched (put back when it ends)."""
 
-    until: float
+    until: float | None
     watched: Manifest
+
+
+@dataclass(frozen=True)
+class _Reserved:
+    """A PodGroup enqueued in a cycle and not yet seen Inqueue through the watch: until when (None: until the cycle
+    ends), and its phase as last watched (put back when it ends)."""
+
+    until: float | None
+    phase: str
+
+
+Ignored = Callable[[str, str, ObjectKey | None], None]
+"""Told of every request whose pod, node or job the extender will not act on: (the verb in lower case, as the
+server's metrics name it; why; the object's key)."""
 
 
 class Extender:
     """The verbs, over a :class:`Session` — kept by watches (the served extender: :meth:`upsert`/:meth:`delete`
     fed by the operator's cluster cache, so ``onSessionOpen`` needs no body), or opened from each ``onSessionOpen``
-    snapshot when nothing feeds it (:attr:`watch_fed` False) — and the decisions of the cycle on top."""
+    snapshot when nothing feeds it (:attr:`watch_fed` False) — and the decisions of the cycle on top.
+
+    What a caller names is trusted only as far as the watch (or, fed by bodies, the session's snapshot) confirms
+    it — anyone who reaches the port can call a verb:
+
+    * ``deallocateFunc`` undoes only an allocation ``allocateFunc`` made in the current cycle and the watch has not
+      shown bound; any other is answered and ignored (a pod the watch shows bound is never unbound — Volcano's
+      preemption, whose ``Statement.Evict`` deallocates its running victims, frees their cards here only when the
+      watch shows them gone);
+    * ``allocateFunc`` places only pods the watch shows pending on nodes it knows (another pod is refused, and the
+      scheduler retries it in a later cycle; a pod the watch shows bound is accepted unchanged), patches mGPU
+      results only onto pods of the schedulers the configuration names, and counts the same task once;
+    * a pod the watch does not know (the scheduler's informer was faster) is judged by ``predicate``/``prioritize``
+      from the request and kept pending in the session until the cycle ends, at most
+      :data:`STRANGERS_PER_CYCLE` of them (beyond, judged and forgotten at once); unknown nodes are never added;
+    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it once: a repeated
+      call does not extend its :data:`ASSUMED_SECONDS`, and after a reservation lapsed unconfirmed (or was refused
+      on a repeated call) a new one lasts only until the cycle ends — so does a new allocation of a pod whose
+      allocation lapsed.
+
+    A cycle ends at ``onSessionOpen`` and ``onSessionClose``, or :data:`CYCLE_SECONDS` after the last end for a
+    scheduler configured without those verbs."""
 
     def __init__(self, config: SchedulerConfig | None = None, *,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, on_ignored: Ignored | None = None) -> None:
         self.config = config or SchedulerConfig()
         self.session: Session | None = None
         self.watch_fed = False
@@ -122,24 +165,38 @@ class Extender:
         self.clock = clock or _stopped_clock
         """Seconds, monotonic (the served extender passes time.monotonic); without one, a decision of a cycle stands
         until the watch shows it or the scheduler deallocates it."""
+        self.on_ignored: Ignored = on_ignored or _not_told
         self._allocated: dict[ObjectKey, _Assumed] = {}
-        self._enqueued: dict[ObjectKey, _Assumed] = {}
+        self._enqueued: dict[ObjectKey, _Reserved] = {}
         self._next_expiry = float("inf")
+        self._cycle_began = self.clock()
+        self._strangers: set[ObjectKey] = set()
+        """Pods the session holds pending because a verb named them before the watch showed them (this cycle)."""
+        self._cycle_allocations: set[ObjectKey] = set()
+        """Pods ``allocateFunc`` placed in this cycle and not undone since: what ``deallocateFunc`` may undo."""
+        self._cycle_untils: dict[tuple[Kind, ObjectKey], float | None] = {}
+        """The lifetime each decision of this cycle got first (undone and taken again, it keeps it)."""
+        self._lapsed: set[tuple[Kind, ObjectKey]] = set()
+        """Pods and PodGroups whose decision lapsed unconfirmed (until the watch shows them placed or gone)."""
 
     # ------------------------------------------------------------------------------------------------- session
 
     def on_session_open(self, request: Mapping[str, Any]) -> dict[str, Any]:
         if self.watch_fed:
+            self._end_cycle()
             self._expire()
         else:
+            self._forget()
             self.session = Session(_readable(session_manifests(request)), self.config)
         return {}
 
     def on_session_close(self, request: Mapping[str, Any]) -> dict[str, Any]:
         del request
         if self.watch_fed:
+            self._end_cycle()
             self._expire()
         else:
+            self._forget()
             self.session = None
         return {}
 
@@ -152,28 +209,34 @@ class Extender:
 
     def upsert(self, manifest: Mapping[str, Any]) -> None:
         """A watched object added or changed. A pod allocated in a cycle and not yet shown bound keeps its node (and
-        a PodGroup enqueued in a cycle, its Inqueue phase) until the watch shows it or :data:`ASSUMED_SECONDS`
-        pass."""
+        a PodGroup enqueued in a cycle, its Inqueue phase) until the watch shows it or its time passes."""
         session = self._watched()
         kind = kind_of(manifest)
         if kind is Kind.POD:
-            key = Pod.from_manifest(manifest).key
-            assumed = self._allocated.get(key)
+            view = Pod.from_manifest(manifest)
+            self._strangers.discard(view.key)  # the watch knows it now
+            placed = view.bound or view.terminated
+            if placed:
+                self._cycle_allocations.discard(view.key)
+                self._lapsed.discard((Kind.POD, view.key))
+            assumed = self._allocated.get(view.key)
             if assumed is not None:
-                view = Pod.from_manifest(manifest)
-                if view.bound or view.terminated:
-                    del self._allocated[key]
+                if placed:
+                    del self._allocated[view.key]
                 else:
-                    self._allocated[key] = _Assumed(assumed.until, manifest)
-                    manifest = _placed_as(manifest, session.pods.get(key))
+                    self._allocated[view.key] = _Assumed(assumed.until, manifest)
+                    manifest = _placed_as(manifest, session.pods.get(view.key))
         elif kind is Kind.PODGROUP:
             group = PodGroup.from_manifest(manifest)
-            enqueued = self._enqueued.get(group.key)
-            if enqueued is not None:
-                if group.phase not in ("", "Pending"):
+            waiting = group.phase in WAITING_PHASES
+            if not waiting:
+                self._lapsed.discard((Kind.PODGROUP, group.key))
+            reserved = self._enqueued.get(group.key)
+            if reserved is not None:
+                if not waiting:
                     del self._enqueued[group.key]
                 else:
-                    self._enqueued[group.key] = _Assumed(enqueued.until, manifest)
+                    self._enqueued[group.key] = _Reserved(reserved.until, group.phase)
                     manifest = {**manifest, "status": {**(manifest.get("status") or {}), "phase": "Inqueue"}}
         session.upsert(manifest)
 
@@ -183,88 +246,163 @@ class Extender:
         kind = kind_of(manifest)
         if kind is Kind.POD:
             self._allocated.pop(key, None)
+            self._strangers.discard(key)
+            self._cycle_allocations.discard(key)
         elif kind is Kind.PODGROUP:
             self._enqueued.pop(key, None)
+        if kind is not None:
+            self._lapsed.discard((kind, key))
         session.delete(manifest)
 
     def _watched(self) -> Session:
         if not self.watch_fed or self.session is None:
             self.session = Session([], self.config)
             self.watch_fed = True
+            self._forget()
+        return self.session
+
+    # ------------------------------------------------------------------------------------------ decisions' life
+
+    def _current(self) -> Session | None:
+        """The session, with the decisions whose time has passed undone (None when there is none)."""
+        if self.session is None:
+            return None
+        self._expire()
         return self.session
 
     def _expire(self) -> None:
         """Decisions of past cycles the watch never confirmed are undone: the objects as last watched. Checked at
-        every session open and close and every task verb (a scheduler configured without the session verbs), at
-        the cost of a clock read when none is due."""
+        every session open and close and every verb (a scheduler configured without the session verbs), at the
+        cost of a clock read when none is due."""
         now = self.clock()
-        if now < self._next_expiry:
+        if now - self._cycle_began >= CYCLE_SECONDS:
+            self._end_cycle()
+        if now < self._next_expiry or self.session is None:
             return
-        session = self._watched()
+        session = self.session
         soonest = float("inf")
-        for decisions in (self._allocated, self._enqueued):
-            for key, assumed in list(decisions.items()):
-                if assumed.until <= now:
-                    del decisions[key]
-                    session.upsert(assumed.watched)
-                else:
-                    soonest = min(soonest, assumed.until)
+        for key, assumed in list(self._allocated.items()):
+            if assumed.until is not None and assumed.until <= now:
+                self._undo_allocation(session, key, lapsed=True)
+            elif assumed.until is not None:
+                soonest = min(soonest, assumed.until)
+        for key, reserved in list(self._enqueued.items()):
+            if reserved.until is not None and reserved.until <= now:
+                self._undo_reservation(session, key, lapsed=True)
+            elif reserved.until is not None:
+                soonest = min(soonest, reserved.until)
         self._next_expiry = soonest
 
-    def _assume(self, decisions: dict[ObjectKey, _Assumed], key: ObjectKey, watched: Manifest) -> None:
-        if key not in decisions:
-            until = self.clock() + ASSUMED_SECONDS
-            decisions[key] = _Assumed(until, watched)
+    def _end_cycle(self) -> None:
+        """What lives for the cycle only goes: pods the watch does not know, decisions taken for the cycle only,
+        and what ``deallocateFunc`` may undo."""
+        self._cycle_began = self.clock()
+        session = self.session
+        if session is not None:
+            for key in self._strangers:
+                session.remove(key)
+            for key in [key for key, assumed in self._allocated.items() if assumed.until is None]:
+                self._undo_allocation(session, key, lapsed=False)
+            for key in [key for key, reserved in self._enqueued.items() if reserved.until is None]:
+                self._undo_reservation(session, key, lapsed=False)
+        self._strangers.clear()
+        self._cycle_allocations.clear()
+        self._cycle_untils.clear()
+
+    def _forget(self) -> None:
+        """Everything kept about decisions (a session opened from a body, or a watch starting to feed one)."""
+        self._allocated.clear()
+        self._enqueued.clear()
+        self._lapsed.clear()
+        self._next_expiry = float("inf")
+        self._end_cycle()
+
+    def _until(self, kind: Kind, key: ObjectKey) -> float | None:
+        """The lifetime of a new decision about ``key``: the one it had earlier in this cycle, else until the cycle
+        ends when its last one lapsed, else :data:`ASSUMED_SECONDS`."""
+        if (kind, key) in self._cycle_untils:
+            return self._cycle_untils[(kind, key)]
+        until = None if (kind, key) in self._lapsed else self.clock() + ASSUMED_SECONDS
+        self._cycle_untils[(kind, key)] = until
+        if until is not None:
             self._next_expiry = min(self._next_expiry, until)
+        return until
+
+    def _undo_allocation(self, session: Session, key: ObjectKey, *, lapsed: bool) -> None:
+        assumed = self._allocated.pop(key)
+        self._cycle_allocations.discard(key)
+        session.upsert(assumed.watched)
+        if lapsed:
+            self._lapsed.add((Kind.POD, key))
+
+    def _undo_reservation(self, session: Session, key: ObjectKey, *, lapsed: bool) -> None:
+        reserved = self._enqueued.pop(key)
+        session.set_group_phase(key, reserved.phase)
+        if lapsed:
+            self._lapsed.add((Kind.PODGROUP, key))
 
     # --------------------------------------------------------------------------------------------------- verbs
 
     def predicate(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        session, key = self._task(field(request, "task"))
+        session = self._current()
+        manifest, key = _pod_of(field(request, "task"))
         node = node_manifest(field(request, "node"))
-        if session is None or key is None or node is None:
+        if session is None or manifest is None or key is None or node is None:
             return {"status": "", "code": CODE_PASS}
         name = str(node["metadata"].get("name", ""))
-        if not _known(session, node):
-            return {"status": "", "code": CODE_PASS}
-        refusal = session.task_refusal(key) or session.node_refusal(key, name)
+        with self._judging(session, manifest, key, "predicate") as judged:
+            if not judged:
+                return {"status": "", "code": CODE_PASS}
+            refusal = session.task_refusal(key)
+            if refusal is None and name in session.nodes:  # (a node the watch does not know: allocateFunc refuses)
+                refusal = session.node_refusal(key, name)
         if refusal is None:
             return {"status": "", "code": CODE_PASS}
         return {"status": f"{refusal.reason}: {refusal.message}", "code": CODE_UNSCHEDULABLE}
 
     def prioritize(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        session, key = self._task(field(request, "task"))
-        nodes = [node_manifest(info) for info in field(request, "nodes") or []]
-        scores: dict[str, float] = {}
-        for node in nodes:
-            if node is None:
-                continue
-            name = str(node["metadata"].get("name", ""))
-            if session is None or key is None:
-                scores[name] = 0.0
-                continue
-            scores[name] = session.score(key, name) if _known(session, node) else 0.0
+        session = self._current()
+        manifest, key = _pod_of(field(request, "task"))
+        nodes = [str(node["metadata"].get("name", "")) for info in field(request, "nodes") or []
+                 if (node := node_manifest(info)) is not None]
+        scores = dict.fromkeys(nodes, 0.0)
+        if session is None or manifest is None or key is None:
+            return {"nodeScore": scores, "errorMessage": ""}
+        with self._judging(session, manifest, key, "prioritize") as judged:
+            if judged:
+                scores.update({name: session.score(key, name) for name in nodes if name in session.nodes})
         return {"nodeScore": scores, "errorMessage": ""}
 
     def job_enqueueable(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The PodGroup as watched (not as the request says) is judged, and reserved once."""
+        session = self._current()
         manifest = podgroup_manifest(field(request, "job"))
-        if self.session is None or manifest is None:
+        if session is None or manifest is None:
             return {"status": ENQUEUE_ABSTAIN}
-        if self.watch_fed:
-            self._expire()
         try:
-            group = PodGroup.from_manifest(manifest)
+            key = PodGroup.from_manifest(manifest).key
         except InputError:
             return {"status": ENQUEUE_ABSTAIN}
-        if not self.session.enqueue_is_judged(group):
+        if key not in session.ledger.snapshot.podgroups:  # refused, not let through unchecked: the scheduler asks
+            self.on_ignored("jobenqueueable", "unknown-job", key)  # again next cycle, when the watch has brought it
+            return {"status": ENQUEUE_REJECT}
+        reserved = self._enqueued.get(key)
+        if reserved is not None:  # asked again: judged without its own reservation, which keeps its lifetime
+            self._undo_reservation(session, key, lapsed=False)
+        group = session.ledger.snapshot.podgroups[key]
+        if group.phase not in WAITING_PHASES:
+            self.on_ignored("jobenqueueable", "not-pending", key)
+            return {"status": ENQUEUE_ABSTAIN}
+        if not session.enqueue_is_judged(group):
             return {"status": ENQUEUE_ABSTAIN}  # no cards, no cpu/memory its queue limits: not capacity-card's say
-        refusal = self.session.enqueue_refusal(group)
-        if refusal is not None:
+        if session.enqueue_refusal(group) is not None:
+            if reserved is not None:  # the reservation was not taken up: a new one lasts the cycle only
+                self._lapsed.add((Kind.PODGROUP, key))
             return {"status": ENQUEUE_REJECT}
         # Reserved: the next job in this cycle sees its cards and its minResources cpu/memory as inqueue.
-        if self.watch_fed:  # (the PodGroup as the scheduler read it: phase Pending)
-            self._assume(self._enqueued, group.key, manifest)
-        self.session.set_phase(manifest, "Inqueue")
+        until = reserved.until if reserved is not None else self._until(Kind.PODGROUP, key)
+        self._enqueued[key] = _Reserved(until, group.phase)
+        session.set_group_phase(key, "Inqueue")
         return {"status": ENQUEUE_PERMIT}
 
     def queue_overused(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -285,49 +423,90 @@ class Extender:
 
     def allocate_func(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], Manifest | None, dict[str, str]]:
         """(response, the pod, the annotations to patch onto it). An allocation that breaks the card quota (two
-        tasks raced for the last card) is refused, and the scheduler rolls it back."""
+        tasks raced for the last card) is refused, and the scheduler rolls it back; so is one of a pod or onto a
+        node the watch does not know (retried in a later cycle)."""
+        session = self._current()
         task = field(request, "task")
-        session, key = self._task(task)
+        _, key = _pod_of(task)
         node = field(task, "NodeName")
-        if session is None or key is None or not isinstance(node, str) or node not in session.nodes:
+        if session is None or key is None or not isinstance(node, str) or not node:
             return {"errorMessage": ""}, None, {}
-        session.deallocate(key)  # the task arrives with its node set: account it once, from the pending state
-        refusal = session.task_refusal(key) or session.node_refusal(key, node)
+        refusal = self._placeable(session, key, node)
         if refusal is not None:
-            return {"errorMessage": f"{refusal.reason}: {refusal.message}"}, None, {}
-        if self.watch_fed:
-            self._assume(self._allocated, key, session.pods[key])
+            return refusal, None, {}
+        watched = self._allocated[key].watched if key in self._allocated else session.pods[key]
+        view = Pod.from_manifest(watched)
+        if view.bound or view.terminated:
+            self.on_ignored("allocatefunc", "bound", key)  # charged where the watch shows it: nothing to do
+            return {"errorMessage": ""}, None, {}
+        session.deallocate(key)  # placed earlier (an assumption, or this cycle): accounted once, from pending
+        problem = session.task_refusal(key) or session.node_refusal(key, node)
+        if problem is not None:
+            if key in self._allocated:  # (the earlier placement is undone: the scheduler now sees it pending)
+                self._undo_allocation(session, key, lapsed=False)
+            return {"errorMessage": f"{problem.reason}: {problem.message}"}, None, {}
+        self._allocated[key] = _Assumed(self._allocated[key].until if key in self._allocated
+                                        else self._until(Kind.POD, key), watched)
+        self._cycle_allocations.add(key)
         placement = session.allocate(key, node)
         return {"errorMessage": ""}, session.pods[key], dict(placement.annotations)
 
     def deallocate_func(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        session, key = self._task(field(request, "task"))
-        if session is not None and key is not None:
-            assumed = self._allocated.pop(key, None)
-            if assumed is not None:
-                session.upsert(assumed.watched)
-            else:
-                session.deallocate(key)
+        """Undoes an allocation of this cycle that the watch has not shown bound; ignores any other."""
+        session = self._current()
+        _, key = _pod_of(field(request, "task"))
+        if session is None or key is None:
+            return {"errorMessage": ""}
+        if key in self._cycle_allocations and key in self._allocated:
+            self._undo_allocation(session, key, lapsed=False)
+        elif key not in session.pods or key in self._strangers:
+            self.on_ignored("deallocatefunc", "unknown-pod", key)
+        else:
+            self.on_ignored("deallocatefunc", "not-allocated-this-cycle", key)
         return {"errorMessage": ""}
 
     # ------------------------------------------------------------------------------------------------ internals
 
-    def _task(self, task: object) -> tuple[Session | None, ObjectKey | None]:
-        """The session and the task's pod in it (added as pending when the session has not seen it)."""
-        if self.session is None:
-            return None, None
-        if self.watch_fed:
-            self._expire()
-        manifest = task_pod(task)
-        if manifest is None:
-            return self.session, None
+    def _placeable(self, session: Session, key: ObjectKey, node: str) -> dict[str, Any] | None:
+        """The refusal of an allocation cardquota cannot vouch for: a pod or node the watch does not know, an mGPU
+        pod of a scheduler the configuration does not name (its result annotations are not written for it)."""
+        if key not in session.pods or key in self._strangers:
+            self.on_ignored("allocatefunc", "unknown-pod", key)
+            return {"errorMessage": f"cardquota does not know pod {key[0]}/{key[1]} yet: its allocation waits for "
+                                    "a later cycle"}
+        if node not in session.nodes:
+            self.on_ignored("allocatefunc", "unknown-node", key)
+            return {"errorMessage": f"cardquota does not know node {node} yet: allocations onto it wait for a later "
+                                    "cycle"}
+        scheduler = (session.pods[key].get("spec") or {}).get("schedulerName")
+        if scheduler not in self.config.scheduler_names and session.wants_mgpu(key):
+            self.on_ignored("allocatefunc", "other-scheduler", key)
+            return {"errorMessage": f"pod {key[0]}/{key[1]} asks for mGPU but its schedulerName {scheduler!r} is "
+                                    f"not one cardquota serves ({', '.join(sorted(self.config.scheduler_names))})"}
+        return None
+
+    @contextmanager
+    def _judging(self, session: Session, manifest: Manifest, key: ObjectKey, verb: str) -> Iterator[bool]:
+        """The pod in the session while a verb judges it (True), added pending when the watch does not know it:
+        kept until the cycle ends, or — beyond :data:`STRANGERS_PER_CYCLE` — removed at once. False when it
+        cannot be read."""
+        if key in session.pods:
+            yield True
+            return
         try:
-            key = Pod.from_manifest(manifest).key
-            if key not in self.session.pods:
-                key = self.session.add_pending(manifest)
+            session.add_pending(watched_pod(manifest))
         except InputError:
-            return self.session, None
-        return self.session, key
+            yield False
+            return
+        if len(self._strangers) < STRANGERS_PER_CYCLE:
+            self._strangers.add(key)
+            yield True
+            return
+        self.on_ignored(verb, "unknown-pods-over-cap", key)
+        try:
+            yield True
+        finally:
+            session.remove(key)
 
 
 def _stopped_clock() -> float:
@@ -346,15 +525,20 @@ def _placed_as(manifest: Mapping[str, Any], placed: Manifest | None) -> Manifest
             "spec": {**(manifest.get("spec") or {}), "nodeName": node}, "status": {"phase": "Running"}}
 
 
-def _known(session: Session, node: Manifest) -> bool:
-    """Whether the session holds the node, adding it when it can be read (a node the snapshot lacked)."""
-    name = str(node["metadata"].get("name", ""))
-    if name not in session.nodes:
-        try:
-            session.add_node(node)
-        except InputError:
-            return False
-    return True
+def _pod_of(task: object) -> tuple[Manifest | None, ObjectKey | None]:
+    """The pod a TaskInfo carries and its key (None, None when it cannot be read)."""
+    manifest = task_pod(task)
+    if manifest is None:
+        return None, None
+    try:
+        return manifest, Pod.from_manifest(manifest).key
+    except InputError:
+        return None, None
+
+
+def _not_told(verb: str, reason: str, key: ObjectKey | None) -> None:
+    """No one to tell of an ignored request."""
+    del verb, reason, key
 
 
 def _values(value: object) -> list[Any]:

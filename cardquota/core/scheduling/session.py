@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -185,7 +185,8 @@ class Session:
         """Pods per PodGroup (of the pods the session holds), to recharge them when their group changes queue."""
         self.queue_dra: dict[str, dra.DeviceAmounts] = {}
         self._nodes_by_card_type: dict[str, list[str]] | None = None
-        self._mgpu_results: dict[tuple[ObjectKey, str], tuple[int, mgpu.Allocation | Refusal | None]] = {}
+        self._mgpu_results: dict[ObjectKey, dict[str, tuple[int, mgpu.Allocation | Refusal | None]]] = {}
+        """Per pod and node, the mGPU result and the session version it was computed at (dropped with the pod)."""
         self.releases = 0
         """Counts the pods unbound or removed, and nodes added: what can make a node fit a pod it refused."""
         self.version = 0
@@ -229,6 +230,10 @@ class Session:
             if card is not None and amount > 0:
                 return card.name
         return None
+
+    def wants_mgpu(self, key: ObjectKey) -> bool:
+        """Whether the pod asks for mGPU shares the session places (mGPU enabled): its placement writes annotations."""
+        return self.config.mgpu.enabled and bool(mgpu.pod_shares(self.pods[key]))
 
     def dra_request(self, key: ObjectKey) -> dra.DeviceAmounts:
         spec = self.pods[key].get("spec") or {}
@@ -356,17 +361,6 @@ class Session:
 
     # -------------------------------------------------------------------------------------------- allocation
 
-    def add_node(self, manifest: Manifest) -> None:
-        """A node the session has not seen (raises InputError when it cannot be read)."""
-        self.version += 1
-        self.ledger.upsert(manifest)
-        name = str((manifest.get("metadata") or {}).get("name", ""))
-        self.nodes[name] = manifest
-        self._nodes_by_card_type = None
-        self.releases += 1
-        self.node_used.setdefault(name, {})
-        self.node_pods.setdefault(name, set())
-
     def add_pending(self, manifest: Manifest) -> ObjectKey:
         """A pod (a workload's), as an unbound pod; one the session holds bound is released first."""
         self.version += 1
@@ -385,6 +379,14 @@ class Session:
         """Move a PodGroup (its manifest) to ``phase`` in the session (Inqueue reserves its card.request)."""
         self.version += 1
         self.ledger.upsert({**manifest, "status": {**(manifest.get("status") or {}), "phase": phase}})
+
+    def set_group_phase(self, key: ObjectKey, phase: str) -> None:
+        """Move a PodGroup the session holds to ``phase`` (nothing when it holds none)."""
+        group = self.ledger.snapshot.podgroups.get(key)
+        if group is None or group.phase == phase:
+            return
+        self.version += 1
+        self.ledger.upsert_podgroup(replace(group, phase=phase))
 
     def allocate(self, key: ObjectKey, node: str) -> Placement:
         """Bind the pod to ``node`` in the session: usage moves, the mGPU cards are taken."""
@@ -432,6 +434,7 @@ class Session:
             self.releases += 1
         self._index_member(key, pod, None)
         self.pods.pop(key, None)
+        self._mgpu_results.pop(key, None)
         self.ledger.delete_pod(key)
 
     # ------------------------------------------------------------------------------------------ watch events
@@ -671,11 +674,12 @@ class Session:
         per session state (the filter, the score and the allocation all ask)."""
         if not self.config.mgpu.enabled:
             return None
-        cached = self._mgpu_results.get((key, node))
+        per_node = self._mgpu_results.setdefault(key, {})
+        cached = per_node.get(node)
         if cached is not None and cached[0] == self.version:
             return cached[1]
         result = self._mgpu_uncached(key, node)
-        self._mgpu_results[(key, node)] = (self.version, result)
+        per_node[node] = (self.version, result)
         return result
 
     def _mgpu_uncached(self, key: ObjectKey, node: str) -> mgpu.Allocation | Refusal | None:

@@ -158,7 +158,8 @@ def _enqueueable(case: Case) -> dict[str, Any]:
     pods_by_node = {"cpu-1": [HELD_POD]}
     nodes = [m for m in CLUSTER if m["kind"] == "Node"]
     queues = [m for m in CLUSTER if m["kind"] == "Queue"]
-    extender.on_session_open(json.loads(json.dumps(session_open(nodes, queues, [HELD], pods_by_node))))
+    # (the session holds the job: Volcano's onSessionOpen sends every job, and only those are judged)
+    extender.on_session_open(json.loads(json.dumps(session_open(nodes, queues, [HELD, case.group], pods_by_node))))
     return extender.job_enqueueable({"job": job_info(case.group)})
 
 
@@ -243,8 +244,8 @@ def test_the_extender_reserves_a_permitted_jobs_cpu_for_the_rest_of_the_cycle() 
     extender = Extender(FLAG_OFF)
     nodes = [m for m in CLUSTER if m["kind"] == "Node"]
     queues = [m for m in CLUSTER if m["kind"] == "Queue"]
-    extender.on_session_open(session_open(nodes, queues, [HELD], {"cpu-1": [HELD_POD]}))
     first, second = job("first", "queue-a", cpu="6"), job("second", "queue-a", cpu="6")
+    extender.on_session_open(session_open(nodes, queues, [HELD, first, second], {"cpu-1": [HELD_POD]}))
     assert extender.job_enqueueable({"job": job_info(first)}) == {"status": 1}
     assert extender.job_enqueueable({"job": job_info(second)}) == {"status": -1}
     assert extender.session is not None
@@ -255,9 +256,10 @@ def test_the_extender_judges_a_cpu_job_and_leaves_a_job_with_nothing_to_judge_to
     """A CPU-only job that fits is permitted (and reserves its cpu); one with neither a card request nor
     minResources cpu/memory gets an abstention, as before."""
     extender = Extender(FLAG_OFF)
-    extender.on_session_open(session_open([CPU_NODE], [CLUSTER[2]], []))
-    assert extender.job_enqueueable({"job": job_info(job("cpu", "queue-a", cpu="100"))}) == {"status": 1}
-    assert extender.job_enqueueable({"job": job_info(job("plain", "queue-a"))}) == {"status": 0}
+    cpu, plain = job("cpu", "queue-a", cpu="100"), job("plain", "queue-a")
+    extender.on_session_open(session_open([CPU_NODE], [CLUSTER[2]], [cpu, plain]))
+    assert extender.job_enqueueable({"job": job_info(cpu)}) == {"status": 1}
+    assert extender.job_enqueueable({"job": job_info(plain)}) == {"status": 0}
 
 
 def test_inqueue_cpu_is_what_the_minimum_still_lacks_and_an_enqueued_job_gets_no_event() -> None:

@@ -30,9 +30,14 @@ QUEUES = [queue("team-a", {A100: 2, H100: 2})]
 
 
 def opened(extender: Extender | None = None, *, bound: dict[str, list[dict[str, Any]]] | None = None,
-           jobs: list[dict[str, Any]] = ()) -> Extender:
+           jobs: list[dict[str, Any]] = (), pending: list[dict[str, Any]] = ()) -> Extender:
+    """An extender whose session was opened with the nodes, the queue, ``jobs`` and ``pending`` pods (each in a
+    job of its own, as Volcano's controller makes for plain pods)."""
     extender = extender or Extender(CONFIG)
-    assert extender.on_session_open(json.loads(json.dumps(session_open(NODES, QUEUES, list(jobs), bound)))) == {}
+    groups = [*jobs, *(podgroup(p["metadata"]["name"], namespace="ml", queue="team-a", phase="Inqueue")
+                       for p in pending)]
+    body = session_open(NODES, QUEUES, groups, bound, {p["metadata"]["name"]: [p] for p in pending})
+    assert extender.on_session_open(json.loads(json.dumps(body))) == {}
     return extender
 
 
@@ -66,17 +71,19 @@ def test_prioritize_scores_the_preferred_card_type_higher() -> None:
 
 
 def test_job_enqueueable_permits_rejects_and_abstains() -> None:
-    extender = opened()
-    fits = job_info(podgroup("fits", namespace="ml", queue="team-a", phase="Pending", request={A100: 2}))
-    too_big = job_info(podgroup("big", namespace="ml", queue="team-a", phase="Pending", request={A100: 3}))
-    plain = job_info(podgroup("plain", namespace="ml", queue="team-a", phase="Pending"))
+    groups = [podgroup("fits", namespace="ml", queue="team-a", phase="Pending", request={A100: 2}),
+              podgroup("big", namespace="ml", queue="team-a", phase="Pending", request={A100: 3}),
+              podgroup("plain", namespace="ml", queue="team-a", phase="Pending")]
+    extender = opened(jobs=groups)
+    fits, too_big, plain = (job_info(group) for group in groups)
     assert extender.job_enqueueable({"job": fits}) == {"status": 1}
     assert extender.job_enqueueable({"job": too_big}) == {"status": -1}
     assert extender.job_enqueueable({"job": plain}) == {"status": 0}
 
 
 def test_allocate_and_deallocate_move_the_queue_usage_and_a_race_for_the_last_card_is_refused() -> None:
-    extender = opened(bound={"a1": [card_pod("x", A100, node_name="a1")]})
+    extender = opened(bound={"a1": [card_pod("x", A100, node_name="a1")]},
+                      pending=[card_pod("first", A100), card_pod("second", A100)])
     first = task_info(card_pod("first", A100), status=ALLOCATED, node="a1")
     second = task_info(card_pod("second", A100), status=ALLOCATED, node="a1")
     answer, _, annotations = extender.allocate_func({"task": first})
@@ -124,9 +131,10 @@ def test_session_close_forgets_the_session() -> None:
 
 
 def test_a_permitted_job_reserves_its_cards_for_the_rest_of_the_cycle() -> None:
-    extender = opened()
-    first = job_info(podgroup("j1", namespace="ml", queue="team-a", phase="Pending", request={A100: 2}))
-    second = job_info(podgroup("j2", namespace="ml", queue="team-a", phase="Pending", request={A100: 1}))
+    groups = [podgroup("j1", namespace="ml", queue="team-a", phase="Pending", request={A100: 2}),
+              podgroup("j2", namespace="ml", queue="team-a", phase="Pending", request={A100: 1})]
+    extender = opened(jobs=groups)
+    first, second = (job_info(group) for group in groups)
     assert extender.job_enqueueable({"job": first}) == {"status": 1}
     assert extender.job_enqueueable({"job": second}) == {"status": -1}
     assert extender.session is not None

@@ -7,12 +7,12 @@ them (the pod bound, the PodGroup Inqueue) or ``ASSUMED_SECONDS`` pass — as Vo
 from __future__ import annotations
 
 import copy
-from fractions import Fraction
 from typing import Any
 
 from builders import gpu_labels, node, pod, podgroup, queue
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from session_state import state
 from volcano_payloads import ALLOCATED, job_info, node_info, task_info
 
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
@@ -63,25 +63,6 @@ def cluster_objects() -> list[dict[str, Any]]:
         manifest.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True"}]
         objects.append(manifest)
     return objects
-
-
-def state(session: Session) -> dict[str, Any]:
-    """What the rules read of a session, without zero entries."""
-    def nonzero(values: dict[str, Fraction]) -> dict[str, Fraction]:
-        return {key: value for key, value in values.items() if value}
-
-    return {
-        "node_used": {name: nonzero(used) for name, used in session.node_used.items()
-                      if nonzero(used) and name in session.nodes},
-        "node_pods": {name: members for name, members in session.node_pods.items() if members},
-        "queue_used": {name: nonzero(used) for name, used in session.queue_used.items() if nonzero(used)},
-        "queue_dra": {name: {cls: amount for cls, amount in held.items() if amount != type(amount)()}
-                      for name, held in session.queue_dra.items()
-                      if any(amount != type(amount)() for amount in held.values())},
-        "usage": {name: session.ledger.usage(name) for name in session.ledger.queue_names()},
-        "pods": set(session.pods),
-        "nodes": set(session.nodes),
-    }
 
 
 @settings(max_examples=60, deadline=None)
