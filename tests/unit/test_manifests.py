@@ -221,7 +221,16 @@ def test_every_webhook_has_the_safe_settings(hook: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
 def test_failure_policy_follows_the_kinds_failure_mode(hook: dict[str, Any]) -> None:
-    mode = _admitted_kind(hook).failure_mode
+    """The API server's failurePolicy says what happens when cardquota cannot be reached; the kind's failure mode
+    what cardquota answers when it cannot check: the same for the validating webhook of creates and updates. A
+    webhook that can only warn (queue deletions) or only put a value in canonical form (the queue's card.quota)
+    fails open: refusing a write for it would stop what cardquota never refuses. A mutation that changes what happens
+    to the object (a Job's derived card.request, a pod's node affinity) follows its kind."""
+    kind = _admitted_kind(hook)
+    validating = hook in _webhooks("ValidatingWebhookConfiguration")
+    operations = set(hook["rules"][0]["operations"])
+    decides = (validating and operations & {"CREATE", "UPDATE"}) or (not validating and kind.mutation_matters)
+    mode = kind.failure_mode if decides else FailureMode.OPEN
     assert hook["failurePolicy"] == {FailureMode.OPEN: "Ignore", FailureMode.CLOSED: "Fail"}[mode]
 
 
@@ -263,7 +272,8 @@ def test_the_webhook_configuration_names_are_the_ones_the_operator_patches() -> 
 def test_queue_deletions_are_reviewed_and_pods_only_on_create() -> None:
     operations = {(hook["name"].split(".")[0], hook["name"].split(".")[1]): hook["rules"][0]["operations"]
                   for hook in ALL_WEBHOOKS}
-    assert "DELETE" in operations[("queues", "validate")]
+    assert "DELETE" not in operations[("queues", "validate")]
+    assert operations[("queuedeletions", "validate")] == ["DELETE"]
     assert operations[("pods", "validate")] == ["CREATE", "UPDATE"]  # UPDATE: only when a card annotation changes
     assert operations[("pods", "mutate")] == ["CREATE"]
     assert operations[("nodes", "validate")] == ["CREATE", "UPDATE"]
