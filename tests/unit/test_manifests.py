@@ -441,6 +441,24 @@ def test_deployment_runs_two_hardened_replicas_with_probes_and_resources() -> No
     assert CONTAINER["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
+def test_the_webhook_replicas_run_at_a_critical_priority_their_namespace_admits() -> None:
+    """The replicas serving the webhooks are on the admission path of every card object: system-cluster-critical, as
+    Volcano's admission webhook runs. A cluster that limits critical classes with the ResourceQuota plugin's
+    limitedResources admits such pods only where a ResourceQuota's scope covers the class: the base ships one, with
+    room for the replicas and a rollout's surge twice over (terminating pods still count)."""
+    deployment = _one("Deployment")
+    assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+    quota = _one("ResourceQuota")
+    assert quota["metadata"]["namespace"] == NAMESPACE
+    assert quota["spec"]["scopeSelector"] == {"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}]}
+    assert set(quota["spec"]["hard"]) == {"pods"}  # it caps nothing but the critical pods
+    surge = deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"]
+    assert int(quota["spec"]["hard"]["pods"]) >= 2 * (deployment["spec"]["replicas"] + surge)
+    assert "priorityClassName" not in _one("Deployment", SEPARATE)["spec"]["template"]["spec"], \
+        "the controllers serve no admission: they keep the default priority"
+
+
 def test_ports_match_the_operator_settings_and_the_service() -> None:
     settings = Settings()
     ports = {port["name"]: port["containerPort"] for port in CONTAINER["ports"]}
@@ -628,7 +646,10 @@ def test_overlays_render_with_kustomize(overlay: str) -> None:
     kinds = {obj["kind"] for obj in rendered}
     assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                      "Deployment", "PodDisruptionBudget", "Service", "ValidatingWebhookConfiguration",
-                     "MutatingWebhookConfiguration"}
+                     "MutatingWebhookConfiguration", "ResourceQuota"}
+    critical = [d["metadata"]["name"] for d in rendered if d["kind"] == "Deployment"
+                and d["spec"]["template"]["spec"].get("priorityClassName") == "system-cluster-critical"]
+    assert critical == ["cardquota"]  # the webhook replicas; not the controllers, not the extender
     deployments = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Deployment"}
     operator = deployments["cardquota"]["spec"]["template"]["spec"]["containers"][0]
     if overlay == "dev-extender":
