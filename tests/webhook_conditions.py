@@ -21,6 +21,7 @@ from typing import Any
 
 import celpy
 import yaml
+from celpy import celtypes
 
 REPO = Path(__file__).resolve().parents[1]
 WEBHOOKS_FILE = REPO / "manifests" / "base" / "webhooks.yaml"
@@ -59,9 +60,42 @@ def matching_rules(hook: Mapping[str, Any], group: str, resource: str, operation
                and (operation in rule["operations"] or "*" in rule["operations"]) for rule in hook["rules"])
 
 
+_NUMBERS = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
+
+
+def cel_equal(a: Any, b: Any) -> bool:
+    """CEL's heterogeneous equality, as the API server evaluates ``==`` and ``!=`` (cel-spec, "Equality"; cel-go
+    since v0.10, e.g. common/types/int.go ``Int.Equal``, long before any Kubernetes with matchConditions): values of
+    different types are unequal rather than an error, numbers compare by value across int, uint and double, lists
+    and maps element by element. cel-python 0.5 raises "no such overload" instead, which would turn a spec whose
+    int-or-string field changed form (``2`` to ``"2"``) into a condition that cannot be evaluated."""
+    if isinstance(a, celtypes.BoolType) or isinstance(b, celtypes.BoolType):
+        return type(a) is type(b) and bool(a) == bool(b)
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS):
+        return float(a) == float(b) if isinstance(a, celtypes.DoubleType) or isinstance(b, celtypes.DoubleType) \
+            else int(a) == int(b)
+    if isinstance(a, celtypes.ListType) and isinstance(b, celtypes.ListType):
+        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, celtypes.MapType) and isinstance(b, celtypes.MapType):
+        return len(a) == len(b) and all(key in b and cel_equal(value, b[key]) for key, value in a.items())
+    return type(a) is type(b) and bool(a == b)
+
+
+def _equality(negated: bool) -> Any:
+    def compare(a: Any, b: Any) -> Any:
+        for value in (a, b):
+            if isinstance(value, celpy.CELEvalError):
+                return value  # an operand that failed (a missing field) fails the comparison, as in cel-go
+        return celtypes.BoolType(cel_equal(a, b) is not negated)
+    return compare
+
+
+_EQUALITY = {"_==_": _equality(negated=False), "_!=_": _equality(negated=True)}
+
+
 @cache
 def _program(expression: str) -> Any:
-    return _CEL.program(_CEL.compile(expression))
+    return _CEL.program(_CEL.compile(expression), functions=_EQUALITY)
 
 
 def decide(hook: Mapping[str, Any], new: Any, old: Any, *, operation: str, user: str = "alice") -> Decision:

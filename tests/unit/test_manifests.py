@@ -390,10 +390,12 @@ def test_a_pod_the_match_condition_skips_is_one_the_pod_policy_leaves_alone(
     ({"volcano.sh/card.name": "NVIDIA-A100"}, {"volcano.sh/card.name": "NVIDIA-H100"}, True),
     ({"volcano.sh/card.name": "NVIDIA-A100"}, {}, True),
     ({}, {"volcano.sh/card.name": "NVIDIA-A100"}, True),
-    ({"vke.volcengine.com/gpu-index": "0"}, {"vke.volcengine.com/gpu-index": "1"}, False),
+    ({"vke.volcengine.com/gpu-index": "0"}, {"vke.volcengine.com/gpu-index": "1"}, False),  # the extender's result
+    ({}, {"volcano.sh/crossquota-scoring-strategy": "bogus"}, True),  # the pod policy judges these two as well
+    ({"vke.volcengine.com/container-multiple-gpu": "1"}, {"vke.volcengine.com/container-multiple-gpu": "x"}, True),
     (None, {"volcano.sh/card.name": "garbage|"}, True),
 ])
-def test_pod_updates_reach_the_webhook_only_when_a_card_annotation_changes(
+def test_pod_updates_reach_the_webhook_only_when_an_annotation_the_policy_reads_changes(
         before: dict[str, str] | None, after: dict[str, str], called: bool) -> None:
     new = pod("p", gpus=1, annotations=after)
     old = None if before is None else pod("p", gpus=1, annotations=before)

@@ -119,9 +119,15 @@ queue_names = st.sampled_from(["team-a", "child", "cpu-only", "default", "missin
 
 @st.composite
 def template(draw: st.DrawFn) -> dict[str, Any]:
-    manifest = pod("t", annotations=draw(annotations),
-                   containers=[container(requests=draw(resources), limits=draw(resources))],
-                   init_containers=draw(st.one_of(st.none(), st.builds(lambda r: [container(limits=r)], resources))))
+    """A pod's metadata and spec: anything, or a well-formed card pod (which the mutations need to happen)."""
+    if draw(st.booleans()):
+        manifest = pod("t", card=draw(st.sampled_from([A100, f"{A100}|{H100}", H100])), gpus=draw(st.integers(1, 3)),
+                       queue=draw(queue_names), annotations=draw(annotations))
+    else:
+        manifest = pod("t", annotations=draw(annotations),
+                       containers=[container(requests=draw(resources), limits=draw(resources))],
+                       init_containers=draw(st.one_of(st.none(),
+                                                      st.builds(lambda r: [container(limits=r)], resources))))
     return {"metadata": {"annotations": manifest["metadata"]["annotations"]}, "spec": manifest["spec"]}
 
 
@@ -147,6 +153,9 @@ def manifests(draw: st.DrawFn, kind: str) -> dict[str, Any]:
         parent = draw(st.sampled_from([None, "root", "team-a", "child", "missing"]))
         if parent is not None:
             spec["parent"] = parent
+        if draw(st.booleans()):  # a quota that parses, often in a form the mutation rewrites
+            metadata["annotations"]["volcano.sh/card.quota"] = draw(st.sampled_from(
+                ['{"NVIDIA-A100": 1}', '{"NVIDIA-A100":1}', '{ "NVIDIA-H100": 2, "NVIDIA-A100": 1 }', "{}"]))
         dra = draw(st.sampled_from([None, {}, {"capability": {"gpu.example.com": 2}}, {"bogus": 1},
                                     {"capability": {"gpu.example.com": "lots"}}]))
         if dra is not None:
@@ -161,6 +170,8 @@ def manifests(draw: st.DrawFn, kind: str) -> dict[str, Any]:
         return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": metadata,
                 "spec": spec, "status": {"phase": draw(st.sampled_from(["Pending", "Inqueue", "Running"]))}}
     if kind == "VolcanoJob":
+        if draw(st.booleans()):  # no card.request: the mutation derives one from the card tasks
+            metadata["annotations"].pop("volcano.sh/card.request", None)
         return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata,
                 "spec": draw(volcano_job_spec())}
     if kind == "VolcanoCronJob":
@@ -223,7 +234,7 @@ def metadata_only_change(old: Mapping[str, Any], change: str, token: int = 1) ->
 @st.composite
 def writes(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
     """(object, old object or None for a CREATE, user): a create, a metadata-only update, or any update (a Pod's
-    update keeps its spec and every annotation but the card ones)."""
+    update keeps its spec)."""
     new = draw(manifests(kind))
     user = draw(st.sampled_from(["alice", SCHEDULER, CONTROLLERS, OWN]))
     shape = draw(st.sampled_from(["create", "metadata-only", "any"]))
@@ -233,11 +244,8 @@ def writes(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], dict[str, Any] |
         return metadata_only_change(new, draw(st.sampled_from(METADATA_CHANGES)), draw(st.integers(0, 99))), new, user
     old = draw(manifests(kind))
     old["metadata"]["name"] = new["metadata"]["name"]
-    if kind == "Pod":  # the spec is immutable; the pod policy judges updates of card annotations only (see its
-        old["spec"] = copy.deepcopy(new["spec"])  # docstring: the extender writes mGPU results onto pods)
-        old["metadata"]["annotations"] = {key: value for key, value in new["metadata"]["annotations"].items()
-                                          if not key.startswith("volcano.sh/card.")} | {
-            key: value for key, value in old["metadata"]["annotations"].items() if key.startswith("volcano.sh/card.")}
+    if kind == "Pod":  # the spec of a pod cannot change; its annotations can
+        old["spec"] = copy.deepcopy(new["spec"])
     return new, old, user
 
 
