@@ -437,9 +437,11 @@ def test_conditions_stay_within_the_api_servers_limits(hook: dict[str, Any]) -> 
     """At most 64 matchConditions per webhook, each a qualified name of at most 63 characters (the API's
     MatchCondition field doc, k8s.io/api/admissionregistration/v1 types.go). Every comprehension runs over a list
     the API server bounds (annotations, at most 256 tasks before ``size()`` answers, containers, resource names) and
-    is linear in it, so a real object stays far inside the 2,500,000 runtime cost units a webhook's conditions may
-    spend (``RuntimeCELCostBudgetMatchConditions``, k8s.io/apiserver/pkg/apis/cel/config.go); an object built to
-    exceed it is refused by a Fail webhook, never let through."""
+    is linear in it, so a real object stays far inside the 1,000,000 runtime cost units one expression may spend
+    (``cel.CostLimit(celconfig.PerCallLimit)`` in k8s.io/apiserver/pkg/cel/environment/base.go) and the 2,500,000 a
+    webhook's conditions may spend together (``RuntimeCELCostBudgetMatchConditions``,
+    k8s.io/apiserver/pkg/apis/cel/config.go); an object built to exceed them is refused by a Fail webhook, never let
+    through (tests/webhook_conditions.py, Decision.REFUSE)."""
     conditions = hook.get("matchConditions") or []
     assert len(conditions) <= 64
     names = [condition["name"] for condition in conditions]
