@@ -22,23 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import celpy
 import jsonpatch
-import yaml
 from aiohttp import web
+from webhook_conditions import Decision, decide, validating_webhooks
 
 REPO = Path(__file__).resolve().parents[1]
 _PATH = re.compile(r"^/(?:api|apis/(?P<group>[^/]+))/(?P<version>[^/]+)(?:/namespaces/(?P<namespace>[^/]+))?"
                    r"/(?P<resource>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<subresource>[^/]+))?$")
-_CEL = celpy.Environment()
-
-
-def validating_webhooks() -> list[dict[str, Any]]:
-    documents = yaml.safe_load_all((REPO / "manifests" / "base" / "webhooks.yaml").read_text())
-    (configuration,) = [d for d in documents if d and d["kind"] == "ValidatingWebhookConfiguration"]
-    hooks: list[dict[str, Any]] = configuration["webhooks"]
-    return hooks
-
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386."""
@@ -118,7 +108,13 @@ class AdmissionProxy:
         else:
             new = sent
         for hook in hooks:
-            if not self._conditions_hold(hook, new, old, user):
+            decision = decide(hook, new, old, operation=operation, user=user)
+            if decision is Decision.REFUSE:
+                message = f'failed calling webhook "{hook["name"]}": a matchCondition could not be evaluated'
+                self.refused.append((request.method, request.path, message))
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                          "message": message, "code": 500}, status=500)
+            if decision is Decision.SKIP:
                 continue
             allowed, message = await self._call(hook, parsed, operation, new, old, user)
             self.calls.append((hook["name"], user, allowed))
@@ -127,12 +123,6 @@ class AdmissionProxy:
                 return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                           "message": message, "reason": "Forbidden", "code": 403}, status=403)
         return None
-
-    def _conditions_hold(self, hook: Mapping[str, Any], new: Any, old: Any, user: str) -> bool:
-        activation = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old),
-                      "request": celpy.json_to_cel({"userInfo": {"username": user}})}
-        return all(bool(_CEL.program(_CEL.compile(condition["expression"])).evaluate(activation))
-                   for condition in hook.get("matchConditions") or [])
 
     async def _call(self, hook: Mapping[str, Any], parsed: re.Match[str], operation: str, new: Any, old: Any,
                     user: str) -> tuple[bool, str]:

@@ -343,8 +343,9 @@ def _webhook_results(configurations: dict[str, Any], secret: Any = None, **trust
                                  fake_trust(**trust))
 
 
+VALIDATING = len(webhook_configurations(None)["ValidatingWebhookConfiguration"]["webhooks"])
 HEALTHY_WEBHOOKS = [
-    ("ok", "ValidatingWebhookConfiguration cardquota-validating: 14 webhooks, each with a caBundle"),
+    ("ok", f"ValidatingWebhookConfiguration cardquota-validating: {VALIDATING} webhooks, each with a caBundle"),
     ("ok", "MutatingWebhookConfiguration cardquota-mutating: 3 webhooks, each with a caBundle"),
     ("ok", "the caBundle verifies the serving certificate in Secret cardquota-system/cardquota-webhook-tls "
            "(cardquota.cardquota-system.svc, expires in 364 days)"),
@@ -372,7 +373,8 @@ def _elsewhere() -> dict[str, Manifest]:
         ("unknown", "cannot tell MutatingWebhookConfiguration cardquota-mutating is registered: "
                     f"{FORBIDDEN.reason}")], id="missing-and-forbidden"),
     pytest.param(webhook_configurations(None), None, {}, [
-        ("fail", "ValidatingWebhookConfiguration cardquota-validating: 14 of 14 webhooks have no caBundle, so the API "
+        ("fail", f"ValidatingWebhookConfiguration cardquota-validating: {VALIDATING} of {VALIDATING} webhooks have no "
+                 "caBundle, so the API "
                  "server cannot call them"),
         ("fail", "MutatingWebhookConfiguration cardquota-mutating: 3 of 3 webhooks have no caBundle, so the API "
                  "server cannot call them")], id="no-ca-bundle-yet"),

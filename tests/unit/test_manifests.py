@@ -221,7 +221,16 @@ def test_every_webhook_has_the_safe_settings(hook: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
 def test_failure_policy_follows_the_kinds_failure_mode(hook: dict[str, Any]) -> None:
-    mode = _admitted_kind(hook).failure_mode
+    """The API server's failurePolicy says what happens when cardquota cannot be reached; the kind's failure mode
+    what cardquota answers when it cannot check: the same for the validating webhook of creates and updates. A
+    webhook that can only warn (queue deletions) or only put a value in canonical form (the queue's card.quota)
+    fails open: refusing a write for it would stop what cardquota never refuses. A mutation that changes what happens
+    to the object (a Job's derived card.request, a pod's node affinity) follows its kind."""
+    kind = _admitted_kind(hook)
+    validating = hook in _webhooks("ValidatingWebhookConfiguration")
+    operations = set(hook["rules"][0]["operations"])
+    decides = (validating and operations & {"CREATE", "UPDATE"}) or (not validating and kind.mutation_matters)
+    mode = kind.failure_mode if decides else FailureMode.OPEN
     assert hook["failurePolicy"] == {FailureMode.OPEN: "Ignore", FailureMode.CLOSED: "Fail"}[mode]
 
 
@@ -263,7 +272,8 @@ def test_the_webhook_configuration_names_are_the_ones_the_operator_patches() -> 
 def test_queue_deletions_are_reviewed_and_pods_only_on_create() -> None:
     operations = {(hook["name"].split(".")[0], hook["name"].split(".")[1]): hook["rules"][0]["operations"]
                   for hook in ALL_WEBHOOKS}
-    assert "DELETE" in operations[("queues", "validate")]
+    assert "DELETE" not in operations[("queues", "validate")]
+    assert operations[("queuedeletions", "validate")] == ["DELETE"]
     assert operations[("pods", "validate")] == ["CREATE", "UPDATE"]  # UPDATE: only when a card annotation changes
     assert operations[("pods", "mutate")] == ["CREATE"]
     assert operations[("nodes", "validate")] == ["CREATE", "UPDATE"]
@@ -380,10 +390,12 @@ def test_a_pod_the_match_condition_skips_is_one_the_pod_policy_leaves_alone(
     ({"volcano.sh/card.name": "NVIDIA-A100"}, {"volcano.sh/card.name": "NVIDIA-H100"}, True),
     ({"volcano.sh/card.name": "NVIDIA-A100"}, {}, True),
     ({}, {"volcano.sh/card.name": "NVIDIA-A100"}, True),
-    ({"vke.volcengine.com/gpu-index": "0"}, {"vke.volcengine.com/gpu-index": "1"}, False),
+    ({"vke.volcengine.com/gpu-index": "0"}, {"vke.volcengine.com/gpu-index": "1"}, False),  # the extender's result
+    ({}, {"volcano.sh/crossquota-scoring-strategy": "bogus"}, True),  # the pod policy judges these two as well
+    ({"vke.volcengine.com/container-multiple-gpu": "1"}, {"vke.volcengine.com/container-multiple-gpu": "x"}, True),
     (None, {"volcano.sh/card.name": "garbage|"}, True),
 ])
-def test_pod_updates_reach_the_webhook_only_when_a_card_annotation_changes(
+def test_pod_updates_reach_the_webhook_only_when_an_annotation_the_policy_reads_changes(
         before: dict[str, str] | None, after: dict[str, str], called: bool) -> None:
     new = pod("p", gpus=1, annotations=after)
     old = None if before is None else pod("p", gpus=1, annotations=before)
@@ -429,6 +441,24 @@ def test_deployment_runs_two_hardened_replicas_with_probes_and_resources() -> No
     assert CONTAINER["resources"]["limits"]["memory"]
     assert CONTAINER["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert CONTAINER["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_the_webhook_replicas_run_at_a_critical_priority_their_namespace_admits() -> None:
+    """The replicas serving the webhooks are on the admission path of every card object: system-cluster-critical, as
+    Volcano's admission webhook runs. A cluster that limits critical classes with the ResourceQuota plugin's
+    limitedResources admits such pods only where a ResourceQuota's scope covers the class: the base ships one, with
+    room for the replicas and a rollout's surge twice over (terminating pods still count)."""
+    deployment = _one("Deployment")
+    assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+    quota = _one("ResourceQuota")
+    assert quota["metadata"]["namespace"] == NAMESPACE
+    assert quota["spec"]["scopeSelector"] == {"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}]}
+    assert set(quota["spec"]["hard"]) == {"pods"}  # it caps nothing but the critical pods
+    surge = deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"]
+    assert int(quota["spec"]["hard"]["pods"]) >= 2 * (deployment["spec"]["replicas"] + surge)
+    assert "priorityClassName" not in _one("Deployment", SEPARATE)["spec"]["template"]["spec"], \
+        "the controllers serve no admission: they keep the default priority"
 
 
 def test_ports_match_the_operator_settings_and_the_service() -> None:
@@ -618,7 +648,10 @@ def test_overlays_render_with_kustomize(overlay: str) -> None:
     kinds = {obj["kind"] for obj in rendered}
     assert kinds >= {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                      "Deployment", "PodDisruptionBudget", "Service", "ValidatingWebhookConfiguration",
-                     "MutatingWebhookConfiguration"}
+                     "MutatingWebhookConfiguration", "ResourceQuota"}
+    critical = [d["metadata"]["name"] for d in rendered if d["kind"] == "Deployment"
+                and d["spec"]["template"]["spec"].get("priorityClassName") == "system-cluster-critical"]
+    assert critical == ["cardquota"]  # the webhook replicas; not the controllers, not the extender
     deployments = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Deployment"}
     operator = deployments["cardquota"]["spec"]["template"]["spec"]["containers"][0]
     if overlay == "dev-extender":

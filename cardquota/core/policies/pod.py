@@ -11,9 +11,10 @@ A card pod (``volcano.sh/card.name``):
   term the pod already has (terms are ORed, so adding it to each keeps the user's intent), and for alternatives
   preferred terms weighted by their order (100, 50, 25, …) — idempotent: a pod that has them gets no patch, so the
   webhook can be reinvoked after later mutations;
-* on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation changes): ``card.name`` of a
-  pod bound to a node cannot change (its cards are counted under the name it was bound with); the other rules are
-  ratcheted (a violation the pod already had is a warning).
+* on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation, the crossquota scoring
+  strategy or ``container-multiple-gpu`` changes: the others the rules read are in the immutable spec):
+  ``card.name`` of a pod bound to a node cannot change (its cards are counted under the name it was bound with); the
+  other rules are ratcheted (a violation the pod already had is a warning).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
 """

@@ -6,7 +6,8 @@
   an existing child;
 * card types no node offers are allowed with a "did you mean" warning; a type whose quotas over all top-level
   queues exceed the cards in the cluster is allowed with an over-commit warning;
-* mutation: the annotation is rewritten in canonical form (sorted keys, no whitespace) when it differs;
+* mutation: the annotation a write sets or changes is rewritten in canonical form (sorted keys, no whitespace) when
+  it differs (an update that carries a stored value over leaves it as it is: the webhook is not even called for it);
 * ``spec.dra`` is validated by :mod:`cardquota.core.policies.dra`; while the installed Queue CRD lacks cardquota's
   ``spec.dra`` schema (a Volcano upgrade re-applied Volcano's CRD), every Queue write is warned that the API server
   prunes ``spec.dra``, with the command that restores the schema.
@@ -54,7 +55,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
-    return decide(violations, warnings, _canonical_quota_patch(manifest, queue, quota))
+    return decide(violations, warnings, _canonical_quota_patch(manifest, old, queue, quota))
 
 
 def _pruned_dra_warnings(manifest: Manifest, snapshot: ClusterSnapshot) -> list[str]:
@@ -112,11 +113,15 @@ def canonical_quota(values: Mapping[str, int]) -> str:
     return json.dumps(dict(sorted(values.items())), separators=(",", ":"), ensure_ascii=False)
 
 
-def _canonical_quota_patch(manifest: Manifest, queue: Queue, quota: CardAmounts) -> list[PatchOperation]:
+def _canonical_quota_patch(manifest: Manifest, old: Manifest | None, queue: Queue,
+                           quota: CardAmounts) -> list[PatchOperation]:
     if not quota.present or not quota.ok:
         return []
+    written = queue.meta.annotations.get(keys.CARD_QUOTA)
+    if old is not None and annotations_of(old).get(keys.CARD_QUOTA) == written:
+        return []  # carried over, not written: the mutating webhook's conditions skip such an update
     canonical = canonical_quota(quota.values)
-    if queue.meta.annotations.get(keys.CARD_QUOTA) == canonical:
+    if written == canonical:
         return []
     return set_annotation(manifest, keys.CARD_QUOTA, canonical)
 

@@ -27,6 +27,7 @@ from typing import Any
 from cardquota.core.errors import InputError, one_line
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
+from cardquota.core.policies.common import ratcheting
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.schedconf.goregex import go_regex_problem
@@ -71,8 +72,10 @@ Check = Callable[[object], str | None]
 message of an Invalid violation (of a NotSupported one for a :class:`_OneOf` check)."""
 
 
+@ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
-    """Deny a scheduler ConfigMap whose configuration Volcano would not load or would misread."""
+    """Deny a scheduler ConfigMap whose configuration Volcano would not load or would misread (an UPDATE that
+    leaves ``data`` as it was is judged as every policy judges updates: what it carries over only warns)."""
     metadata = manifest.get("metadata")
     name = metadata.get("name") if isinstance(metadata, MAPPING_TYPES) else None
     if name != config.scheduler_configmap:

@@ -1,7 +1,7 @@
-"""UPDATEs of the fail-closed kinds (Queue, PodGroup, Volcano Job) are judged on what they change (ratcheting, as
-Kubernetes does for CRD validation, KEP-4008): a violation already there before the update is a warning, a value the
-update sets or changes is judged in full; lowering a queue's quota warns with the numbers. Each case first failed on
-the code before ratcheting (every UPDATE was judged as a CREATE)."""
+"""UPDATEs of the fail-closed kinds (Queue, PodGroup, Volcano Job, the scheduler ConfigMap) are judged on what they
+change (ratcheting, as Kubernetes does for CRD validation, KEP-4008): a violation already there before the update is
+a warning, a value the update sets or changes is judged in full; lowering a queue's quota warns with the numbers.
+Each case first failed on the code before ratcheting (every UPDATE was judged as a CREATE)."""
 
 from __future__ import annotations
 
@@ -183,3 +183,37 @@ def test_an_old_object_with_unreadable_metadata_does_not_break_the_quota_lowerin
     verdict = admit(manifest, old, cluster(manifest), CONFIG)
     assert verdict.allowed
     assert not [w for w in verdict.warnings if "lowered" in w]
+
+
+def test_a_queue_update_carrying_a_non_canonical_quota_over_is_not_rewritten() -> None:
+    """The mutating webhook is not called for an update that leaves card.quota as it was (its matchConditions in
+    manifests/base/webhooks.yaml): the policy agrees, so the CLI and the webhook give one answer. A quota the update
+    writes is put in canonical form as on create."""
+    stored = queue("team-a", '{ "NVIDIA-A100": 4 }')
+    snapshot = cluster(stored)
+    assert admit(labelled(stored), stored, snapshot, CONFIG).patch == ()
+    rewritten = admit(updated(stored, **{keys.CARD_QUOTA: '{ "NVIDIA-A100": 5 }'}), stored, snapshot, CONFIG)
+    assert [operation["value"] for operation in rewritten.patch] == ['{"NVIDIA-A100":5}']
+
+
+BROKEN_CONF = "actions: enqueue, allocate\ntiers: ["
+
+
+def scheduler_configmap(conf: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIG.scheduler_configmap,
+                                                                  "namespace": "volcano-system"},
+            "data": {"volcano-scheduler.conf": conf}}
+
+
+def test_a_scheduler_configmap_update_that_keeps_its_configuration_is_not_refused() -> None:
+    """A relabelled scheduler ConfigMap (a Volcano upgrade that leaves the configuration alone) is not refused for a
+    configuration already loaded; the webhook is not even called for it (its matchConditions). Writing a broken
+    configuration still is."""
+    stored = scheduler_configmap(BROKEN_CONF)
+    snapshot = cluster()
+    verdict = admit(labelled(stored), stored, snapshot, CONFIG)
+    assert verdict.allowed
+    assert carried(verdict)
+    good = scheduler_configmap("actions: enqueue, allocate\ntiers:\n- plugins:\n  - name: capacity-card\n")
+    assert admit(good, None, snapshot, CONFIG).allowed
+    assert not admit(stored, good, snapshot, CONFIG).allowed
