@@ -52,8 +52,8 @@ if os.path.basename(sys.argv[0]) != "kubectl" or "version" in args:
 verb = next((a for a in args if not a.startswith("-") and a != os.environ.get("FAKE_CONTEXT")), "")
 if verb == "get" and "nodes" in args:
     print(json.dumps({{"items": [{{"metadata": {{"name": "node-1"}}}}]}}))
-elif verb == "get":
-    pass  # nothing found (--ignore-not-found prints nothing)
+elif verb in ("get", "cluster-info"):
+    pass  # reachable; nothing found (--ignore-not-found prints nothing)
 elif verb == "apply" and os.environ.get("FAKE_APPLY") == "hang":
     time.sleep(120)
 else:
