@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import jsonpatch
 import yaml
 from e2e.guard import Target
 from e2e.undo import UndoLog
@@ -116,6 +117,12 @@ def fake_gpus(kubectl: Kubectl, log: UndoLog, node: str, labels: Mapping[str, st
 
     log.change(f"label node {node} ({', '.join(labels)}) and offer {', '.join(resources)} in its status", restore,
                apply)
+
+
+def reverse_spec_patch(after: Mapping[str, Any], before: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch of a whole object that turns the ``spec`` ``after`` back into ``before``."""
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(after, before).patch
+    return [{**op, **{key: "/spec" + op[key] for key in ("path", "from") if key in op}} for op in ops]
 
 
 def replace_scheduler_config(kubectl: Kubectl, log: UndoLog, manifest: str) -> None:

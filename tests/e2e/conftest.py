@@ -19,10 +19,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
-from e2e.cluster import Kubectl, gpu_node_name, until
+from e2e.cluster import Kubectl, gpu_node_name, reverse_spec_patch, until
 from e2e.guard import (
     CONTEXT_VARIABLE,
     CreatedKind,
@@ -92,7 +91,10 @@ def _sayer(config: pytest.Config) -> Callable[[str], None]:
 
 
 def _run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, check=True, text=True, capture_output=True, timeout=1800, **kwargs)
+    result = subprocess.run(command, text=True, capture_output=True, timeout=1800, **kwargs)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result
 
 
 def _make_variable(name: str) -> str:
@@ -196,12 +198,10 @@ def _install_crd_additions(kubectl: Kubectl, log: UndoLog) -> None:
 
     def apply() -> None:
         plugin = shutil.which("kubectl-cardquota", path=str(Path(sys.executable).parent)) or "kubectl-cardquota"
-        subprocess.run([plugin, "crd", "install", "--context", kubectl.target.context], env=kubectl.env, check=True,
-                       timeout=300)
+        _run([plugin, "crd", "install", "--context", kubectl.target.context], env=kubectl.env)
         after = _crd_specs(kubectl)
         for name in CRDS:
-            reverse[name] = [{**op, "path": "/spec" + op["path"]}
-                             for op in jsonpatch.make_patch(after[name], before[name]).patch]
+            reverse[name] = reverse_spec_patch(after[name], before[name])
 
     log.change(f"patch cardquota's additions into {', '.join(CRDS)}", restore, apply)
 

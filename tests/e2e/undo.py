@@ -10,7 +10,9 @@ runs the fixtures' finalizers) and registers an ``atexit`` backstop for an exit 
 from __future__ import annotations
 
 import atexit
+import functools
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,12 +71,21 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def restoring(log: UndoLog) -> Iterator[UndoLog]:
     """Run ``log``'s inverses when the block ends, however it ends; SIGTERM ends it like Ctrl-C."""
     previous = signal.signal(signal.SIGTERM, _terminate)
-    atexit.register(log.undo)
+    backstop = functools.partial(_at_exit, log)  # this log's own (unregister drops every equal callable)
+    atexit.register(backstop)
     try:
         yield log
     finally:
         try:
             log.undo()
         finally:
-            atexit.unregister(log.undo)
+            atexit.unregister(backstop)
             signal.signal(signal.SIGTERM, previous)
+
+
+def _at_exit(log: UndoLog) -> None:
+    """The backstop for an exit that skipped the teardown: what is left, undone, said on stderr (whatever the log
+    printed through may be gone by now)."""
+    if log.steps:
+        log.say = lambda line: print(f"[e2e] {line}", file=sys.stderr, flush=True)
+        log.undo()

@@ -9,6 +9,7 @@ record shows, and the kubeconfig's server is a port that refuses connections bes
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -21,9 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
-from e2e.cluster import Kubectl, node_restore_ops
+from e2e.cluster import Kubectl, node_restore_ops, reverse_spec_patch
 from e2e.guard import (
     CONTEXT_VARIABLE,
     CreatedKind,
@@ -36,6 +38,7 @@ from e2e.guard import (
 )
 from e2e.undo import UndoLog, restoring
 from kubeconfigs import write_kubeconfig
+from volcano_crds import every_crd_and_release, patched_crd, upstream_crd
 
 REPO = Path(__file__).resolve().parents[2]
 ONE_TEST = "tests/e2e/test_deployed.py::test_an_invalid_queue_is_refused_with_the_policy_message"
@@ -268,6 +271,14 @@ def test_a_node_status_is_put_back_as_saved(saved: dict[str, str], now: dict[str
                    for op in expected]
 
 
+@pytest.mark.parametrize(("crd", "release"), list(every_crd_and_release()))
+def test_the_reverse_patch_takes_cardquotas_crd_additions_back_out_exactly(crd: str, release: str) -> None:
+    before, after = upstream_crd(crd, release), patched_crd(crd, release)
+    assert after["spec"] != before["spec"]
+    restored = jsonpatch.apply_patch(after, reverse_spec_patch(after["spec"], before["spec"]))
+    assert restored["spec"] == before["spec"]
+
+
 # --------------------------------------------------------------------------------------------- the undo log
 
 
@@ -281,7 +292,7 @@ def test_the_undo_log_restores_newest_first_each_once() -> None:
     done: list[str] = []
     with restoring(log):
         for name in ("volcano", "crds", "cardquota"):
-            log.change(name, lambda name=name: done.append(name), lambda: None)
+            log.change(name, functools.partial(done.append, name), lambda: None)
     assert done == ["cardquota", "crds", "volcano"]
     assert log.undo() == []
     assert done == ["cardquota", "crds", "volcano"]
