@@ -50,6 +50,8 @@ args = sys.argv[1:]
 with open(os.environ["FAKE_CALLS"], "a") as calls:
     calls.write(json.dumps({{"argv": [os.path.basename(sys.argv[0]), *args],
                             "kubeconfig": os.environ.get("KUBECONFIG")}}) + "\\n")
+if os.path.basename(sys.argv[0]) == "docker" and os.environ.get("FAKE_DOCKER") == "down":
+    sys.exit(1)
 if os.path.basename(sys.argv[0]) != "kubectl" or "version" in args:
     sys.exit(0)
 verb = next((a for a in args if not a.startswith("-") and a != os.environ.get("FAKE_CONTEXT")), "")
@@ -178,6 +180,17 @@ def test_sigterm_during_a_change_runs_the_undo_log(tmp_path: Path, fake_bin: Pat
     verbs = [argv[3] for argv in api_calls(calls)]
     assert verbs[verbs.index("apply"):] == ["apply", "delete"], output
     assert "restoring: install Volcano" in output
+
+
+def test_without_docker_and_without_a_named_context_the_suite_is_skipped_with_the_reason(
+    tmp_path: Path, fake_bin: Path,
+) -> None:
+    """(Kept from before the guard: no kubeconfig anywhere, so the run would create a kind cluster, and cannot.)"""
+    output, calls = run_e2e(tmp_path, fake_bin, extra={"FAKE_DOCKER": "down", "PYTEST_ADDOPTS": "-rs"})
+    assert "1 skipped" in output
+    assert "no usable Docker daemon (`docker info` failed) to create a kind cluster" in output
+    assert ["docker", "info"] in [call["argv"] for call in calls]
+    assert api_calls(calls) == []
 
 
 # --------------------------------------------------------------------------------------------- the guard itself
