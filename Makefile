@@ -128,7 +128,9 @@ deploy: $(VENV)/.stamp-runtime ## patch cardquota's additions into Volcano's CRD
 undeploy: ## remove cardquota; Volcano, its CRDs and every queue stay ('kubectl cardquota crd uninstall' removes our CRD additions)
 	$(KUBECTL) delete -k manifests/overlays/dev --ignore-not-found
 
-e2e: $(VENV)/.stamp-test ## end-to-end tests: a throw-away kind cluster (or the cluster KUBECONFIG names)
+# The tests refuse every cluster but a kind cluster they create or the context CARDQUOTA_E2E_CONTEXT names (a
+# KUBECONFIG alone is refused), print what they will change first, and put it all back (tests/e2e/README.md).
+e2e: $(VENV)/.stamp-test ## end-to-end tests on a throw-away kind cluster (or CARDQUOTA_E2E_CONTEXT=<context>, restored after)
 	CARDQUOTA_E2E=1 $(BIN)/pytest tests/e2e -v $(PYTEST_ARGS)
 
 clean: ## remove the virtualenv and caches

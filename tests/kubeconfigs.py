@@ -7,9 +7,10 @@ from pathlib import Path
 import yaml
 
 
-def write_kubeconfig(folder: Path, server: str, *, namespace: str | None = None, insecure: bool = False) -> str:
-    """``folder/kubeconfig`` with one context on ``server`` (a bearer token, the context's namespace if given);
-    returns its path."""
+def write_kubeconfig(folder: Path, server: str, *, namespace: str | None = None, insecure: bool = False,
+                     context_name: str = "c") -> str:
+    """``folder/kubeconfig`` with one context, ``context_name`` and current, on ``server`` (a bearer token, the
+    context's namespace if given); returns its path."""
     context: dict[str, str] = {"cluster": "c", "user": "u"}
     if namespace is not None:
         context["namespace"] = namespace
@@ -18,8 +19,8 @@ def write_kubeconfig(folder: Path, server: str, *, namespace: str | None = None,
         cluster["insecure-skip-tls-verify"] = True
     path = folder / "kubeconfig"
     path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "apiVersion": "v1", "kind": "Config", "current-context": context_name,
         "clusters": [{"name": "c", "cluster": cluster}],
-        "contexts": [{"name": "c", "context": context}],
+        "contexts": [{"name": context_name, "context": context}],
         "users": [{"name": "u", "user": {"token": "t"}}]}))
     return str(path)

@@ -1,26 +1,44 @@
-"""kubectl against the end-to-end cluster, and polling until the cluster has converged."""
+"""kubectl against the one cluster the suite may change (always with ``--context``), polling until the cluster has
+converged, and the changes the fixtures make, each recorded in an :class:`~e2e.undo.UndoLog` with its inverse."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+import jsonpatch
+import yaml
+from e2e.guard import Target
+from e2e.undo import UndoLog
+
+from cardquota.core.publish import CARD_TYPES
 
 T = TypeVar("T")
 
 
 @dataclass
 class Kubectl:
-    """kubectl against the test cluster; every call has a timeout and returns what kubectl printed."""
+    """kubectl against the target: ``KUBECONFIG`` is the target's and every call names its context (never the
+    current one); every call has a timeout and returns what kubectl printed."""
 
-    env: dict[str, str]
+    target: Target
+    program: str = "kubectl"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": self.target.kubeconfig}
+
+    def command(self, *args: str) -> list[str]:
+        return [self.program, "--context", self.target.context, *args]
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True, env=self.env,
-                                timeout=120)
+        result = subprocess.run(self.command(*args), input=stdin, capture_output=True, text=True, env=self.env,
+                                timeout=600)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
@@ -33,6 +51,13 @@ class Kubectl:
         result: dict[str, Any] = json.loads(self.run("get", kind, name, *where, "-o", "json").stdout)
         return result
 
+    def find(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object, or None when there is none."""
+        where = ["-n", namespace] if namespace else []
+        result = self.run("get", kind, name, *where, "-o", "json", "--ignore-not-found")
+        found: dict[str, Any] | None = json.loads(result.stdout) if result.stdout.strip() else None
+        return found
+
 
 def until(probe: Callable[[], T | None], *, timeout: float = 120, every: float = 2, what: str = "") -> T:
     """Poll until ``probe`` returns something other than None (a cluster converges; it does not answer at once)."""
@@ -44,3 +69,104 @@ def until(probe: Callable[[], T | None], *, timeout: float = 120, every: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or probe}")
         time.sleep(every)
+
+
+def gpu_node_name(kubectl: Kubectl) -> str:
+    """The node the suite makes look like a GPU node (the last one listed; kind's only node)."""
+    name: str = json.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"][-1]["metadata"]["name"]
+    return name
+
+
+def node_restore_ops(node: Mapping[str, Any], saved: Mapping[str, Any], resources: list[str]) -> list[dict[str, Any]]:
+    """The JSON patch of a node's status that puts ``resources`` in capacity and allocatable back as ``saved`` had
+    them (removed when it had none), given the node as it is now."""
+    ops: list[dict[str, Any]] = []
+    for field in ("capacity", "allocatable"):
+        now, before = node.get("status", {}).get(field) or {}, saved.get("status", {}).get(field) or {}
+        for name in resources:
+            path = f"/status/{field}/{name.replace('~', '~0').replace('/', '~1')}"
+            if name in before:
+                ops.append({"op": "add", "path": path, "value": before[name]})
+            elif name in now:
+                ops.append({"op": "remove", "path": path})
+    return ops
+
+
+def fake_gpus(kubectl: Kubectl, log: UndoLog, node: str, labels: Mapping[str, str],
+              resources: Mapping[str, str]) -> None:
+    """Label ``node`` and offer ``resources`` in its status; recorded first: the labels, the resources and
+    cardquota's ``volcano.sh/card.types`` annotation put back as they were."""
+    saved = kubectl.get("node", node)
+
+    def restore() -> None:
+        old_labels = saved["metadata"].get("labels") or {}
+        kubectl.run("label", "node", node, "--overwrite",
+                    *[f"{key}={old_labels[key]}" if key in old_labels else f"{key}-" for key in labels])
+        ops = node_restore_ops(kubectl.get("node", node), saved, list(resources))
+        if ops:
+            kubectl.run("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(ops))
+        old = (saved["metadata"].get("annotations") or {}).get(CARD_TYPES)
+        kubectl.run("annotate", "node", node, "--overwrite", f"{CARD_TYPES}={old}" if old is not None
+                    else f"{CARD_TYPES}-")
+
+    def apply() -> None:
+        kubectl.run("label", "node", node, "--overwrite", *[f"{key}={value}" for key, value in labels.items()])
+        patch = [{"op": "add", "path": f"/status/{field}/{name.replace('/', '~1')}", "value": value}
+                 for field in ("capacity", "allocatable") for name, value in resources.items()]
+        kubectl.run("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+
+    log.change(f"label node {node} ({', '.join(labels)}) and offer {', '.join(resources)} in its status", restore,
+               apply)
+
+
+def reverse_spec_patch(after: Mapping[str, Any], before: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch of a whole object that turns the ``spec`` ``after`` back into ``before``."""
+    ops: list[dict[str, Any]] = jsonpatch.make_patch(after, before).patch
+    return [{**op, **{key: "/spec" + op[key] for key in ("path", "from") if key in op}} for op in ops]
+
+
+def replace_scheduler_config(kubectl: Kubectl, log: UndoLog, manifest: str) -> None:
+    """Apply ``manifest`` (Volcano's scheduler ConfigMap) and restart the scheduler; recorded first: the saved
+    ConfigMap's data put back (or the ConfigMap deleted when there was none) and the scheduler restarted again."""
+    namespace, name = "volcano-system", "volcano-scheduler-configmap"
+    saved = kubectl.find("configmap", name, namespace)
+
+    def restart() -> None:
+        kubectl.run("-n", namespace, "rollout", "restart", "deployment/volcano-scheduler")
+        kubectl.run("-n", namespace, "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
+
+    def restore() -> None:
+        if saved is None:
+            kubectl.run("-n", namespace, "delete", "configmap", name, "--ignore-not-found")
+        else:
+            kubectl.run("-n", namespace, "patch", "configmap", name, "--type=json", "-p", json.dumps(
+                [{"op": "add", "path": "/data", "value": saved.get("data") or {}}]))
+        restart()
+
+    def apply() -> None:
+        kubectl.run("apply", "-f", manifest)
+        restart()
+
+    log.change(f"replace {namespace}/{name} (saved) and restart the Volcano scheduler", restore, apply)
+
+
+def _rendered(kubectl: Kubectl, overlay: str) -> dict[tuple[str, str, str], Any]:
+    """The objects ``kubectl kustomize`` renders (client-side), by kind, namespace and name."""
+    documents = [doc for doc in yaml.safe_load_all(kubectl.run("kustomize", overlay).stdout) if doc]
+    return {(doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"]): doc for doc in documents}
+
+
+def apply_over(kubectl: Kubectl, log: UndoLog, overlay: str, base: str) -> None:
+    """Apply ``overlay``, which builds on ``base`` (already applied); recorded first: the objects only ``overlay``
+    has are deleted and, when it changes some of ``base``'s, ``base`` is applied again."""
+    mine, theirs = _rendered(kubectl, overlay), _rendered(kubectl, base)
+    extra = [document for key, document in mine.items() if key not in theirs]
+
+    def restore() -> None:
+        kubectl.run("delete", "-f", "-", "--ignore-not-found", "--wait", "--timeout=300s",
+                    stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": extra}))
+        if any(theirs[key] != document for key, document in mine.items() if key in theirs):
+            kubectl.run("apply", "-k", base)
+
+    added = ", ".join(f"{kind} {name}" for kind, _, name in sorted(mine.keys() - theirs.keys()))
+    log.change(f"apply {overlay} ({added})", restore, lambda: kubectl.run("apply", "-k", overlay))

@@ -12,8 +12,9 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from builders import pod, queue
-from e2e.cluster import Kubectl, until
+from builders import gpu_labels, pod, queue
+from e2e.cluster import Kubectl, fake_gpus, gpu_node_name, until
+from e2e.undo import UndoLog
 
 from cardquota.core import keys
 from cardquota.core.policies.config import PolicyConfig
@@ -45,15 +46,11 @@ def namespace(kubectl: Kubectl) -> str:
 
 
 @pytest.fixture(scope="module")
-def gpu_node(kubectl: Kubectl) -> str:
-    """A kind worker made to look like an 8-card A100 node: product labels, and nvidia.com/gpu in its status."""
-    nodes = json.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"]
-    name: str = nodes[-1]["metadata"]["name"]
-    kubectl.run("label", "node", name, "--overwrite", f"nvidia.com/gpu.product={A100}", "nvidia.com/gpu.count=8",
-                "nvidia.com/gpu.memory=81920")
-    for field in ("capacity", "allocatable"):
-        kubectl.run("patch", "node", name, "--subresource=status", "--type=json", "-p", json.dumps(
-            [{"op": "add", "path": f"/status/{field}/nvidia.com~1gpu", "value": "8"}]))
+def gpu_node(kubectl: Kubectl, module_undo: UndoLog) -> str:
+    """A kind worker made to look like an 8-card A100 node: product labels, and nvidia.com/gpu in its status (put
+    back as they were when the module is done)."""
+    name = gpu_node_name(kubectl)
+    fake_gpus(kubectl, module_undo, name, gpu_labels(A100, count=8, memory=81920), {"nvidia.com/gpu": "8"})
     return name
 
 

@@ -11,33 +11,28 @@ from typing import Any
 import pytest
 import yaml
 from builders import gpu_labels, queue
-from e2e.cluster import Kubectl, until
+from e2e.cluster import Kubectl, apply_over, fake_gpus, gpu_node_name, replace_scheduler_config, until
+from e2e.undo import UndoLog
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "cardquota-e2e-volcano"
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 
 
-def _label_and_offer(kubectl: Kubectl, node: str, labels: dict[str, str], resources: dict[str, str]) -> None:
-    kubectl.run("label", "node", node, "--overwrite", *[f"{key}={value}" for key, value in labels.items()])
-    patch = [{"op": "add", "path": f"/status/{field}/{name.replace('/', '~1')}", "value": value}
-             for field in ("capacity", "allocatable") for name, value in resources.items()]
-    kubectl.run("patch", "node", node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
-
-
 @pytest.fixture(scope="module")
-def volcano(kubectl: Kubectl) -> Iterator[str]:
-    """Volcano (installed by the session fixture: ``make volcano``, the Makefile's pinned VOLCANO_VERSION; extender
-    allocate/deallocate and managedResources need v1.13+) with its scheduler configured with the extender,
-    cardquota's extender deployed, and the (single) kind node offering 4 A100 whole cards and 4 mGPU cards."""
+def volcano(kubectl: Kubectl, module_undo: UndoLog) -> Iterator[str]:
+    """Volcano (installed by the session fixture, the Makefile's pinned VOLCANO_VERSION; extender allocate/deallocate
+    and managedResources need v1.13+) with its scheduler configured with the extender, cardquota's extender
+    deployed, and the GPU node offering 4 A100 whole cards and 4 mGPU cards — every change recorded in the module's
+    undo log and put back when the module is done."""
     kubectl.run("-n", "volcano-system", "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
-    kubectl.run("apply", "-k", str(REPO / "manifests" / "overlays" / "dev-extender"))
+    overlays = REPO / "manifests" / "overlays"
+    apply_over(kubectl, module_undo, str(overlays / "dev-extender"), str(overlays / "dev"))
     kubectl.run("-n", "cardquota-system", "rollout", "status", "deployment/cardquota-extender", "--timeout=180s")
-    kubectl.run("apply", "-f", str(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml"))
-    kubectl.run("-n", "volcano-system", "rollout", "restart", "deployment/volcano-scheduler")
-    kubectl.run("-n", "volcano-system", "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
-    node = json.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"][-1]["metadata"]["name"]
-    _label_and_offer(kubectl, node, gpu_labels(A100, count=4, memory=81920), {
+    replace_scheduler_config(kubectl, module_undo,
+                             str(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml"))
+    node = gpu_node_name(kubectl)
+    fake_gpus(kubectl, module_undo, node, gpu_labels(A100, count=4, memory=81920), {
         "nvidia.com/gpu": "4", "vke.volcengine.com/mgpu-core": "400", "vke.volcengine.com/mgpu-memory": "98304"})
     kubectl.run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=120s")
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
