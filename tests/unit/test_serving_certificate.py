@@ -229,7 +229,11 @@ def test_an_unusable_mounted_pair_at_start_is_one_line(tmp_path: Path, monkeypat
     (tmp_path / "tls").mkdir()
     (tmp_path / "tls" / "tls.crt").write_bytes(OTHER.cert_pem)
     (tmp_path / "tls" / "tls.key").write_bytes(GOOD.key_pem)
-    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path, "https://127.0.0.1:9"))  # never reached
+    from kubernetes.config import kube_config
+
+    kubeconfig = write_kubeconfig(tmp_path, "https://127.0.0.1:9")  # never reached
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)  # read from KUBECONFIG at import
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     out, err = io.StringIO(), io.StringIO()
     code = cli("cardquota", ["operator", "--port", "0", "--metrics-port", "0", "--host", "127.0.0.1",
