@@ -7,6 +7,7 @@ server names the Service, so it sends SNI; a kubelet probing the pod's IP sends 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import logging
 import os
@@ -58,6 +59,22 @@ async def served(port: int, ca: KeyPair, *, sni: bool = True, tls12: bool = Fals
     return fingerprint(x509.load_der_x509_certificate(der))
 
 
+def write_version(folder: Path, name: str, pair: KeyPair) -> None:
+    """One version of a Secret volume as the kubelet lays it out (kubernetes ``pkg/volume/util/atomic_writer.go``):
+    a timestamped folder, ``..data_tmp`` linked to it and renamed over ``..data``, the visible names linking into
+    ``..data``, the previous version removed."""
+    (folder / name).mkdir()
+    mount(folder / name, pair.cert_pem, pair.key_pem)
+    previous = os.readlink(folder / "..data") if (folder / "..data").is_symlink() else None
+    os.symlink(name, folder / "..data_tmp")
+    os.rename(folder / "..data_tmp", folder / "..data")
+    for visible in ("tls.crt", "tls.key"):
+        if not (folder / visible).is_symlink():
+            os.symlink(f"..data/{visible}", folder / visible)
+    if previous is not None:
+        shutil.rmtree(folder / previous)
+
+
 @pytest.fixture
 def ca() -> KeyPair:
     return new_ca()
@@ -72,11 +89,17 @@ def mounted() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_read_only_cert_dir_is_served_as_mounted(mounted: Path, ca: KeyPair) -> None:
+@pytest.mark.parametrize("layout", ["plain folder", "Secret volume"])
+def test_a_read_only_cert_dir_is_served_as_mounted(mounted: Path, ca: KeyPair, layout: str) -> None:
     pair = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
-    mount(mounted, pair.cert_pem, pair.key_pem)
-    for path in (mounted / "tls.crt", mounted / "tls.key"):
+    if layout == "plain folder":
+        mount(mounted, pair.cert_pem, pair.key_pem)
+    else:
+        write_version(mounted, "..2026_11_26_22_00_00.000000001", pair)
+        os.chmod(mounted / "..2026_11_26_22_00_00.000000001", 0o755)
+    for path in mounted.rglob("tls.*"):
         path.chmod(0o644)  # readable by a server running as another user (a Secret volume's default mode)
+    listing = sorted(str(path) for path in mounted.rglob("*"))
     view, failures = read_only_view(mounted)
     if view is None:
         pytest.skip(f"no way to make a folder read-only for a process here: {'; '.join(failures)}")
@@ -96,7 +119,24 @@ def test_a_read_only_cert_dir_is_served_as_mounted(mounted: Path, ca: KeyPair) -
         view.undo()
     assert f"serving certificate from {mounted}: subject CN=localhost" in log
     assert f"SHA-256 {pair_fingerprint(pair)}" in log
-    assert sorted(path.name for path in mounted.iterdir()) == ["tls.crt", "tls.key"], view.how
+    assert sorted(str(path) for path in mounted.rglob("*")) == listing, view.how
+
+
+@contextlib.asynccontextmanager
+async def following(folder: Path) -> AsyncIterator[int]:
+    """The operator's admission server following the files in ``folder`` (the test sets how often it checks): its
+    port."""
+    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=False, cert_dir=str(folder))
+    tasks: list[asyncio.Task[None]] = []
+    api = api_client(Connection(host="https://127.0.0.1:9"))  # never called: the certificate is mounted
+    runner = await processes.serve_admissions(settings, ClusterCache(), api, tasks)
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.cleanup()
 
 
 @pytest.fixture
@@ -108,15 +148,8 @@ async def operator_tls(tmp_path: Path, ca: KeyPair, monkeypatch: pytest.MonkeyPa
     first = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
     mount(folder, first.cert_pem, first.key_pem)
     monkeypatch.setattr(processes, "CERT_CHECK_SECONDS", 0.02)
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=False, cert_dir=str(folder))
-    tasks: list[asyncio.Task[None]] = []
-    api = api_client(Connection(host="https://127.0.0.1:9"))  # never called: the certificate is mounted
-    runner = await processes.serve_admissions(settings, ClusterCache(), api, tasks)
-    yield runner.addresses[0][1], folder
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await runner.cleanup()
+    async with following(folder) as port:
+        yield port, folder
 
 
 async def test_a_mismatched_pair_leaves_the_old_certificate_serving(
