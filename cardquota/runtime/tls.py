@@ -146,13 +146,16 @@ class ReloadableContext:
 
     The listening context (:attr:`context`) never holds a certificate itself and is never changed: each pair is
     loaded into a fresh context first (:func:`loaded_context`), and only one that loaded is handed to new
-    handshakes, by the listening context's ``sni_callback``, which sets the connection's ``context`` (Python's ssl
-    documentation, ``SSLContext.sni_callback``: the callback may replace ``SSLSocket.context``/``SSLObject.context``
-    with another ``SSLContext``; CPython calls it for every ClientHello, with ``server_name=None`` when the client
-    sends no SNI, as OpenSSL's servername callback runs for every ClientHello). So a pair that does not load (a
-    certificate with another key, a file half-written) is refused while the previous one keeps serving, and
-    connections in flight keep the context they were handed. ``scratch`` is where :func:`loaded_context` may put
-    its short-lived files (nothing stays there)."""
+    handshakes, by the listening context's ``sni_callback``, which sets the connection's ``context``. Python's ssl
+    documentation (``SSLContext.sni_callback``) names replacing ``SSLSocket.context`` with another ``SSLContext`` as
+    the callback's typical use (asyncio hands it the ``SSLObject``, whose ``context`` is set the same way). It runs
+    for every ClientHello, SNI or not: OpenSSL (1.1.1 on, which Python 3.10 on requires) calls the servername
+    callback from ``final_server_name`` in ``ssl/statem/extensions.c`` whether or not the extension was sent, and
+    CPython's ``_servername_callback`` (``Modules/_ssl.c``) passes ``server_name=None`` when there is none; a
+    kubelet probing the pod's IP sends none. So a pair that does not load (a certificate with another key, a file
+    half-written) is refused while the previous one keeps serving, and connections in flight keep the context they
+    were handed. Settings for every handshake belong in :func:`server_context`, which makes both kinds of context.
+    ``scratch`` is where :func:`loaded_context` may put its short-lived files (nothing stays there)."""
 
     def __init__(self, scratch: Path | None = None) -> None:
         self.scratch = scratch
