@@ -26,6 +26,7 @@ from typing import NamedTuple
 REPO = Path(__file__).resolve().parent.parent
 SERVER = Path(__file__).resolve().parent / "tools" / "serve_cert_dir.py"
 PROBE = ("import pathlib, sys\n"
+         "import cardquota.processes\n"
          "folder = pathlib.Path(sys.argv[1])\n"
          "folder.joinpath('tls.crt').read_bytes()\n"
          "try:\n"
