@@ -94,6 +94,7 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/extender_cycle.py
 	$(BIN)/python bench/heartbeat.py
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/tls_start.py
 	$(BIN)/python bench/scale.py
 
 image: ## build the container image (IMAGE=cardquota:dev; skipped, with a message, where no Docker daemon is usable)

@@ -25,7 +25,7 @@ from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import follow
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import serve_http
-from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
+from cardquota.runtime.tls import KeyPair, ReloadableContext, describe, new_ca, new_serving_cert, read_mounted_pair
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app, serve
 
@@ -58,22 +58,18 @@ def dev_certificates(directory: Path) -> KeyPair:
     return new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
 
 
-def certificate_files(directory: Path) -> KeyPair:
-    """The serving certificate mounted in ``directory`` (``tls.crt`` / ``tls.key``, e.g. from a Secret)."""
-    return KeyPair((directory / "tls.crt").read_bytes(), (directory / "tls.key").read_bytes())
-
-
 async def watch_certificate_files(source: Path, tls: ReloadableContext) -> None:
-    """Reload the serving certificate in place when the mounted files change (rotation without restart)."""
+    """Every :data:`CERT_CHECK_SECONDS`, serve the pair mounted in ``source`` when it changed (rotation without a
+    restart); a pair that cannot be read or served leaves the one before serving, and the log says so."""
     while True:
         await asyncio.sleep(CERT_CHECK_SECONDS)
         try:
-            pair = certificate_files(source)
-            if pair != tls.loaded:
-                tls.install(pair)
-                log.info("serving certificate reloaded from %s", source)
-        except (OSError, ValueError) as error:
-            log.warning("serving certificate in %s not reloaded: %s", source, error)
+            pair = read_mounted_pair(source)
+        except OSError as error:
+            log.warning("certificate files in %s not read (%s); still serving %s", source, error,
+                        describe(tls.loaded.cert_pem) if tls.loaded is not None else "nothing")
+            continue
+        tls.reload(pair, str(source))
 
 
 async def run(settings: Settings, *, connection: Connection | None = None, stop: asyncio.Event | None = None,
@@ -120,14 +116,16 @@ async def serve_admissions(settings: Settings, cache: ClusterCache, api: ApiClie
     """The HTTPS admission server over ``cache``, its serving certificate from where the settings say (tasks that
     keep it current are added to ``tasks``)."""
     admission = Admission(cache, settings.policy, settings.failure_modes, own_users=settings.own_users)
-    cert_dir = Path(settings.cert_dir) if settings.cert_dir else Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
-    tls = ReloadableContext(cert_dir / "live")
+    tls = ReloadableContext()  # nothing is written into --cert-dir (a Secret volume is read-only)
+    cert_dir = Path(settings.cert_dir) if settings.cert_dir else None
     if settings.dev:
-        tls.install(dev_certificates(cert_dir))
-    elif (cert_dir / "tls.crt").exists():  # mounted by the deployment (e.g. cert-manager): follow the files
-        tls.install(certificate_files(cert_dir))
+        dev_dir = cert_dir or Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
+        tls.install(dev_certificates(dev_dir), f"a self-signed CA (its ca.crt in {dev_dir})")
+    elif cert_dir is not None and (cert_dir / "tls.crt").exists():  # mounted (e.g. cert-manager): follow the files
+        tls.install(read_mounted_pair(cert_dir), str(cert_dir))
         tasks.append(asyncio.create_task(watch_certificate_files(cert_dir, tls)))
     else:  # managed: a CA and serving certificate in a Secret, caBundle patched, renewed before expiry
-        tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving)
+        tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving,
+                    f"Secret {settings.namespace}/{settings.tls_secret}")
         tasks.append(asyncio.create_task(keep_certificates(api, settings, tls)))
     return await serve(build_app(admission), settings.host, settings.port, tls.context)

@@ -343,8 +343,9 @@ async def keep_certificates(api: client.ApiClient, settings: Settings, tls: Relo
                             interval: float = CHECK_INTERVAL_SECONDS, *,
                             clock: Callable[[], datetime.datetime] = utc_now,
                             sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-    """Check every ``interval`` seconds (sooner when a rotation step is due), renew before expiry, and reload the live
-    SSL context in place with the serving certificate the Secret holds (no restart, no failed request)."""
+    """Check every ``interval`` seconds (sooner when a rotation step is due), renew before expiry, and serve the
+    certificate the Secret holds from then on (no restart, no failed request; one that cannot be served is logged
+    and the one before keeps serving)."""
     grace = datetime.timedelta(seconds=settings.cert_grace_period)
     retire_after = grace + datetime.timedelta(seconds=interval)
     delay = interval
@@ -356,9 +357,7 @@ async def keep_certificates(api: client.ApiClient, settings: Settings, tls: Relo
         except (KubeError, OSError, urllib3.exceptions.HTTPError) as error:
             log.warning("certificate check failed, will retry: %s", error)
             continue
-        if certificates.serving != tls.loaded:
-            tls.install(certificates.serving)
-            log.info("serving certificate reloaded from Secret %s/%s", settings.namespace, settings.tls_secret)
+        tls.reload(certificates.serving, f"Secret {settings.namespace}/{settings.tls_secret}")
         due = certificates.next_step(grace, retire_after)
         if due is not None:
             shortest = min(SHORTEST_WAIT_SECONDS, interval)

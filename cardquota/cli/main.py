@@ -356,6 +356,7 @@ def operator_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import urllib3
 
     from cardquota.kube import KubeError
+    from cardquota.runtime.tls import PairChanging, UnusablePair
 
     configure_logging(settings.log_format)
     try:
@@ -363,6 +364,9 @@ def operator_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except FileNotFoundError as error:
         raise InputError(f"no serving certificate: {error.filename} (mount one there, or use --dev)",
                          where="--cert-dir") from None
+    except (UnusablePair, PairChanging) as error:
+        raise InputError(f"the serving certificate cannot be served: {error}",
+                         where="--cert-dir" if settings.cert_dir else f"Secret {settings.tls_secret}") from None
     except KubeError as error:
         raise InputError(str(error), where="cluster") from None
     except (urllib3.exceptions.HTTPError, OSError) as error:

@@ -1,14 +1,18 @@
 """Certificates for the admission server, made with ``cryptography``: a CA, a serving certificate for the
-Service's DNS names, when to renew, and an SSL context that reloads in place (rotation without a restart: new
-handshakes get the new certificate, connections in flight keep theirs, no request fails)."""
+Service's DNS names, when to renew, a mounted pair read from one version of its folder, and an SSL context that
+reloads in place (rotation without a restart: new handshakes get the new certificate once it has loaded, connections
+in flight keep theirs, no request fails, and a pair that does not load leaves the previous one serving)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
+import logging
 import os
 import ssl
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CA_DAYS = 3650
 SERVING_DAYS = 365
 RENEW_BEFORE = datetime.timedelta(days=30)
+log = logging.getLogger("cardquota.tls")
 
 
 @dataclass(frozen=True)
@@ -83,14 +88,16 @@ def new_serving_cert(ca: KeyPair, dns_names: Sequence[str], *, ip_addresses: Seq
 
 def renewal_reason(serving: KeyPair, ca: KeyPair, dns_names: Sequence[str], *,
                    now: datetime.datetime | None = None, renew_before: datetime.timedelta = RENEW_BEFORE) -> str | None:
-    """Why the serving certificate must be replaced (expiring, wrong names, not issued by the CA, unreadable),
-    or None when it is good."""
+    """Why the serving certificate must be replaced (expiring, wrong names, not issued by the CA, unreadable, its
+    key another certificate's), or None when it is good."""
     try:
         cert = x509.load_pem_x509_certificate(serving.cert_pem)
         ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-        serialization.load_pem_private_key(serving.key_pem, password=None)
-    except ValueError as error:
+        key = serialization.load_pem_private_key(serving.key_pem, password=None)
+    except (ValueError, TypeError) as error:
         return f"unreadable ({error})"
+    if cert.public_key() != key.public_key():
+        return "the key is not the certificate's"
     if cert.not_valid_after_utc - renew_before <= _now(now):
         return f"expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     try:
@@ -107,25 +114,205 @@ def renewal_reason(serving: KeyPair, ca: KeyPair, dns_names: Sequence[str], *,
     return None
 
 
-class ReloadableContext:
-    """A server SSL context whose certificate can be replaced while the server runs."""
+class UnusablePair(ValueError):
+    """A certificate and key that cannot be served together: unreadable, or the key is not the certificate's."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+
+def server_context() -> ssl.SSLContext:
+    """A server SSL context with the settings every serving context shares (TLS 1.2 at least)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def loaded_context(pair: KeyPair, scratch: Path | None = None) -> ssl.SSLContext:
+    """A fresh :func:`server_context` serving ``pair``, or :class:`UnusablePair` saying why it cannot.
+
+    ``ssl`` loads a certificate chain from files only (``SSLContext.load_cert_chain``), so the pair is handed to it as
+    in-memory files (Linux ``memfd_create``, opened through ``/proc/self/fd``: nothing reaches a file system), or,
+    where those are missing, as files in a private folder (mode 0700, the files 0600) made in ``scratch`` (default:
+    the system's temporary folder) and removed as soon as they are loaded. Never in the folder the pair came from."""
+    context = server_context()
+    try:
+        with _pair_files(pair, scratch) as (cert_path, key_path):
+            context.load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as error:
+        raise UnusablePair(_ssl_reason(error)) from None
+    return context
+
+
+class ReloadableContext:
+    """The SSL context a server listens with, whose certificate can be replaced while it serves.
+
+    The listening context (:attr:`context`) never holds a certificate itself and is never changed: each pair is
+    loaded into a fresh context first (:func:`loaded_context`), and only one that loaded is handed to new
+    handshakes, by the listening context's ``sni_callback``, which sets the connection's ``context``. Python's ssl
+    documentation (``SSLContext.sni_callback``) names replacing ``SSLSocket.context`` with another ``SSLContext`` as
+    the callback's typical use (asyncio hands it the ``SSLObject``, whose ``context`` is set the same way). It runs
+    for every ClientHello, SNI or not: OpenSSL (1.1.1 on, which Python 3.10 on requires) calls the servername
+    callback from ``final_server_name`` in ``ssl/statem/extensions.c`` whether or not the extension was sent, and
+    CPython's ``_servername_callback`` (``Modules/_ssl.c``) passes ``server_name=None`` when there is none; a
+    kubelet probing the pod's IP sends none. So a pair that does not load (a certificate with another key, a file
+    half-written) is refused while the previous one keeps serving, and connections in flight keep the context they
+    were handed. Settings for every handshake belong in :func:`server_context`, which makes both kinds of context.
+    ``scratch`` is where :func:`loaded_context` may put its short-lived files (nothing stays there)."""
+
+    def __init__(self, scratch: Path | None = None) -> None:
+        self.scratch = scratch
+        self.context = server_context()
+        self.context.sni_callback = self._hand_over
+        self._serving: ssl.SSLContext | None = None
         self.loaded: KeyPair | None = None
 
-    def install(self, pair: KeyPair) -> None:
-        """Write the pair (the key readable by this user only) and load it into the live context."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        cert_path, key_path = self.directory / "tls.crt", self.directory / "tls.key"
-        key_fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(key_fd, "wb") as key_file:
-            key_file.write(pair.key_pem)
-        cert_path.write_bytes(pair.cert_pem)
-        self.context.load_cert_chain(cert_path, key_path)
+    def install(self, pair: KeyPair, source: str = "") -> None:
+        """Serve ``pair`` to new handshakes once it has loaded into a fresh context; :class:`UnusablePair` when it
+        cannot, the pair before still serving. Logs what is served from now on (``source`` says where it came
+        from)."""
+        self._serving = loaded_context(pair, self.scratch)
         self.loaded = pair
+        log.info("serving certificate%s: %s", f" from {source}" if source else "", describe(pair.cert_pem))
+
+    def reload(self, pair: KeyPair, source: str) -> bool:
+        """:meth:`install` ``pair`` unless it is already served; whether it now is. A pair that cannot be served is
+        logged as rejected, with the certificate that keeps serving."""
+        if pair == self.loaded:
+            return False
+        try:
+            self.install(pair, source)
+        except UnusablePair as error:
+            still = describe(self.loaded.cert_pem) if self.loaded is not None else "nothing"
+            log.warning("certificate from %s rejected (%s); still serving %s", source, error, still)
+            return False
+        return True
+
+    def _hand_over(self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                   listening: ssl.SSLContext) -> None:
+        if self._serving is not None:
+            connection.context = self._serving
+
+
+def describe(cert_pem: bytes) -> str:
+    """What a log needs to tell which certificate is served: subject, names, serial, validity, SHA-256
+    fingerprint (as ``openssl x509 -fingerprint -sha256`` prints it)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as error:
+        return f"an unreadable certificate ({error})"
+    try:
+        alternative = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [*alternative.get_values_for_type(x509.DNSName),
+                 *(str(address) for address in alternative.get_values_for_type(x509.IPAddress))]
+    except x509.ExtensionNotFound:
+        names = []
+    now = _now(None)
+    validity = ("EXPIRED " if cert.not_valid_after_utc <= now else
+                "NOT YET VALID " if cert.not_valid_before_utc > now else "")
+    return (f"subject {cert.subject.rfc4514_string() or '(empty)'}, names [{', '.join(names)}], "
+            f"serial {cert.serial_number:x}, {validity}valid until {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC, "
+            f"SHA-256 {fingerprint(cert)}")
+
+
+def fingerprint(cert: x509.Certificate) -> str:
+    """A certificate's SHA-256 fingerprint, as ``openssl x509 -fingerprint -sha256`` prints it."""
+    return cert.fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+DATA_LINK = "..data"
+"""The symlink a Kubernetes atomic-writer volume (Secret, ConfigMap, projected) points at its current version."""
+READ_ATTEMPTS = 5
+"""Reads of a mounted pair that changes while it is read, before giving up until the next check."""
+
+
+class PairChanging(OSError):
+    """The mounted files kept changing while they were read."""
+
+
+def read_mounted_pair(directory: Path, read: Callable[[Path], bytes] = Path.read_bytes) -> KeyPair:
+    """``tls.crt`` and ``tls.key`` in ``directory``, both from one version of it.
+
+    A Kubernetes Secret (or ConfigMap, projected) volume is written by the kubelet's atomic writer
+    (kubernetes ``pkg/volume/util/atomic_writer.go``, ``AtomicWriter.Write``): each version in a new hidden
+    timestamped folder, the ``..data`` symlink renamed over to point at it, the visible ``tls.crt``/``tls.key``
+    symlinks into ``..data``, the previous version's folder removed afterwards. Read through the visible names, the
+    certificate and the key can come from two versions; here ``..data`` is resolved once and both files are read
+    from that version's folder (read again from the next version if it was removed meanwhile). A folder without
+    ``..data`` is read twice, and again until both reads agree. ``read`` reads one file (tests interleave writes).
+    A file missing raises FileNotFoundError; files that keep changing, :class:`PairChanging`."""
+    for _ in range(READ_ATTEMPTS):
+        try:
+            version = os.readlink(directory / DATA_LINK)
+        except OSError:  # no ..data, or not a symlink: a plain folder
+            version = ""
+        if version:
+            folder = directory / version
+            try:
+                return KeyPair(read(folder / "tls.crt"), read(folder / "tls.key"))
+            except FileNotFoundError:
+                if _same_link(directory / DATA_LINK, version):
+                    raise  # the current version lacks the file: not a race
+                continue  # replaced (and removed) while read: read the new version
+        first = KeyPair(read(directory / "tls.crt"), read(directory / "tls.key"))
+        if KeyPair(read(directory / "tls.crt"), read(directory / "tls.key")) == first:
+            return first
+    raise PairChanging(f"tls.crt and tls.key in {directory} changed on each of {READ_ATTEMPTS} reads")
+
+
+def _same_link(link: Path, version: str) -> bool:
+    try:
+        return os.readlink(link) == version
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _pair_files(pair: KeyPair, scratch: Path | None) -> Iterator[tuple[str, str]]:
+    """Paths ``load_cert_chain`` can open holding the pair's certificate and key, for the ``with`` block only."""
+    descriptors = _memory_files(2)
+    if descriptors:
+        try:
+            for descriptor, data in zip(descriptors, (pair.cert_pem, pair.key_pem), strict=True):
+                _write_all(descriptor, data)
+            yield f"/proc/self/fd/{descriptors[0]}", f"/proc/self/fd/{descriptors[1]}"
+        finally:
+            for descriptor in descriptors:
+                os.close(descriptor)
+        return
+    if scratch is not None:
+        scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cardquota-tls-", dir=scratch) as folder:  # mode 0700
+        paths = [os.path.join(folder, name) for name in ("tls.crt", "tls.key")]
+        for path, data in zip(paths, (pair.cert_pem, pair.key_pem), strict=True):
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+                file.write(data)
+        yield paths[0], paths[1]
+
+
+def _memory_files(count: int) -> list[int]:
+    """``count`` anonymous in-memory files, or none where the system has none (not Linux, no /proc, a sandbox
+    refusing ``memfd_create``)."""
+    descriptors: list[int] = []
+    try:
+        for _ in range(count):
+            descriptors.append(os.memfd_create("cardquota-tls", os.MFD_CLOEXEC))
+        if os.path.exists(f"/proc/self/fd/{descriptors[0]}"):
+            return descriptors
+    except (AttributeError, OSError):
+        pass
+    for descriptor in descriptors:
+        os.close(descriptor)
+    return []
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view):]
+
+
+def _ssl_reason(error: ssl.SSLError) -> str:
+    if error.reason == "KEY_VALUES_MISMATCH":
+        return "the key is not the certificate's"
+    return f"cannot be loaded: {error.reason or error.strerror or error}"
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

@@ -71,3 +71,15 @@ def test_scale_bench_smoke_reports_every_figure() -> None:
     assert lines[11].startswith("    API writes during the storm: ")
     assert lines[12].startswith("summary 200 pods over 1 runs")
     assert len(lines) == 19
+
+
+def test_tls_start_bench_reports_start_and_handshake_figures() -> None:
+    result = subprocess.run([sys.executable, "bench/tls_start.py", "--runs", "1", "--handshakes", "5", "--rounds", "1"],
+                            cwd=REPO, capture_output=True, text=True, check=True, timeout=240)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("start to a served certificate, 1 runs")
+    assert re.match(r"  --cert-dir writable \(baseline\): [0-9.]+-[0-9.]+ s", lines[1])
+    assert lines[2].startswith(("  --cert-dir read-only (", "read-only folder: not possible here"))
+    assert "FAILED" not in result.stdout
+    assert lines[-2].startswith("handshakes, 1 rounds of 5: plain context (baseline)")
+    assert lines[-1].startswith("loading a pair into a fresh context: ")
