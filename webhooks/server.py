@@ -17,6 +17,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
+from cardquota.runtime.serving import ServerLimits, body_guard, start_server
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
     MalformedReview,
@@ -26,8 +27,26 @@ from cardquota.webhooks.review import (
 )
 
 log = logging.getLogger("cardquota.webhooks")
-MAX_BODY = 16 * 2**20
-"""The API server sends objects up to ~3 MiB; a larger body is not an AdmissionReview."""
+OBJECT_BYTES = 3 * 2**20
+"""The largest request body the API server accepts, hence the largest object a review carries as JSON:
+``MaxRequestBodyBytes`` = 3 MiB (k8s.io/apiserver pkg/server/config.go, ``NewConfig``; the JSON and YAML decoders
+refuse larger bodies, pkg/endpoints/handlers/rest.go ``limitedReadBody``)."""
+REVIEW_WRAPPER_BYTES = 256 * 2**10
+"""The rest of an AdmissionReview: uid, kind, resource, names, the user (name, uid, groups, extra) and the
+options; a few KiB, rarely more (a user in hundreds of groups)."""
+MAX_BODY = 2 * OBJECT_BYTES + REVIEW_WRAPPER_BYTES
+"""The largest review body the API server sends: an UPDATE carries ``object`` and ``oldObject``, each up to
+:data:`OBJECT_BYTES` (k8s.io/api admission/v1 ``AdmissionRequest``; built by k8s.io/apiserver
+pkg/admission/plugin/webhook/request/admissionreview.go ``CreateV1AdmissionReview``), plus the wrapper. Anything
+larger is not an AdmissionReview: refused with 413 before it is read when its Content-Length says so."""
+LARGE_BODY_BYTES = 2**20
+"""A body above this size waits for one of :data:`LARGE_BODY_SLOTS` before it is read."""
+LARGE_BODY_SLOTS = 2
+"""Large bodies read, decoded and judged at once; the others wait for a slot, unread (their bytes stay in the
+socket's buffers), within the API server's webhook timeout. Decoding a 3 MiB object builds up to ~100 MiB of
+Python objects; an UPDATE holds two. Waiting, rather than a 429: the API server's webhook client retries a call only
+on a connection error or a 429 with a Retry-After (k8s.io/apiserver pkg/util/webhook ``DefaultShouldRetry``), after
+a backoff longer than a slot takes to free (a 3 MiB body is read in ~30–130 ms: ``bench/worst_case.py``)."""
 POLICY_THREADS = 4
 """Large review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
@@ -44,14 +63,15 @@ of CPU and a wait for the GIL (``bench/webhook.py``). Larger answers are encoded
 
 
 def build_app(admission: Admission, executor: Executor | None = None) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[body_guard(lambda _: MAX_BODY)])
     pool = executor or ThreadPoolExecutor(POLICY_THREADS, thread_name_prefix="cardquota-review")
+    slots = asyncio.Semaphore(LARGE_BODY_SLOTS)
 
     async def validate(request: web.Request) -> web.Response:
-        return await _review(admission, pool, request, mutating=False)
+        return await _review(admission, pool, slots, request, mutating=False)
 
     async def mutate(request: web.Request) -> web.Response:
-        return await _review(admission, pool, request, mutating=True)
+        return await _review(admission, pool, slots, request, mutating=True)
 
     async def stop_pool(_: web.Application) -> None:
         if executor is None:
@@ -67,7 +87,17 @@ def build_app(admission: Admission, executor: Executor | None = None) -> web.App
     return app
 
 
-async def _review(admission: Admission, pool: Executor, request: web.Request, *, mutating: bool) -> web.Response:
+async def _review(admission: Admission, pool: Executor, slots: asyncio.Semaphore, request: web.Request, *,
+                  mutating: bool) -> web.Response:
+    length = request.content_length
+    if length is not None and length <= LARGE_BODY_BYTES:
+        return await _read_and_answer(admission, pool, request, mutating)
+    async with slots:  # a large body (or one of unknown length): one of a few at a time
+        return await _read_and_answer(admission, pool, request, mutating)
+
+
+async def _read_and_answer(admission: Admission, pool: Executor, request: web.Request,
+                           mutating: bool) -> web.Response:
     try:
         body = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -125,11 +155,10 @@ def _bad_request(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
-async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext) -> web.AppRunner:
-    """Start serving; the caller stops it with ``await runner.cleanup()``."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=context)
-    await site.start()
+async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext,
+                limits: ServerLimits | None = None) -> web.AppRunner:
+    """Start serving within ``limits`` (:mod:`cardquota.runtime.serving`); the caller stops it with ``await
+    runner.cleanup()``."""
+    runner = await start_server(app, host, port, limits or ServerLimits(), context)
     log.info("admission server listening on https://%s:%s", host, runner.addresses[0][1] if runner.addresses else port)
     return runner
