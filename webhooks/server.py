@@ -44,9 +44,12 @@ LARGE_BODY_BYTES = 2**20
 LARGE_BODY_SLOTS = 2
 """Large bodies read, decoded and judged at once; the others wait for a slot, unread (their bytes stay in the
 socket's buffers), within the API server's webhook timeout. Decoding a 3 MiB object builds up to ~100 MiB of
-Python objects; an UPDATE holds two. Waiting, rather than a 429: the API server's webhook client retries a call only
-on a connection error or a 429 with a Retry-After (k8s.io/apiserver pkg/util/webhook ``DefaultShouldRetry``), after
-a backoff longer than a slot takes to free (a 3 MiB body is read in ~30–130 ms: ``bench/worst_case.py``)."""
+Python objects and an UPDATE holds two: two slots keep four maximal reviews at once under half the Deployment's
+1 GiB (``tests/reliability/test_bounded_servers.py``). Waiting rather than answering 429: a slot frees in tens to
+hundreds of milliseconds (a 3 MiB body is read in ~30-130 ms: ``bench/worst_case.py``), where a refused review
+would come back, if at all, no sooner than a second later (a Retry-After counts whole seconds) and from the same
+5 s budget; a 429 the API server does not retry fails the write, or lets it through unchecked under
+``failurePolicy: Ignore``."""
 POLICY_THREADS = 4
 """Large review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
