@@ -946,8 +946,8 @@ def _check_policies(objects: list[dict[str, Any]]) -> set[str]:
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         assert any(_selects(policy["spec"]["podSelector"], labels) for policy in policies), \
             f"no NetworkPolicy selects the pods of Deployment {deployment['metadata']['name']}"
-        for container in deployment["spec"]["template"]["spec"]["containers"]:
-            for port in container.get("ports") or []:
+        for served in deployment["spec"]["template"]["spec"]["containers"]:
+            for port in served.get("ports") or []:
                 allowed, refused = EXPECTED_CALLERS[port["name"]]
                 seen.add(port["name"])
                 name = f"{deployment['metadata']['name']}:{port['name']}"
