@@ -4,6 +4,7 @@ is measured apart from the test's (tests/reliability/test_bounded_servers.py, be
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import tempfile
 from collections.abc import Iterator
@@ -13,7 +14,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from admission_reviews import CLUSTER
+from admission_reviews import A100, CLUSTER, review
+from builders import pod
 
 
 def memory_mib() -> tuple[float, float]:
@@ -25,6 +27,20 @@ def memory_mib() -> tuple[float, float]:
             if name in ("VmRSS", "VmHWM"):
                 fields[name] = int(value.split()[0]) / 1024
     return fields["VmRSS"], fields["VmHWM"]
+
+
+def maximal_update(limit: int) -> bytes:
+    """An UPDATE review of ``limit`` bytes at most (and within 64 KiB of it) whose object and oldObject are card
+    pods of as many JSON objects as fit: the most Python objects a body of that size decodes into."""
+    def body(entries: int) -> bytes:
+        card = pod("maximal", namespace="ml", card=A100, gpus=1, queue="team-a")
+        card["spec"]["containers"][0]["env"] = [{"name": "A"}] * entries
+        return json.dumps(review(card, operation="UPDATE", old=card)).encode()
+
+    per_entry = (len(body(1000)) - len(body(0))) / 1000
+    made = body(int((limit - len(body(0)) - 2**14) / per_entry))
+    assert limit - 2**16 < len(made) <= limit
+    return made
 
 
 def _serve(pipe: Connection, limits: Any) -> None:

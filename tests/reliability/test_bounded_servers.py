@@ -19,7 +19,7 @@ import pytest
 from admission_reviews import A100, CLUSTER, client_context, review
 from aiohttp import web
 from builders import pod
-from served_process import ServedProcess, served
+from served_process import ServedProcess, maximal_update, served
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.scheduling.extender import Extender
@@ -257,25 +257,10 @@ def test_the_body_limit_is_an_update_of_two_maximal_objects_and_its_wrapper() ->
     assert 2 * server_module.OBJECT_BYTES < server_module.MAX_BODY <= 2 * server_module.OBJECT_BYTES + 2**20
 
 
-def _maximal_update(limit: int) -> bytes:
-    """An UPDATE review of ``limit`` bytes at most (and within 64 KiB of it) whose object and oldObject are card
-    pods of as many JSON objects as fit: the most Python objects a body of that size decodes into."""
-    def body(entries: int) -> bytes:
-        card = _card_pod("maximal")
-        card["spec"]["containers"][0]["env"] = [{"name": "A"}] * entries
-        return json.dumps(review(card, operation="UPDATE", old=card)).encode()
-
-    per_entry = (len(body(1000)) - len(body(0))) / 1000
-    entries = int((limit - len(body(0)) - 2**14) / per_entry)
-    made = body(entries)
-    assert limit - 2**16 < len(made) <= limit
-    return made
-
-
 def test_four_concurrent_maximal_reviews_stay_well_within_the_memory_limit() -> None:
     """Four UPDATE reviews as large as the server reads, sent at once: answered, and the server's peak resident
     size stays under half the Deployment's limit (before: 16 MiB bodies, decoded four at a time: ~1.4 GiB)."""
-    body = _maximal_update(server_module.MAX_BODY)
+    body = maximal_update(server_module.MAX_BODY)
     with served() as process:
         context = ssl.create_default_context(cadata=process.ca_pem.decode())
 

@@ -71,3 +71,13 @@ def test_scale_bench_smoke_reports_every_figure() -> None:
     assert lines[11].startswith("    API writes during the storm: ")
     assert lines[12].startswith("summary 200 pods over 1 runs")
     assert len(lines) == 19
+
+
+def test_bounded_servers_bench_reports_every_figure_for_both_servers() -> None:
+    result = subprocess.run([sys.executable, "bench/bounded.py", "--connections", "20", "--runs", "1"], cwd=REPO,
+                            capture_output=True, text=True, check=True, timeout=300)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 runs per server, 20 idle TLS connections")
+    assert [line.strip().split(".")[0] for line in lines[1:]] == ["aiohttp defaults:", "1", "2", "cardquota:", "1",
+                                                                  "2", "3"]
+    assert "answered 400" in lines[6]
