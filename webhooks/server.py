@@ -13,6 +13,7 @@ import json
 import logging
 import ssl
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -39,17 +40,34 @@ MAX_BODY = 2 * OBJECT_BYTES + REVIEW_WRAPPER_BYTES
 :data:`OBJECT_BYTES` (k8s.io/api admission/v1 ``AdmissionRequest``; built by k8s.io/apiserver
 pkg/admission/plugin/webhook/request/admissionreview.go ``CreateV1AdmissionReview``), plus the wrapper. Anything
 larger is not an AdmissionReview: refused with 413 before it is read when its Content-Length says so."""
+SMALL_BODY_BYTES = 64 * 2**10
+"""A body whose Content-Length is at most this (a realistic review is ~6 KB) is read and answered at once; what
+such bodies hold is bounded by the connection cap (2,048 x 64 KiB)."""
+LARGE_READS = 8
+"""Bodies above :data:`SMALL_BODY_BYTES`, or of unknown length, received and answered at once: at most this many
+of up to :data:`MAX_BODY` bytes are held (~50 MiB); the others wait, unread (their bytes stay in the socket's
+buffers)."""
+BODY_SECONDS = 10.0
+"""Seconds such a body may take to arrive (answered 408 after): the API server sends a review in one write, so only
+a caller trickling its body on purpose takes longer, and it holds one of :data:`LARGE_READS` that long at most."""
 LARGE_BODY_BYTES = 2**20
-"""A body above this size waits for one of :data:`LARGE_BODY_SLOTS` before it is read."""
+"""A body above this size, once received, waits for one of :data:`LARGE_BODY_SLOTS` to be decoded and judged."""
 LARGE_BODY_SLOTS = 2
-"""Large bodies read, decoded and judged at once; the others wait for a slot, unread (their bytes stay in the
-socket's buffers), within the API server's webhook timeout. Decoding a 3 MiB object builds up to ~100 MiB of
-Python objects and an UPDATE holds two: two slots keep four maximal reviews at once under half the Deployment's
-1 GiB (``tests/reliability/test_bounded_servers.py``). Waiting rather than answering 429: a slot frees in tens to
-hundreds of milliseconds (a 3 MiB body is read in ~30-130 ms: ``bench/worst_case.py``), where a refused review
-would come back, if at all, no sooner than a second later (a Retry-After counts whole seconds) and from the same
-5 s budget; a 429 the API server does not retry fails the write, or lets it through unchecked under
-``failurePolicy: Ignore``."""
+"""Large bodies decoded and judged at once. Decoding a 3 MiB object builds up to ~100 MiB of Python objects and an
+UPDATE holds two: two slots keep four maximal reviews at once under half the Deployment's 1 GiB
+(``tests/reliability/test_bounded_servers.py``). A slot is taken once the whole body is in, so a caller sending
+slowly never holds one. Waiting rather than answering 429: a slot frees in tens to hundreds of milliseconds (a
+3 MiB body is read in ~30-130 ms: ``bench/worst_case.py``), where a refused review would come back, if at all, no
+sooner than a second later (a Retry-After counts whole seconds) and from the same 5 s budget; a 429 the API server
+does not retry fails the write, or lets it through unchecked under ``failurePolicy: Ignore``."""
+
+
+@dataclass(frozen=True)
+class _Gates:
+    reads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_READS))
+    decoding: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_BODY_SLOTS))
+
+
 POLICY_THREADS = 4
 """Large review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
@@ -68,13 +86,13 @@ of CPU and a wait for the GIL (``bench/webhook.py``). Larger answers are encoded
 def build_app(admission: Admission, executor: Executor | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY, middlewares=[body_guard(lambda _: MAX_BODY)])
     pool = executor or ThreadPoolExecutor(POLICY_THREADS, thread_name_prefix="cardquota-review")
-    slots = asyncio.Semaphore(LARGE_BODY_SLOTS)
+    gates = _Gates()
 
     async def validate(request: web.Request) -> web.Response:
-        return await _review(admission, pool, slots, request, mutating=False)
+        return await _review(admission, pool, gates, request, mutating=False)
 
     async def mutate(request: web.Request) -> web.Response:
-        return await _review(admission, pool, slots, request, mutating=True)
+        return await _review(admission, pool, gates, request, mutating=True)
 
     async def stop_pool(_: web.Application) -> None:
         if executor is None:
@@ -90,21 +108,35 @@ def build_app(admission: Admission, executor: Executor | None = None) -> web.App
     return app
 
 
-async def _review(admission: Admission, pool: Executor, slots: asyncio.Semaphore, request: web.Request, *,
+async def _review(admission: Admission, pool: Executor, gates: _Gates, request: web.Request, *,
                   mutating: bool) -> web.Response:
     length = request.content_length
-    if length is not None and length <= LARGE_BODY_BYTES:
-        return await _read_and_answer(admission, pool, request, mutating)
-    async with slots:  # a large body (or one of unknown length): one of a few at a time
-        return await _read_and_answer(admission, pool, request, mutating)
+    if length is not None and length <= SMALL_BODY_BYTES:
+        body = await _read(request)
+        return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
+    async with gates.reads:  # a large body, or one of unknown length: a few at a time
+        try:
+            body = await asyncio.wait_for(_read(request), BODY_SECONDS)
+        except TimeoutError:
+            response = web.json_response({"error": f"the body did not arrive within {BODY_SECONDS:g} s"}, status=408)
+            response.force_close()
+            return response
+        if isinstance(body, web.Response):
+            return body
+        if len(body) <= LARGE_BODY_BYTES:
+            return await _answer(admission, pool, body, mutating)
+        async with gates.decoding:
+            return await _answer(admission, pool, body, mutating)
 
 
-async def _read_and_answer(admission: Admission, pool: Executor, request: web.Request,
-                           mutating: bool) -> web.Response:
+async def _read(request: web.Request) -> bytes | web.Response:
     try:
-        body = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
+
+
+async def _answer(admission: Admission, pool: Executor, body: bytes, mutating: bool) -> web.Response:
     status, answer = await answer_body(admission, pool, body, mutating)
     return web.Response(body=answer, status=status, content_type="application/json")
 

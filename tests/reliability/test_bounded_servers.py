@@ -250,6 +250,39 @@ async def test_a_review_declared_larger_than_the_limit_is_refused_unread(webhook
     writer.close()
 
 
+async def _trickle(webhook: Webhook, declared: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that declares a body of ``declared`` bytes and sends only its first KiB."""
+    reader, writer = await webhook.open()
+    writer.write(_post("/validate", b"", {}).replace(b"Content-Length: 0", f"Content-Length: {declared}".encode())
+                 + b"{" + b" " * 1023)
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_answered_408(webhook: Webhook,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the server waited for the rest of the body for as long as the connection stayed open."""
+    monkeypatch.setattr(server_module, "BODY_SECONDS", 0.2)
+    reader, writer = await _trickle(webhook, 2 * 2**20)
+    status, answer = await _status_and_body(reader)
+    assert status == 408
+    assert "did not arrive" in answer["error"]
+    assert await _closed_by_server(reader)
+    writer.close()
+
+
+async def test_callers_trickling_large_bodies_hold_no_decoding_slot(webhook: Webhook) -> None:
+    """More slow senders than decoding slots: a large review that arrives whole is still decoded and answered
+    (a slot is taken only once a body is in)."""
+    slow = [await _trickle(webhook, 2 * 2**20) for _ in range(server_module.LARGE_BODY_SLOTS + 1)]
+    large = _card_pod("large")
+    large["metadata"]["annotations"]["example.com/notes"] = "x" * (server_module.LARGE_BODY_BYTES + 1024)
+    status, answer = await webhook.review(json.dumps(review(large)).encode())
+    assert (status, answer["response"]["allowed"]) == (200, True)
+    for _, writer in slow:
+        writer.close()
+
+
 def test_the_body_limit_is_an_update_of_two_maximal_objects_and_its_wrapper() -> None:
     """k8s.io/apiserver pkg/server/config.go: ``MaxRequestBodyBytes: int64(3 * 1024 * 1024)``; an UPDATE review
     carries object and oldObject (before: 16 MiB, more than five such objects)."""
