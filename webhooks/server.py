@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
-from cardquota.runtime.serving import ServerLimits, body_guard, start_server
+from cardquota.runtime.serving import ServerLimits, body_guard, start_server, trim_soon
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
     MalformedReview,
@@ -126,7 +126,10 @@ async def _review(admission: Admission, pool: Executor, gates: _Gates, request: 
         if len(body) <= LARGE_BODY_BYTES:
             return await _answer(admission, pool, body, mutating)
         async with gates.decoding:
-            return await _answer(admission, pool, body, mutating)
+            response = await _answer(admission, pool, body, mutating)
+        del body
+        trim_soon()  # what decoding it built goes back to the system, not only to the C heap
+        return response
 
 
 async def _read(request: web.Request) -> bytes | web.Response:
