@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import ssl
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -193,10 +194,11 @@ def _bad_request(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
-async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext,
+async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext | Callable[[], ssl.SSLContext],
                 limits: ServerLimits | None = None) -> web.AppRunner:
-    """Start serving within ``limits`` (:mod:`cardquota.runtime.serving`); the caller stops it with ``await
-    runner.cleanup()``."""
+    """Start serving within ``limits`` (:mod:`cardquota.runtime.serving`); ``context`` is the TLS context, or a
+    function giving the one to use, called for each new connection (a certificate swapped in as a new context is
+    served from the next connection on). The caller stops it with ``await runner.cleanup()``."""
     runner = await start_server(app, host, port, limits or ServerLimits(), context)
     log.info("admission server listening on https://%s:%s", host, runner.addresses[0][1] if runner.addresses else port)
     return runner

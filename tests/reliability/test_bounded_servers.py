@@ -171,6 +171,29 @@ async def test_the_plain_http_ports_cap_connections_and_close_idle_ones() -> Non
         await runner.cleanup()
 
 
+async def test_the_tls_context_may_be_given_as_a_function_read_at_each_connection(tmp_path: Path) -> None:
+    """A certificate swapped in as a new SSLContext is served from the next connection on."""
+    authorities = [new_ca(), new_ca()]
+    contexts = []
+    for index, authority in enumerate(authorities):
+        tls = ReloadableContext(tmp_path / f"tls-{index}")
+        tls.install(new_serving_cert(authority, ["localhost"], ip_addresses=["127.0.0.1"]))
+        contexts.append(tls.context)
+    current = [contexts[0]]
+    cache = ClusterCache()
+    cache.load(CLUSTER)
+    runner = await server_module.serve(server_module.build_app(Admission(cache, PolicyConfig())), "127.0.0.1", 0,
+                                       lambda: current[0])
+    port = runner.addresses[0][1]
+    try:
+        for authority, context in zip(authorities, contexts, strict=True):
+            current[0] = context
+            status, answer = await Webhook(port, authority).review(json.dumps(review(_card_pod())).encode())
+            assert (status, answer["response"]["allowed"]) == (200, True)
+    finally:
+        await runner.cleanup()
+
+
 def _raise_open_files(wanted: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < wanted:
