@@ -15,6 +15,7 @@ class ServerLimits:
     max_connections: int = 2048
     """Connections at once, TLS handshakes in progress included; one more is closed when accepted."""
     handshake_timeout: float = 5.0
-    """Seconds a TLS handshake may take (the API server's whole webhook call has 5 s by default, its dial 10 s)."""
+    """Seconds a TLS handshake may take, and the TLS close at the end (the API server's whole webhook call has
+    5 s by default)."""
     idle_timeout: float = 30.0
     """Seconds a connection may wait for its next request (keep-alive), or for its first one."""

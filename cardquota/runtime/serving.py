@@ -5,7 +5,8 @@ is started here, with the same bounds on what a caller can hold: :class:`ServerL
   as soon as it is accepted (the caller sees a reset, and retries), so memory held by connections is bounded by the
   cap, whoever opens them.
 * **Handshake**: a TLS handshake not done within ``handshake_timeout`` seconds is dropped (asyncio's default is
-  60 s: a connection that never sends its ClientHello held a slot and a buffer that long).
+  60 s: a connection that never sends its ClientHello held a slot and a buffer that long); so is a TLS close whose
+  peer does not answer in that time (asyncio's default: 30 s).
 * **Idle**: a connection without a request for ``idle_timeout`` seconds is closed (aiohttp's default keep-alive is
   3,630 s). The API server's and the scheduler's HTTP clients open a new one when they need it.
 * **Bodies are never inflated**: the parser does not decode ``Content-Encoding`` (aiohttp's ``auto_decompress``
@@ -169,7 +170,8 @@ class _Admitted(asyncio.Protocol):
         context = site.tls() if callable(site.tls) else site.tls
         waiter: asyncio.Future[None] = loop.create_future()
         tls = _SmallBufferTLS(loop, app, context, waiter, server_side=True,
-                              ssl_handshake_timeout=site.limits.handshake_timeout)  # type: ignore[arg-type]
+                              ssl_handshake_timeout=site.limits.handshake_timeout,  # type: ignore[arg-type]
+                              ssl_shutdown_timeout=site.limits.handshake_timeout)
         site.handshaking[waiter] = transport
 
         def shaken(done: asyncio.Future[None]) -> None:
