@@ -13,11 +13,13 @@ is started here, with the same bounds on what a caller can hold: :class:`ServerL
   would inflate a 1 MiB deflate body on the event loop for seconds); the apps refuse such requests with 400
   (:func:`body_guard`).
 
-**What an idle TLS connection costs, and why it was ~0.3 to 0.5 MiB.** asyncio's ``SSLProtocol`` gives every
+**What an idle TLS connection costs, and why it was ~290 KiB.** asyncio's ``SSLProtocol`` gives every
 connection a 256 KiB receive buffer (``max_size``, allocated and zeroed when the connection is accepted, before the
 handshake), besides OpenSSL's own state (~30 KiB) and aiohttp's handler (~4 KiB): measured with tracemalloc, 256 of
 ~290 KiB per idle connection were that buffer. Here each connection's TLS protocol reads in
-:data:`TLS_READ_BYTES` (two TLS records of 16 KiB): the socket is read in smaller steps, with no other change.
+:data:`TLS_READ_BYTES` (two TLS records of 16 KiB): the socket is read in smaller steps, with no other change
+(``_SmallBufferTLS``: the protocol ``loop.create_server(ssl=…)`` builds itself, whose constructor is the same from
+Python 3.11 on, with a smaller ``max_size``): ~60 KiB per idle connection.
 
 **Why memory was not given back after the connections closed.** The freed buffers go back to glibc's heap, not to
 the system: the first 256 KiB buffer freed raises glibc's mmap threshold above its size (its dynamic threshold), so
@@ -49,6 +51,8 @@ __all__ = ["ServerLimits", "body_guard", "start_server", "trim_soon"]
 log = logging.getLogger("cardquota.serving")
 TLS_READ_BYTES = 32 * 2**10
 """Receive buffer of each TLS connection (asyncio's default: 256 KiB). A TLS record is at most 16 KiB of payload."""
+CAP_LOG_SECONDS = 60.0
+"""At most one warning a minute that a port's connection cap is reached."""
 TRIM_AFTER_CLOSED = 256
 """Connections closed between two ``malloc_trim`` calls."""
 M_ARENA_MAX = -8
@@ -123,6 +127,7 @@ class LimitedSite(web.TCPSite):
         self.tls = ssl_context
         self.handshaking: dict[asyncio.Future[None], asyncio.BaseTransport] = {}
         self.refused = 0
+        self.last_warning = float("-inf")
 
     @property
     def name(self) -> str:
@@ -146,6 +151,11 @@ class LimitedSite(web.TCPSite):
     def _protocol(self) -> asyncio.Protocol:
         if self.open_connections() >= self.limits.max_connections:
             self.refused += 1
+            now = asyncio.get_running_loop().time()
+            if now - self.last_warning >= CAP_LOG_SECONDS:
+                self.last_warning = now
+                log.warning("%s: %d connections open, the cap (--max-connections); new ones are closed (%d so far)",
+                            self.name, self.limits.max_connections, self.refused)
             return _Refused()
         return _Admitted(self)
 

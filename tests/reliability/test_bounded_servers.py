@@ -121,14 +121,16 @@ async def test_a_connection_that_never_sends_its_client_hello_is_dropped(tmp_pat
         await runner.cleanup()
 
 
-async def test_connections_beyond_the_cap_are_closed_and_the_held_ones_still_served(tmp_path: Path) -> None:
-    """The cap counts connections still shaking hands as well as established ones."""
+async def test_connections_beyond_the_cap_are_closed_and_the_held_ones_still_served(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The cap counts connections still shaking hands as well as established ones; reaching it is logged."""
     served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=3))
     try:
         raw = await asyncio.open_connection("127.0.0.1", served_webhook.port)  # shaking hands, never done
         held = [await served_webhook.open() for _ in range(2)]
         with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
             await asyncio.wait_for(served_webhook.open(), GUARD_SECONDS)
+        assert "3 connections open, the cap (--max-connections)" in caplog.text
         reader, writer = held[0]
         writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
         status, answer = await _status_and_body(reader)  # a held connection is served
