@@ -93,6 +93,7 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/publisher.py
 	$(BIN)/python bench/extender_cycle.py
 	$(BIN)/python bench/heartbeat.py
+	$(BIN)/python bench/bounded.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/tls_start.py
 	$(BIN)/python bench/scale.py

@@ -100,7 +100,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         # in every process: the policies read the drift check's finding
         tasks.append(asyncio.create_task(CrdDriftCheck(api, cache, is_leader=leads).run()))
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,
-                                        settings.metrics_port))
+                                        settings.metrics_port, settings.limits))
         await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods)
     finally:
         for task in tasks:
@@ -128,4 +128,4 @@ async def serve_admissions(settings: Settings, cache: ClusterCache, api: ApiClie
         tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving,
                     f"Secret {settings.namespace}/{settings.tls_secret}")
         tasks.append(asyncio.create_task(keep_certificates(api, settings, tls)))
-    return await serve(build_app(admission), settings.host, settings.port, tls.context)
+    return await serve(build_app(admission), settings.host, settings.port, tls.context, settings.limits)

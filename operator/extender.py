@@ -30,10 +30,18 @@ from prometheus_client import Counter, Gauge, Histogram
 from cardquota.core.objects import Manifest, ObjectKey, namespaced_key
 from cardquota.core.scheduling.extender import Extender
 from cardquota.runtime.health import add_health_routes
+from cardquota.runtime.limits import ServerLimits
 from cardquota.runtime.metrics import REGISTRY, metrics_response
+from cardquota.runtime.serving import body_guard
 
 log = logging.getLogger("cardquota.extender")
 DEFAULT_PORT = 8713
+MAX_BODY = 64 * 2**20
+"""The largest verb body read: onSessionOpen carries the whole cluster (read only in the body-fed mode; watched, it
+is never read), prioritize every candidate NodeInfo with the pods on it (Volcano pkg/scheduler/plugins/extender
+``PrioritizeRequest``): 64 MiB holds 50k pods. Larger, or compressed (Volcano's client never compresses: it posts
+plain JSON with net/http, extender.go ``send``), is refused before it is read (:func:`~cardquota.runtime.serving.
+body_guard`)."""
 VERB_SECONDS = Histogram("cardquota_extender_duration_seconds", "Extender verb latency in the server", ["verb"],
                          registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
 SYNCED = Gauge("cardquota_extender_synced", "1 once the extender's watched session holds the whole cluster",
@@ -132,7 +140,7 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
     async def metrics(_: web.Request) -> web.Response:
         return metrics_response()
 
-    app = web.Application(client_max_size=64 * 2**20)  # onSessionOpen carries the whole cluster (body-fed mode)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[body_guard(lambda _: MAX_BODY)])
     app.router.add_get("/metrics", metrics)
     add_health_routes(app, synced or (lambda: True))
     app.router.add_post("/{verb}", handle)
@@ -162,7 +170,8 @@ def api_pod_patcher(api: Any) -> PodPatcher:
 
 async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodPatcher | None,
                        stop: asyncio.Event | None = None, *, api: Any = None,
-                       on_listening: Callable[[int], None] | None = None) -> None:
+                       on_listening: Callable[[int], None] | None = None,
+                       limits: ServerLimits | None = None) -> None:
     """Serve until ``stop`` is set (forever when None); with ``api``, the session is kept by watches (degraded until
     the first full list is in)."""
     from cardquota.operator.reflector import Reflector
@@ -180,7 +189,7 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
         return ready
 
     runner = await serve_http(build_extender_app(extender, patch_pod, synced if cache is not None else None),
-                              host, port)
+                              host, port, limits)
     if on_listening is not None:
         on_listening(runner.addresses[0][1])
     log.info("extender listening on http://%s:%s%s", host, runner.addresses[0][1] if runner.addresses else port,

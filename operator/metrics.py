@@ -17,6 +17,10 @@ from cardquota.operator.controller import Publisher
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.metrics import metrics_response
+from cardquota.runtime.serving import body_guard
+
+REQUEST_BYTES = 4096
+"""The largest request body the metrics port reads: its routes are GETs, with no body."""
 
 
 class QueueCardCollector(Collector):
@@ -108,7 +112,7 @@ def metrics_app(cache: ClusterCache, publisher: Publisher | None = None, *, queu
     async def metrics(_: web.Request) -> web.Response:
         return metrics_response(registry)
 
-    app = web.Application()
+    app = web.Application(client_max_size=REQUEST_BYTES, middlewares=[body_guard(lambda _: REQUEST_BYTES)])
     app.router.add_get("/metrics", metrics)
     add_health_routes(app, lambda: cache.ready)
     return app

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from cardquota.core.errors import InputError
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, FailureMode, PolicyConfig
+from cardquota.runtime.limits import ServerLimits
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")
 T = TypeVar("T")
@@ -53,6 +54,9 @@ ENV_EXTENDER_PORT = "CARDQUOTA_EXTENDER_PORT_NUMBER"
 ENV_SCHEDULER_CONF = "CARDQUOTA_SCHEDULER_CONF"
 ENV_ROLE = "CARDQUOTA_ROLE"
 ENV_CONTROLLER_SERVICE_ACCOUNT = "CARDQUOTA_CONTROLLER_SERVICE_ACCOUNT"
+ENV_MAX_CONNECTIONS = "CARDQUOTA_MAX_CONNECTIONS"
+ENV_HANDSHAKE_TIMEOUT = "CARDQUOTA_HANDSHAKE_TIMEOUT"
+ENV_IDLE_TIMEOUT = "CARDQUOTA_IDLE_TIMEOUT"
 
 _SERVICE_LINK_NAME = re.compile(
     r"[A-Z][A-Z0-9_]*_(?:"
@@ -83,6 +87,19 @@ def read_port(text: str) -> int:
 def read_seconds(text: str) -> float:
     seconds = float(text)
     if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(text)
+    return seconds
+
+
+def read_count(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < 1:
+        raise ValueError(text)
+    return int(text)
+
+
+def read_positive_seconds(text: str) -> float:
+    seconds = read_seconds(text)
+    if seconds <= 0:
         raise ValueError(text)
     return seconds
 
@@ -182,6 +199,8 @@ class Settings:
     """Seconds a renewed CA sits in the webhooks' caBundle before the serving certificate it signed is served, and
     again (plus one check interval) before the CA it replaced leaves the caBundle: long enough for every API server
     to see the configuration change (its webhook configuration informer) and for every replica to reload."""
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    """What a caller can hold on each port (the admission server's, the metrics one)."""
 
     @property
     def own_users(self) -> frozenset[str]:
@@ -204,6 +223,7 @@ class ExtenderSettings:
     schedulers: frozenset[str] = frozenset({"volcano"})
     """The names Volcano schedules pods under (``spec.schedulerName``): their pods count against their queue's quota
     without a PodGroup, and only theirs get mGPU results patched on."""
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 def parse_failure_modes(items: Sequence[str]) -> dict[str, FailureMode]:
@@ -266,6 +286,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(env {ENV_ROLE}; default {defaults.role.value})")
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], help="json for machines, text for "
                         f"humans (env {ENV_LOG_FORMAT}; default {defaults.log_format.value})")
+    add_limit_arguments(parser)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options bounding what callers can hold on each port (:class:`ServerLimits`), for the operator and the
+    extender."""
+    defaults = ServerLimits()
+    parser.add_argument("--max-connections", type=int, help="connections at once on each port, TLS handshakes "
+                        f"included; one more is closed at once (env {ENV_MAX_CONNECTIONS}; default "
+                        f"{defaults.max_connections})")
+    parser.add_argument("--handshake-timeout", type=float, help="seconds a TLS handshake may take (env "
+                        f"{ENV_HANDSHAKE_TIMEOUT}; default {defaults.handshake_timeout:g})")
+    parser.add_argument("--idle-timeout", type=float, help="seconds a connection may wait for its next request "
+                        f"(env {ENV_IDLE_TIMEOUT}; default {defaults.idle_timeout:g})")
+
+
+def limits_from(args: argparse.Namespace, env: Mapping[str, str]) -> ServerLimits:
+    """The :class:`ServerLimits` the options (None when not given) or their variables say."""
+    defaults = ServerLimits()
+    positive = "a number of seconds above 0"
+    limits = ServerLimits(
+        max_connections=_chosen(getattr(args, "max_connections", None), env, ENV_MAX_CONNECTIONS, read_count,
+                                "a whole number, 1 or more", defaults.max_connections),
+        handshake_timeout=_chosen(getattr(args, "handshake_timeout", None), env, ENV_HANDSHAKE_TIMEOUT,
+                                  read_positive_seconds, positive, defaults.handshake_timeout),
+        idle_timeout=_chosen(getattr(args, "idle_timeout", None), env, ENV_IDLE_TIMEOUT, read_positive_seconds,
+                             positive, defaults.idle_timeout),
+    )
+    for option, value in (("--max-connections", limits.max_connections),
+                          ("--handshake-timeout", limits.handshake_timeout), ("--idle-timeout", limits.idle_timeout)):
+        if not value > 0:
+            raise InputError(f"{value}: expected a value above 0", where=option)
+    return limits
 
 
 def _chosen(given: T | None, environ: Mapping[str, str], name: str, read: Callable[[str], T], form: str,
@@ -318,6 +371,7 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         metrics_port=_chosen(args.metrics_port, env, ENV_METRICS_PORT, read_port, PORT_FORM, defaults.metrics_port),
         cert_grace_period=_chosen(args.cert_grace_period, env, ENV_CERT_GRACE_PERIOD, read_seconds,
                                   "a number of seconds, 0 or more", defaults.cert_grace_period),
+        limits=limits_from(args, env),
     )
 
 
@@ -332,4 +386,5 @@ def extender_settings(args: argparse.Namespace, environ: Mapping[str, str] | Non
         port=_chosen(args.port, env, ENV_EXTENDER_PORT, read_port, PORT_FORM, defaults.port),
         scheduler_conf=args.scheduler_conf or env.get(ENV_SCHEDULER_CONF) or None,
         schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,
+        limits=limits_from(args, env),
     )

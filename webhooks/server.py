@@ -13,10 +13,12 @@ import json
 import logging
 import ssl
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
+from cardquota.runtime.serving import ServerLimits, body_guard, start_server, trim_soon
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
     MalformedReview,
@@ -26,8 +28,46 @@ from cardquota.webhooks.review import (
 )
 
 log = logging.getLogger("cardquota.webhooks")
-MAX_BODY = 16 * 2**20
-"""The API server sends objects up to ~3 MiB; a larger body is not an AdmissionReview."""
+OBJECT_BYTES = 3 * 2**20
+"""The largest request body the API server accepts, hence the largest object a review carries as JSON:
+``MaxRequestBodyBytes`` = 3 MiB (k8s.io/apiserver pkg/server/config.go, ``NewConfig``; the JSON and YAML decoders
+refuse larger bodies, pkg/endpoints/handlers/rest.go ``limitedReadBody``)."""
+REVIEW_WRAPPER_BYTES = 256 * 2**10
+"""The rest of an AdmissionReview: uid, kind, resource, names, the user (name, uid, groups, extra) and the
+options; a few KiB, rarely more (a user in hundreds of groups)."""
+MAX_BODY = 2 * OBJECT_BYTES + REVIEW_WRAPPER_BYTES
+"""The largest review body the API server sends: an UPDATE carries ``object`` and ``oldObject``, each up to
+:data:`OBJECT_BYTES` (k8s.io/api admission/v1 ``AdmissionRequest``; built by k8s.io/apiserver
+pkg/admission/plugin/webhook/request/admissionreview.go ``CreateV1AdmissionReview``), plus the wrapper. Anything
+larger is not an AdmissionReview: refused with 413 before it is read when its Content-Length says so."""
+SMALL_BODY_BYTES = 64 * 2**10
+"""A body whose Content-Length is at most this (a realistic review is ~6 KB) is read and answered at once; what
+such bodies hold is bounded by the connection cap (2,048 x 64 KiB)."""
+LARGE_READS = 8
+"""Bodies above :data:`SMALL_BODY_BYTES`, or of unknown length, received and answered at once: at most this many
+of up to :data:`MAX_BODY` bytes are held (~50 MiB); the others wait, unread (their bytes stay in the socket's
+buffers)."""
+BODY_SECONDS = 10.0
+"""Seconds such a body may take to arrive (answered 408 after): the API server sends a review in one write, so only
+a caller trickling its body on purpose takes longer, and it holds one of :data:`LARGE_READS` that long at most."""
+LARGE_BODY_BYTES = 2**20
+"""A body above this size, once received, waits for one of :data:`LARGE_BODY_SLOTS` to be decoded and judged."""
+LARGE_BODY_SLOTS = 2
+"""Large bodies decoded and judged at once. Decoding a 3 MiB object builds up to ~100 MiB of Python objects and an
+UPDATE holds two: two slots keep four maximal reviews at once under half the Deployment's 1 GiB
+(``tests/reliability/test_bounded_servers.py``). A slot is taken once the whole body is in, so a caller sending
+slowly never holds one. Waiting rather than answering 429: a slot frees in tens to hundreds of milliseconds (a
+3 MiB body is read in ~30-130 ms: ``bench/worst_case.py``), where a refused review would come back, if at all, no
+sooner than a second later (a Retry-After counts whole seconds) and from the same 5 s budget; a 429 the API server
+does not retry fails the write, or lets it through unchecked under ``failurePolicy: Ignore``."""
+
+
+@dataclass(frozen=True)
+class _Gates:
+    reads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_READS))
+    decoding: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_BODY_SLOTS))
+
+
 POLICY_THREADS = 4
 """Large review bodies are read, and large answers encoded, on these threads, off the event loop: a 3 MiB object takes
 tens of milliseconds to decode (bench/worst_case.py), and meanwhile the loop keeps accepting and answering other
@@ -44,14 +84,15 @@ of CPU and a wait for the GIL (``bench/webhook.py``). Larger answers are encoded
 
 
 def build_app(admission: Admission, executor: Executor | None = None) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[body_guard(lambda _: MAX_BODY)])
     pool = executor or ThreadPoolExecutor(POLICY_THREADS, thread_name_prefix="cardquota-review")
+    gates = _Gates()
 
     async def validate(request: web.Request) -> web.Response:
-        return await _review(admission, pool, request, mutating=False)
+        return await _review(admission, pool, gates, request, mutating=False)
 
     async def mutate(request: web.Request) -> web.Response:
-        return await _review(admission, pool, request, mutating=True)
+        return await _review(admission, pool, gates, request, mutating=True)
 
     async def stop_pool(_: web.Application) -> None:
         if executor is None:
@@ -67,11 +108,38 @@ def build_app(admission: Admission, executor: Executor | None = None) -> web.App
     return app
 
 
-async def _review(admission: Admission, pool: Executor, request: web.Request, *, mutating: bool) -> web.Response:
+async def _review(admission: Admission, pool: Executor, gates: _Gates, request: web.Request, *,
+                  mutating: bool) -> web.Response:
+    length = request.content_length
+    if length is not None and length <= SMALL_BODY_BYTES:
+        body = await _read(request)
+        return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
+    async with gates.reads:  # a large body, or one of unknown length: a few at a time
+        try:
+            body = await asyncio.wait_for(_read(request), BODY_SECONDS)
+        except TimeoutError:
+            response = web.json_response({"error": f"the body did not arrive within {BODY_SECONDS:g} s"}, status=408)
+            response.force_close()
+            return response
+        if isinstance(body, web.Response):
+            return body
+        if len(body) <= LARGE_BODY_BYTES:
+            return await _answer(admission, pool, body, mutating)
+        async with gates.decoding:
+            response = await _answer(admission, pool, body, mutating)
+        del body
+        trim_soon()  # what decoding it built goes back to the system, not only to the C heap
+        return response
+
+
+async def _read(request: web.Request) -> bytes | web.Response:
     try:
-        body = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
+
+
+async def _answer(admission: Admission, pool: Executor, body: bytes, mutating: bool) -> web.Response:
     status, answer = await answer_body(admission, pool, body, mutating)
     return web.Response(body=answer, status=status, content_type="application/json")
 
@@ -125,11 +193,11 @@ def _bad_request(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
-async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext) -> web.AppRunner:
-    """Start serving; the caller stops it with ``await runner.cleanup()``."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=context)
-    await site.start()
+async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext,
+                limits: ServerLimits | None = None) -> web.AppRunner:
+    """Start serving within ``limits`` (:mod:`cardquota.runtime.serving`) with the TLS ``context`` (the listening
+    context of :class:`cardquota.runtime.tls.ReloadableContext`). The caller stops it with
+    ``await runner.cleanup()``."""
+    runner = await start_server(app, host, port, limits or ServerLimits(), context)
     log.info("admission server listening on https://%s:%s", host, runner.addresses[0][1] if runner.addresses else port)
     return runner

@@ -223,6 +223,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           help="read the cluster from each onSessionOpen body instead of watching it (no Kubernetes "
                           "API access needed with --no-patch; parses the whole cluster every cycle: for small "
                           "clusters and tests)")
+    settings.add_limit_arguments(extender)
     extender.set_defaults(command=extender_command)
 
     operator = commands.add_parser(
@@ -340,7 +341,7 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(run_extender(Extender(config, clock=time.monotonic), settings.host, settings.port, patcher,
-                                 api=None if args.session_from_body else api))
+                                 api=None if args.session_from_body else api, limits=settings.limits))
     except OSError as error:
         raise InputError(f"cannot listen: {error.strerror}", where=f"{settings.host}:{settings.port}") from None
     return EXIT_OK

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from cardquota.runtime.latency import ADMISSION_LATENCIES, Latencies
+from cardquota.runtime.serving import ServerLimits, start_server
 
 REGISTRY = CollectorRegistry()
 
@@ -57,9 +58,8 @@ def metrics_response(*registries: CollectorRegistry) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def serve_http(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Serve a plain-HTTP app (metrics and health, the extender); the caller stops it with ``runner.cleanup()``."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+async def serve_http(app: web.Application, host: str, port: int,
+                     limits: ServerLimits | None = None) -> web.AppRunner:
+    """Serve a plain-HTTP app (metrics and health, the extender) within ``limits``; the caller stops it with
+    ``runner.cleanup()``."""
+    return await start_server(app, host, port, limits or ServerLimits())

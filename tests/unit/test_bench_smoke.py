@@ -83,3 +83,13 @@ def test_tls_start_bench_reports_start_and_handshake_figures() -> None:
     assert "FAILED" not in result.stdout
     assert lines[-2].startswith("handshakes, 1 rounds of 5: plain context (baseline)")
     assert lines[-1].startswith("loading a pair into a fresh context: ")
+
+
+def test_bounded_servers_bench_reports_every_figure_for_both_servers() -> None:
+    result = subprocess.run([sys.executable, "bench/bounded.py", "--connections", "20", "--runs", "1"], cwd=REPO,
+                            capture_output=True, text=True, check=True, timeout=300)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 runs per server, 20 idle TLS connections")
+    assert [line.strip().split(".")[0] for line in lines[1:]] == ["aiohttp defaults:", "1", "2", "cardquota:", "1",
+                                                                  "2", "3"]
+    assert "answered 400" in lines[6]

@@ -4,6 +4,7 @@ manifests cannot drift from the operator (ports, names, failure modes, metric na
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shutil
@@ -902,3 +903,113 @@ def test_the_split_roles_share_out_the_base_roles_without_a_wildcard() -> None:
                                                       "mutatingwebhookconfigurations"}
     for obj in [*webhook, *controller]:
         assert "*" not in json.dumps(obj.get("rules"))
+
+
+# ---------------------------------------------------------------------------------------- NetworkPolicies
+
+MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
+VOLCANO_SYSTEM = {"kubernetes.io/metadata.name": "volcano-system"}
+SCHEDULER_POD = {"app": "volcano-scheduler"}
+"""The Volcano scheduler's pod label in its installer and Helm chart (installer/helm/chart/volcano/templates/
+scheduler.yaml and installer/volcano-development.yaml, v1.15.1: ``app: volcano-scheduler`` in volcano-system)."""
+
+
+def _peer_matches(peer: Mapping[str, Any], source: Mapping[str, Any], policy_namespace: str) -> bool:
+    """Whether a NetworkPolicy ``from`` entry admits ``source``: {"ip"} for a host or an address outside the
+    cluster, {"namespace_labels", "pod_labels"} for a pod (networking.k8s.io/v1 semantics: both selectors of one
+    entry must match; a podSelector alone means the policy's own namespace)."""
+    if "ipBlock" in peer:
+        if "ip" not in source:
+            return False
+        address = ipaddress.ip_address(source["ip"])
+        block = peer["ipBlock"]
+        return (address in ipaddress.ip_network(block["cidr"])
+                and not any(address in ipaddress.ip_network(cidr) for cidr in block.get("except") or []))
+    if "pod_labels" not in source:
+        return False
+    if "namespaceSelector" in peer:
+        if not _selects(peer["namespaceSelector"], source["namespace_labels"]):
+            return False
+    elif source["namespace_labels"].get("kubernetes.io/metadata.name") != policy_namespace:
+        return False
+    return _selects(peer.get("podSelector") or {}, source["pod_labels"])
+
+
+def _admitted(policies: list[dict[str, Any]], pod_labels: Mapping[str, str], port: Mapping[str, Any],
+              source: Mapping[str, Any]) -> bool:
+    """Whether a connection from ``source`` to a container ``port`` ({"name", "containerPort"}) of a pod of the
+    operator's namespace with ``pod_labels`` is let through by ``policies`` (all open when none selects it)."""
+    selecting = [policy for policy in policies if "Ingress" in policy["spec"].get("policyTypes", ["Ingress"])
+                 and _selects(policy["spec"]["podSelector"], pod_labels)]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get("ingress") or []:
+            ports = rule.get("ports")
+            if ports and not any(item.get("port") in (port.get("name"), port["containerPort"]) for item in ports):
+                continue
+            peers = rule.get("from")
+            if not peers or any(_peer_matches(peer, source, policy["metadata"]["namespace"]) for peer in peers):
+                return True
+    return False
+
+
+def _pod(namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    return {"namespace_labels": {"kubernetes.io/metadata.name": namespace}, "pod_labels": dict(labels)}
+
+
+ANYWHERE = [{"ip": "203.0.113.7"}, {"ip": "10.0.0.1"}, _pod("default", {"app": "anything"}),
+            _pod(NAMESPACE, {"app.kubernetes.io/component": "other"})]
+EXPECTED_CALLERS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
+    # port name: (sources let through, sources refused)
+    "webhook": (ANYWHERE, []),
+    "metrics": ([_pod("monitoring", {"app.kubernetes.io/name": "prometheus"})],
+                [*ANYWHERE, _pod("volcano-system", SCHEDULER_POD)]),
+    "extender": ([_pod("volcano-system", SCHEDULER_POD)],
+                 [*ANYWHERE, _pod("volcano-system", {"app": "volcano-controllers"}), _pod("default", SCHEDULER_POD),
+                  _pod("monitoring", {"app.kubernetes.io/name": "prometheus"})]),
+}
+"""Who reaches each port: the API server (anywhere: no selector can name it), the metrics scrapers' namespace, the
+Volcano scheduler's pods only."""
+
+
+def _check_policies(objects: list[dict[str, Any]]) -> set[str]:
+    """Every container port of every Deployment of ``objects`` is reachable by exactly the expected callers;
+    returns the port names seen."""
+    policies = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
+    seen: set[str] = set()
+    for deployment in (obj for obj in objects if obj["kind"] == "Deployment"):
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert any(_selects(policy["spec"]["podSelector"], labels) for policy in policies), \
+            f"no NetworkPolicy selects the pods of Deployment {deployment['metadata']['name']}"
+        for served in deployment["spec"]["template"]["spec"]["containers"]:
+            for port in served.get("ports") or []:
+                allowed, refused = EXPECTED_CALLERS[port["name"]]
+                seen.add(port["name"])
+                name = f"{deployment['metadata']['name']}:{port['name']}"
+                assert all(_admitted(policies, labels, port, source) for source in allowed), name
+                assert not any(_admitted(policies, labels, port, source) for source in refused), name
+    return seen
+
+
+def test_the_network_policies_let_each_port_be_reached_only_by_its_callers() -> None:
+    """base (the operator's 9443 and 8080), components/separate-controller (the controller's 8080) and
+    components/extender (8713), as written: ingress only, one rule per port, by named port."""
+    components = MANIFESTS / "components"
+    objects = [*BASE, *_objects(components / "separate-controller"), *EXTENDER]
+    assert _check_policies(objects) == {"webhook", "metrics", "extender"}
+    for policy in (obj for obj in objects if obj["kind"] == "NetworkPolicy"):
+        assert policy["spec"]["policyTypes"] == ["Ingress"], policy["metadata"]["name"]
+        assert policy["metadata"]["namespace"] == NAMESPACE
+    (extender_policy,) = [obj for obj in EXTENDER if obj["kind"] == "NetworkPolicy"]
+    (rule,) = extender_policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": VOLCANO_SYSTEM},
+                             "podSelector": {"matchLabels": SCHEDULER_POD}}]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
+@pytest.mark.parametrize("overlay", ["dev", "production", "dev-extender"])
+def test_every_rendered_overlay_keeps_each_port_to_its_callers(overlay: str) -> None:
+    rendered = _render(overlay)
+    seen = _check_policies(rendered)
+    assert seen == ({"webhook", "metrics", "extender"} if overlay == "dev-extender" else {"webhook", "metrics"})

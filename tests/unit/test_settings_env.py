@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from cardquota.cli.main import run
+from cardquota.core.errors import InputError
 from cardquota.operator.settings import (
     ExtenderSettings,
     Role,
@@ -23,6 +24,7 @@ from cardquota.operator.settings import (
     from_arguments,
     is_service_link_name,
 )
+from cardquota.runtime.limits import ServerLimits
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = sorted(path for folder in ("cardquota", "operator", "webhooks") for path in (REPO / folder).rglob("*.py")
@@ -117,6 +119,10 @@ BAD_VALUES = [
     (["operator", "--dev"], "CARDQUOTA_ROLE", "scheduler", "all, webhook or controller"),
     (["extender", "--no-patch"], "CARDQUOTA_EXTENDER_PORT_NUMBER", LINK, "a port number (0 to 65535)"),
     (["extender", "--no-patch"], "CARDQUOTA_EXTENDER_PORT_NUMBER", "８７１３", "a port number (0 to 65535)"),
+    (["operator", "--dev"], "CARDQUOTA_MAX_CONNECTIONS", "0", "a whole number, 1 or more"),
+    (["extender", "--no-patch"], "CARDQUOTA_MAX_CONNECTIONS", "lots", "a whole number, 1 or more"),
+    (["operator", "--dev"], "CARDQUOTA_HANDSHAKE_TIMEOUT", "0", "a number of seconds above 0"),
+    (["extender", "--no-patch"], "CARDQUOTA_IDLE_TIMEOUT", "inf", "a number of seconds above 0"),
 ]
 
 
@@ -179,6 +185,19 @@ def test_the_new_names_are_read_and_the_command_line_wins() -> None:
     assert extender_settings(_extender_args(schedulers=["only"]), {"CARDQUOTA_SCHEDULERS": "vc-b"}).schedulers == {
         "only"}
     assert from_arguments(_operator_args([]), {"CARDQUOTA_WEBHOOK_PORT_NUMBER": ""}).port == Settings().port
+
+
+def test_the_server_limits_come_from_the_options_then_the_variables_then_the_defaults() -> None:
+    env = {"CARDQUOTA_MAX_CONNECTIONS": "100", "CARDQUOTA_HANDSHAKE_TIMEOUT": "2.5", "CARDQUOTA_IDLE_TIMEOUT": "10"}
+    assert from_arguments(_operator_args([]), env).limits == ServerLimits(100, 2.5, 10.0)
+    assert from_arguments(_operator_args(["--max-connections", "7", "--idle-timeout", "3"]), env).limits == \
+        ServerLimits(7, 2.5, 3.0)
+    assert from_arguments(_operator_args([]), {}).limits == ServerLimits()
+    extender = argparse.Namespace(host=None, port=None, scheduler_conf=None, max_connections=None,
+                                  handshake_timeout=None, idle_timeout=1.5)
+    assert extender_settings(extender, env).limits == ServerLimits(100, 2.5, 1.5)
+    with pytest.raises(InputError, match="--max-connections"):
+        from_arguments(_operator_args(["--max-connections", "0"]), {})
 
 
 def test_the_role_is_all_unless_the_variable_or_the_option_says_otherwise() -> None:

@@ -1,0 +1,376 @@
+"""What a caller that is not the API server (or not the scheduler, or not Prometheus) can hold on cardquota's ports:
+connections, handshakes, idle time, encoded and oversized bodies, memory. The real servers on 127.0.0.1; the ones
+whose memory is measured run in a process of their own (tests/served_process.py). Bounds on memory only: the
+timings are in bench/bounded.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import ssl
+import time
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from admission_reviews import A100, CLUSTER, client_context, review
+from aiohttp import web
+from builders import pod
+from served_process import ServedProcess, maximal_update, served
+
+from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.scheduling.extender import Extender
+from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.operator import extender as extender_module
+from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.limits import ServerLimits
+from cardquota.runtime.metrics import serve_http
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert
+from cardquota.webhooks import server as server_module
+from cardquota.webhooks.admission import Admission
+
+DEPLOYMENT_MEMORY_LIMIT_MIB = 1024
+"""manifests/base/deployment.yaml: the operator container's memory limit (tests/unit/test_manifests.py holds it)."""
+IDLE_CONNECTIONS = 2000
+GUARD_SECONDS = 30.0
+"""How long a test waits for the server to do something before failing (a guard, not a measure)."""
+
+
+def _card_pod(name: str = "p") -> dict[str, Any]:
+    return pod(name, namespace="ml", card=A100, gpus=1, queue="team-a")
+
+
+def _post(path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: localhost", "Content-Type: application/json",
+            f"Content-Length: {len(body)}", *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def _status_and_body(reader: asyncio.StreamReader) -> tuple[int, dict[str, Any]]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_SECONDS)
+    lines = head.decode().split("\r\n")
+    length = next(int(line.split(":")[1]) for line in lines if line.lower().startswith("content-length:"))
+    body = await asyncio.wait_for(reader.readexactly(length), GUARD_SECONDS)
+    return int(lines[0].split()[1]), json.loads(body)
+
+
+async def _closed_by_server(reader: asyncio.StreamReader) -> bool:
+    """Whether the server ends the connection (EOF or reset) before the guard runs out."""
+    try:
+        return await asyncio.wait_for(reader.read(), GUARD_SECONDS) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+class Webhook:
+    def __init__(self, port: int, ca: KeyPair) -> None:
+        self.port, self.ca = port, ca
+
+    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port, ssl=client_context(self.ca),
+                                             server_hostname="localhost")
+
+    async def review(self, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        reader, writer = await self.open()
+        try:
+            writer.write(_post("/validate", body, headers))
+            return await _status_and_body(reader)
+        finally:
+            writer.close()
+
+
+def _webhook_starter(tmp_path: Path) -> Any:
+    async def start(limits: ServerLimits | None = None) -> tuple[Webhook, web.AppRunner]:
+        ca = new_ca()
+        cache = ClusterCache()
+        cache.load(CLUSTER)
+        tls = ReloadableContext(tmp_path / f"tls-{id(limits)}")
+        tls.install(new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"]))
+        runner = await server_module.serve(server_module.build_app(Admission(cache, PolicyConfig())), "127.0.0.1", 0,
+                                           tls.context, limits)
+        return Webhook(runner.addresses[0][1], ca), runner
+
+    return start
+
+
+@pytest.fixture
+async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
+    served_webhook, runner = await _webhook_starter(tmp_path)()
+    yield served_webhook
+    await runner.cleanup()
+
+
+# ------------------------------------------------------------------------------------------------ connections
+
+
+async def test_a_connection_that_never_sends_its_client_hello_is_dropped(tmp_path: Path) -> None:
+    """Before: asyncio's default handshake timeout, 60 s, and no way to set it."""
+    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(handshake_timeout=0.2))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served_webhook.port)  # plain TCP: no hello
+        assert await _closed_by_server(reader)
+        writer.close()
+        status, answer = await served_webhook.review(json.dumps(review(_card_pod())).encode())
+        assert status == 200
+        assert answer["response"]["allowed"] is True
+    finally:
+        await runner.cleanup()
+
+
+async def test_connections_beyond_the_cap_are_closed_and_the_held_ones_still_served(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The cap counts connections still shaking hands as well as established ones; reaching it is logged."""
+    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=3))
+    try:
+        raw = await asyncio.open_connection("127.0.0.1", served_webhook.port)  # shaking hands, never done
+        held = [await served_webhook.open() for _ in range(2)]
+        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(served_webhook.open(), GUARD_SECONDS)
+        assert "3 connections open, the cap (--max-connections)" in caplog.text
+        reader, writer = held[0]
+        writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
+        status, answer = await _status_and_body(reader)  # a held connection is served
+        assert (status, answer["response"]["allowed"]) == (200, True)
+        for _, writer in held:
+            writer.close()
+        raw[1].close()
+        for _ in range(100):  # the server sees the closes on its next turns
+            await asyncio.sleep(0.01)
+            try:
+                status, _ = await served_webhook.review(json.dumps(review(_card_pod())).encode())
+                break
+            except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+                continue
+        assert status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_plain_http_ports_cap_connections_and_close_idle_ones() -> None:
+    """The metrics port and the extender's: an idle connection is closed after the idle timeout (before: aiohttp's
+    3,630 s keep-alive), and one beyond the cap is closed at once."""
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = await serve_http(app, "127.0.0.1", 0, ServerLimits(max_connections=2, idle_timeout=0.2))
+    port = runner.addresses[0][1]
+    try:
+        first = await asyncio.open_connection("127.0.0.1", port)
+        second = await asyncio.open_connection("127.0.0.1", port)
+        third = await asyncio.open_connection("127.0.0.1", port)
+        assert await _closed_by_server(third[0])  # over the cap
+        assert await _closed_by_server(first[0])  # idle
+        assert await _closed_by_server(second[0])
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as response:
+            assert response.status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_reloaded_certificate_is_served_through_the_bounded_tls_protocol_from_the_next_connection() -> None:
+    """The bounded server's own TLS protocol (a smaller receive buffer) still runs the listening context's
+    servername callback, so a pair loaded by ReloadableContext.reload is what the next connection gets."""
+    authorities = [new_ca(), new_ca()]
+    tls = ReloadableContext()
+    tls.install(new_serving_cert(authorities[0], ["localhost"], ip_addresses=["127.0.0.1"]))
+    cache = ClusterCache()
+    cache.load(CLUSTER)
+    runner = await server_module.serve(server_module.build_app(Admission(cache, PolicyConfig())), "127.0.0.1", 0,
+                                       tls.context)
+    port = runner.addresses[0][1]
+    try:
+        for index, authority in enumerate(authorities):
+            if index:
+                assert tls.reload(new_serving_cert(authority, ["localhost"], ip_addresses=["127.0.0.1"]), "test")
+            status, answer = await Webhook(port, authority).review(json.dumps(review(_card_pod())).encode())
+            assert (status, answer["response"]["allowed"]) == (200, True)
+    finally:
+        await runner.cleanup()
+
+
+def _raise_open_files(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"{wanted} open files needed (hard limit {hard})")
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+async def _hold_idle(process: ServedProcess, count: int) -> list[asyncio.StreamWriter]:
+    context = ssl.create_default_context(cadata=process.ca_pem.decode())
+    writers: list[asyncio.StreamWriter] = []
+    for start in range(0, count, 100):
+        opened = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", process.port, ssl=context,
+                                                                server_hostname="localhost")
+                                        for _ in range(min(100, count - start))))
+        writers += [writer for _, writer in opened]
+    return writers
+
+
+def test_two_thousand_idle_tls_connections_keep_the_server_small_and_reviews_answered() -> None:
+    """Before: ~290 KiB each (asyncio's 256 KiB TLS receive buffer; tracemalloc), 2,000 of them over 500 MiB, and
+    still held by the C heap after they closed. The connections stay for the whole test (a long idle timeout)."""
+    _raise_open_files(2 * IDLE_CONNECTIONS + 256)
+    with served(ServerLimits(idle_timeout=600)) as process:
+        baseline, _ = process.memory()
+
+        async def scenario() -> tuple[float, int, float]:
+            writers = await _hold_idle(process, IDLE_CONNECTIONS)
+            held, _ = process.memory()
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", process.port, ssl=ssl.create_default_context(cadata=process.ca_pem.decode()),
+                server_hostname="localhost")
+            writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
+            status, _ = await _status_and_body(reader)
+            for open_writer in [*writers, writer]:
+                open_writer.close()
+            after = held
+            for _ in range(100):  # the closes, then the heap trimmed a second later
+                await asyncio.sleep(0.1)
+                after, _ = process.memory()
+                if after < baseline + 32:
+                    break
+            return held, status, after
+
+        held, status, after = asyncio.run(scenario())
+    assert held < 256, f"{IDLE_CONNECTIONS} idle TLS connections: {held:.0f} MiB resident (from {baseline:.0f})"
+    assert status == 200
+    assert after < baseline + 32, f"{after:.0f} MiB resident after the connections closed (from {baseline:.0f})"
+
+
+# ----------------------------------------------------------------------------------------------------- bodies
+
+
+@pytest.mark.parametrize("encoding", ["deflate", "gzip", "br", "GZIP"])
+async def test_an_encoded_review_is_refused_before_its_body_is_read(webhook: Webhook, encoding: str) -> None:
+    """The API server never compresses a review (k8s.io/apiserver pkg/admission/plugin/webhook: the review is
+    posted by client-go's rest client, whose request body is plain ``application/json``, no Content-Encoding).
+    Before: aiohttp inflated the body on the event loop (4.5 s of CPU for 1 MiB of deflate) and answered 200."""
+    plain = json.dumps(review(_card_pod())).encode()
+    body = zlib.compress(plain) if encoding == "deflate" else plain  # the header is refused, whatever the bytes
+    status, answer = await webhook.review(body, {"Content-Encoding": encoding})
+    assert status == 400
+    assert "Content-Encoding" in answer["error"]
+    status, answer = await webhook.review(plain, {"Content-Encoding": "identity"})
+    assert status == 200
+
+
+async def test_a_review_declared_larger_than_the_limit_is_refused_unread(webhook: Webhook) -> None:
+    """Answered from the headers: the body is never sent (before: the server waited for 16 MiB)."""
+    reader, writer = await webhook.open()
+    head = (f"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {server_module.MAX_BODY + 1}\r\n\r\n")
+    writer.write(head.encode())
+    status, answer = await _status_and_body(reader)
+    assert status == 413
+    assert str(server_module.MAX_BODY) in answer["error"]
+    assert await _closed_by_server(reader)
+    writer.close()
+
+
+async def _trickle(webhook: Webhook, declared: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that declares a body of ``declared`` bytes and sends only its first KiB."""
+    reader, writer = await webhook.open()
+    writer.write(_post("/validate", b"", {}).replace(b"Content-Length: 0", f"Content-Length: {declared}".encode())
+                 + b"{" + b" " * 1023)
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_answered_408(webhook: Webhook,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the server waited for the rest of the body for as long as the connection stayed open."""
+    monkeypatch.setattr(server_module, "BODY_SECONDS", 0.2)
+    reader, writer = await _trickle(webhook, 2 * 2**20)
+    status, answer = await _status_and_body(reader)
+    assert status == 408
+    assert "did not arrive" in answer["error"]
+    assert await _closed_by_server(reader)
+    writer.close()
+
+
+async def test_callers_trickling_large_bodies_hold_no_decoding_slot(webhook: Webhook) -> None:
+    """More slow senders than decoding slots: a large review that arrives whole is still decoded and answered
+    (a slot is taken only once a body is in)."""
+    slow = [await _trickle(webhook, 2 * 2**20) for _ in range(server_module.LARGE_BODY_SLOTS + 1)]
+    large = _card_pod("large")
+    large["metadata"]["annotations"]["example.com/notes"] = "x" * (server_module.LARGE_BODY_BYTES + 1024)
+    status, answer = await webhook.review(json.dumps(review(large)).encode())
+    assert (status, answer["response"]["allowed"]) == (200, True)
+    for _, writer in slow:
+        writer.close()
+
+
+def test_the_body_limit_is_an_update_of_two_maximal_objects_and_its_wrapper() -> None:
+    """k8s.io/apiserver pkg/server/config.go: ``MaxRequestBodyBytes: int64(3 * 1024 * 1024)``; an UPDATE review
+    carries object and oldObject (before: 16 MiB, more than five such objects)."""
+    assert server_module.OBJECT_BYTES == 3 * 2**20
+    assert 2 * server_module.OBJECT_BYTES < server_module.MAX_BODY <= 2 * server_module.OBJECT_BYTES + 2**20
+
+
+def test_four_concurrent_maximal_reviews_stay_well_within_the_memory_limit() -> None:
+    """Four UPDATE reviews as large as the server reads, sent at once: answered, the server's peak resident size
+    stays under half the Deployment's limit (before: 16 MiB bodies, decoded four at a time: 599 MiB here, ~1.4 GiB
+    with other bodies), and what they took is given back to the system (before: ~35 MiB kept by glibc's arenas)."""
+    body = maximal_update(server_module.MAX_BODY)
+    with served() as process:
+        baseline, _ = process.memory()
+        context = ssl.create_default_context(cadata=process.ca_pem.decode())
+
+        async def one() -> int:
+            reader, writer = await asyncio.open_connection("127.0.0.1", process.port, ssl=context,
+                                                           server_hostname="localhost")
+            writer.write(_post("/validate", body))
+            status, _ = await _status_and_body(reader)
+            writer.close()
+            return status
+
+        async def four() -> list[int]:
+            return list(await asyncio.gather(*(one() for _ in range(4))))
+
+        statuses = asyncio.run(four())
+        _, peak = process.memory()
+        after = peak
+        for _ in range(100):  # the C heap trimmed a second after the last large review
+            time.sleep(0.1)
+            after, _ = process.memory()
+            if after < baseline + 32:
+                break
+    assert statuses == [200] * 4
+    assert peak < DEPLOYMENT_MEMORY_LIMIT_MIB / 2, f"peak resident {peak:.0f} MiB"
+    assert after < baseline + 32, f"{after:.0f} MiB resident after the reviews (from {baseline:.0f})"
+
+
+# --------------------------------------------------------------------------------------------------- extender
+
+
+@pytest.fixture
+async def extender_port() -> AsyncIterator[int]:
+    app = extender_module.build_extender_app(Extender(SchedulerConfig()))
+    runner = await serve_http(app, "127.0.0.1", 0)
+    yield runner.addresses[0][1]
+    await runner.cleanup()
+
+
+async def test_the_extender_refuses_encoded_and_oversized_bodies_before_reading_them(extender_port: int) -> None:
+    """Volcano's extender client posts plain JSON (pkg/scheduler/plugins/extender/extender.go ``send``:
+    ``http.Post`` of ``json.Marshal``, no Content-Encoding). Before: inflated on the loop and answered 200."""
+    for headers, body, expected in (({"Content-Encoding": "deflate"}, zlib.compress(b"{}"), 400),
+                                    ({"Content-Length": str(extender_module.MAX_BODY + 1)}, b"", 413)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", extender_port)
+        request = _post("/predicate", body, {k: v for k, v in headers.items() if k != "Content-Length"})
+        if "Content-Length" in headers:
+            request = request.replace(b"Content-Length: 0", f"Content-Length: {headers['Content-Length']}".encode())
+        writer.write(request)
+        status, answer = await _status_and_body(reader)
+        writer.close()
+        assert status == expected, answer
+    async with aiohttp.ClientSession() as session, \
+            session.post(f"http://127.0.0.1:{extender_port}/predicate", data=b"{}") as response:
+        assert response.status == 200
