@@ -193,8 +193,8 @@ def test_the_server_limits_come_from_the_options_then_the_variables_then_the_def
     assert from_arguments(_operator_args(["--max-connections", "7", "--idle-timeout", "3"]), env).limits == \
         ServerLimits(7, 2.5, 3.0)
     assert from_arguments(_operator_args([]), {}).limits == ServerLimits()
-    extender = argparse.Namespace(host=None, port=None, scheduler_conf=None, max_connections=None,
-                                  handshake_timeout=None, idle_timeout=1.5)
+    extender = _extender_args()
+    extender.idle_timeout = 1.5
     assert extender_settings(extender, env).limits == ServerLimits(100, 2.5, 1.5)
     with pytest.raises(InputError, match="--max-connections"):
         from_arguments(_operator_args(["--max-connections", "0"]), {})
