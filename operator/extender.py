@@ -32,7 +32,7 @@ from cardquota.core.scheduling.extender import Extender
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.limits import ServerLimits
 from cardquota.runtime.metrics import REGISTRY, metrics_response
-from cardquota.runtime.serving import body_guard
+from cardquota.runtime.serving import body_guard, read_body
 
 log = logging.getLogger("cardquota.extender")
 DEFAULT_PORT = 8713
@@ -105,7 +105,9 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                 VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
                 return web.json_response(answer)
         try:
-            body = await request.read()
+            body = await read_body(request)
+            if isinstance(body, web.Response):  # a caller sending its body too slowly, never the scheduler
+                return body
             try:  # deep nesting cannot change the answer here (anything unreadable gets the abstaining one)
                 payload = json.loads(body) if body else {}
             except RecursionError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
-from cardquota.runtime.serving import ServerLimits, body_guard, start_server, trim_soon
+from cardquota.runtime.serving import BODY_SECONDS, ServerLimits, body_guard, read_body, start_server, trim_soon
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
     MalformedReview,
@@ -46,10 +46,8 @@ such bodies hold is bounded by the connection cap (2,048 x 64 KiB)."""
 LARGE_READS = 8
 """Bodies above :data:`SMALL_BODY_BYTES`, or of unknown length, received and answered at once: at most this many
 of up to :data:`MAX_BODY` bytes are held (~50 MiB); the others wait, unread (their bytes stay in the socket's
-buffers)."""
-BODY_SECONDS = 10.0
-"""Seconds such a body may take to arrive (answered 408 after): the API server sends a review in one write, so only
-a caller trickling its body on purpose takes longer, and it holds one of :data:`LARGE_READS` that long at most."""
+buffers). Each body, small or large, has :data:`~cardquota.runtime.serving.BODY_SECONDS` to arrive (408 after), so a
+caller trickling one holds its connection, and one of these, no longer."""
 LARGE_BODY_BYTES = 2**20
 """A body above this size, once received, waits for one of :data:`LARGE_BODY_SLOTS` to be decoded and judged."""
 LARGE_BODY_SLOTS = 2
@@ -115,12 +113,7 @@ async def _review(admission: Admission, pool: Executor, gates: _Gates, request: 
         body = await _read(request)
         return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
     async with gates.reads:  # a large body, or one of unknown length: a few at a time
-        try:
-            body = await asyncio.wait_for(_read(request), BODY_SECONDS)
-        except TimeoutError:
-            response = web.json_response({"error": f"the body did not arrive within {BODY_SECONDS:g} s"}, status=408)
-            response.force_close()
-            return response
+        body = await _read(request)
         if isinstance(body, web.Response):
             return body
         if len(body) <= LARGE_BODY_BYTES:
@@ -134,7 +127,7 @@ async def _review(admission: Admission, pool: Executor, gates: _Gates, request: 
 
 async def _read(request: web.Request) -> bytes | web.Response:
     try:
-        return await request.read()
+        return await read_body(request, BODY_SECONDS)
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
 

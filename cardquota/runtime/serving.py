@@ -47,10 +47,15 @@ from aiohttp.typedefs import Handler, Middleware
 
 from cardquota.runtime.limits import ServerLimits
 
-__all__ = ["ServerLimits", "body_guard", "start_server", "trim_soon"]
+__all__ = ["BODY_SECONDS", "ServerLimits", "body_guard", "read_body", "start_server", "trim_soon"]
 log = logging.getLogger("cardquota.serving")
 TLS_READ_BYTES = 32 * 2**10
 """Receive buffer of each TLS connection (asyncio's default: 256 KiB). A TLS record is at most 16 KiB of payload."""
+BODY_SECONDS = 10.0
+"""Seconds a request's body may take to arrive once its headers are in (answered 408 after, by :func:`read_body`):
+the API server and Volcano's extender client send a body in one write, so only a caller trickling it, or declaring
+a length and sending nothing, takes longer; without a deadline each such connection held a slot of the connection
+cap for as long as it stayed open (the idle timeout covers only the wait for a request's headers)."""
 CAP_LOG_SECONDS = 60.0
 """At most one warning a minute that a port's connection cap is reached."""
 TRIM_AFTER_CLOSED = 256
@@ -248,6 +253,18 @@ def body_guard(limit_for: Callable[[web.Request], int]) -> Middleware:
         return await handler(request)
 
     return guard
+
+
+async def read_body(request: web.Request, seconds: float | None = None) -> bytes | web.Response:
+    """``request``'s whole body, or a 408 answer (the connection closed after it) when it has not all arrived
+    within ``seconds`` (default :data:`BODY_SECONDS`). A body above the app's ``client_max_size`` raises aiohttp's
+    ``HTTPRequestEntityTooLarge``."""
+    deadline = BODY_SECONDS if seconds is None else seconds
+    try:
+        async with asyncio.timeout(deadline):
+            return await request.read()
+    except TimeoutError:
+        return _closing(408, f"the body did not arrive within {deadline:g} s")
 
 
 def _closing(status: int, message: str) -> web.Response:

@@ -26,6 +26,7 @@ from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.operator import extender as extender_module
+from cardquota.runtime import serving as serving_module
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.limits import ServerLimits
 from cardquota.runtime.metrics import serve_http
@@ -374,3 +375,31 @@ async def test_the_extender_refuses_encoded_and_oversized_bodies_before_reading_
     async with aiohttp.ClientSession() as session, \
             session.post(f"http://127.0.0.1:{extender_port}/predicate", data=b"{}") as response:
         assert response.status == 200
+
+
+async def test_a_small_body_that_does_not_arrive_in_time_is_answered_408_too(
+        webhook: Webhook, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review declaring a small body (at most SMALL_BODY_BYTES) and never sending it is held no longer than a
+    large one. Before: read without a deadline, so connections declaring 1 KiB and sending nothing held their
+    slots of the connection cap for good, and at the cap the API server could no longer connect."""
+    monkeypatch.setattr(server_module, "BODY_SECONDS", 0.2)
+    reader, writer = await _trickle(webhook, 2 * 2**10)
+    status, answer = await _status_and_body(reader)
+    assert status == 408
+    assert "did not arrive" in answer["error"]
+    assert await _closed_by_server(reader)
+    writer.close()
+
+
+async def test_the_extender_answers_408_to_a_body_that_does_not_arrive_in_time(
+        extender_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a connection declaring a body and sending none was held for as long as it stayed open, past the
+    idle timeout (which covers only the wait for a request's headers)."""
+    monkeypatch.setattr(serving_module, "BODY_SECONDS", 0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", extender_port)
+    writer.write(_post("/predicate", b"").replace(b"Content-Length: 0", b"Content-Length: 100") + b"{")
+    status, answer = await _status_and_body(reader)
+    assert status == 408
+    assert "did not arrive" in answer["error"]
+    assert await _closed_by_server(reader)
+    writer.close()
