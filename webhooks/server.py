@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
-from cardquota.runtime.serving import BODY_SECONDS, ServerLimits, body_guard, read_body, start_server, trim_soon
+from cardquota.runtime.serving import (
+    BODY_SECONDS,
+    LargeBodies,
+    ServerLimits,
+    body_guard,
+    read_body,
+    start_server,
+    trim_soon,
+)
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
     MalformedReview,
@@ -62,7 +70,7 @@ does not retry fails the write, or lets it through unchecked under ``failurePoli
 
 @dataclass(frozen=True)
 class _Gates:
-    reads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_READS))
+    reads: LargeBodies = field(default_factory=lambda: LargeBodies(SMALL_BODY_BYTES, LARGE_READS))
     decoding: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_BODY_SLOTS))
 
 
@@ -108,11 +116,10 @@ def build_app(admission: Admission, executor: Executor | None = None) -> web.App
 
 async def _review(admission: Admission, pool: Executor, gates: _Gates, request: web.Request, *,
                   mutating: bool) -> web.Response:
-    length = request.content_length
-    if length is not None and length <= SMALL_BODY_BYTES:
+    if not gates.reads.is_large(request):
         body = await _read(request)
         return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
-    async with gates.reads:  # a large body, or one of unknown length: a few at a time
+    async with gates.reads.held(request):  # a large body, or one of unknown length: a few at a time
         body = await _read(request)
         if isinstance(body, web.Response):
             return body

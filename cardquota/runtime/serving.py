@@ -34,12 +34,13 @@ thread's arenas (:data:`MALLOC_ARENAS`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import logging
 import ssl
 from asyncio import sslproto
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -47,7 +48,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from cardquota.runtime.limits import ServerLimits
 
-__all__ = ["BODY_SECONDS", "ServerLimits", "body_guard", "read_body", "start_server", "trim_soon"]
+__all__ = ["BODY_SECONDS", "LargeBodies", "ServerLimits", "body_guard", "read_body", "start_server", "trim_soon"]
 log = logging.getLogger("cardquota.serving")
 TLS_READ_BYTES = 32 * 2**10
 """Receive buffer of each TLS connection (asyncio's default: 256 KiB). A TLS record is at most 16 KiB of payload."""
@@ -265,6 +266,31 @@ async def read_body(request: web.Request, seconds: float | None = None) -> bytes
             return await request.read()
     except TimeoutError:
         return _closing(408, f"the body did not arrive within {deadline:g} s")
+
+
+class LargeBodies:
+    """Bodies above ``small`` bytes (by their ``Content-Length``), or of unknown length, handled at most ``at_once``
+    at a time; the others wait, unread (their bytes stay in the sockets' buffers). What small bodies hold is bounded
+    by the connection cap; without this, callers sending bodies as large as the limit on many connections at once
+    held that many of them in memory. The asyncio primitive is made on first use (in the serving loop)."""
+
+    def __init__(self, small: int, at_once: int) -> None:
+        self.small, self.at_once = small, at_once
+        self._slots: asyncio.Semaphore | None = None
+
+    def is_large(self, request: web.Request) -> bool:
+        return request.content_length is None or request.content_length > self.small
+
+    @contextlib.asynccontextmanager
+    async def held(self, request: web.Request) -> AsyncIterator[None]:
+        """A slot for the ``with`` block when ``request``'s body is large; nothing to wait for when it is small."""
+        if not self.is_large(request):
+            yield
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.at_once)
+        async with self._slots:
+            yield
 
 
 def _closing(status: int, message: str) -> web.Response:

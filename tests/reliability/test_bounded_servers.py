@@ -403,3 +403,40 @@ async def test_the_extender_answers_408_to_a_body_that_does_not_arrive_in_time(
     assert "did not arrive" in answer["error"]
     assert await _closed_by_server(reader)
     writer.close()
+
+
+async def test_the_extender_reads_large_bodies_a_few_at_a_time_and_small_ones_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one slot for large bodies: while a caller trickles a large one, another large body waits unread, a small
+    one is answered at once, and the waiting one is answered once the slot is free. Before: every connection read
+    its body as it came, so callers sending bodies near the 64 MiB limit on many connections were held in memory
+    together."""
+    monkeypatch.setattr(extender_module, "LARGE_BODY", 1024)
+    monkeypatch.setattr(extender_module, "LARGE_BODIES_AT_ONCE", 1)
+    runner = await serve_http(extender_module.build_extender_app(Extender(SchedulerConfig())), "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+
+    async def exchange(body: bytes) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/predicate", body))
+        status, _ = await _status_and_body(reader)
+        writer.close()
+        return status
+
+    try:
+        held = json.dumps({"pad": "x" * 4096}).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/predicate", held)[:-len(held) + 1])  # the headers and one byte: the slot is taken
+        await writer.drain()
+        await asyncio.sleep(0.1)  # (the server reads the headers)
+        waiting = asyncio.create_task(exchange(json.dumps({"pad": "y" * 2048}).encode()))
+        assert await exchange(b"{}") == 200
+        await asyncio.sleep(0.2)  # time enough to answer it, were it read
+        assert not waiting.done()
+        writer.write(held[1:])
+        status, _ = await _status_and_body(reader)
+        assert status == 200
+        assert await asyncio.wait_for(waiting, GUARD_SECONDS) == 200
+        writer.close()
+    finally:
+        await runner.cleanup()
