@@ -9,6 +9,10 @@ is started here, with the same bounds on what a caller can hold: :class:`ServerL
   peer does not answer in that time (asyncio's default: 30 s).
 * **Idle**: a connection without a request for ``idle_timeout`` seconds is closed (aiohttp's default keep-alive is
   3,630 s). The API server's and the scheduler's HTTP clients open a new one when they need it.
+* **Headers** of the size the callers send (:data:`MAX_HEADERS` fields of up to :data:`MAX_HEADER_BYTES`); more is
+  refused with 400 as it arrives.
+* **Bodies** have :data:`BODY_SECONDS` to arrive once the headers are in (:func:`read_body`: 408 after; the idle
+  timeout covers only the wait for headers), and large ones are read a few at a time (:class:`LargeBodies`).
 * **Bodies are never inflated**: the parser does not decode ``Content-Encoding`` (aiohttp's ``auto_decompress``
   would inflate a 1 MiB deflate body on the event loop for seconds); the apps refuse such requests with 400
   (:func:`body_guard`).
