@@ -300,7 +300,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     extender."""
     defaults = ServerLimits()
     parser.add_argument("--max-connections", type=int, help="connections at once on each port, TLS handshakes "
-                        f"included; one more is closed at once (env {ENV_MAX_CONNECTIONS}; default "
+                        f"included; at the cap the one waiting longest without a request makes room, or, when all are "
+                        f"in a request, the new one is closed (env {ENV_MAX_CONNECTIONS}; default "
                         f"{defaults.max_connections})")
     parser.add_argument("--handshake-timeout", type=float, help="seconds a TLS handshake may take (env "
                         f"{ENV_HANDSHAKE_TIMEOUT}; default {defaults.handshake_timeout:g})")

@@ -1,9 +1,12 @@
 """Every port cardquota listens on (the admission server's HTTPS, the metrics and health HTTP, the extender's HTTP)
 is started here, with the same bounds on what a caller can hold: :class:`ServerLimits`.
 
-* **Connections**: at most ``max_connections`` at once, TLS handshakes in progress included; one more is closed
-  as soon as it is accepted (the caller sees a reset, and retries), so memory held by connections is bounded by the
-  cap, whoever opens them.
+* **Connections**: at most ``max_connections`` at once, TLS handshakes in progress included, so memory held by
+  connections is bounded by the cap, whoever opens them. At the cap, the connection that has waited longest
+  without a request in progress (a TLS handshake, or a connection between requests) is closed to make room for the
+  new one — so a caller holding idle or half-open connections cannot keep the API server out; only when every
+  connection is in a request is the new one closed as soon as it is accepted (the caller sees a reset, and
+  retries).
 * **Handshake**: a TLS handshake not done within ``handshake_timeout`` seconds is dropped (asyncio's default is
   60 s: a connection that never sends its ClientHello held a slot and a buffer that long); so is a TLS close whose
   peer does not answer in that time (asyncio's default: 30 s).
@@ -136,7 +139,8 @@ class LimitedSite(web.TCPSite):
         super().__init__(runner, host, port)
         self.limits = limits
         self.tls = ssl_context
-        self.handshaking: dict[asyncio.Future[None], asyncio.BaseTransport] = {}
+        self.handshaking: dict[asyncio.Future[None], tuple[float, asyncio.BaseTransport]] = {}
+        """Connections shaking hands: when each began, and its transport (oldest first)."""
         self.refused = 0
         self.last_warning = float("-inf")
 
@@ -155,12 +159,37 @@ class LimitedSite(web.TCPSite):
                                                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
 
     async def stop(self) -> None:
-        for transport in list(self.handshaking.values()):
+        for _, transport in list(self.handshaking.values()):
             transport.abort()  # type: ignore[attr-defined]
         await super().stop()
 
+    def _make_room(self) -> bool:
+        """Close the connection that has waited longest without a request in progress: a TLS handshake (since it
+        began) or a connection waiting for its next request (since its last answer, or since it opened); False when
+        every connection is in a request."""
+        oldest: tuple[float, Callable[[], None]] | None = None
+        for waiter, (began, transport) in self.handshaking.items():  # oldest first
+            def abort(waiter: asyncio.Future[None] = waiter, transport: Any = transport) -> None:
+                del self.handshaking[waiter]  # (counted no more: its end is reported a turn later)
+                transport.abort()
+
+            oldest = (began, abort)
+            break
+        server = self._runner.server
+        for handler in server.connections if isinstance(server, web.Server) else ():
+            waiting = getattr(handler, "_waiter", None)  # aiohttp's handler, awaiting the next request's headers
+            if waiting is None or waiting.done():
+                continue
+            since = handler._next_keepalive_close_time - handler.keepalive_timeout
+            if oldest is None or since < oldest[0]:
+                oldest = (since, handler.force_close)
+        if oldest is None:
+            return False
+        oldest[1]()
+        return True
+
     def _protocol(self) -> asyncio.Protocol:
-        if self.open_connections() >= self.limits.max_connections:
+        if self.open_connections() >= self.limits.max_connections and not self._make_room():
             self.refused += 1
             now = asyncio.get_running_loop().time()
             if now - self.last_warning >= CAP_LOG_SECONDS:
@@ -192,7 +221,7 @@ class _Admitted(asyncio.Protocol):
         tls = _SmallBufferTLS(loop, app, site.tls, waiter, server_side=True,
                               ssl_handshake_timeout=site.limits.handshake_timeout,  # type: ignore[arg-type]
                               ssl_shutdown_timeout=site.limits.handshake_timeout)
-        site.handshaking[waiter] = transport
+        site.handshaking[waiter] = (loop.time(), transport)
 
         def shaken(done: asyncio.Future[None]) -> None:
             site.handshaking.pop(done, None)

@@ -122,56 +122,77 @@ async def test_a_connection_that_never_sends_its_client_hello_is_dropped(tmp_pat
         await runner.cleanup()
 
 
-async def test_connections_beyond_the_cap_are_closed_and_the_held_ones_still_served(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The cap counts connections still shaking hands as well as established ones; reaching it is logged."""
+async def test_at_the_cap_the_connection_waiting_longest_makes_room(tmp_path: Path) -> None:
+    """The cap counts connections still shaking hands as well as established ones. At the cap, a new connection is
+    let in and the one that has waited longest without a request closed: here a handshake never finished. Before:
+    the new connection was closed, so a caller holding the cap with half-open or idle connections kept the API
+    server out."""
     served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=3))
     try:
         raw = await asyncio.open_connection("127.0.0.1", served_webhook.port)  # shaking hands, never done
-        held = [await served_webhook.open() for _ in range(2)]
-        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
-            await asyncio.wait_for(served_webhook.open(), GUARD_SECONDS)
-        assert "3 connections open, the cap (--max-connections)" in caplog.text
+        await asyncio.sleep(0.05)  # (accepted first)
+        held = [await served_webhook.open() for _ in range(2)]  # idle, after their handshakes
+        status, answer = await served_webhook.review(json.dumps(review(_card_pod())).encode())
+        assert (status, answer["response"]["allowed"]) == (200, True)
+        assert await _closed_by_server(raw[0])
         reader, writer = held[0]
         writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
-        status, answer = await _status_and_body(reader)  # a held connection is served
+        status, answer = await _status_and_body(reader)  # the idle ones are still served
         assert (status, answer["response"]["allowed"]) == (200, True)
         for _, writer in held:
             writer.close()
         raw[1].close()
-        for _ in range(100):  # the server sees the closes on its next turns
-            await asyncio.sleep(0.01)
-            try:
-                status, _ = await served_webhook.review(json.dumps(review(_card_pod())).encode())
-                break
-            except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
-                continue
-        assert status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_at_the_cap_with_every_connection_in_a_request_the_new_one_is_closed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No connection waits without a request (each is sending a body): the new one is closed as soon as it is
+    accepted, and reaching the cap is logged."""
+    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=2))
+    try:
+        busy = [await _trickle(served_webhook, 2 * 2**10) for _ in range(2)]
+        await asyncio.sleep(0.1)  # (the server has their headers: each is in a request)
+        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(served_webhook.review(b"{}"), GUARD_SECONDS)
+        assert "2 connections open, the cap (--max-connections)" in caplog.text
+        for _, writer in busy:
+            writer.close()
     finally:
         await runner.cleanup()
 
 
 async def test_the_plain_http_ports_cap_connections_and_close_idle_ones() -> None:
     """The metrics port and the extender's: an idle connection is closed after the idle timeout (before: aiohttp's
-    3,630 s keep-alive), and one beyond the cap is closed at once."""
+    3,630 s keep-alive); at the cap, a new connection makes room by closing the one idle longest."""
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
-    runner = await serve_http(app, "127.0.0.1", 0, ServerLimits(max_connections=2, idle_timeout=0.2))
-    port = runner.addresses[0][1]
-    try:
-        first = await asyncio.open_connection("127.0.0.1", port)
-        second = await asyncio.open_connection("127.0.0.1", port)
-        third = await asyncio.open_connection("127.0.0.1", port)
-        assert await _closed_by_server(third[0])  # over the cap
-        assert await _closed_by_server(first[0])  # idle
-        assert await _closed_by_server(second[0])
-        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as response:
-            assert response.status == 200
-    finally:
-        await runner.cleanup()
+    for limits in (ServerLimits(max_connections=2, idle_timeout=GUARD_SECONDS), ServerLimits(idle_timeout=0.2)):
+        runner = await serve_http(app, "127.0.0.1", 0, limits)
+        port = runner.addresses[0][1]
+        try:
+            first = await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.sleep(0.05)
+            second = await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.sleep(0.05)
+            if limits.max_connections == 2:
+                async with aiohttp.ClientSession() as session, \
+                        session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    assert response.status == 200  # a third, let in
+                assert await _closed_by_server(first[0])  # idle longest: closed to make room
+                second[1].write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                assert (await _status_and_body(second[0]))[0] == 200
+            else:
+                assert await _closed_by_server(first[0])  # idle
+                assert await _closed_by_server(second[0])
+            for connection in (first, second):
+                connection[1].close()
+        finally:
+            await runner.cleanup()
 
 
 async def test_a_reloaded_certificate_is_served_through_the_bounded_tls_protocol_from_the_next_connection() -> None:
