@@ -305,6 +305,8 @@ async def read_body(request: web.Request, seconds: float | None = None) -> bytes
     """``request``'s whole body, or a 408 answer (the connection closed after it) when it has not all arrived
     within ``seconds`` (default :data:`BODY_SECONDS`). A body above the app's ``client_max_size`` raises aiohttp's
     ``HTTPRequestEntityTooLarge``."""
+    if request.content.is_eof():  # all in already (a review arrives with its headers): nothing to wait for
+        return await request.read()
     deadline = BODY_SECONDS if seconds is None else seconds
     try:
         async with asyncio.timeout(deadline):
