@@ -148,8 +148,8 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                 answer = verbs[verb]({})
                 VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
                 return web.json_response(answer)
-        async with large.held(request):
-            outcome = await answered(verb, request)
+        async with large.held(request) as busy:
+            outcome = busy if busy is not None else await answered(verb, request)
         if isinstance(outcome, web.Response):
             return outcome
         VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)

@@ -54,8 +54,9 @@ such bodies hold is bounded by the connection cap (2,048 x 64 KiB)."""
 LARGE_READS = 8
 """Bodies above :data:`SMALL_BODY_BYTES`, or of unknown length, received and answered at once: at most this many
 of up to :data:`MAX_BODY` bytes are held (~50 MiB); the others wait, unread (their bytes stay in the socket's
-buffers). Each body, small or large, has :data:`~cardquota.runtime.serving.BODY_SECONDS` to arrive (408 after), so a
-caller trickling one holds its connection, and one of these, no longer."""
+buffers) up to :data:`~cardquota.runtime.serving.BODY_SECONDS` for a place (503 after). Each body, small or
+large, has as long to arrive (408 after), so a caller trickling one holds its connection, and one of these, no
+longer."""
 LARGE_BODY_BYTES = 2**20
 """A body above this size, once received, waits for one of :data:`LARGE_BODY_SLOTS` to be decoded and judged."""
 LARGE_BODY_SLOTS = 2
@@ -119,7 +120,9 @@ async def _review(admission: Admission, pool: Executor, gates: _Gates, request: 
     if not gates.reads.is_large(request):
         body = await _read(request)
         return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
-    async with gates.reads.held(request):  # a large body, or one of unknown length: a few at a time
+    async with gates.reads.held(request, BODY_SECONDS) as busy:  # a large body, or of unknown length: a few at once
+        if busy is not None:
+            return busy
         body = await _read(request)
         if isinstance(body, web.Response):
             return body

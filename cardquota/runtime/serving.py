@@ -329,15 +329,27 @@ class LargeBodies:
         return request.content_length is None or request.content_length > self.small
 
     @contextlib.asynccontextmanager
-    async def held(self, request: web.Request) -> AsyncIterator[None]:
-        """A slot for the ``with`` block when ``request``'s body is large; nothing to wait for when it is small."""
+    async def held(self, request: web.Request, seconds: float | None = None) -> AsyncIterator[web.Response | None]:
+        """A slot for the ``with`` block when ``request``'s body is large (nothing to wait for when it is small):
+        None once held, or a 503 answer (the connection closed after it) when none freed within ``seconds``
+        (default :data:`BODY_SECONDS`) — a wait without end would let callers declaring large bodies and sending
+        nothing queue up behind a few slow ones and hold every connection of the cap."""
         if not self.is_large(request):
-            yield
+            yield None
             return
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.at_once)
-        async with self._slots:
-            yield
+        deadline = BODY_SECONDS if seconds is None else seconds
+        try:
+            async with asyncio.timeout(deadline):
+                await self._slots.acquire()
+        except TimeoutError:
+            yield _closing(503, f"busy: no room for a large body within {deadline:g} s; retry")
+            return
+        try:
+            yield None
+        finally:
+            self._slots.release()
 
 
 def _closing(status: int, message: str) -> web.Response:

@@ -482,3 +482,27 @@ async def test_headers_beyond_what_the_callers_send_are_refused() -> None:
         assert await status({"X-Long": "v" * (serving_module.MAX_HEADER_BYTES + 1)}) == 400
     finally:
         await runner.cleanup()
+
+
+async def test_a_large_body_waiting_for_a_slot_is_refused_503_when_none_frees_in_time() -> None:
+    """Callers declaring large bodies behind a slow one that holds the slot: each waits at most the deadline, then
+    gets 503 and its connection is closed; a small body never waits. Before: they waited for as long as the slow
+    callers kept the slots, each holding a connection of the cap."""
+    class Declared:
+        def __init__(self, length: int | None) -> None:
+            self.content_length = length
+
+    large = serving_module.LargeBodies(small=1024, at_once=1)
+    request: Any = Declared(4096)
+    async with large.held(request, 0.1) as first:
+        assert first is None
+        async with large.held(request, 0.1) as second:
+            assert second is not None
+            assert second.status == 503
+            assert not second.keep_alive
+        async with large.held(Declared(10), 0.1) as small:
+            assert small is None
+        async with large.held(Declared(None), 0.1) as unknown:  # chunked: counted large
+            assert unknown is not None
+    async with large.held(request, 0.1) as freed:
+        assert freed is None
