@@ -32,7 +32,7 @@ from cardquota.core.scheduling.extender import Extender
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.limits import ServerLimits
 from cardquota.runtime.metrics import REGISTRY, metrics_response
-from cardquota.runtime.serving import body_guard
+from cardquota.runtime.serving import LargeBodies, body_guard, read_body
 
 log = logging.getLogger("cardquota.extender")
 DEFAULT_PORT = 8713
@@ -42,6 +42,13 @@ is never read), prioritize every candidate NodeInfo with the pods on it (Volcano
 ``PrioritizeRequest``): 64 MiB holds 50k pods. Larger, or compressed (Volcano's client never compresses: it posts
 plain JSON with net/http, extender.go ``send``), is refused before it is read (:func:`~cardquota.runtime.serving.
 body_guard`)."""
+LARGE_BODY = 2**20
+"""A verb body above this (``prioritize`` of many nodes with their pods, ``onSessionOpen`` read from the body) waits
+for one of :data:`LARGE_BODIES_AT_ONCE`; smaller ones (``predicate``: one task and one node) are read at once."""
+LARGE_BODIES_AT_ONCE = 4
+"""Large verb bodies read and decoded at once: up to 4 x :data:`MAX_BODY` raw, well within the extender's 2 GiB
+memory limit, where 2,048 connections each sending 64 MiB would have been held together. The others wait, unread.
+``prioritize`` (the scheduler's large body: one task, its candidate nodes) is asked for one task at a time."""
 VERB_SECONDS = Histogram("cardquota_extender_duration_seconds", "Extender verb latency in the server", ["verb"],
                          registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
 SYNCED = Gauge("cardquota_extender_synced", "1 once the extender's watched session holds the whole cluster",
@@ -72,6 +79,7 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
     """The verbs' routes. ``synced`` says whether the watched session holds the whole cluster (None: the session
     comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode)."""
     background: set[asyncio.Task[None]] = set()
+    large = LargeBodies(LARGE_BODY, LARGE_BODIES_AT_ONCE)
     last_degraded_log = [float("-inf")]
     extender.on_ignored = ignored
     verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
@@ -94,18 +102,12 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                         "minute; verbs abstain (card quotas not enforced by the extender until then)")
         return web.json_response(dict(ABSTAIN.get(verb, {})))
 
-    async def handle(request: web.Request) -> web.Response:
-        verb = request.match_info["verb"].lower()
-        started = time.perf_counter()
-        if synced is not None:
-            if not synced():
-                return degraded(verb)
-            if verb in ("onsessionopen", "onsessionclose"):  # the watched session: the body is never read
-                answer = verbs[verb]({})
-                VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
-                return web.json_response(answer)
+    async def answered(verb: str, request: web.Request) -> dict[str, Any] | web.Response:
+        """The verb's answer, or a refusal of a body that did not arrive in time."""
         try:
-            body = await request.read()
+            body = await read_body(request)
+            if isinstance(body, web.Response):  # a caller sending its body too slowly, never the scheduler
+                return body
             try:  # deep nesting cannot change the answer here (anything unreadable gets the abstaining one)
                 payload = json.loads(body) if body else {}
             except RecursionError:
@@ -134,8 +136,24 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
         except Exception:  # never a 500: the scheduler treats transport errors per `ignorable`
             log.exception("extender verb %s failed; abstaining", verb)
             answer = dict(ABSTAIN.get(verb, {}))
+        return answer
+
+    async def handle(request: web.Request) -> web.Response:
+        verb = request.match_info["verb"].lower()
+        started = time.perf_counter()
+        if synced is not None:
+            if not synced():
+                return degraded(verb)
+            if verb in ("onsessionopen", "onsessionclose"):  # the watched session: the body is never read
+                answer = verbs[verb]({})
+                VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
+                return web.json_response(answer)
+        async with large.held(request) as busy:
+            outcome = busy if busy is not None else await answered(verb, request)
+        if isinstance(outcome, web.Response):
+            return outcome
         VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
-        return web.json_response(answer)
+        return web.json_response(outcome)
 
     async def metrics(_: web.Request) -> web.Response:
         return metrics_response()

@@ -27,7 +27,12 @@ from enum import StrEnum
 from typing import TypeVar
 
 from cardquota.core.errors import InputError
-from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, FailureMode, PolicyConfig
+from cardquota.core.policies.config import (
+    DEFAULT_CARD_AWARE_SCHEDULERS,
+    DEFAULT_SCHEDULER_CONFIGMAP,
+    FailureMode,
+    PolicyConfig,
+)
 from cardquota.runtime.limits import ServerLimits
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")
@@ -172,7 +177,7 @@ class Settings:
     service: str = "cardquota"
     host: str = "0.0.0.0"
     port: int = 9443
-    schedulers: frozenset[str] = frozenset({"volcano"})
+    schedulers: frozenset[str] = DEFAULT_CARD_AWARE_SCHEDULERS
     scheduler_configmap: str = DEFAULT_SCHEDULER_CONFIGMAP
     failure_modes: Mapping[str, FailureMode] = field(default_factory=dict)
     """Per kind, overriding the kind's own default (fail-open for Pod and Node, fail-closed for the others)."""
@@ -220,7 +225,7 @@ class ExtenderSettings:
     port: int = 8713
     scheduler_conf: str | None = None
     """volcano-scheduler.conf, for the plugins' arguments (their defaults when None)."""
-    schedulers: frozenset[str] = frozenset({"volcano"})
+    schedulers: frozenset[str] = DEFAULT_CARD_AWARE_SCHEDULERS
     """The names Volcano schedules pods under (``spec.schedulerName``): their pods count against their queue's quota
     without a PodGroup, and only theirs get mGPU results patched on."""
     limits: ServerLimits = field(default_factory=ServerLimits)
@@ -256,9 +261,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"default {defaults.port})")
     parser.add_argument("--card-aware-scheduler", "--schedulers", dest="schedulers", action="append",
                         help=f"scheduler that enforces card quotas, repeatable (env {ENV_SCHEDULERS}, "
-                        "comma-separated; default volcano)")
+                        f"comma-separated; default {', '.join(sorted(defaults.schedulers))})")
     parser.add_argument("--scheduler-configmap", help=f"name of the Volcano scheduler ConfigMap (env "
-                        f"{ENV_SCHEDULER_CONFIGMAP}; default {defaults.scheduler_configmap})")
+                        f"{ENV_SCHEDULER_CONFIGMAP}; default {defaults.scheduler_configmap}; the schedulerconfig "
+                        "webhook's matchCondition in manifests/base/webhooks.yaml names it too: patch it alike)")
     parser.add_argument("--failure-mode", "--failure-modes", dest="failure_modes", action="append", default=[],
                         metavar="KIND=MODE",
                         help="open or closed per kind when cardquota cannot check, repeatable (env "
@@ -294,7 +300,8 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     extender."""
     defaults = ServerLimits()
     parser.add_argument("--max-connections", type=int, help="connections at once on each port, TLS handshakes "
-                        f"included; one more is closed at once (env {ENV_MAX_CONNECTIONS}; default "
+                        f"included; at the cap the one waiting longest without a request makes room, or, when all are "
+                        f"in a request, the new one is closed (env {ENV_MAX_CONNECTIONS}; default "
                         f"{defaults.max_connections})")
     parser.add_argument("--handshake-timeout", type=float, help="seconds a TLS handshake may take (env "
                         f"{ENV_HANDSHAKE_TIMEOUT}; default {defaults.handshake_timeout:g})")

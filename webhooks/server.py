@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
-from cardquota.runtime.serving import ServerLimits, body_guard, start_server, trim_soon
+from cardquota.runtime.serving import (
+    BODY_SECONDS,
+    LargeBodies,
+    ServerLimits,
+    body_guard,
+    read_body,
+    start_server,
+    trim_soon,
+)
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.review import (
     MalformedReview,
@@ -46,10 +54,9 @@ such bodies hold is bounded by the connection cap (2,048 x 64 KiB)."""
 LARGE_READS = 8
 """Bodies above :data:`SMALL_BODY_BYTES`, or of unknown length, received and answered at once: at most this many
 of up to :data:`MAX_BODY` bytes are held (~50 MiB); the others wait, unread (their bytes stay in the socket's
-buffers)."""
-BODY_SECONDS = 10.0
-"""Seconds such a body may take to arrive (answered 408 after): the API server sends a review in one write, so only
-a caller trickling its body on purpose takes longer, and it holds one of :data:`LARGE_READS` that long at most."""
+buffers) up to :data:`~cardquota.runtime.serving.BODY_SECONDS` for a place (503 after). Each body, small or
+large, has as long to arrive (408 after), so a caller trickling one holds its connection, and one of these, no
+longer."""
 LARGE_BODY_BYTES = 2**20
 """A body above this size, once received, waits for one of :data:`LARGE_BODY_SLOTS` to be decoded and judged."""
 LARGE_BODY_SLOTS = 2
@@ -64,7 +71,7 @@ does not retry fails the write, or lets it through unchecked under ``failurePoli
 
 @dataclass(frozen=True)
 class _Gates:
-    reads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_READS))
+    reads: LargeBodies = field(default_factory=lambda: LargeBodies(SMALL_BODY_BYTES, LARGE_READS))
     decoding: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_BODY_SLOTS))
 
 
@@ -110,17 +117,13 @@ def build_app(admission: Admission, executor: Executor | None = None) -> web.App
 
 async def _review(admission: Admission, pool: Executor, gates: _Gates, request: web.Request, *,
                   mutating: bool) -> web.Response:
-    length = request.content_length
-    if length is not None and length <= SMALL_BODY_BYTES:
+    if not gates.reads.is_large(request):
         body = await _read(request)
         return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
-    async with gates.reads:  # a large body, or one of unknown length: a few at a time
-        try:
-            body = await asyncio.wait_for(_read(request), BODY_SECONDS)
-        except TimeoutError:
-            response = web.json_response({"error": f"the body did not arrive within {BODY_SECONDS:g} s"}, status=408)
-            response.force_close()
-            return response
+    async with gates.reads.held(request, BODY_SECONDS) as busy:  # a large body, or of unknown length: a few at once
+        if busy is not None:
+            return busy
+        body = await _read(request)
         if isinstance(body, web.Response):
             return body
         if len(body) <= LARGE_BODY_BYTES:
@@ -134,7 +137,7 @@ async def _review(admission: Admission, pool: Executor, gates: _Gates, request: 
 
 async def _read(request: web.Request) -> bytes | web.Response:
     try:
-        return await request.read()
+        return await read_body(request, BODY_SECONDS)
     except web.HTTPRequestEntityTooLarge:
         return _bad_request(f"the body is larger than {MAX_BODY} bytes")
 

@@ -216,7 +216,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     extender.add_argument("--card-aware-scheduler", "--schedulers", dest="schedulers", action="append",
                           metavar="NAME", help="a scheduler name Volcano serves (spec.schedulerName), repeatable: its "
                           "pods count against their queue without a PodGroup, and only its pending pods get mGPU "
-                          f"results patched on (env {settings.ENV_SCHEDULERS}, comma-separated; default volcano)")
+                          f"results patched on (env {settings.ENV_SCHEDULERS}, comma-separated; default "
+                          f"{', '.join(sorted(DEFAULT_CARD_AWARE_SCHEDULERS))})")
     extender.add_argument("--no-patch", action="store_true",
                           help="do not patch mGPU results onto pods")
     extender.add_argument("--session-from-body", action="store_true",

@@ -13,7 +13,8 @@ class ServerLimits:
     (``tests/reliability/test_bounded_servers.py``)."""
 
     max_connections: int = 2048
-    """Connections at once, TLS handshakes in progress included; one more is closed when accepted."""
+    """Connections at once, TLS handshakes in progress included; at the cap the one that has waited longest
+    without a request is closed to make room, or, when every one is in a request, the new one."""
     handshake_timeout: float = 5.0
     """Seconds a TLS handshake may take, and the TLS close at the end (the API server's whole webhook call has
     5 s by default)."""

@@ -26,6 +26,7 @@ from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.operator import extender as extender_module
+from cardquota.runtime import serving as serving_module
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.limits import ServerLimits
 from cardquota.runtime.metrics import serve_http
@@ -121,56 +122,77 @@ async def test_a_connection_that_never_sends_its_client_hello_is_dropped(tmp_pat
         await runner.cleanup()
 
 
-async def test_connections_beyond_the_cap_are_closed_and_the_held_ones_still_served(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The cap counts connections still shaking hands as well as established ones; reaching it is logged."""
+async def test_at_the_cap_the_connection_waiting_longest_makes_room(tmp_path: Path) -> None:
+    """The cap counts connections still shaking hands as well as established ones. At the cap, a new connection is
+    let in and the one that has waited longest without a request closed: here a handshake never finished. Before:
+    the new connection was closed, so a caller holding the cap with half-open or idle connections kept the API
+    server out."""
     served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=3))
     try:
         raw = await asyncio.open_connection("127.0.0.1", served_webhook.port)  # shaking hands, never done
-        held = [await served_webhook.open() for _ in range(2)]
-        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
-            await asyncio.wait_for(served_webhook.open(), GUARD_SECONDS)
-        assert "3 connections open, the cap (--max-connections)" in caplog.text
+        await asyncio.sleep(0.05)  # (accepted first)
+        held = [await served_webhook.open() for _ in range(2)]  # idle, after their handshakes
+        status, answer = await served_webhook.review(json.dumps(review(_card_pod())).encode())
+        assert (status, answer["response"]["allowed"]) == (200, True)
+        assert await _closed_by_server(raw[0])
         reader, writer = held[0]
         writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
-        status, answer = await _status_and_body(reader)  # a held connection is served
+        status, answer = await _status_and_body(reader)  # the idle ones are still served
         assert (status, answer["response"]["allowed"]) == (200, True)
         for _, writer in held:
             writer.close()
         raw[1].close()
-        for _ in range(100):  # the server sees the closes on its next turns
-            await asyncio.sleep(0.01)
-            try:
-                status, _ = await served_webhook.review(json.dumps(review(_card_pod())).encode())
-                break
-            except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
-                continue
-        assert status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_at_the_cap_with_every_connection_in_a_request_the_new_one_is_closed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No connection waits without a request (each is sending a body): the new one is closed as soon as it is
+    accepted, and reaching the cap is logged."""
+    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=2))
+    try:
+        busy = [await _trickle(served_webhook, 2 * 2**10) for _ in range(2)]
+        await asyncio.sleep(0.1)  # (the server has their headers: each is in a request)
+        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
+            await asyncio.wait_for(served_webhook.review(b"{}"), GUARD_SECONDS)
+        assert "2 connections open, the cap (--max-connections)" in caplog.text
+        for _, writer in busy:
+            writer.close()
     finally:
         await runner.cleanup()
 
 
 async def test_the_plain_http_ports_cap_connections_and_close_idle_ones() -> None:
     """The metrics port and the extender's: an idle connection is closed after the idle timeout (before: aiohttp's
-    3,630 s keep-alive), and one beyond the cap is closed at once."""
+    3,630 s keep-alive); at the cap, a new connection makes room by closing the one idle longest."""
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
-    runner = await serve_http(app, "127.0.0.1", 0, ServerLimits(max_connections=2, idle_timeout=0.2))
-    port = runner.addresses[0][1]
-    try:
-        first = await asyncio.open_connection("127.0.0.1", port)
-        second = await asyncio.open_connection("127.0.0.1", port)
-        third = await asyncio.open_connection("127.0.0.1", port)
-        assert await _closed_by_server(third[0])  # over the cap
-        assert await _closed_by_server(first[0])  # idle
-        assert await _closed_by_server(second[0])
-        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as response:
-            assert response.status == 200
-    finally:
-        await runner.cleanup()
+    for limits in (ServerLimits(max_connections=2, idle_timeout=GUARD_SECONDS), ServerLimits(idle_timeout=0.2)):
+        runner = await serve_http(app, "127.0.0.1", 0, limits)
+        port = runner.addresses[0][1]
+        try:
+            first = await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.sleep(0.05)
+            second = await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.sleep(0.05)
+            if limits.max_connections == 2:
+                async with aiohttp.ClientSession() as session, \
+                        session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    assert response.status == 200  # a third, let in
+                assert await _closed_by_server(first[0])  # idle longest: closed to make room
+                second[1].write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                assert (await _status_and_body(second[0]))[0] == 200
+            else:
+                assert await _closed_by_server(first[0])  # idle
+                assert await _closed_by_server(second[0])
+            for connection in (first, second):
+                connection[1].close()
+        finally:
+            await runner.cleanup()
 
 
 async def test_a_reloaded_certificate_is_served_through_the_bounded_tls_protocol_from_the_next_connection() -> None:
@@ -283,15 +305,22 @@ async def _trickle(webhook: Webhook, declared: int) -> tuple[asyncio.StreamReade
     return reader, writer
 
 
-async def test_a_body_that_does_not_arrive_in_time_is_answered_408(webhook: Webhook,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before: the server waited for the rest of the body for as long as the connection stayed open."""
-    monkeypatch.setattr(server_module, "BODY_SECONDS", 0.2)
-    reader, writer = await _trickle(webhook, 2 * 2**20)
+async def _answered_408_and_closed(reader: asyncio.StreamReader) -> None:
     status, answer = await _status_and_body(reader)
     assert status == 408
     assert "did not arrive" in answer["error"]
     assert await _closed_by_server(reader)
+
+
+@pytest.mark.parametrize("declared", [2 * 2**20, 2 * 2**10], ids=["large", "small"])
+async def test_a_body_that_does_not_arrive_in_time_is_answered_408(webhook: Webhook, declared: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large or small (at most SMALL_BODY_BYTES, read at once), a body has BODY_SECONDS to arrive. Before: a small
+    one was read without a deadline, so connections declaring 2 KiB and sending less held their slots of the
+    connection cap for as long as they stayed open (a large one already had its 10 s)."""
+    monkeypatch.setattr(server_module, "BODY_SECONDS", 0.2)
+    reader, writer = await _trickle(webhook, declared)
+    await _answered_408_and_closed(reader)
     writer.close()
 
 
@@ -374,3 +403,106 @@ async def test_the_extender_refuses_encoded_and_oversized_bodies_before_reading_
     async with aiohttp.ClientSession() as session, \
             session.post(f"http://127.0.0.1:{extender_port}/predicate", data=b"{}") as response:
         assert response.status == 200
+
+
+async def test_the_extender_answers_408_to_a_body_that_does_not_arrive_in_time(
+        extender_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a connection declaring a body and sending none was held for as long as it stayed open, past the
+    idle timeout (which covers only the wait for a request's headers)."""
+    monkeypatch.setattr(serving_module, "BODY_SECONDS", 0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", extender_port)
+    writer.write(_post("/predicate", b"").replace(b"Content-Length: 0", b"Content-Length: 100") + b"{")
+    await _answered_408_and_closed(reader)
+    writer.close()
+
+
+async def test_the_extender_reads_large_bodies_a_few_at_a_time_and_small_ones_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one slot for large bodies: while a caller trickles a large one, another large body waits unread, a small
+    one is answered at once, and the waiting one is answered once the slot is free. Before: every connection read
+    its body as it came, so callers sending bodies near the 64 MiB limit on many connections were held in memory
+    together."""
+    monkeypatch.setattr(extender_module, "LARGE_BODY", 1024)
+    monkeypatch.setattr(extender_module, "LARGE_BODIES_AT_ONCE", 1)
+    runner = await serve_http(extender_module.build_extender_app(Extender(SchedulerConfig())), "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+
+    async def exchange(body: bytes) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/predicate", body))
+        status, _ = await _status_and_body(reader)
+        writer.close()
+        return status
+
+    try:
+        held = json.dumps({"pad": "x" * 4096}).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_post("/predicate", held)[:-len(held) + 1])  # the headers and one byte: the slot is taken
+        await writer.drain()
+        await asyncio.sleep(0.1)  # (the server reads the headers)
+        waiting = asyncio.create_task(exchange(json.dumps({"pad": "y" * 2048}).encode()))
+        assert await exchange(b"{}") == 200
+        await asyncio.sleep(0.2)  # time enough to answer it, were it read
+        assert not waiting.done()
+        writer.write(held[1:])
+        status, _ = await _status_and_body(reader)
+        assert status == 200
+        assert await asyncio.wait_for(waiting, GUARD_SECONDS) == 200
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_headers_beyond_what_the_callers_send_are_refused() -> None:
+    """Headers as the API server, the scheduler or Prometheus send them (a service account token included) are
+    served; more fields, or a longer one, get 400. Before: aiohttp's 128 fields of 8,190 bytes, and a connection
+    whose headers were still arriving was held to the idle timeout (300 such took the server from 38 to 602 MiB)."""
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = await serve_http(app, "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+
+    async def status(headers: dict[str, str]) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write("".join(["GET /healthz HTTP/1.1\r\nHost: localhost\r\n",
+                              *(f"{name}: {value}\r\n" for name, value in headers.items()), "\r\n"]).encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n"), GUARD_SECONDS)
+        writer.close()
+        return int(head.split()[1])
+
+    realistic = {"User-Agent": "kube-apiserver-admission", "Accept": "application/json, */*",
+                 "Accept-Encoding": "gzip", "Authorization": "Bearer " + "t" * 1400,
+                 "Traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"}
+    try:
+        assert await status(realistic) == 200
+        assert await status({f"X-Field-{index}": "v" for index in range(serving_module.MAX_HEADERS + 1)}) == 400
+        assert await status({"X-Long": "v" * (serving_module.MAX_HEADER_BYTES + 1)}) == 400
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_large_body_waiting_for_a_slot_is_refused_503_when_none_frees_in_time() -> None:
+    """Callers declaring large bodies behind a slow one that holds the slot: each waits at most the deadline, then
+    gets 503 and its connection is closed; a small body never waits. Before: they waited for as long as the slow
+    callers kept the slots, each holding a connection of the cap."""
+    class Declared:
+        def __init__(self, length: int | None) -> None:
+            self.content_length = length
+
+    large = serving_module.LargeBodies(small=1024, at_once=1)
+    request: Any = Declared(4096)
+    async with large.held(request, 0.1) as first:
+        assert first is None
+        async with large.held(request, 0.1) as second:
+            assert second is not None
+            assert second.status == 503
+            assert not second.keep_alive
+        async with large.held(Declared(10), 0.1) as small:
+            assert small is None
+        async with large.held(Declared(None), 0.1) as unknown:  # chunked: counted large
+            assert unknown is not None
+    async with large.held(request, 0.1) as freed:
+        assert freed is None

@@ -156,9 +156,11 @@ def _operator_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _extender_args(host: str | None = None, port: int | None = None,
-                   schedulers: list[str] | None = None) -> argparse.Namespace:
-    return argparse.Namespace(host=host, port=port, scheduler_conf=None, schedulers=schedulers)
+def _extender_args(*argv: str) -> argparse.Namespace:
+    """``cardquota extender``'s options as its own parser reads them (every option present, None when not given)."""
+    from cardquota.cli.main import build_parser
+
+    return build_parser("cardquota").parse_args(["extender", *argv])
 
 
 def test_every_link_of_the_shipped_services_leaves_the_settings_alone() -> None:
@@ -179,10 +181,10 @@ def test_the_new_names_are_read_and_the_command_line_wins() -> None:
     assert (settings.port, settings.metrics_port, settings.dev, settings.publish_window) == (8443, 0, True, 0.5)
     assert from_arguments(_operator_args(["--port", "9000", "--metrics-port", "9001"]), env).port == 9000
     assert extender_settings(_extender_args(), env) == ExtenderSettings("127.0.0.1", 9713, "/etc/conf")
-    assert extender_settings(_extender_args("::", 1), env).port == 1
+    assert extender_settings(_extender_args("--host", "::", "--port", "1"), env).port == 1
     assert extender_settings(_extender_args(), {"CARDQUOTA_SCHEDULERS": "volcano, vc-b"}).schedulers == {
         "volcano", "vc-b"}
-    assert extender_settings(_extender_args(schedulers=["only"]), {"CARDQUOTA_SCHEDULERS": "vc-b"}).schedulers == {
+    assert extender_settings(_extender_args("--schedulers", "only"), {"CARDQUOTA_SCHEDULERS": "vc-b"}).schedulers == {
         "only"}
     assert from_arguments(_operator_args([]), {"CARDQUOTA_WEBHOOK_PORT_NUMBER": ""}).port == Settings().port
 
@@ -193,9 +195,7 @@ def test_the_server_limits_come_from_the_options_then_the_variables_then_the_def
     assert from_arguments(_operator_args(["--max-connections", "7", "--idle-timeout", "3"]), env).limits == \
         ServerLimits(7, 2.5, 3.0)
     assert from_arguments(_operator_args([]), {}).limits == ServerLimits()
-    extender = _extender_args()
-    extender.idle_timeout = 1.5
-    assert extender_settings(extender, env).limits == ServerLimits(100, 2.5, 1.5)
+    assert extender_settings(_extender_args("--idle-timeout", "1.5"), env).limits == ServerLimits(100, 2.5, 1.5)
     with pytest.raises(InputError, match="--max-connections"):
         from_arguments(_operator_args(["--max-connections", "0"]), {})
 
