@@ -64,6 +64,12 @@ BODY_SECONDS = 10.0
 the API server and Volcano's extender client send a body in one write, so only a caller trickling it, or declaring
 a length and sending nothing, takes longer; without a deadline each such connection held a slot of the connection
 cap for as long as it stayed open (the idle timeout covers only the wait for a request's headers)."""
+LINGER_SECONDS = 2.0
+"""Seconds the rest of an unread body is read and dropped after an answer that did not read it (a refusal, or a
+verb that needs no body), before the connection closes (aiohttp's default: 10 s). Closing at once would reset a
+connection whose sender is still writing, which can lose the answer; the API server and the scheduler send their
+body in one write, so what is left arrives within milliseconds, and a caller trickling one holds its connection,
+busy and so beyond the cap's reach, for this long instead of ten seconds."""
 CAP_LOG_SECONDS = 60.0
 """At most one warning a minute that a port's connection cap is reached."""
 TRIM_AFTER_CLOSED = 256
@@ -245,9 +251,10 @@ def handler_options(limits: ServerLimits) -> dict[str, Any]:
     """aiohttp handler options every cardquota server uses: the idle timeout, headers of the size its callers send
     (a request whose headers are still arriving is held until the idle timeout; with aiohttp's defaults, 300
     connections each sending 120 headers of 8,000 bytes took a server from 38 to 602 MiB resident, where these
-    bounds refuse such headers with 400 as they arrive), no decoding of compressed
-    bodies, no access log (each server logs what matters itself)."""
-    return {"keepalive_timeout": limits.idle_timeout, "auto_decompress": False, "access_log": None,
+    bounds refuse such headers with 400 as they arrive), :data:`LINGER_SECONDS` for an unread body, no decoding of
+    compressed bodies, no access log (each server logs what matters itself)."""
+    return {"keepalive_timeout": limits.idle_timeout, "lingering_time": LINGER_SECONDS, "auto_decompress": False,
+            "access_log": None,
             "max_headers": MAX_HEADERS, "max_field_size": MAX_HEADER_BYTES, "max_line_size": MAX_HEADER_BYTES}
 
 
