@@ -333,6 +333,31 @@ def list_all(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str
     return manifests
 
 
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
+"""The DRA API versions ResourceClaims are read through, preferred first: v1 is GA and served by default from
+Kubernetes 1.34 on (v1beta1 and v1beta2 only when enabled there), v1beta1 is what 1.32 serves."""
+
+
+def preferred_dra_version(served: Iterable[str]) -> str | None:
+    """The first of :data:`DRA_VERSIONS` among the versions ``served``; None when none is."""
+    offered = set(served)
+    return next((version for version in DRA_VERSIONS if version in offered), None)
+
+
+def served_dra_version(api: client.ApiClient) -> str | None:
+    """The ``resource.k8s.io`` version to read claims through, from the API group's discovery document
+    (``GET /apis/resource.k8s.io``, an APIGroup listing ``versions[].version``); None when the group is not served
+    (404) or serves none of :data:`DRA_VERSIONS`."""
+    try:
+        group = with_retries(functools.partial(_get, api, f"/apis/{DRA_GROUP}"))
+    except NotFound:
+        return None
+    versions = group.get("versions")
+    entries = versions if isinstance(versions, list) else []
+    return preferred_dra_version(str(entry.get("version")) for entry in entries if isinstance(entry, Mapping))
+
+
 async def list_all_async(api: client.ApiClient, resources: Sequence[tuple[str, str, str, str]] = CACHED_RESOURCES,
                          ) -> list[Mapping[str, Any]]:
     return await asyncio.to_thread(list_all, api, resources)

@@ -7,7 +7,8 @@ from the list's resourceVersion with bookmarks; when a watch request ends (the A
 ``timeoutSeconds``) or its stream breaks, watch again from the last resourceVersion seen, with backoff on failures;
 when the API server says that resourceVersion is too old (410 Gone), list again and delete what the new list no
 longer holds. A kind the API server does not serve (404: Volcano's CRDs not installed yet) lists as empty and is
-listed again every :data:`NOT_SERVED_RETRY_SECONDS`.
+listed again every :data:`NOT_SERVED_RETRY_SECONDS`. DRA claims are read through the ``resource.k8s.io`` version the
+API server serves, discovered before each full list (:class:`DraVersion`).
 
 Kopf handles a kind by listing it again after our own start-up list and running one worker task per object (~1 ms
 of CPU per event; 16k tasks at 50k pods): for the kinds with one object per pod, per job or per node that costs more
@@ -35,7 +36,19 @@ from kubernetes import client
 from prometheus_client import Gauge
 
 from cardquota.core.errors import InputError
-from cardquota.kube import CACHED_RESOURCES, Gone, KubeError, ListPage, NotFound, WatchEvent, WatchStream, list_pages
+from cardquota.kube import (
+    CACHED_RESOURCES,
+    DRA_GROUP,
+    DRA_VERSIONS,
+    Gone,
+    KubeError,
+    ListPage,
+    NotFound,
+    WatchEvent,
+    WatchStream,
+    list_pages,
+    served_dra_version,
+)
 from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import DELETED, ClusterCache, Identity
 from cardquota.runtime.metrics import EVENTS_PROCESSED, REGISTRY
@@ -256,14 +269,53 @@ def pod_reflector(cache: ClusterCache, api: client.ApiClient) -> Reflector:
 
 
 CLAIM_KINDS = (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate"))
-DRA_API_VERSION = "resource.k8s.io/v1beta1"
-"""The DRA API the extender's DRA quota reads (Kubernetes 1.32+; v1beta1 is still served beside v1 in 1.34)."""
+DRA_UNREADABLE = Gauge("cardquota_dra_claims_unreadable",
+                       "1 while no resource.k8s.io version the extender reads is served: DRA quotas are not enforced",
+                       ["kind"], registry=REGISTRY)
+
+
+@dataclass
+class DraVersion:
+    """The ``resource.k8s.io`` version one claim reflector reads through: discovered again before every full list
+    (at start, after a 404, after a 410), as a cluster upgrade can stop serving the version in use."""
+
+    api: client.ApiClient
+    kind: str
+    version: str | None = None
+
+    def discover(self) -> str | None:
+        found = served_dra_version(self.api)
+        if found != self.version and found is not None:
+            log.info("%s read through %s/%s", self.kind, DRA_GROUP, found)
+        self.version = found
+        DRA_UNREADABLE.labels(self.kind).set(0 if found else 1)
+        return found
+
+    def pages(self, plural: str) -> Iterator[ListPage]:
+        """The kind's list pages through the version discovered now; NotFound (as for a kind not served) when no
+        version of :data:`DRA_VERSIONS` is."""
+        version = self.discover()
+        if version is None:
+            raise NotFound(f"no version of {DRA_GROUP} ({', '.join(DRA_VERSIONS)}) is served: {self.kind}s cannot "
+                           "be read, DRA quotas (spec.dra of queues) are not enforced", 404)
+        api_version = f"{DRA_GROUP}/{version}"
+        yield from list_pages(self.api, f"/apis/{api_version}/{plural}", api_version, self.kind)
+
+    def watch(self, plural: str, resource_version: str) -> WatchStream:
+        api_version = f"{DRA_GROUP}/{self.version or DRA_VERSIONS[0]}"
+        return _watch(self.api, f"/apis/{api_version}/{plural}", api_version, self.kind, resource_version)
 
 
 def claim_reflectors(cache: ClusterCache, api: client.ApiClient) -> list[Reflector]:
-    """DRA ResourceClaims and ResourceClaimTemplates of every namespace (for a sink that reads them)."""
-    return [resource_reflector(cache, api, (f"/apis/{DRA_API_VERSION}", plural, kind, DRA_API_VERSION))
-            for plural, kind in CLAIM_KINDS]
+    """DRA ResourceClaims and ResourceClaimTemplates of every namespace (for a sink that reads them), through the
+    ``resource.k8s.io`` version the API server serves (:func:`kube.served_dra_version`)."""
+    reflectors = []
+    for plural, kind in CLAIM_KINDS:
+        dra = DraVersion(api, kind)
+        reflectors.append(Reflector(cache, f"{DRA_GROUP}/{DRA_VERSIONS[0]}", kind,
+                                    lister=functools.partial(dra.pages, plural),
+                                    watcher=functools.partial(dra.watch, plural)))
+    return reflectors
 
 
 def _watch(api: client.ApiClient, path: str, api_version: str, kind: str, version: str) -> WatchStream:
