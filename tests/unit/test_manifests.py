@@ -34,11 +34,11 @@ from cardquota.core.policies.schedconf import admit as admit_schedconf
 from cardquota.core.policies.schedconf import conf_violations
 from cardquota.core.policies.workload import admit as admit_workload
 from cardquota.core.scheduling.session import SchedulerConfig
-from cardquota.kube import CACHED_RESOURCES
+from cardquota.kube import CACHED_RESOURCES, DRA_GROUP
 from cardquota.loader import load_paths
 from cardquota.operator.controller import Publisher
 from cardquota.operator.metrics import QueueCardCollector
-from cardquota.operator.reflector import CLAIM_KINDS, DRA_API_VERSION
+from cardquota.operator.reflector import CLAIM_KINDS
 from cardquota.operator.settings import Role, Settings
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import REGISTRY
@@ -714,7 +714,7 @@ def test_the_extender_may_list_and_watch_what_it_follows_and_write_only_pods() -
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     followed = {(prefix.removeprefix("/apis/").removeprefix("/api").split("/")[0] if prefix.startswith("/apis/")
                  else "", plural) for prefix, plural, _, _ in CACHED_RESOURCES}
-    followed |= {(DRA_API_VERSION.split("/")[0], plural) for plural, _ in CLAIM_KINDS}
+    followed |= {(DRA_GROUP, plural) for plural, _ in CLAIM_KINDS}
     assert set(granted) == followed
     assert all({"list", "watch"} <= verbs for verbs in granted.values())
     reads = {"list", "watch", "get"}
