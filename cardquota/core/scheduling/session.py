@@ -33,6 +33,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
 from cardquota.core.schedconf.reader import read_conf
+from cardquota.core.schedconf.source import arguments_text
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
 from cardquota.core.scheduling.refusal import Refusal
@@ -72,13 +73,11 @@ class SchedulerConfig:
 
     @classmethod
     def from_manifests(cls, manifests: Iterable[Manifest], configmap: str) -> SchedulerConfig:
-        """From the scheduler ConfigMap among ``manifests``; the defaults when there is none."""
-        for manifest in manifests:
-            if manifest.get("kind") == "ConfigMap" and (manifest.get("metadata") or {}).get("name") == configmap:
-                text = (manifest.get("data") or {}).get("volcano-scheduler.conf")
-                if isinstance(text, str):
-                    return cls.from_conf(text)
-        return cls()
+        """From the ConfigMap among ``manifests`` the plugins' arguments are read from (the extender's conf, else
+        the scheduler ConfigMap ``configmap``: :func:`~cardquota.core.schedconf.source.arguments_text`, the one
+        reading the extender, the CLI and the controller share); the defaults when there is none."""
+        text = arguments_text(manifests, configmap).text
+        return cls() if text is None else cls.from_conf(text)
 
 
 @dataclass(frozen=True)
