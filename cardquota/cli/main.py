@@ -193,8 +193,10 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
+    from cardquota.cli import kubectl, schedconf
     from cardquota.operator import settings  # the operator's and extender's options (their dependencies load later)
 
+    schedconf.add_command(commands, kubectl.cluster_options(_Parser))  # (the same command as kubectl cardquota's)
     extender = commands.add_parser(
         "extender",
         help="serve the Volcano scheduler's extender plugin: the card, crossquota, mGPU and DRA rules",

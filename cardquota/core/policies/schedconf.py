@@ -110,8 +110,9 @@ def leak_warnings(text: str, snapshot: ClusterSnapshot) -> list[str]:
         entries = plugin_entries(load_one(text))
     except InputError:
         return []
-    offered = offered_resources((record.node.allocatable for record in snapshot.nodes.values()),
-                                (resource for record in snapshot.nodes.values() for resource in record.cards.by_resource))
+    records = list(snapshot.nodes.values())
+    offered = offered_resources((record.node.allocatable for record in records),
+                                (resource for record in records for resource in record.cards.by_resource))
     capability = sorted(name for name, record in snapshot.queues.items() if record.queue.capability is not None)
     return [one_line(f"{leak.path}: {leak.message}")
             for leak in conf_leaks(entries, offered=offered, capability_queues=capability)]

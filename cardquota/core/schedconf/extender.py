@@ -11,7 +11,7 @@ Facts about Volcano v1.15.1 this module relies on:
   init container's) requests or limits; other tasks pass unasked. Without it, every task is sent.
   ``jobEnqueueable`` and ``queueOverused`` are not filtered.
 * ``pkg/scheduler/framework/session_plugins.go``, ``JobEnqueueable``: tiers in order, each tier's voters in order;
-  the first reject (−1) rejects the job at once; after a tier in which some voter permitted (+1), the job is enqueued
+  the first reject (-1) rejects the job at once; after a tier in which some voter permitted (+1), the job is enqueued
   and later tiers are not asked. ``isEnabled(plugin.EnabledJobEnqueued)`` gates each voter
   (``enableJobEnqueued``, true unless written false: ``pkg/scheduler/plugins/defaults.go``).
 * The voters (``AddJobEnqueueableFn``): ``capacity``, ``overcommit``, ``proportion`` and ``resourcequota`` permit
