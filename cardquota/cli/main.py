@@ -294,14 +294,17 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise InputError("name the cluster to read: --cluster FILE (a file, a directory or - for stdin)",
                          where="usage")
     ledger = Ledger()
-    for document in _unique(load_paths(args.files), set(Kind), err):
+    documents = load_paths(args.files)
+    for document in _unique(documents, set(Kind), err):
         _located(document, ledger.upsert)
     for warning in output.usage_warnings(ledger):
         err.write(warning + "\n")
     no_nodes = output.no_nodes_warning(ledger, args.files, output.NO_NODES_IN_USAGE)
     if no_nodes is not None:
         err.write(no_nodes + "\n")
-    usage = ledger.all_usage()
+    # cpu/memory counted as the plugins' arguments say, read where the extender reads them (as kubectl cardquota's)
+    config = SchedulerConfig.from_manifests([document.manifest for document in documents], DEFAULT_SCHEDULER_CONFIGMAP)
+    usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
     _write(args, out, output.usage_json(usage),
            lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)))
     return EXIT_OK
