@@ -37,8 +37,8 @@ from cardquota.core.events import (
     waiting_pod,
 )
 from cardquota.core.objects import ObjectKey
-from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
+from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
 from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import ClusterCache
