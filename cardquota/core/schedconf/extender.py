@@ -206,12 +206,13 @@ def task_verb_leaks(extender: PluginEntry) -> list[Leak]:
 def argument_disagreements(scheduler: Sequence[PluginEntry], extender_conf: Sequence[PluginEntry]) -> list[Leak]:
     """The plugins' arguments the scheduler's configuration writes differently from the extender's conf (the one
     the rules read when the extender serves them): each plugin of :data:`ARGUMENT_PLUGINS` the scheduler's conf
-    has, argument by argument (one absent on one side counts as different)."""
+    has, argument by argument (one absent on one side counts as different; ``predicates`` only when the scheduler's
+    writes mGPU arguments)."""
     theirs = plugin_arguments(extender_conf)
     leaks: list[Leak] = []
     for name, arguments in plugin_arguments(scheduler).items():
-        if name not in ARGUMENT_PLUGINS:
-            continue
+        if name not in ARGUMENT_PLUGINS or (name == "predicates" and not _compared(name, arguments)):
+            continue  # (Volcano's own predicates plugin, with none of the mGPU arguments: nothing written twice)
         ours = theirs.get(name, {})
         differing = sorted(key for key in _compared(name, arguments) | _compared(name, ours)
                            if _same_value(arguments.get(key)) != _same_value(ours.get(key)))
