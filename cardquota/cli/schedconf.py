@@ -84,7 +84,11 @@ def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -
         return EXIT_OK
     capability = sorted(name for name, record in ledger.snapshot.queues.items() if record.queue.capability is not None)
     source = arguments_text(objects, DEFAULT_SCHEDULER_CONFIGMAP)
-    crossquota = source.text is not None and "crossquota" in plugin_arguments(plugin_entries(read_conf(source.text)))
+    try:
+        crossquota = source.text is not None and "crossquota" in plugin_arguments(
+            plugin_entries(read_conf(source.text)))
+    except InputError as error:
+        raise error.located(source.source) from None
     managed = _managed(args.managed, offered, crossquota=crossquota, capability=capability, err=err)
     stanza = extender_stanza(managed)
     if args.prints == "fragment":
