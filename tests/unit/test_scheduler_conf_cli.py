@@ -75,17 +75,20 @@ def test_the_merged_configmap_keeps_the_users_plugins_and_leaks_nothing(users_co
     assert configmap["data"]["other"] == "kept"
     conf = yaml.safe_load(configmap["data"]["volcano-scheduler.conf"])
     users = yaml.safe_load(USERS_CONF)
-    assert conf["actions"] == users["actions"] and conf["configurations"] == users["configurations"]
+    assert conf["actions"] == users["actions"]
+    assert conf["configurations"] == users["configurations"]
     assert _plugins(conf) == [["priority", "gang"], ["drf", "predicates", "proportion", "nodeorder", "extender"]]
     assert conf["tiers"][1]["plugins"][:4] == [p for p in users["tiers"][1]["plugins"] if p["name"] != "extender"]
     extender = conf["tiers"][1]["plugins"][4]["arguments"]
     assert extender["extender.urlPrefix"] == "http://cardquota-extender.cardquota-system.svc:8713"
     # The example cluster has queues with a cpu/memory capability: every task must reach the extender.
     assert "extender.managedResources" not in extender
-    assert "left out" in err and "warning" not in err
+    assert "left out" in err
+    assert "warning" not in err
     snapshot = Ledger.build(d.manifest for d in load_paths([CLUSTER])).snapshot
     verdict = admit(configmap, None, snapshot, PolicyConfig())
-    assert verdict.allowed and verdict.warnings == ()
+    assert verdict.allowed
+    assert verdict.warnings == ()
     before = admit(USERS, None, snapshot, PolicyConfig())  # what the user had: NPU and MIG pods never checked
     assert any("huawei.com/Ascend910" in warning for warning in before.warnings)
 
@@ -95,7 +98,7 @@ def test_the_offered_card_resources_are_listed_and_written_on_request() -> None:
     offered = out.splitlines()
     assert {"nvidia.com/gpu", "nvidia.com/gpu.shared", "huawei.com/Ascend910", "nvidia.com/mig-1g.5gb"} <= set(offered)
     assert offered == sorted(offered)
-    out, err = cli("scheduler-conf", "--cluster", CLUSTER, "--print", "fragment", "--managed-resources", "offered")
+    out, _ = cli("scheduler-conf", "--cluster", CLUSTER, "--print", "fragment", "--managed-resources", "offered")
     (entry,) = yaml.safe_load(out)
     assert entry["name"] == "extender"
     assert entry["arguments"]["extender.managedResources"] == offered
@@ -118,4 +121,5 @@ def test_an_unreadable_conf_is_one_clear_error(tmp_path: Path) -> None:
     broken.write_text(yaml.safe_dump({**USERS, "data": {"volcano-scheduler.conf": "tiers: ["}}))
     out, err = io.StringIO(), io.StringIO()
     assert run("kubectl cardquota", ["scheduler-conf", "--cluster", str(broken)], out, err) == 2
-    assert "volcano-scheduler-configmap" in err.getvalue() and "Traceback" not in err.getvalue()
+    assert "volcano-scheduler-configmap" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
