@@ -172,3 +172,15 @@ def test_the_configmap_policy_warns_where_the_conf_leaks() -> None:
     assert any(warning.startswith("tiers[1].plugins[1]: proportion") for warning in verdict.warnings)
     fixed = yaml.safe_dump(merged_conf(yaml.safe_load(text), extender_stanza()))
     assert admit(_configmap("volcano-scheduler-configmap", fixed), None, snapshot, PolicyConfig()).warnings == ()
+
+
+def test_the_stanza_registers_no_queue_overuse() -> None:
+    """Volcano's allocate skips every job of a queue its Overused vote names (actions/allocate/allocate.go,
+    ``if ssn.Overused(queue)``), and the extender plugin answers overused for every queue when it cannot reach the
+    service and ignorable is false (plugins/extender/extender.go, ``return !ep.config.ignorable``), v1.15.1: card
+    quotas are checked per card type and per task instead."""
+    arguments = extender_stanza()["arguments"]
+    assert "extender.queueOverusedVerb" not in arguments
+    assert arguments["extender.ignorable"] is False
+    assert {"extender.predicateVerb", "extender.allocateFuncVerb", "extender.deallocateFuncVerb",
+            "extender.jobEnqueueableVerb", "extender.onSessionCloseVerb"} <= set(arguments)

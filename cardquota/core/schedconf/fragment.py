@@ -24,13 +24,15 @@ VERBS = {
     "extender.predicateVerb": "predicate",
     "extender.prioritizeVerb": "prioritize",
     "extender.jobEnqueueableVerb": "jobEnqueueable",
-    "extender.queueOverusedVerb": "queueOverused",
     "extender.jobReadyVerb": "jobReady",
     "extender.allocateFuncVerb": "allocateFunc",
     "extender.deallocateFuncVerb": "deallocateFunc",
 }
-"""The verbs the extender serves. No onSessionOpenVerb: the extender watches the cluster itself, so the scheduler
-need not send it the whole cluster every cycle."""
+"""The verbs the scheduler calls. No onSessionOpenVerb: the extender watches the cluster itself, so the scheduler
+need not send it the whole cluster every cycle. No queueOverusedVerb: card quotas are per card type and checked per
+task, and an overused answer makes Volcano's allocate skip every job of the queue, of every type and CPU-only ones
+too (``if ssn.Overused(queue) { continue }``, actions/allocate, v1.15.1) — and, with ``ignorable: false``, every
+queue while the extender cannot be reached (``return !ep.config.ignorable``, plugins/extender/extender.go)."""
 
 DEFAULT_CONF: Mapping[str, Any] = {
     "actions": "enqueue, allocate, backfill",
