@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.schedconf import admit
@@ -184,3 +186,24 @@ def test_the_stanza_registers_no_queue_overuse() -> None:
     assert arguments["extender.ignorable"] is False
     assert {"extender.predicateVerb", "extender.allocateFuncVerb", "extender.deallocateFuncVerb",
             "extender.jobEnqueueableVerb", "extender.onSessionCloseVerb"} <= set(arguments)
+
+
+PLUGIN_NAMES = st.sampled_from(["priority", "gang", "conformance", "drf", "predicates", "nodeorder", "binpack",
+                                "overcommit", "proportion", "capacity", "resourcequota", "sla", "extender"])
+
+
+@given(st.lists(st.lists(PLUGIN_NAMES, max_size=6), max_size=4))
+def test_merging_any_configuration_leaves_the_vote_where_it_counts(tiers: list[list[str]]) -> None:
+    """Whatever the user's tiers, the merged configuration has one extender, every other plugin in its tier and order,
+    and no enqueue leak (no voter that may permit in an earlier tier, none that may reject after it)."""
+    users = conf(*tiers)
+    merged = merged_conf(users, extender_stanza())
+    names = _names(merged)
+    assert sum(name == "extender" for tier in names for name in tier) == 1
+    others = [[name for name in tier if name != "extender"] for tier in names]
+    assert others[:len(tiers)] == [[name for name in tier if name != "extender"] for tier in tiers]
+    assert enqueue_leaks(plugin_entries(merged)) == []
+
+
+def _names(configuration: dict[str, Any]) -> list[list[str]]:
+    return [[plugin["name"] for plugin in tier["plugins"]] for tier in configuration["tiers"]]
