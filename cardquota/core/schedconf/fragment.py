@@ -33,8 +33,9 @@ VERBS = {
 need not send it the whole cluster every cycle. ``jobEnqueuedVerb``: Volcano's master branch (ed72c7c) tells the
 extender a job it permitted was enqueued (v1.15.1 does not read the key). No queueOverusedVerb: card quotas are
 per card type and checked per task, and an overused answer makes Volcano's allocate skip every job of the queue, of
-every type and CPU-only ones too (``if ssn.Overused(queue) { continue }``, actions/allocate, v1.15.1) — and, with ``ignorable: false``, every
-queue while the extender cannot be reached (``return !ep.config.ignorable``, plugins/extender/extender.go)."""
+every type and CPU-only ones too (``if ssn.Overused(queue) { continue }``, actions/allocate, v1.15.1) — and, with
+``ignorable: false``, every queue while the extender cannot be reached (``return !ep.config.ignorable``,
+plugins/extender/extender.go)."""
 
 DEFAULT_CONF: Mapping[str, Any] = {
     "actions": "enqueue, allocate, backfill",
