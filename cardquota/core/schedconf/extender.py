@@ -120,12 +120,13 @@ def offered_resources(allocatables: Iterable[Mapping[str, Any]], card_resources:
     (``card_resources``: those discovery named, whatever their name) or could be a card by its name
     (:func:`~cardquota.core.resources.is_card_resource`: NPUs and GPUs on nodes discovery finds no card type on),
     and the mGPU resources (the extender places mGPU pods)."""
-    offered = set(card_resources)
+    present: set[str] = set()  # every resource some node has a positive amount of (each name judged once below)
     for allocatable in allocatables:
         for resource, amount in allocatable.items():
-            if (is_card_resource(resource) or resource in MGPU_RESOURCES) and _positive(amount):
-                offered.add(resource)
-    return offered
+            if resource not in present and _positive(amount):
+                present.add(resource)
+    return set(card_resources) | {resource for resource in present
+                                  if is_card_resource(resource) or resource in MGPU_RESOURCES}
 
 
 def _positive(amount: object) -> bool:
