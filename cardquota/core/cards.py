@@ -25,6 +25,9 @@ the allocatable amount counts slices, not cards (a quota of N is N slices):
   node annotation ``hami.io/node-nvidia-register``: kind ``vgpu`` (Project-HAMi/HAMi v2.10.0,
   ``pkg/device/nvidia/device.go`` ``RegisterAnnos``, ``pkg/device-plugin/nvidiadevice/nvinternal/rm/devices.go``
   ``GetPluginDevices``).
+* NVIDIA's MIG ``single`` strategy (``<prefix>/mig.strategy: single``) keeps ``nvidia.com/gpu`` for slices of one
+  profile and names the product ``<model>-MIG-<profile>``: kind ``mig`` (``internal/lm/mig-strategy.go``,
+  ``strategy.go`` ``migStrategyLabeler``).
 * Any other whole-card resource with more allocatable than the family's ``.count`` label (or ``.replicas`` > 1
   without a strategy we know): kind ``shared``.
 
@@ -123,6 +126,8 @@ class CardFamily:
     count: str | None = None
     strategy: str | None = None
     """``<base>.sharing-strategy``: ``mps``, ``time-slicing`` or ``none`` as NVIDIA's feature discovery writes it."""
+    mig_strategy: str | None = None
+    """``<prefix>/mig.strategy``: with ``single``, ``<base>`` counts MIG slices of one profile, not cards."""
 
     @property
     def names(self) -> tuple[str, str]:
@@ -172,6 +177,7 @@ def card_families(labels: Mapping[str, str]) -> list[CardFamily]:
             replicas=labels.get(f"{base}.replicas"),
             count=labels.get(f"{base}.count"),
             strategy=labels.get(f"{base}.sharing-strategy"),
+            mig_strategy=labels.get(f"{prefix}/mig.strategy"),
         )
     return list(families.values())
 
@@ -255,6 +261,8 @@ def _whole_sharing(family: CardFamily, resource: str, count: int, vgpu: tuple[in
     strategy = None if renamed else _strategy(family)
     if strategy is not None:
         return strategy, cards, _positive_int(family.replicas)
+    if family.mig_strategy == "single" and "-MIG-" in family.product:
+        return CardKind.MIG, None, None
     if vgpu is not None and resource == HAMI_RESOURCE:
         devices, split = vgpu
         return CardKind.VGPU, devices, split if split is not None else _ratio(count, devices)
