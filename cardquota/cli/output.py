@@ -139,7 +139,7 @@ def discovery_warnings(nodes: Sequence[Node], cards: Mapping[str, NodeCards]) ->
 
 def discovery_table(nodes: Mapping[str, NodeCards], *, wide: bool = False, width: int | None = WIDTH) -> str:
     """NODE, CARD TYPE, KIND, CARDS and COUNT (``wide``: RESOURCE too), then the totals per card type. A shared
-    kind shows its replicas (``mps×4``); CARDS are the physical cards behind COUNT when the node says."""
+    kind shows its replicas (:func:`_kind`); CARDS are the physical cards behind COUNT when the node says."""
     rows: list[list[object]] = []
     for name in sorted(nodes):
         cards = nodes[name].types
@@ -159,7 +159,8 @@ def discovery_table(nodes: Mapping[str, NodeCards], *, wide: bool = False, width
 
 
 def _kind(card: CardType) -> str:
-    """``whole``, ``mig``; a shared kind with its replicas, ``mps×4`` (``vgpu`` when they are not known)."""
+    """``whole``, ``mig``; a shared kind with its replicas after a multiplication sign (MPS, 4 replicas: ``mps``,
+    the sign, ``4``), or alone when they are not known."""
     return f"{card.kind.value}×{card.replicas}" if card.shared and card.replicas is not None else card.kind.value
 
 

@@ -21,7 +21,7 @@ the allocatable amount counts slices, not cards (a quota of N is N slices):
   the resource is ``<prefix>/gpu.shared`` (the MPS-named type above; kind ``time-slicing`` when the strategy says
   so). (NVIDIA/k8s-device-plugin v0.20.0, ``internal/lm/resource.go`` ``baseLabeler``/``getProductName``;
   ``api/config/v1/sharing.go``, ``replicas.go``.)
-* HAMi's device plugin advertises ``nvidia.com/gpu`` = cards × ``deviceSplitCount`` and registers the cards in the
+* HAMi's device plugin advertises ``nvidia.com/gpu`` = cards times ``deviceSplitCount`` and registers the cards in the
   node annotation ``hami.io/node-nvidia-register``: kind ``vgpu`` (Project-HAMi/HAMi v2.10.0,
   ``pkg/device/nvidia/device.go`` ``RegisterAnnos``, ``pkg/device-plugin/nvidiadevice/nvinternal/rm/devices.go``
   ``GetPluginDevices``).
@@ -94,7 +94,8 @@ class CardType:
     product_label: str = ""
     """The node label that names the product (``nvidia.com/gpu.product``), for node affinity."""
     cards: int | None = None
-    """Physical cards behind the count, when the node says (``.count`` label, HAMi's registration)."""
+    """Physical cards behind the count: the count itself for whole cards; for shared kinds when the node says
+    (``.count`` label, HAMi's registration); None for MIG slices."""
     replicas: int | None = None
     """Slices per physical card for a shared kind, when known; None for whole cards and MIG."""
 
@@ -102,6 +103,12 @@ class CardType:
     def shared(self) -> bool:
         """Whether the count is of slices of shared cards (a quota of N is then N slices, not N cards)."""
         return self.kind in SHARED_KINDS
+
+    @property
+    def named_shared(self) -> bool:
+        """Whether the name itself says the type counts MPS slices: the seed's ``<product>/mps-…`` type of an MPS
+        ``.shared`` resource (time-slicing under that name is not what the name says)."""
+        return self.kind is CardKind.MPS and self.resource.endswith(".shared")
 
     def as_json(self) -> dict[str, str | int]:
         """``resource``, ``count`` and ``kind``; a shared kind adds ``cards`` and ``replicas`` when known."""
@@ -268,7 +275,7 @@ def _whole_sharing(family: CardFamily, resource: str, count: int, vgpu: tuple[in
         return CardKind.VGPU, devices, split if split is not None else _ratio(count, devices)
     if cards is not None and count > cards:
         return CardKind.SHARED, cards, _ratio(count, cards)
-    return CardKind.WHOLE, cards, None
+    return CardKind.WHOLE, count, None
 
 
 def _ratio(slices: int, cards: int) -> int | None:
@@ -344,12 +351,13 @@ def cluster_totals(nodes: Iterable[NodeCards]) -> dict[str, int]:
 
 
 def sharing_warnings(nodes: Iterable[NodeCards]) -> list[str]:
-    """One warning per shared card type across ``nodes``: its sharing mode, cards × replicas = slices, and what a
-    quota of N for it then means (N slices). Empty when every type counts whole cards or MIG slices."""
+    """One warning per shared card type across ``nodes`` whose name does not say so (all but the seed's MPS types,
+    ``<product>/mps-<memory>g*1/<replicas>``): its sharing mode, cards times replicas = slices, and what a quota of N
+    for it then means (N slices). Empty when every type counts whole cards, MIG slices or named MPS slices."""
     found: dict[str, list[tuple[str, CardType]]] = {}
     for cards in nodes:
         for card in cards.types.values():
-            if card.shared:
+            if card.shared and not card.named_shared:
                 found.setdefault(card.name, []).append((cards.node, card))
     return [_sharing_warning(name, found[name]) for name in sorted(found)]
 
@@ -422,10 +430,17 @@ def unlabelled_accelerators(node: Node, card_resources: Container[str] = ()) -> 
     return Unlabelled(node.name, tuple(have), labels, hami_cards(node.meta.annotations.get(HAMI_NVIDIA_REGISTER)))
 
 
+NPU_PRODUCT_LABEL = "huawei.com/npu.product"
+"""The product label the README recommends for Ascend NPUs (whose device plugin writes none)."""
+
+
 def product_label(resource: str) -> str:
-    """The product label discovery would read for ``resource`` (``nvidia.com/gpu`` → ``nvidia.com/gpu.product``,
-    ``huawei.com/Ascend910`` → ``huawei.com/Ascend910.product``; MIG and MPS resources → ``<vendor>/gpu.product``)."""
+    """The product label to write for ``resource`` (``nvidia.com/gpu`` → ``nvidia.com/gpu.product``, as GPU
+    feature discovery writes it; ``huawei.com/Ascend910`` → :data:`NPU_PRODUCT_LABEL`; MIG and MPS resources →
+    ``<vendor>/gpu.product``; another vendor's ``<vendor>/<name>`` → ``<vendor>/<name>.product``)."""
     prefix, _, name = resource.partition("/")
+    if prefix == "huawei.com" and name.startswith("Ascend"):
+        return NPU_PRODUCT_LABEL
     family = re.match(r"\w+", name, re.ASCII)
     label = f"{prefix}/{family[0] if family and not name.startswith('mig-') else 'gpu'}.product"
     return label if PRODUCT_LABEL.match(label) else f"{prefix}/gpu.product"
