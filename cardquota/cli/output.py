@@ -130,7 +130,8 @@ def discovery_warnings(nodes: Sequence[Node], cards: Mapping[str, NodeCards]) ->
     offered = {card.resource for found in cards.values() for card in found.types.values()}
     unlabelled = [found for node in sorted(nodes, key=lambda node: node.name)
                   if (found := unlabelled_accelerators(node, offered)) is not None]
-    warnings = [f"Node {found.describe()}, so they offer no card type: {found.command} ({CARD_TYPES_SECTION})"
+    warnings = [f"Node {found.describe()}: the node offers no card type; label it: {found.command} "
+                f"({CARD_TYPES_SECTION})"
                 for found in unlabelled[:SHOWN_NODES]]
     if len(unlabelled) > SHOWN_NODES:
         warnings.append(f"and {len(unlabelled) - SHOWN_NODES} more Nodes with accelerators but no product label")

@@ -78,8 +78,8 @@ class CardKind(StrEnum):
 
 
 SHARED_KINDS = frozenset({CardKind.MPS, CardKind.TIME_SLICING, CardKind.VGPU, CardKind.SHARED})
-SHARING_MODES = {CardKind.MPS: "MPS", CardKind.TIME_SLICING: "time-slicing", CardKind.VGPU: "HAMi vGPU",
-                 CardKind.SHARED: "a sharing mode the labels do not name"}
+SHARING_MODES = {CardKind.MPS: "by MPS", CardKind.TIME_SLICING: "by time-slicing", CardKind.VGPU: "by HAMi vGPU",
+                 CardKind.SHARED: "in a way the node's labels do not name"}
 """How warnings name each shared kind's sharing mode."""
 
 
@@ -352,25 +352,27 @@ def cluster_totals(nodes: Iterable[NodeCards]) -> dict[str, int]:
 
 def sharing_warnings(nodes: Iterable[NodeCards]) -> list[str]:
     """One warning per shared card type across ``nodes`` whose name does not say so (all but the seed's MPS types,
-    ``<product>/mps-<memory>g*1/<replicas>``): its sharing mode, cards times replicas = slices, and what a quota of N
-    for it then means (N slices). Empty when every type counts whole cards, MIG slices or named MPS slices."""
-    found: dict[str, list[tuple[str, CardType]]] = {}
+    ``<product>/mps-<memory>g*1/<replicas>``): its sharing mode, cards times replicas = slices, what a quota of N for
+    it then means (N slices), and the nodes where the same name counts whole cards. Empty when every type counts
+    whole cards, MIG slices or named MPS slices."""
+    shared: dict[str, list[tuple[str, CardType]]] = {}
+    whole: dict[str, list[str]] = {}
     for cards in nodes:
         for card in cards.types.values():
             if card.shared and not card.named_shared:
-                found.setdefault(card.name, []).append((cards.node, card))
-    return [_sharing_warning(name, found[name]) for name in sorted(found)]
+                shared.setdefault(card.name, []).append((cards.node, card))
+            elif not card.shared:
+                whole.setdefault(card.name, []).append(cards.node)
+    return [_sharing_warning(name, shared[name], whole.get(name, [])) for name in sorted(shared)]
 
 
-def _sharing_warning(name: str, offered: list[tuple[str, CardType]]) -> str:
+def _sharing_warning(name: str, offered: list[tuple[str, CardType]], whole: list[str]) -> str:
     kinds = sorted({card.kind for _, card in offered})
     modes = " or ".join(SHARING_MODES[kind] for kind in kinds)
     resources = ", ".join(sorted({card.resource for _, card in offered}))
     slices = sum(card.count for _, card in offered)
     replicas = {card.replicas for _, card in offered}
     cards = [card.cards for _, card in offered]
-    nodes = [node for node, _ in offered]
-    shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
     factor = replicas.pop() if len(replicas) == 1 else None
     if factor is not None and None not in cards:
         amount = f"{sum(c for c in cards if c is not None)} cards × {factor} replicas = {slices} slices"
@@ -379,9 +381,17 @@ def _sharing_warning(name: str, offered: list[tuple[str, CardType]]) -> str:
     else:
         amount = f"{slices} slices" + (f", {factor} per card" if factor is not None else "")
     meaning = f"N slices ({'N/' + str(factor) + ' cards' if factor is not None else 'not N cards'})"
-    return (f"card type {name} counts slices of cards shared by {modes}, not whole cards: {resources} on "
-            f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} ({shown}) is {amount}; a quota of N for {name} "
-            f"means {meaning}")
+    text = (f"card type {name} counts slices of cards shared {modes}, not whole cards: {resources} on "
+            f"{_nodes([node for node, _ in offered])} is {amount}; a quota of N for {name} means {meaning}")
+    if whole:
+        text += f", while on {_nodes(whole)} the same type counts whole cards: one quota counts both"
+    return text
+
+
+def _nodes(names: list[str]) -> str:
+    """``2 nodes (a, b)``, the first three named."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{len(names)} node{'s' if len(names) != 1 else ''} ({shown})"
 
 
 @dataclass(frozen=True)
@@ -399,7 +409,8 @@ class Unlabelled:
         have = ", ".join(f"{amount} {resource}" for resource, amount in self.resources)
         if self.vgpu is not None and any(resource == HAMI_RESOURCE for resource, _ in self.resources):
             have += f" (HAMi vGPU slices of {self.vgpu[0]} card{'s' if self.vgpu[0] != 1 else ''})"
-        wanted = ", ".join(f"no {key.partition('/')[0]}/<type>.product label" for key, _ in self.labels)
+        wanted = ", ".join(f"no {key.partition('/')[0]}/<type>.product label (e.g. {key}={value})"
+                           for key, value in self.labels)
         return f"{self.node}: {have} allocatable, {wanted}"
 
     @property
