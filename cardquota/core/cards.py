@@ -295,7 +295,7 @@ def hami_cards(annotation: str | None) -> tuple[int, int | None] | None:
     if text.startswith("["):
         try:
             devices = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # (an annotation of nested brackets is not a registration)
             return None
         if not isinstance(devices, list):
             return None

@@ -139,6 +139,11 @@ def test_hami_registrations(annotation: str | None, expected: tuple[int, int | N
     assert hami_cards(annotation) == expected
 
 
+def test_a_deeply_nested_registration_is_refused_not_a_crash() -> None:
+    """Annotations are bounded only by the API server's 256 KiB: nesting that deep exhausts Python's json."""
+    assert hami_cards("[" * 200_000 + "]" * 200_000) is None
+
+
 @given(st.text(max_size=300))
 def test_any_registration_text_is_read_or_refused_never_raises(text: str) -> None:
     found = hami_cards(text)
