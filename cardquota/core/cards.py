@@ -28,6 +28,8 @@ the allocatable amount counts slices, not cards (a quota of N is N slices):
 * NVIDIA's MIG ``single`` strategy (``<prefix>/mig.strategy: single``) keeps ``nvidia.com/gpu`` for slices of one
   profile and names the product ``<model>-MIG-<profile>``: kind ``mig`` (``internal/lm/mig-strategy.go``,
   ``strategy.go`` ``migStrategyLabeler``).
+* A MIG profile whose own labels say it is replicated (``nvidia.com/mig-1g.5gb.replicas`` > 1, with its
+  ``.sharing-strategy``): the MIG type keeps its name and takes the sharing kind, its instances as the cards.
 * Any other whole-card resource with more allocatable than the family's ``.count`` label (or ``.replicas`` > 1
   without a strategy we know): kind ``shared``.
 
@@ -206,7 +208,7 @@ def discover_card_types(node: Node) -> NodeCards:
     notes: list[str] = []
     vgpu = hami_cards(node.meta.annotations.get(HAMI_NVIDIA_REGISTER))
     for family in card_families(node.labels):
-        for card in _family_cards(family, node.allocatable, notes, vgpu):
+        for card in _family_cards(family, node.allocatable, notes, vgpu, node.labels):
             if card.name in types and types[card.name].resource != card.resource:
                 notes.append(
                     f"card type {card.name} is offered by both {types[card.name].resource} and {card.resource}; "
@@ -218,7 +220,8 @@ def discover_card_types(node: Node) -> NodeCards:
 
 
 def _family_cards(family: CardFamily, allocatable: Mapping[str, Fraction], notes: list[str],
-                  vgpu: tuple[int, int | None] | None = None) -> Iterable[CardType]:
+                  vgpu: tuple[int, int | None] | None = None,
+                  labels: Mapping[str, str] | None = None) -> Iterable[CardType]:
     vendor = f"{family.prefix}/"
     mig = f"{vendor}mig-"
     whole_resources: list[str] = []
@@ -228,7 +231,9 @@ def _family_cards(family: CardFamily, allocatable: Mapping[str, Fraction], notes
         count = _count(allocatable[resource])
         if resource.startswith(mig):
             profile = resource[len(mig):]
-            yield CardType(mig_card_name(family.product, profile), resource, count, CardKind.MIG, *family.names)
+            kind, cards, replicas = _mig_sharing(resource, labels or {})
+            yield CardType(mig_card_name(family.product, profile), resource, count, kind, *family.names,
+                           cards=cards, replicas=replicas)
         elif resource.endswith(".shared"):
             if resource in family.shared_resources:
                 name = _mps_name(family, resource, notes)
@@ -248,6 +253,19 @@ def _family_cards(family: CardFamily, allocatable: Mapping[str, Fraction], notes
     count = _count(allocatable[chosen])
     kind, cards, replicas = _whole_sharing(family, chosen, count, None if renamed else vgpu, renamed=renamed)
     yield CardType(family.product, chosen, count, kind, *family.names, cards=cards, replicas=replicas)
+
+
+def _mig_sharing(resource: str, labels: Mapping[str, str]) -> tuple[CardKind, int | None, int | None]:
+    """(kind, MIG instances, replicas) of a mixed-strategy MIG resource: GPU feature discovery labels each MIG
+    resource like a card (``nvidia.com/mig-1g.5gb.count``, ``.replicas``, ``.sharing-strategy``:
+    ``internal/lm/resource.go`` ``NewMIGResourceLabeler``), and a time-sliced or MPS-shared profile counts slices of
+    its instances."""
+    replicas = _positive_int(labels.get(f"{resource}.replicas"))
+    if replicas is None or replicas < 2:
+        return CardKind.MIG, None, None
+    strategy = labels.get(f"{resource}.sharing-strategy", "").strip().lower()
+    kind = {"mps": CardKind.MPS, "time-slicing": CardKind.TIME_SLICING}.get(strategy, CardKind.SHARED)
+    return kind, _positive_int(labels.get(f"{resource}.count")), replicas
 
 
 def _strategy(family: CardFamily) -> CardKind | None:

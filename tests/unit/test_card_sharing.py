@@ -89,6 +89,18 @@ def described(card: CardType) -> tuple[str, str, int, str, int | None, int | Non
                  ("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "nvidia.com/gpu", 56, "mig", None, None), id="mig-single"),
     pytest.param(gpu_node("n", "NVIDIA-A100", 8),
                  ("NVIDIA-A100", "nvidia.com/gpu", 8, "whole", 8, None), id="whole"),
+    pytest.param(node("n", labels={**gpu_labels("NVIDIA-A100-SXM4-40GB", count=8), "nvidia.com/mig.strategy": "mixed",
+                                   "nvidia.com/mig-1g.5gb.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED",
+                                   "nvidia.com/mig-1g.5gb.count": "14", "nvidia.com/mig-1g.5gb.replicas": "2",
+                                   "nvidia.com/mig-1g.5gb.sharing-strategy": "time-slicing"},
+                      allocatable={"nvidia.com/mig-1g.5gb": "28"}),
+                 ("NVIDIA-A100-SXM4-40GB/mig-1g.5gb-mixed", "nvidia.com/mig-1g.5gb", 28, "time-slicing", 14, 2),
+                 id="time-sliced-mig-profile"),
+    pytest.param(node("n", labels={**gpu_labels("NVIDIA-A100-SXM4-40GB", count=8),
+                                   "nvidia.com/mig-1g.5gb.count": "14", "nvidia.com/mig-1g.5gb.replicas": "1"},
+                      allocatable={"nvidia.com/mig-1g.5gb": "14"}),
+                 ("NVIDIA-A100-SXM4-40GB/mig-1g.5gb-mixed", "nvidia.com/mig-1g.5gb", 14, "mig", None, None),
+                 id="mig-profile-with-one-replica"),
 ])
 def test_discovery_reports_the_kind_cards_and_replicas(manifest: dict[str, Any],
                                                       expected: tuple[Any, ...]) -> None:
