@@ -324,3 +324,16 @@ def test_the_gfd_cluster_of_the_corpus_reports_its_shared_types() -> None:
     assert nodes["t4-time-slicing"]["Tesla-T4-SHARED"]["kind"] == "time-slicing"
     assert nodes["h100-mig-single"]["NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"]["kind"] == "mig"
     assert "card type Tesla-T4-SHARED counts slices of cards shared by time-slicing" in err
+
+
+def test_kubectl_cardquota_nodes_shows_the_same_kind_cards_and_replicas_as_discover() -> None:
+    from cardquota.cli.kubectl import nodes_json, nodes_table
+
+    cards = {name: discover_card_types(Node.from_manifest(manifest)) for name, manifest in
+             (("s", shared_gpu_node("s", "NVIDIA-A100", 8, 4)), ("w", gpu_node("w", "NVIDIA-A100", 8)))}
+    document = nodes_json(cards, {"s": {"NVIDIA-A100-SHARED": 3}})
+    assert document["nodes"]["s"] == {"NVIDIA-A100-SHARED": {"kind": "mps", "resource": "nvidia.com/gpu",
+                                                             "allocatable": 32, "used": 3, "cards": 8, "replicas": 4}}
+    assert document["nodes"]["w"]["NVIDIA-A100"]["kind"] == "whole"
+    rows = [line.split() for line in nodes_table(cards, {}, limit=None, err=io.StringIO()).splitlines()]
+    assert ["s", "NVIDIA-A100-SHARED", "mps×4", "32", "0"] in rows
