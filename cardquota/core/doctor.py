@@ -710,14 +710,17 @@ def check_nodes(nodes: Listing) -> list[Result]:
 
 def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
     """Label the nodes with their own vendor's product label: one command per vendor (the first such node's),
-    else (no node to name) the NVIDIA example GPU feature discovery writes."""
+    else (no node to name) the NVIDIA example GPU feature discovery writes. GPU feature discovery is named only
+    when an NVIDIA node lacks its label."""
     commands: dict[tuple[str, ...], str] = {}
     for found in unlabelled:
         commands.setdefault(tuple(key for key, _ in found.labels), found.command)
+    vendors = {key.partition("/")[0] for keys in commands for key in keys}
+    gfd = "; NVIDIA's GPU feature discovery writes nvidia.com/gpu.product" if "nvidia.com" in vendors or not vendors \
+        else ""
     shown = "; ".join(commands.values()) or "kubectl label node NODE nvidia.com/gpu.product=NVIDIA-A100"
-    return (f"label them as the vendor's feature discovery does (NVIDIA's GPU feature discovery writes "
-            f"nvidia.com/gpu.product; the value is the card type's name in quotas), e.g. {shown} "
-            f"({CARD_TYPES_SECTION})")
+    return (f"label them with their vendor's product label (its value is the card type's name in quotas{gfd}), "
+            f"e.g. {shown} ({CARD_TYPES_SECTION})")
 
 
 # ----------------------------------------------------------------------------------------------------- queues
