@@ -101,3 +101,47 @@ def pod(name: str, *, namespace: str = "default", card: str | None = None, node_
         "status": {"phase": phase or ("Running" if node_name else "Pending")},
     }
     return manifest
+
+
+def shared_gpu_node(name: str, product: str, cards: int, replicas: int, *, strategy: str | None = "mps",
+                    renamed: bool = False, memory: int = 81920) -> Manifest:
+    """A node whose ``cards`` GPUs NVIDIA's device plugin shares ``replicas`` ways, labelled as GPU feature discovery
+    labels it (NVIDIA/k8s-device-plugin v0.20.0 ``internal/lm/resource.go``): by default the resource stays
+    ``nvidia.com/gpu`` and the product gets ``-SHARED``; ``renamed`` (``renameByDefault``) offers
+    ``nvidia.com/gpu.shared`` and keeps the product. ``strategy`` None: an older labeller without
+    ``gpu.sharing-strategy``."""
+    labels = gpu_labels(product if renamed else f"{product}-SHARED", count=cards, memory=memory, replicas=replicas)
+    if strategy is not None:
+        labels["nvidia.com/gpu.sharing-strategy"] = strategy
+    resource = "nvidia.com/gpu.shared" if renamed else "nvidia.com/gpu"
+    return node(name, labels=labels, allocatable={resource: str(cards * replicas)})
+
+
+def hami_node(name: str, product: str, cards: int, split: int = 10, *, legacy: bool = False,
+              gfd: bool = True) -> Manifest:
+    """A HAMi vGPU node: ``nvidia.com/gpu`` = cards times split (HAMi v2.10.0 ``rm/devices.go`` ``GetPluginDevices``),
+    each card registered in ``hami.io/node-nvidia-register`` (JSON since v2.8.0; ``legacy``: the older
+    ``id,count,devmem,devcore,type,numa,health:`` records of ``device.DecodeNodeDevices``). ``gfd``: GPU feature
+    discovery labels the physical cards too."""
+    if legacy:
+        register = "".join(f"GPU-{i},{split},81920,100,NVIDIA-{product},0,true:" for i in range(cards))
+    else:
+        register = json.dumps([{"id": f"GPU-{i}", "index": i, "count": split, "devmem": 81920, "devcore": 100,
+                                "type": f"NVIDIA-{product}", "numa": 0, "mode": "hami-core", "health": True}
+                               for i in range(cards)])
+    manifest = node(name, labels={"gpu": "on", **(gpu_labels(product, count=cards, memory=81920) if gfd else {})},
+                    allocatable={"nvidia.com/gpu": str(cards * split)})
+    manifest["metadata"]["annotations"] = {"hami.io/node-nvidia-register": register}
+    return manifest
+
+
+def ascend_node(name: str, chip: str = "910B3", npus: int = 8, *, product: str | None = None) -> Manifest:
+    """An Ascend NPU node as its device plugin leaves it: ``accelerator=huawei-Ascend910`` (the DaemonSet's
+    nodeSelector the administrator writes, Ascend/ascend-device-plugin ``build/ascendplugin-910.yaml``),
+    ``node.kubernetes.io/npu.chip.name`` (Ascend/mind-cluster v26.1.0 ``ChipNameLabel``) and
+    ``huawei.com/Ascend910``; ``product``: also the ``huawei.com/npu.product`` label the README recommends."""
+    labels = {"accelerator": "huawei-Ascend910", "node.kubernetes.io/npu.chip.name": chip,
+              "servertype": "Ascend910B-20"}
+    if product is not None:
+        labels["huawei.com/npu.product"] = product
+    return node(name, labels=labels, allocatable={"huawei.com/Ascend910": str(npus)})

@@ -422,7 +422,8 @@ def nodes_json(cards: dict[str, NodeCards], used: dict[str, dict[str, int]]) -> 
         for card_name, card in sorted(cards[name].types.items()):
             held = used.get(name, {}).get(card_name, 0)
             entries[card_name] = {"kind": card.kind.value, "resource": card.resource, "allocatable": card.count,
-                                  "used": held}
+                                  "used": held, **{key: value for key, value in card.as_json().items()
+                                                   if key in ("cards", "replicas")}}
             total = totals.setdefault(card_name, {"kind": card.kind.value, "resource": card.resource,
                                                   "allocatable": 0, "used": 0})
             total["allocatable"] += card.count
@@ -440,7 +441,8 @@ def nodes_table(cards: dict[str, NodeCards], used: dict[str, dict[str, int]], *,
         if not entries:
             rows.append([name, NONE, NONE, *([NONE] if wide else []), NONE, NONE])
         for card_name, entry in entries.items():
-            rows.append([name, card_name, entry["kind"], *([entry["resource"]] if wide else []),
+            kind = f"{entry['kind']}×{entry['replicas']}" if "replicas" in entry else entry["kind"]  # (as discover)
+            rows.append([name, card_name, kind, *([entry["resource"]] if wide else []),
                          entry["allocatable"], entry["used"]])
     resource = ["RESOURCE"] if wide else []
     fit = None if wide else width

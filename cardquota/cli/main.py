@@ -277,13 +277,18 @@ def _add_output(parser: argparse.ArgumentParser, *, wide: bool = True) -> None:
 
 def discover_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     nodes: dict[str, NodeCards] = {}
+    records = []
     for document in _unique(load_paths(args.files), {Kind.NODE}, err):
-        cards = _located(document, lambda manifest: node_record(manifest).cards)
+        record = _located(document, node_record)
+        records.append(record)
+        cards = record.cards
         nodes[cards.node] = cards
         for note in cards.notes:
             err.write(f"warning: Node {cards.node}: {note}\n")
     if not nodes:
         err.write(f"warning: no Node in {', '.join(args.files)}: nothing to discover\n")
+    for warning in output.discovery_warnings([record.node for record in records], nodes):
+        err.write(f"warning: {warning}\n")
     _write(args, out, output.discovery_json(nodes),
            lambda wide: output.discovery_table(nodes, wide=wide, width=output.width_of(out)))
     return EXIT_OK

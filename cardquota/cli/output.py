@@ -13,14 +13,17 @@ from typing import Any, TextIO
 import yaml
 
 from cardquota.cli.check import CheckResult
-from cardquota.core.cards import NodeCards, cluster_totals
+from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_warnings, unlabelled_accelerators
 from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
-from cardquota.core.objects import CPU_MEMORY
+from cardquota.core.objects import CPU_MEMORY, Node
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
 
 NONE = "-"
 
+CARD_TYPES_SECTION = "README: Card types discovered from a node"
+SHOWN_NODES = 10
+"""Unlabelled nodes ``discover`` names one by one before "and N more"."""
 NO_NODES_IN_USAGE = ("no card type is known, so bound pods' cards count under their volcano.sh/card.name as written "
                      "and pending pods' extended resources all count as cards")
 NO_NODES_IN_CHECK = ("the rules that need the card types nodes offer are skipped (card types no node offers, quotas "
@@ -121,23 +124,45 @@ def discovery_json(nodes: Mapping[str, NodeCards]) -> dict[str, Any]:
     }
 
 
+def discovery_warnings(nodes: Sequence[Node], cards: Mapping[str, NodeCards]) -> list[str]:
+    """What ``cardquota discover`` says on stderr after the notes, as ``doctor`` says it: nodes whose accelerators
+    have no product label (each with the label to write), then card types that count slices of shared cards."""
+    offered = {card.resource for found in cards.values() for card in found.types.values()}
+    unlabelled = [found for node in sorted(nodes, key=lambda node: node.name)
+                  if (found := unlabelled_accelerators(node, offered)) is not None]
+    warnings = [f"Node {found.describe()}: the node offers no card type; label it: {found.command} "
+                f"({CARD_TYPES_SECTION})"
+                for found in unlabelled[:SHOWN_NODES]]
+    if len(unlabelled) > SHOWN_NODES:
+        warnings.append(f"and {len(unlabelled) - SHOWN_NODES} more Nodes with accelerators but no product label")
+    return warnings + sharing_warnings(cards[name] for name in sorted(cards))
+
+
 def discovery_table(nodes: Mapping[str, NodeCards], *, wide: bool = False, width: int | None = WIDTH) -> str:
-    """NODE, CARD TYPE, KIND and COUNT (``wide``: RESOURCE too), then the totals per card type."""
+    """NODE, CARD TYPE, KIND, CARDS and COUNT (``wide``: RESOURCE too), then the totals per card type. A shared
+    kind shows its replicas (:func:`_kind`); CARDS are the physical cards behind COUNT when the node says."""
     rows: list[list[object]] = []
     for name in sorted(nodes):
         cards = nodes[name].types
         if not cards:
-            rows.append([name, NONE, NONE, *([NONE] if wide else []), NONE])
+            rows.append([name, NONE, NONE, *([NONE] if wide else []), NONE, NONE])
         for card_name in sorted(cards):
             card = cards[card_name]
-            rows.append([name, card.name, card.kind.value, *([card.resource] if wide else []), card.count])
-    headers = ["NODE", "CARD TYPE", "KIND", *(["RESOURCE"] if wide else []), "COUNT"]
+            rows.append([name, card.name, _kind(card), *([card.resource] if wide else []),
+                         NONE if card.cards is None else card.cards, card.count])
+    headers = ["NODE", "CARD TYPE", "KIND", *(["RESOURCE"] if wide else []), "CARDS", "COUNT"]
     text = render_table(headers, rows, width=None if wide else width, elide=(0, 1))
     totals = cluster_totals(nodes.values())
     if totals:
         text += "\n" + render_table(["CARD TYPE", "TOTAL"], [[name, count] for name, count in totals.items()],
                                     width=None if wide else width, elide=(0,))
     return text
+
+
+def _kind(card: CardType) -> str:
+    """``whole``, ``mig``; a shared kind with its replicas after a multiplication sign (MPS, 4 replicas: ``mps``,
+    the sign, ``4``), or alone when they are not known."""
+    return f"{card.kind.value}×{card.replicas}" if card.shared and card.replicas is not None else card.kind.value
 
 
 # --------------------------------------------------------------------------------------------------- usage

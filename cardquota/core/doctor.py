@@ -20,13 +20,20 @@ from enum import StrEnum
 from typing import Any
 
 from cardquota.core import keys
-from cardquota.core.cards import PRODUCT_LABEL, card_families, cluster_totals
+from cardquota.core.cards import (
+    ACCELERATOR_RESOURCE,  # noqa: F401  (re-exported: the checks' one definition lives in cards)
+    Unlabelled,
+    cluster_totals,
+    product_label,  # noqa: F401  (re-exported)
+    sharing_warnings,
+    unlabelled_accelerators,
+)
 from cardquota.core.crd_additions import CRD_NAMES, WORDING, AdditionState, State, inspect, restore_command
 from cardquota.core.errors import InputError, one_line
 from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
 from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest, Node
+from cardquota.core.objects import Manifest
 from cardquota.core.policies import schedconf
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.publish import QUEUE_ANNOTATIONS, queue_annotations
@@ -66,10 +73,7 @@ SHOWN = 10
 """Names listed in one line or as details before "and N more"."""
 DETAIL_LIMIT = 400
 """Characters of one detail line (a violation, a node's missing labels) before it is clipped."""
-ACCELERATOR_RESOURCE = re.compile(
-    r"nvidia\.com/(gpu|gpu\.shared|mig-.+)|amd\.com/gpu|huawei\.com/Ascend.+|habana\.ai/gaudi|gpu\.intel\.com/.+"
-    r"|aws\.amazon\.com/neuron.*|google\.com/tpu", re.ASCII)
-"""Allocatable resources that mean "this node has accelerators", whether or not discovery finds a card type."""
+CARD_TYPES_SECTION = "README: Card types discovered from a node"
 
 ADDITION_WORDING = WORDING
 """What ``kubectl cardquota crd status`` says of each state (the same words)."""
@@ -735,8 +739,10 @@ def check_nodes(nodes: Listing) -> list[Result]:
             unreadable.append(f"{describe(Kind.NODE, manifest)}: {error}")
     offering = [record for record in records if record.cards.types]
     totals = cluster_totals(record.cards for record in records)
-    label_fix = ("label them as GPU feature discovery does, e.g. kubectl label node NODE "
-                 "nvidia.com/gpu.product=NVIDIA-A100 (README: Card types discovered from a node)")
+    card_resources = {card.resource for record in records for card in record.cards.types.values()}
+    unlabelled = [found for record in records
+                  if (found := unlabelled_accelerators(record.node, card_resources)) is not None]
+    label_fix = _label_fix(unlabelled)
     if not offering:
         results.append(Result(NODES, Status.FAIL, f"no node offers a card type ({len(records)} node"
                               f"{_s(records)} read): card quotas have nothing to count", fix=label_fix))
@@ -744,12 +750,17 @@ def check_nodes(nodes: Listing) -> list[Result]:
         listed = ", ".join(f"{name} ({count})" for name, count in totals.items())
         results.append(Result(NODES, Status.OK, f"{len(offering)} of {len(records)} nodes offer {len(totals)} card "
                               f"type{_s(totals)}: {listed}"))
-    card_resources = {card.resource for record in records for card in record.cards.types.values()}
-    unlabelled = [line for record in records if (line := _unlabelled(record.node, card_resources))]
     if unlabelled:
         results.append(Result(NODES, Status.WARN, f"card discovery finds no card type for the accelerators of "
-                              f"{len(unlabelled)} GPU node{_s(unlabelled)}: the labels it reads are missing",
-                              details=_some(unlabelled), fix=label_fix))
+                              f"{len(unlabelled)} GPU/NPU node{_s(unlabelled)}: the labels it reads are missing",
+                              details=_some([found.describe() for found in unlabelled]), fix=label_fix))
+    shared = sharing_warnings(record.cards for record in records)
+    if shared:
+        results.append(Result(NODES, Status.WARN, f"{len(shared)} card type{_s(shared)} "
+                              f"count{'s' if len(shared) == 1 else ''} slices of shared cards, not whole cards: a "
+                              "quota of N for such a type is N slices", details=_some(shared),
+                              fix="write those types' quotas in slices (cards × replicas), or quota whole cards on "
+                              f"nodes that do not share them ({CARD_TYPES_SECTION})"))
     notes = [f"{record.node.name}: {note}" for record in records for note in record.cards.notes]
     if notes:
         results.append(Result(NODES, Status.WARN, f"card discovery skipped something on {len(notes)} node"
@@ -762,32 +773,19 @@ def check_nodes(nodes: Listing) -> list[Result]:
     return results
 
 
-def _unlabelled(node: Node, card_resources: set[str]) -> str:
-    """What a GPU node lacks for discovery: accelerator resources under a vendor prefix without a product label."""
-    families = {family.prefix for family in card_families(node.labels)}
-    lacking: dict[str, list[str]] = {}  # vendor prefix → its accelerator resources
-    have: list[str] = []
-    for resource, amount in sorted(node.allocatable.items()):
-        prefix, slash, _ = resource.partition("/")
-        if not slash or amount <= 0 or prefix in families:
-            continue
-        if resource in card_resources or ACCELERATOR_RESOURCE.fullmatch(resource):
-            lacking.setdefault(prefix, []).append(resource)
-            have.append(f"{amount} {resource}")
-    if not lacking:
-        return ""
-    wanted = ", ".join(f"no {prefix}/<type>.product label (e.g. {product_label(resources[0])})"
-                       for prefix, resources in lacking.items())
-    return f"{node.name}: {', '.join(have)} allocatable, {wanted}"
-
-
-def product_label(resource: str) -> str:
-    """The product label discovery would read for ``resource`` (``nvidia.com/gpu`` → ``nvidia.com/gpu.product``,
-    ``huawei.com/Ascend910`` → ``huawei.com/Ascend910.product``; MIG and MPS resources → ``<vendor>/gpu.product``)."""
-    prefix, _, name = resource.partition("/")
-    family = re.match(r"\w+", name, re.ASCII)
-    label = f"{prefix}/{family[0] if family and not name.startswith('mig-') else 'gpu'}.product"
-    return label if PRODUCT_LABEL.match(label) else f"{prefix}/gpu.product"
+def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
+    """Label the nodes with their own vendor's product label: one command per vendor (the first such node's),
+    else (no node to name) the NVIDIA example GPU feature discovery writes. GPU feature discovery is named only
+    when an NVIDIA node lacks its label."""
+    commands: dict[tuple[str, ...], str] = {}
+    for found in unlabelled:
+        commands.setdefault(tuple(key for key, _ in found.labels), found.command)
+    vendors = {key.partition("/")[0] for keys in commands for key in keys}
+    gfd = "; NVIDIA's GPU feature discovery writes nvidia.com/gpu.product" if "nvidia.com" in vendors or not vendors \
+        else ""
+    shown = "; ".join(commands.values()) or "kubectl label node NODE nvidia.com/gpu.product=NVIDIA-A100"
+    return (f"label them with their vendor's product label (its value is the card type's name in quotas{gfd}), "
+            f"e.g. {shown} ({CARD_TYPES_SECTION})")
 
 
 # ----------------------------------------------------------------------------------------------------- queues

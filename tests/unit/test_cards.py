@@ -168,7 +168,7 @@ def test_several_whole_resources_prefer_the_family_resource_and_note_the_rest() 
 
 
 def test_other_shared_resources_are_neither_mps_nor_whole() -> None:
-    manifest = node(labels=gpu_labels("NVIDIA-A100", memory=81920, replicas=2),
+    manifest = node(labels=gpu_labels("NVIDIA-A100", memory=81920),
                     allocatable={"nvidia.com/gpu": "8", "nvidia.com/vgpu.shared": "16"})
     assert cards_of(manifest) == {"NVIDIA-A100": ("nvidia.com/gpu", 8, "whole")}
 

@@ -779,12 +779,12 @@ def _mps_node() -> Manifest:
     pytest.param([*nodes(), node("gpu-2", allocatable={"nvidia.com/gpu": "4"}),
                   node("npu-1", allocatable={"huawei.com/Ascend910": "8"})], [
         ("ok", "2 of 5 nodes offer 2 card types: NVIDIA-A100 (8), NVIDIA-H100 (8)"),
-        ("warn", "card discovery finds no card type for the accelerators of 2 GPU nodes: the labels it reads are "
-                 "missing")], id="unlabelled"),
+        ("warn", "card discovery finds no card type for the accelerators of 2 GPU/NPU nodes: the labels it reads "
+                 "are missing")], id="unlabelled"),
     pytest.param([node("gpu-2", allocatable={"nvidia.com/gpu": "4"})], [
         ("fail", "no node offers a card type (1 node read): card quotas have nothing to count"),
-        ("warn", "card discovery finds no card type for the accelerators of 1 GPU node: the labels it reads are "
-                 "missing")], id="only-unlabelled"),
+        ("warn", "card discovery finds no card type for the accelerators of 1 GPU/NPU node: the labels it reads "
+                 "are missing")], id="only-unlabelled"),
     pytest.param([*nodes(), _mps_node()], [
         ("ok", "2 of 4 nodes offer 2 card types: NVIDIA-A100 (8), NVIDIA-H100 (8)"),
         ("warn", "card discovery skipped something on 1 node")], id="mps-without-memory"),
@@ -805,10 +805,11 @@ def test_unlabelled_gpu_nodes_name_the_label_discovery_needs() -> None:
                                   node("zero", allocatable={"nvidia.com/gpu": "0"})])
     assert results[1].details == (
         "gpu-2: 4 nvidia.com/gpu, 7 nvidia.com/mig-1g.5gb allocatable, no nvidia.com/<type>.product label (e.g. "
-        "nvidia.com/gpu.product)",
+        "nvidia.com/gpu.product=<product>)",
         "npu-1: 8 huawei.com/Ascend910 allocatable, no huawei.com/<type>.product label (e.g. "
-        "huawei.com/Ascend910.product)")
-    assert "kubectl label node NODE nvidia.com/gpu.product=NVIDIA-A100" in results[1].fix
+        "huawei.com/npu.product=<product>)")
+    assert "kubectl label node gpu-2 nvidia.com/gpu.product=<product>" in results[1].fix
+    assert "kubectl label node npu-1 huawei.com/npu.product=<product>" in results[1].fix
 
 
 def test_a_resource_other_nodes_offer_as_cards_counts_as_a_gpu_resource() -> None:
@@ -816,12 +817,13 @@ def test_a_resource_other_nodes_offer_as_cards_counts_as_a_gpu_resource() -> Non
                     allocatable={"example.com/xpu": "2"})
     results = doctor.check_nodes([labelled, node("x-2", allocatable={"example.com/xpu": "2", "example.com/nic": "1"})])
     assert results[1].details == ("x-2: 2 example.com/xpu allocatable, no example.com/<type>.product label (e.g. "
-                                  "example.com/xpu.product)",)
+                                  "example.com/xpu.product=<product>)",)
 
 
 @pytest.mark.parametrize(("resource", "label"), [
     ("nvidia.com/gpu", "nvidia.com/gpu.product"), ("nvidia.com/gpu.shared", "nvidia.com/gpu.product"),
-    ("nvidia.com/mig-1g.5gb", "nvidia.com/gpu.product"), ("huawei.com/Ascend910", "huawei.com/Ascend910.product"),
+    ("nvidia.com/mig-1g.5gb", "nvidia.com/gpu.product"), ("huawei.com/Ascend910", "huawei.com/npu.product"),
+    ("huawei.com/Ascend310P", "huawei.com/npu.product"),
     ("amd.com/gpu", "amd.com/gpu.product"), ("example.com/-x", "example.com/gpu.product"),
 ])
 def test_product_label(resource: str, label: str) -> None:
