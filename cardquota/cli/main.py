@@ -40,6 +40,7 @@ from cardquota.core.policies.config import (
     DEFAULT_SCHEDULER_CONFIGMAP,
     PolicyConfig,
 )
+from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.scheduling.simulate import simulate
 from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
@@ -188,8 +189,9 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           help="the workload, in submission order (file, directory or -); repeatable")
     simulate.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                           help="the Volcano scheduler ConfigMap to read the plugins' arguments from, when the "
-                          "cluster or workload holds it (default: %(default)s; otherwise the plugins' defaults, "
-                          "crossquota and mGPU off)")
+                          "cluster or workload holds it and not the extender's conf (ConfigMap "
+                          f"{EXTENDER_CONFIGMAP}, read first, as the extender does) (default: %(default)s; "
+                          "otherwise the plugins' defaults, crossquota and mGPU off)")
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
