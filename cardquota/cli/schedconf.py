@@ -25,7 +25,7 @@ from cardquota.core.schedconf.extender import (
     plugin_arguments,
     plugin_entries,
 )
-from cardquota.core.schedconf.fragment import extender_stanza, merged_conf
+from cardquota.core.schedconf.fragment import EXTENDER_URL, extender_stanza, merged_conf
 from cardquota.core.schedconf.reader import CONF_KEY, read_conf
 from cardquota.core.schedconf.source import arguments_text
 
@@ -67,6 +67,9 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                         "(pods without them are then never sent to the extender); all: leave it out (every pod is "
                         "sent); auto (default): all when crossquota or a queue's cpu/memory capability needs the "
                         "non-card pods, else offered")
+    parser.add_argument("--extender-url", default=EXTENDER_URL, metavar="URL",
+                        help="where the scheduler calls the extender (default: %(default)s, the Service of "
+                        "manifests/components/extender)")
     parser.set_defaults(command=scheduler_conf_command, namespace_options=())
 
 
@@ -90,7 +93,7 @@ def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -
     except InputError as error:
         raise error.located(source.source) from None
     managed = _managed(args.managed, offered, crossquota=crossquota, capability=capability, err=err)
-    stanza = extender_stanza(managed)
+    stanza = extender_stanza(managed, url=args.extender_url)
     if args.prints == "fragment":
         out.write(_dump([stanza]))
         return EXIT_OK

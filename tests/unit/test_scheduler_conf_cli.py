@@ -123,3 +123,10 @@ def test_an_unreadable_conf_is_one_clear_error(tmp_path: Path) -> None:
     assert run("kubectl cardquota", ["scheduler-conf", "--cluster", str(broken)], out, err) == 2
     assert "volcano-scheduler-configmap" in err.getvalue()
     assert "Traceback" not in err.getvalue()
+
+
+def test_the_extender_url_can_be_named() -> None:
+    url = "http://cardquota-extender.gpu-quotas.svc:8713"
+    out, _ = cli("scheduler-conf", "--cluster", CLUSTER, "--print", "fragment", "--extender-url", url)
+    (entry,) = yaml.safe_load(out)
+    assert entry["arguments"]["extender.urlPrefix"] == url
