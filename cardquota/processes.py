@@ -17,7 +17,7 @@ from kubernetes.client import ApiClient
 from cardquota.core.ledger import Ledger
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
-from cardquota.operator.controller import Publisher
+from cardquota.operator.controller import Publisher, plugin_arguments
 from cardquota.operator.crd_drift import CrdDriftCheck
 from cardquota.operator.leader import LeaderElection
 from cardquota.operator.metrics import metrics_app
@@ -95,7 +95,9 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
 
         publisher: Publisher | None = None
         if leader is not None:
-            publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads)
+            arguments = await asyncio.to_thread(plugin_arguments, api, settings.namespace)
+            publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads,
+                                  capacity_card=arguments)
             tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
         # in every process: the policies read the drift check's finding
         tasks.append(asyncio.create_task(CrdDriftCheck(api, cache, is_leader=leads).run()))

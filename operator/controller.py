@@ -38,6 +38,7 @@ from cardquota.core.events import (
 )
 from cardquota.core.objects import ObjectKey
 from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
+from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
 from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import ClusterCache
@@ -80,8 +81,11 @@ class Publisher:
                  is_leader: Callable[[], bool] = lambda: True, component: str = "cardquota",
                  event_interval: float = EVENT_INTERVAL, events_per_second: float = EVENTS_PER_SECOND,
                  events_burst: int = EVENTS_BURST, clock: Callable[[], float] = time.monotonic,
-                 slice_budget: float = SLICE, slice_clock: Callable[[], float] = time.perf_counter) -> None:
+                 slice_budget: float = SLICE, slice_clock: Callable[[], float] = time.perf_counter,
+                 capacity_card: CapacityCardConfig | None = None) -> None:
         self.cache = cache
+        self.capacity_card = capacity_card
+        """The capacity-card plugin's arguments the events apply (:func:`plugin_arguments`); None: unknown."""
         self.api = api
         self.window = window
         self.is_leader = is_leader
@@ -239,7 +243,7 @@ class Publisher:
                 continue
             self.stats.examined += 1
             self._computing_with(group.queue)
-            await self._consider(identity, podgroup_event(group, ledger), now)
+            await self._consider(identity, podgroup_event(group, ledger, self.capacity_card), now)
         seen.clear()
         for key in chain.from_iterable(pods):
             if key in seen:
@@ -362,3 +366,32 @@ def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | 
         "source": {"component": component}, "reportingComponent": component,
         "firstTimestamp": moment, "lastTimestamp": moment, "count": 1,
     }
+
+
+def plugin_arguments(api: client.ApiClient, namespace: str) -> CapacityCardConfig | None:
+    """The capacity-card arguments the events apply, read where the extender reads them (the extender's conf,
+    ConfigMap ``cardquota-extender-conf`` in cardquota's namespace, through the same
+    :meth:`SchedulerConfig.from_manifests` as ``kubectl cardquota usage``/``explain``); None — unknown: no event for
+    a job the scheduler may enqueue — when it cannot be read or is not installed (a scheduler built with the
+    capacity-card plugin reads its own ConfigMap, which the controller does not read). Read once at start: restart
+    the controller after changing it, as the extender, which reads it at start too."""
+    from cardquota.core.errors import InputError
+    from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
+    from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
+    from cardquota.core.scheduling.session import SchedulerConfig
+    from cardquota.kube import read_namespaced
+
+    try:
+        configmap = read_namespaced(api, "configmap", namespace, EXTENDER_CONFIGMAP)
+    except KubeError as error:
+        log.warning("ConfigMap %s/%s not read (%s): the events take cardUnlimitedCpuMemory as on", namespace,
+                    EXTENDER_CONFIGMAP, error)
+        return None
+    if configmap is None:
+        return None
+    try:
+        return SchedulerConfig.from_manifests([configmap], DEFAULT_SCHEDULER_CONFIGMAP).capacity_card
+    except InputError as error:
+        log.warning("ConfigMap %s/%s cannot be read (%s): the events take cardUnlimitedCpuMemory as on", namespace,
+                    EXTENDER_CONFIGMAP, error)
+        return None

@@ -40,6 +40,7 @@ from cardquota.core.doctor import (
 )
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
+from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 
 T = TypeVar("T")
 EXIT = {Status.OK: 0, Status.WARN: 0, Status.FAIL: 1, Status.UNKNOWN: 2}
@@ -242,7 +243,8 @@ def fetch_live(api: Any, target: Target, now: float) -> Installation:
         scheduler_configmap=get(f"/api/v1/namespaces/{target.scheduler_namespace}/configmaps/"
                                 f"{target.scheduler_configmap}"),
         nodes=listings["nodes"], queues=listings["queues"], podgroups=listings["podgroups"], pods=listings["pods"],
-        now=now, trust=verifier(now), controller_deployment=controller_deployment, controller_pods=controller_pods)
+        now=now, trust=verifier(now), controller_deployment=controller_deployment, controller_pods=controller_pods,
+        extender_conf=get(f"/api/v1{namespace}/configmaps/{EXTENDER_CONFIGMAP}"))
 
 
 def _scheduler_deployments(api: Any) -> Listing:
@@ -320,4 +322,4 @@ def fetch_files(files: Sequence[str], target: Target, now: float) -> Installatio
         nodes=every(Kind.NODE), queues=every(Kind.QUEUE), podgroups=every(Kind.PODGROUP), pods=every(Kind.POD),
         now=now, trust=verifier(now), controller_deployment=one("Deployment", target.namespace,
                                                                 target.controller_deployment),
-        controller_pods=every(Kind.POD))
+        controller_pods=every(Kind.POD), extender_conf=one("ConfigMap", target.namespace, EXTENDER_CONFIGMAP))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
-from cardquota.cli import crd, doctor, output
+from cardquota.cli import crd, doctor, output, schedconf
 from cardquota.cli.check import in_namespace, validate
 from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
@@ -24,6 +24,7 @@ from cardquota.core.explain import Explanation, explain
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
+from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
@@ -32,6 +33,8 @@ EXIT_OK, EXIT_BLOCKED = 0, 1
 T = TypeVar("T")
 P = TypeVar("P", bound=argparse.ArgumentParser)
 SCHEDULER_NAMESPACE = "volcano-system"
+CARDQUOTA_NAMESPACE = "cardquota-system"
+"""Where the extender's conf lives (manifests/base/namespace.yaml)."""
 ELSEWHERE = " (another namespace: -n NAMESPACE; every namespace: -A)"
 TARGET_KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "podgroup": "podgroup", "podgroups": "podgroup",
                 "pg": "podgroup", "job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job"}
@@ -76,16 +79,29 @@ class Cluster:
         return _kube(lambda: list(list_all(self.api(), CARD_RESOURCES, optional=optional)))
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
+        """The plugins' arguments, from where the extender and the controller read them (the extender's conf, else
+        the scheduler ConfigMap: :func:`~cardquota.core.schedconf.source.arguments_text`)."""
+        return SchedulerConfig.from_manifests([*objects, *self.configmaps(err)], DEFAULT_SCHEDULER_CONFIGMAP)
+
+    def configmaps(self, err: TextIO) -> list[Manifest]:
+        """Live: the extender's conf and the scheduler ConfigMap, those that exist and can be read (offline: none,
+        the files hold them)."""
         if not self.live:
-            return SchedulerConfig.from_manifests(objects, DEFAULT_SCHEDULER_CONFIGMAP)
+            return []
         from cardquota.kube import KubeError, read_namespaced
 
-        try:
-            configmap = read_namespaced(self.api(), "configmap", SCHEDULER_NAMESPACE, DEFAULT_SCHEDULER_CONFIGMAP)
-        except KubeError as error:
-            err.write(f"warning: the scheduler's plugin arguments could not be read ({error}); using defaults\n")
-            return SchedulerConfig()
-        return SchedulerConfig.from_manifests([configmap] if configmap else [], DEFAULT_SCHEDULER_CONFIGMAP)
+        found: list[Manifest] = []
+        for namespace, name in ((CARDQUOTA_NAMESPACE, EXTENDER_CONFIGMAP),
+                                (SCHEDULER_NAMESPACE, DEFAULT_SCHEDULER_CONFIGMAP)):
+            try:
+                configmap = read_namespaced(self.api(), "configmap", namespace, name)
+            except KubeError as error:
+                err.write(f"warning: ConfigMap {namespace}/{name} could not be read ({error}); the plugins' "
+                          "arguments are read without it\n")
+                continue
+            if configmap is not None:
+                found.append(configmap)
+        return found
 
     def default_namespace(self) -> str:
         """The kubeconfig context's namespace (as kubectl uses it), else ``default``."""
@@ -188,7 +204,8 @@ def cluster_options(parser_class: type[P]) -> P:
 NAMESPACE_OPTIONS = {"-n": ("namespace", "-n/--namespace"), "-A": ("all_namespaces", "-A/--all-namespaces")}
 WHY_NO_NAMESPACE = {"usage": "queues are cluster-wide", "nodes": "nodes are cluster-wide",
                     "crd": "CRDs are cluster-wide", "check": "-n alone places the objects that name no namespace",
-                    "doctor": "-n names cardquota's namespace"}
+                    "doctor": "-n names cardquota's namespace",
+                    "scheduler-conf": "the scheduler ConfigMap lives in volcano-system"}
 
 
 def refuse_unused_namespace_options(args: argparse.Namespace, command: str) -> None:
@@ -243,6 +260,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
 
     crd.add_command(commands, common)
     doctor.add_command(commands, common)
+    schedconf.add_command(commands, common)
 
 
 # ----------------------------------------------------------------------------------------------------- commands

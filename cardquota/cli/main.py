@@ -40,6 +40,7 @@ from cardquota.core.policies.config import (
     DEFAULT_SCHEDULER_CONFIGMAP,
     PolicyConfig,
 )
+from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.scheduling.simulate import simulate
 from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
@@ -188,13 +189,16 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           help="the workload, in submission order (file, directory or -); repeatable")
     simulate.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                           help="the Volcano scheduler ConfigMap to read the plugins' arguments from, when the "
-                          "cluster or workload holds it (default: %(default)s; otherwise the plugins' defaults, "
-                          "crossquota and mGPU off)")
+                          "cluster or workload holds it and not the extender's conf (ConfigMap "
+                          f"{EXTENDER_CONFIGMAP}, read first, as the extender does) (default: %(default)s; "
+                          "otherwise the plugins' defaults, crossquota and mGPU off)")
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
+    from cardquota.cli import kubectl, schedconf
     from cardquota.operator import settings  # the operator's and extender's options (their dependencies load later)
 
+    schedconf.add_command(commands, kubectl.cluster_options(_Parser))  # (the same command as kubectl cardquota's)
     extender = commands.add_parser(
         "extender",
         help="serve the Volcano scheduler's extender plugin: the card, crossquota, mGPU and DRA rules",
@@ -297,14 +301,17 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise InputError("name the cluster to read: --cluster FILE (a file, a directory or - for stdin)",
                          where="usage")
     ledger = Ledger()
-    for document in _unique(load_paths(args.files), set(Kind), err):
+    documents = load_paths(args.files)
+    for document in _unique(documents, set(Kind), err):
         _located(document, ledger.upsert)
     for warning in output.usage_warnings(ledger):
         err.write(warning + "\n")
     no_nodes = output.no_nodes_warning(ledger, args.files, output.NO_NODES_IN_USAGE)
     if no_nodes is not None:
         err.write(no_nodes + "\n")
-    usage = ledger.all_usage()
+    # cpu/memory counted as the plugins' arguments say, read where the extender reads them (as kubectl cardquota's)
+    config = SchedulerConfig.from_manifests([document.manifest for document in documents], DEFAULT_SCHEDULER_CONFIGMAP)
+    usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
     _write(args, out, output.usage_json(usage),
            lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)))
     return EXIT_OK

@@ -37,8 +37,16 @@ from cardquota.core.objects import Manifest
 from cardquota.core.policies import schedconf
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.publish import QUEUE_ANNOTATIONS, queue_annotations
+from cardquota.core.schedconf.extender import (
+    PluginEntry,
+    conf_leaks,
+    extender_entry,
+    offered_resources,
+    plugin_entries,
+)
 from cardquota.core.schedconf.reader import CONF_KEY
-from cardquota.core.snapshot import ClusterSnapshot, Kind, describe, kind_of, node_record
+from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
+from cardquota.core.snapshot import ClusterSnapshot, Kind, describe, kind_of, node_record, queue_record
 from cardquota.core.yamltext import load_one
 
 VOLCANO = "Volcano"
@@ -172,6 +180,9 @@ class Installation:
     controller_deployment: Read = None
     """:attr:`Target.controller_deployment`: None when the webhooks and the controllers are one Deployment."""
     controller_pods: Listing = ()
+    extender_conf: Read = None
+    """The extender's conf (ConfigMap ``cardquota-extender-conf`` in cardquota's namespace): None when the extender
+    is not installed."""
 
 
 def _object(value: object) -> Read:
@@ -205,7 +216,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                           _objects(installation.operator_pods), _object(installation.lease), target,
                                           installation.now, _object(installation.controller_deployment),
                                           _objects(installation.controller_pods))),
-        (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target)),
+        (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
+                                            queues=queues, extender_conf=_object(installation.extender_conf))),
         (NODES, lambda: check_nodes(nodes)),
         (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target)),
     ]
@@ -609,15 +621,16 @@ def holder_pod(holder: str, pods: Iterable[str]) -> str | None:
 # -------------------------------------------------------------------------------------------------- scheduler
 
 
-def check_scheduler(configmap: Read, target: Target) -> list[Result]:
+def check_scheduler(configmap: Read, target: Target, *, nodes: Listing = (), queues: Listing = (),
+                    extender_conf: Read = None) -> list[Result]:
     where = f"ConfigMap {target.scheduler_namespace}/{target.scheduler_configmap}"
     edit = f"kubectl -n {target.scheduler_namespace} edit configmap {target.scheduler_configmap}"
     if isinstance(configmap, Unreadable):
         return [_cannot_tell(SCHEDULER, f"{where} enables card quotas", configmap)]
     if configmap is None:
         return [Result(SCHEDULER, Status.FAIL, f"{where} not found: is Volcano's scheduler installed there?",
-                       fix="Volcano's installer creates it; for stock Volcano apply "
-                       "crds/examples/volcano-scheduler-configmap-extender.yaml")]
+                       fix="Volcano's installer creates it; then merge the extender's stanza into it: "
+                       f"{MERGE_COMMAND}")]
     named = {**configmap, "metadata": {**_map(configmap.get("metadata")), "name": target.scheduler_configmap}}
     verdict = schedconf.admit(named, None, ClusterSnapshot(),
                               PolicyConfig(scheduler_configmap=target.scheduler_configmap))
@@ -632,15 +645,67 @@ def check_scheduler(configmap: Read, target: Target) -> list[Result]:
     if plugins is not None and not enforcing:
         results.append(Result(SCHEDULER, Status.FAIL, f"{where} enables neither {schedconf.CAPACITY_CARD} nor "
                               f"{schedconf.EXTENDER}: the scheduler does not enforce card quotas",
-                              fix="stock Volcano: enable the extender plugin (crds/examples/volcano-scheduler-"
-                              "configmap-extender.yaml) and deploy manifests/components/extender"))
+                              fix="stock Volcano: deploy manifests/components/extender, then merge the extender's "
+                              f"stanza into the scheduler's configuration: {MERGE_COMMAND}"))
+    results += _scheduler_leaks(configmap, nodes, queues, extender_conf, where, edit)
     if not results:
         results.append(Result(SCHEDULER, Status.OK, f"{where} enables {' and '.join(enforcing)} and passes "
                               "cardquota's ConfigMap policy"))
     return results
 
 
+MERGE_COMMAND = "kubectl cardquota scheduler-conf | kubectl apply -f - (README: Volcano configuration)"
+"""Prints the live scheduler ConfigMap with the extender's stanza merged in (the user's plugins kept)."""
+
+
+def _scheduler_leaks(configmap: Manifest, nodes: Listing, queues: Listing, extender_conf: Read, where: str,
+                     edit: str) -> list[Result]:
+    """Where the configuration lets work past the rules (:func:`cardquota.core.schedconf.extender.conf_leaks`),
+    with the extender's conf as the source of the plugins' arguments when it can be read."""
+    entries = _conf_entries(configmap)
+    if entries is None or extender_entry(entries) is None:
+        return []
+    results: list[Result] = []
+    arguments = _conf_entries(extender_conf) if isinstance(extender_conf, Mapping) else None
+    if isinstance(extender_conf, Unreadable):
+        results.append(_cannot_tell(SCHEDULER, f"the plugins' arguments agree with {EXTENDER_CONFIGMAP}",
+                                    extender_conf))
+    records = []
+    for manifest in nodes if not isinstance(nodes, Unreadable) else ():
+        try:
+            records.append(node_record(manifest))
+        except InputError:
+            continue  # (the Nodes check reports it)
+    offered = offered_resources((record.node.allocatable for record in records),
+                                (resource for record in records for resource in record.cards.by_resource))
+    capability = []
+    for manifest in queues if not isinstance(queues, Unreadable) else ():
+        try:
+            record = queue_record(manifest)
+        except InputError:
+            continue
+        if record.queue.capability is not None:
+            capability.append(record.queue.name)
+    leaks = conf_leaks(entries, offered=offered, capability_queues=sorted(capability), arguments=arguments)
+    if leaks:
+        results.append(Result(SCHEDULER, Status.WARN, f"{where} lets work past cardquota's rules in {len(leaks)} "
+                              f"place{_s(leaks)}", details=_some([f"{leak.path}: {leak.message}" for leak in leaks]),
+                              fix=f"{MERGE_COMMAND}, or {edit}"))
+    return results
+
+
+def _conf_entries(configmap: Manifest) -> list[PluginEntry] | None:
+    text = _map(configmap.get("data")).get(CONF_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        return plugin_entries(load_one(text))
+    except InputError:
+        return None
+
+
 def scheduler_plugins(configmap: Manifest) -> set[str] | None:
+
     """The plugin names ``volcano-scheduler.conf`` enables; None when it cannot be read (the policy says why)."""
     text = _map(configmap.get("data")).get(CONF_KEY)
     if not isinstance(text, str):

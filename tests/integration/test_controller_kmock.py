@@ -190,3 +190,28 @@ async def test_events_carry_the_seed_reasons(api: Api, tmp_path: Path) -> None:
         await asyncio.sleep(3 * WINDOW)
         again = await api.call("GET", "/api/v1/namespaces/ml/events")
         assert len([i for i in again["items"] if i.get("involvedObject", {}).get("name") == "big"]) == 1
+
+
+async def test_events_apply_the_arguments_of_the_extenders_conf(api: Api, tmp_path: Path) -> None:
+    """The controller reads cardUnlimitedCpuMemory where the extender and ``kubectl cardquota explain`` do (ConfigMap
+    cardquota-extender-conf): written false there, a card job whose minResources exceed its queue's cpu capability
+    gets the InsufficientCPUQuota event the scheduler's enqueue gives it (before, the controller never read it and
+    took it as on: no event)."""
+    conf = "tiers:\n- plugins:\n  - name: capacity-card\n    arguments:\n      cardUnlimitedCpuMemory: false\n"
+    await api.call("POST", "/api/v1/namespaces/cardquota-system/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cardquota-extender-conf", "namespace": "cardquota-system"},
+        "data": {"volcano-scheduler.conf": conf}})
+    capped = queue("team-c", {A100: 4})
+    capped["spec"]["capability"] = {"cpu": "2"}
+    group = podgroup("cpu-heavy", namespace="ml", queue="team-c", phase="Pending", request={A100: 1})
+    group["spec"]["minResources"] = {"cpu": "8"}
+    async with operator(api, tmp_path):
+        await api.call("POST", "/apis/scheduling.volcano.sh/v1beta1/queues", capped)
+        await api.call("POST", "/apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups", group)
+
+        async def evented() -> bool:
+            listing = await api.call("GET", "/api/v1/namespaces/ml/events")
+            return any(item.get("reason") == "InsufficientCPUQuota" for item in listing.get("items", []))
+
+        await eventually(evented)

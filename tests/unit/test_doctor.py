@@ -710,6 +710,61 @@ def test_scheduler_violations_are_listed_with_their_field() -> None:
     assert result.fix.startswith("kubectl -n volcano-system edit configmap volcano-scheduler-configmap")
 
 
+LEAKY = """actions: "enqueue, allocate"
+tiers:
+- plugins:
+  - name: overcommit
+- plugins:
+  - name: extender
+    arguments:
+      extender.urlPrefix: http://cardquota-extender.cardquota-system.svc:8713
+      extender.predicateVerb: predicate
+      extender.allocateFuncVerb: allocateFunc
+      extender.jobEnqueueableVerb: jobEnqueueable
+      extender.managedResources: [nvidia.com/gpu]
+  - name: capacity-card
+    arguments:
+      cardUnlimitedCpuMemory: false
+"""
+
+
+def extender_conf() -> Manifest:
+    conf = (REPO / "manifests" / "components" / "extender" / "volcano-scheduler.conf").read_text()
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cardquota-extender-conf", "namespace": "cardquota-system"},
+            "data": {"volcano-scheduler.conf": conf}}
+
+
+def test_scheduler_leaks_are_warned_with_where_and_why() -> None:
+    """managedResources leaving out the NPU and MIG resources nodes offer; crossquota (enabled in the extender's
+    conf) and a queue's cpu/memory capability unreachable; a voter in an earlier tier deciding before the extender;
+    capacity-card's arguments written in the scheduler's conf unlike the extender's (and, as a voter, after it)."""
+    node_list = [*nodes(), node("npu-1", allocatable={"huawei.com/Ascend910": "8"}),
+                 node("mig-1", allocatable={"nvidia.com/mig-1g.5gb": "7"})]
+    capped = {**queue("batch", {}), "spec": {"capability": {"cpu": "10"}}}
+    results = doctor.check_scheduler(with_conf(LEAKY), target(), nodes=node_list, queues=[capped],
+                                     extender_conf=extender_conf())
+    (leaks,) = [result for result in results if result.status is Status.WARN]
+    assert leaks.message == f"{WHERE} lets work past cardquota's rules in 5 places"
+    assert [detail.split(":")[0] for detail in leaks.details] == [
+        "tiers[0].plugins[0]", "tiers[1].plugins[1]", "tiers[1].plugins[0]", "tiers[1].plugins[0]",
+        "tiers[1].plugins[1]"]
+    assert leaks.details[0].startswith("tiers[0].plugins[0]: overcommit votes on enqueue in tier 0")
+    assert "capacity-card votes after the extender" in leaks.details[1]  # (a built-in capacity-card votes too)
+    assert "huawei.com/Ascend910, nvidia.com/mig-1g.5gb" in leaks.details[2]
+    assert "crossquota and the cpu/memory capability of batch" in leaks.details[3]
+    assert "cardUnlimitedCpuMemory" in leaks.details[4]
+    assert leaks.fix.startswith("kubectl cardquota scheduler-conf | kubectl apply -f -")
+
+
+def test_the_shipped_configuration_has_no_leak() -> None:
+    node_list = [*nodes(), node("npu-1", allocatable={"huawei.com/Ascend910": "8"})]
+    capped = {**queue("batch", {}), "spec": {"capability": {"cpu": "10"}}}
+    assert statuses(doctor.check_scheduler(scheduler_configmap(), target(), nodes=node_list, queues=[capped],
+                                           extender_conf=extender_conf())) == [
+        ("ok", f"{WHERE} enables extender and passes cardquota's ConfigMap policy")]
+
+
 # ------------------------------------------------------------------------------------------------------ nodes
 
 

@@ -33,6 +33,8 @@ from cardquota.core.policies.registry import POLICIES
 from cardquota.core.policies.schedconf import admit as admit_schedconf
 from cardquota.core.policies.schedconf import conf_violations
 from cardquota.core.policies.workload import admit as admit_workload
+from cardquota.core.schedconf.fragment import EXTENDER_URL, extender_stanza, merged_conf
+from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import CACHED_RESOURCES, DRA_GROUP
 from cardquota.loader import load_paths
@@ -174,6 +176,7 @@ def test_the_namespaced_role_covers_only_the_tls_secret_and_the_lease() -> None:
         ("apps", "deployments", Settings().deployment): {"get"},
         ("coordination.k8s.io", "leases", ""): {"create"},
         ("coordination.k8s.io", "leases", "cardquota-controller"): {"get", "patch"},
+        ("", "configmaps", EXTENDER_CONFIGMAP): {"get"},  # the plugins' arguments the events apply
     }
 
 
@@ -695,8 +698,8 @@ def test_the_extender_runs_one_replica_on_the_port_the_example_configmap_calls()
     conf = yaml.safe_load(example["data"]["volcano-scheduler.conf"])
     (plugin,) = [p for tier in conf["tiers"] for p in tier["plugins"] if p["name"] == "extender"]
     url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port['port']}"
-    assert plugin["arguments"]["extender.urlPrefix"] == url
-    assert isinstance(plugin["arguments"]["extender.managedResources"], list)
+    assert plugin["arguments"]["extender.urlPrefix"] == url == EXTENDER_URL
+    assert "extender.managedResources" not in plugin["arguments"]  # every task: crossquota and capability need it
     assert admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig()).allowed
     mounted = (MANIFESTS / "components" / "extender" / "volcano-scheduler.conf").read_text()
     assert conf_violations(mounted) == []
@@ -729,6 +732,24 @@ def test_the_example_configmap_sends_no_session_body() -> None:
     conf = yaml.safe_load(example["data"]["volcano-scheduler.conf"])
     (plugin,) = [p for tier in conf["tiers"] for p in tier["plugins"] if p["name"] == "extender"]
     assert "extender.onSessionOpenVerb" not in plugin["arguments"]
+
+
+def test_the_shipped_fragment_is_the_stanza_the_cli_merges() -> None:
+    """manifests/components/extender/extender-plugin.conf (what users merge by hand) is the entry
+    ``kubectl cardquota scheduler-conf`` merges; the whole-ConfigMap example is that command's output for a cluster
+    with no ConfigMap (Volcano's default configuration, the user's plugins kept), not a second definition."""
+    fragment = yaml.safe_load((MANIFESTS / "components" / "extender" / "extender-plugin.conf").read_text())
+    assert fragment == [extender_stanza()]
+    (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
+    assert yaml.safe_load(example["data"]["volcano-scheduler.conf"]) == merged_conf(None, extender_stanza())
+    assert example["metadata"] == {"name": DEFAULT_SCHEDULER_CONFIGMAP, "namespace": "volcano-system"}
+
+
+def test_the_shipped_configuration_leaks_nothing_on_the_example_cluster() -> None:
+    """The example ConfigMap, with the extender's conf as the plugins' arguments, over examples/cluster.yaml (MIG,
+    NPU, shared GPUs, queues with a cpu/memory capability): no warning from the ConfigMap policy."""
+    (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
+    assert admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig()).warnings == ()
 
 
 def test_a_managed_resources_string_is_refused_since_it_makes_the_scheduler_exit() -> None:

@@ -14,6 +14,11 @@ checked as their designs define them:
   ``predicate.MGPUMaxContainersPerCard`` whole number ≥ 1.
 
 A number may be written as a YAML number or a string (``2.0`` or ``"2.0"``), a bool as ``true`` or ``"true"``.
+A configuration that enables the ``extender`` plugin and is otherwise valid is allowed with a warning for each place
+where work would pass the rules unchecked (:mod:`cardquota.core.schedconf.extender`): a card resource some node
+offers that ``managedResources`` leaves out, crossquota or a queue's cpu/memory capability that ``managedResources``
+makes unreachable, an enqueue vote the scheduler may never ask or may overrule, a task verb left out.
+
 Other ConfigMaps are allowed untouched. Never raises: bad input becomes :class:`Violation` values.
 """
 
@@ -30,6 +35,7 @@ from cardquota.core.objects import Manifest
 from cardquota.core.policies.common import ratcheting
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quantity import parse_quantity
+from cardquota.core.schedconf.extender import conf_leaks, offered_resources, plugin_entries
 from cardquota.core.schedconf.goregex import go_regex_problem
 from cardquota.core.schedconf.reader import (
     CONF_KEY,
@@ -91,7 +97,25 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     text = data[CONF_KEY]
     if not isinstance(text, str):
         return decide([invalid(CONF_PATH, f"must be text (the YAML configuration), not {type_name(text)}")])
-    return decide(conf_violations(text))
+    violations = conf_violations(text)
+    return decide(violations, () if violations else leak_warnings(text, snapshot))
+
+
+def leak_warnings(text: str, snapshot: ClusterSnapshot) -> list[str]:
+    """Where a readable configuration that enables the extender lets work past cardquota's rules: card resources
+    nodes offer left out of ``managedResources``, checks it makes unreachable, an enqueue vote that does not count,
+    task verbs left out (:func:`cardquota.core.schedconf.extender.conf_leaks`; the plugins' arguments are those
+    this conf writes, as the policy sees no other ConfigMap: ``doctor`` compares the extender's)."""
+    try:
+        entries = plugin_entries(load_one(text))
+    except InputError:
+        return []
+    records = list(snapshot.nodes.values())
+    offered = offered_resources((record.node.allocatable for record in records),
+                                (resource for record in records for resource in record.cards.by_resource))
+    capability = sorted(name for name, record in snapshot.queues.items() if record.queue.capability is not None)
+    return [one_line(f"{leak.path}: {leak.message}")
+            for leak in conf_leaks(entries, offered=offered, capability_queues=capability)]
 
 
 def conf_violations(text: str) -> list[Violation]:

@@ -32,7 +32,9 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
+from cardquota.core.schedconf.extender import plugin_arguments, plugin_entries
 from cardquota.core.schedconf.reader import read_conf
+from cardquota.core.schedconf.source import arguments_text
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
 from cardquota.core.scheduling.refusal import Refusal
@@ -56,13 +58,7 @@ class SchedulerConfig:
     @classmethod
     def from_conf(cls, text: str) -> SchedulerConfig:
         """From the text of ``volcano-scheduler.conf`` (raises InputError when it is not YAML)."""
-        conf = read_conf(text)
-        plugins: dict[str, Mapping[str, Any]] = {}
-        for tier in (conf or {}).get("tiers") or [] if isinstance(conf, MAPPING_TYPES) else []:
-            for plugin in (tier or {}).get("plugins") or [] if isinstance(tier, MAPPING_TYPES) else []:
-                if isinstance(plugin, MAPPING_TYPES) and isinstance(plugin.get("name"), str):
-                    arguments = plugin.get("arguments")
-                    plugins[plugin["name"]] = arguments if isinstance(arguments, MAPPING_TYPES) else {}
+        plugins = plugin_arguments(plugin_entries(read_conf(text)))
         return cls(
             capacity_card=capacity_card.CapacityCardConfig.from_arguments(plugins.get(capacity_card.PLUGIN, {})),
             crossquota=(crossquota.CrossQuotaConfig.from_arguments(plugins[crossquota.PLUGIN])
@@ -72,13 +68,11 @@ class SchedulerConfig:
 
     @classmethod
     def from_manifests(cls, manifests: Iterable[Manifest], configmap: str) -> SchedulerConfig:
-        """From the scheduler ConfigMap among ``manifests``; the defaults when there is none."""
-        for manifest in manifests:
-            if manifest.get("kind") == "ConfigMap" and (manifest.get("metadata") or {}).get("name") == configmap:
-                text = (manifest.get("data") or {}).get("volcano-scheduler.conf")
-                if isinstance(text, str):
-                    return cls.from_conf(text)
-        return cls()
+        """From the ConfigMap among ``manifests`` the plugins' arguments are read from (the extender's conf, else
+        the scheduler ConfigMap ``configmap``: :func:`~cardquota.core.schedconf.source.arguments_text`, the one
+        reading the extender, the CLI and the controller share); the defaults when there is none."""
+        text = arguments_text(manifests, configmap).text
+        return cls() if text is None else cls.from_conf(text)
 
 
 @dataclass(frozen=True)
