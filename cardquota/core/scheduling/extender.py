@@ -19,7 +19,6 @@ from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import WAITING_PHASES, Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, namespaced_key
-from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session, watched_pod
 from cardquota.core.snapshot import ClusterSnapshot, Kind, kind_of
 
@@ -28,6 +27,10 @@ CODE_ERROR = 1
 CODE_UNSCHEDULABLE = 2
 CODE_UNRESOLVABLE = 3
 ENQUEUE_REJECT, ENQUEUE_ABSTAIN, ENQUEUE_PERMIT = -1, 0, 1
+PIPELINED = 4
+"""TaskInfo.Status bit of a task placed to wait for resources being released (Volcano pkg/scheduler/api/types.go,
+``TaskStatus``: Pending 1, Allocated 2, Pipelined 4, Binding 8, ...). ``Statement.Pipeline`` sets it before calling
+``allocateFunc`` (pkg/scheduler/framework/statement.go, v1.15.1); such a task is never bound in that session."""
 BOUND_STATUSES = 2 | 8 | 16 | 32 | 64
 """TaskInfo.Status bits that mean the task holds its node: Allocated, Binding, Bound, Running, Releasing."""
 ASSUMED_SECONDS = 30.0
@@ -148,10 +151,12 @@ class Extender:
     * a pod the watch does not know (the scheduler's informer was faster) is judged by ``predicate``/``prioritize``
       from the request and kept pending in the session until the cycle ends, at most
       :data:`STRANGERS_PER_CYCLE` of them (beyond, judged and forgotten at once); unknown nodes are never added;
-    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it once: a repeated
-      call does not extend its :data:`ASSUMED_SECONDS`, and after a reservation lapsed unconfirmed (or was refused
-      on a repeated call) a new one lasts only until the cycle ends — so does a new allocation of a pod whose
-      allocation lapsed.
+    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it until the cycle
+      ends — a voter after it may reject the job — unless Volcano is seen to enqueue it (``jobEnqueued``, or a task
+      verb naming one of its pods): then for :data:`ASSUMED_SECONDS`, never extended by a repeated call; after a
+      reservation lapsed unconfirmed (or was refused on a repeated call) a new one lasts only until the cycle ends
+      — so does a new allocation of a pod whose allocation lapsed, and any pipelined allocation;
+    * a task is judged without its own earlier allocation (a task never competes with itself).
 
     A cycle ends at ``onSessionOpen`` and ``onSessionClose``, or :data:`CYCLE_SECONDS` after the last end for a
     scheduler configured without those verbs."""
@@ -353,9 +358,11 @@ class Extender:
         with self._judging(session, manifest, key, "predicate") as judged:
             if not judged:
                 return {"status": "", "code": CODE_PASS}
-            refusal = session.task_refusal(key)
-            if refusal is None and name in session.nodes:  # (a node the watch does not know: allocateFunc refuses)
-                refusal = session.node_refusal(key, name)
+            self._confirm_group_of(session, key)
+            with self._unplaced(session, key):
+                refusal = session.task_refusal(key)
+                if refusal is None and name in session.nodes:  # (a node the watch does not know: allocateFunc
+                    refusal = session.node_refusal(key, name)  # refuses)
         if refusal is None:
             return {"status": "", "code": CODE_PASS}
         return {"status": f"{refusal.reason}: {refusal.message}", "code": CODE_UNSCHEDULABLE}
@@ -370,7 +377,9 @@ class Extender:
             return {"nodeScore": scores, "errorMessage": ""}
         with self._judging(session, manifest, key, "prioritize") as judged:
             if judged:
-                scores.update({name: session.score(key, name) for name in nodes if name in session.nodes})
+                self._confirm_group_of(session, key)
+                with self._unplaced(session, key):
+                    scores.update({name: session.score(key, name) for name in nodes if name in session.nodes})
         return {"nodeScore": scores, "errorMessage": ""}
 
     def job_enqueueable(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -400,21 +409,40 @@ class Extender:
                 self._lapsed.add((Kind.PODGROUP, key))
             return {"status": ENQUEUE_REJECT}
         # Reserved: the next job in this cycle sees its cards and its minResources cpu/memory as inqueue.
-        until = reserved.until if reserved is not None else self._until(Kind.PODGROUP, key)
+        # Until the cycle ends unless Volcano is seen to have enqueued it (_confirm_reservation): a voter after
+        # this one may still reject it (pkg/scheduler/framework/session_plugins.go, JobEnqueueable: the first
+        # reject in a tier wins).
+        until = reserved.until if reserved is not None else None
         self._enqueued[key] = _Reserved(until, group.phase)
         session.set_group_phase(key, "Inqueue")
         return {"status": ENQUEUE_PERMIT}
 
+    def job_enqueued(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Volcano enqueued the job (its ``jobEnqueuedVerb``, on Volcano's master branch: called by the enqueue
+        action after the vote, pkg/scheduler/actions/enqueue/enqueue.go): its reservation stands until the watch
+        shows it Inqueue or :data:`ASSUMED_SECONDS` pass."""
+        session = self._current()
+        manifest = podgroup_manifest(field(request, "job"))
+        if session is None or manifest is None:
+            return {}
+        try:
+            key = PodGroup.from_manifest(manifest).key
+        except InputError:
+            return {}
+        if key in self._enqueued:
+            self._confirm_reservation(key)
+        else:
+            self.on_ignored("jobenqueued", "not-reserved", key)
+        return {}
+
     def queue_overused(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Over its card quota: some card type holds more than the queue's quota (share above 1)."""
-        queue = field(field(request, "queue"), "Name")
-        if self.session is None or not isinstance(queue, str):
-            return {"overused": False}
-        quota = self.session.quota(queue)
-        allocated = self.session.ledger.usage(queue).allocated
-        share = capacity_card.queue_share({card: float(allocated.get(card, 0)) for card in quota},
-                                          {card: float(amount) for card, amount in quota.items()})
-        return {"overused": share > 1}
+        """Never overused. Volcano's allocate action skips a queue it is told is overused — every job of it, every
+        resource (``if ssn.Overused(queue) { continue }`` in pkg/scheduler/actions/allocate/allocate.go,
+        ``allocateResources``, v1.15.1) — while card quotas are per card type and checked task by task
+        (``predicate``, ``allocateFunc``): a queue over its A100 quota still gets H100 and CPU work. Served for
+        configurations that name the verb; best left out of them."""
+        del request
+        return {"overused": False}
 
     def job_ready(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Card quotas were checked task by task on allocation: nothing more to hold the commit back for."""
@@ -424,7 +452,11 @@ class Extender:
     def allocate_func(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], Manifest | None, dict[str, str]]:
         """(response, the pod, the annotations to patch onto it). An allocation that breaks the card quota (two
         tasks raced for the last card) is refused, and the scheduler rolls it back; so is one of a pod or onto a
-        node the watch does not know (retried in a later cycle)."""
+        node the watch does not know (retried in a later cycle). The task is judged without its own earlier
+        allocation. A pipelined task's (``Status`` :data:`PIPELINED`) lasts until the cycle ends: Volcano's allocate
+        action neither commits nor discards a job that is pipelined only (pkg/scheduler/actions/allocate/
+        allocate.go, ``allocateForJob``: ``JobReady`` false, ``JobPipelined`` true), so no ``deallocateFunc``
+        comes, and the next session sees the task Pending again; no mGPU result is written for it."""
         session = self._current()
         task = field(request, "task")
         _, key = _pod_of(task)
@@ -445,10 +477,21 @@ class Extender:
             if key in self._allocated:  # (the earlier placement is undone: the scheduler now sees it pending)
                 self._undo_allocation(session, key, lapsed=False)
             return {"errorMessage": f"{problem.reason}: {problem.message}"}, None, {}
-        self._allocated[key] = _Assumed(self._allocated[key].until if key in self._allocated
-                                        else self._until(Kind.POD, key), watched)
+        self._confirm_group_of(session, key)
+        status = field(task, "Status")
+        pipelined = isinstance(status, int) and bool(status & PIPELINED)
+        earlier = self._allocated.get(key)
+        if pipelined:
+            until = None  # never bound in this session: next session the task is Pending again, or placed anew
+        elif earlier is not None and earlier.until is not None:
+            until = earlier.until
+        else:
+            until = self._until(Kind.POD, key)
+        self._allocated[key] = _Assumed(until, watched)
         self._cycle_allocations.add(key)
         placement = session.allocate(key, node)
+        if pipelined:
+            return {"errorMessage": ""}, None, {}  # nothing to write onto a pod that is not bound now
         return {"errorMessage": ""}, session.pods[key], dict(placement.annotations)
 
     def deallocate_func(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -484,6 +527,34 @@ class Extender:
             return {"errorMessage": f"pod {key[0]}/{key[1]} asks for mGPU but its schedulerName {scheduler!r} is "
                                     f"not one cardquota serves ({', '.join(sorted(self.config.scheduler_names))})"}
         return None
+
+    def _confirm_reservation(self, key: ObjectKey) -> None:
+        """Volcano enqueued the PodGroup: its reservation outlives the cycle (until the watch shows it Inqueue)."""
+        reserved = self._enqueued.get(key)
+        if reserved is not None and reserved.until is None:
+            self._enqueued[key] = _Reserved(self._until(Kind.PODGROUP, key), reserved.phase)
+
+    def _confirm_group_of(self, session: Session, key: ObjectKey) -> None:
+        """A task verb names a pod of a PodGroup reserved in this cycle: Volcano enqueued that job (its allocate
+        action skips pending jobs, pkg/scheduler/actions/allocate/allocate.go, ``buildAllocateContext``)."""
+        if self._enqueued:
+            group = session.view(key).group_key
+            if group is not None:
+                self._confirm_reservation(group)
+
+    @contextmanager
+    def _unplaced(self, session: Session, key: ObjectKey) -> Iterator[None]:
+        """The task judged without its own earlier allocation (one the watch has not shown bound: Volcano sees the
+        task Pending again after a pipelined session or a failed bind), which is put back afterwards."""
+        if key not in self._allocated:
+            yield
+            return
+        placed = session.pods[key]
+        session.deallocate(key)
+        try:
+            yield
+        finally:
+            session.upsert(placed)
 
     @contextmanager
     def _judging(self, session: Session, manifest: Manifest, key: ObjectKey, verb: str) -> Iterator[bool]:
