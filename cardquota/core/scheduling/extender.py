@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cardquota.core.errors import InputError
@@ -113,10 +113,12 @@ def session_manifests(snapshot: Mapping[str, Any]) -> list[Manifest]:
 @dataclass(frozen=True)
 class _Assumed:
     """A task allocated in a cycle and not yet seen bound through the watch: until when the allocation stands (None:
-    until the cycle ends), and the pod as last watched (put back when it ends)."""
+    until the cycle ends), the pod as last watched (put back when it ends), and the names of the mGPU result
+    annotations handed out to be written onto it (cleared when the scheduler deallocates it)."""
 
     until: float | None
     watched: Manifest
+    written: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ class Extender:
                 if placed:
                     del self._allocated[view.key]
                 else:
-                    self._allocated[view.key] = _Assumed(assumed.until, manifest)
+                    self._allocated[view.key] = replace(assumed, watched=manifest)
                     manifest = _placed_as(manifest, session.pods.get(view.key))
         elif kind is Kind.PODGROUP:
             group = PodGroup.from_manifest(manifest)
@@ -487,26 +489,38 @@ class Extender:
             until = earlier.until
         else:
             until = self._until(Kind.POD, key)
-        self._allocated[key] = _Assumed(until, watched)
         self._cycle_allocations.add(key)
         placement = session.allocate(key, node)
-        if pipelined:
-            return {"errorMessage": ""}, None, {}  # nothing to write onto a pod that is not bound now
-        return {"errorMessage": ""}, session.pods[key], dict(placement.annotations)
+        written = {} if pipelined else dict(placement.annotations)  # (a pipelined pod is not bound this session)
+        self._allocated[key] = _Assumed(until, watched, tuple(written))
+        return {"errorMessage": ""}, (session.pods[key] if written else None), written
 
-    def deallocate_func(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Undoes an allocation of this cycle that the watch has not shown bound; ignores any other."""
+    def withdraw(self, key: ObjectKey) -> None:
+        """Undo an allocation of this cycle whose mGPU result could not be written onto the pod (the scheduler is
+        told the allocation failed, and rolls it back)."""
+        session = self._current()
+        if session is not None and key in self._cycle_allocations and key in self._allocated:
+            self._undo_allocation(session, key, lapsed=False)
+
+    def deallocate_func(self, request: Mapping[str, Any]
+                        ) -> tuple[dict[str, Any], Manifest | None, dict[str, str | None]]:
+        """(response, the pod, the annotations to remove from it: the mGPU result written at its allocation, each
+        None as a JSON merge patch removes it). Undoes an allocation of this cycle that the watch has not shown
+        bound; ignores any other."""
         session = self._current()
         _, key = _pod_of(field(request, "task"))
         if session is None or key is None:
-            return {"errorMessage": ""}
+            return {"errorMessage": ""}, None, {}
         if key in self._cycle_allocations and key in self._allocated:
+            assumed = self._allocated[key]
             self._undo_allocation(session, key, lapsed=False)
+            if assumed.written:
+                return {"errorMessage": ""}, assumed.watched, dict.fromkeys(assumed.written)
         elif key not in session.pods or key in self._strangers:
             self.on_ignored("deallocatefunc", "unknown-pod", key)
         else:
             self.on_ignored("deallocatefunc", "not-allocated-this-cycle", key)
-        return {"errorMessage": ""}
+        return {"errorMessage": ""}, None, {}
 
     # ------------------------------------------------------------------------------------------------ internals
 

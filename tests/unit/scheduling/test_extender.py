@@ -93,7 +93,7 @@ def test_allocate_and_deallocate_move_the_queue_usage_and_a_race_for_the_last_ca
     assert extender.session.ledger.usage("team-a").allocated[A100] == 2
     refused, _, _ = extender.allocate_func({"task": second})
     assert refused["errorMessage"].startswith("InsufficientScalarQuota: Queue team-a has insufficient NVIDIA-A100")
-    assert extender.deallocate_func({"task": first}) == {"errorMessage": ""}
+    assert extender.deallocate_func({"task": first})[0] == {"errorMessage": ""}
     assert extender.session.ledger.usage("team-a").allocated[A100] == 1
     again, _, _ = extender.allocate_func({"task": second})
     assert again == {"errorMessage": ""}
@@ -115,6 +115,9 @@ def test_without_a_session_every_verb_abstains(verb: str) -> None:
     answer = getattr(extender, verb)({"task": task_info(card_pod("p", A100)), "node": node_info(NODES[0]),
                                       "nodes": [node_info(NODES[0])], "queue": queue_info(QUEUES[0]),
                                       "job": job_info(podgroup("g", namespace="ml", request={A100: 99}))})
+    if verb == "deallocate_func":  # (response, pod, annotations to remove)
+        answer, pod, removed = answer
+        assert (pod, removed) == (None, {})
     assert answer in ({"status": "", "code": 0}, {"nodeScore": {"a1": 0.0}, "errorMessage": ""}, {"status": 0},
                       {"overused": False}, {"status": True}, {"errorMessage": ""})
 
