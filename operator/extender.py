@@ -88,9 +88,11 @@ ABSTAIN: dict[str, dict[str, Any]] = {
 
 def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                        synced: Callable[[], bool] | None = None, *,
-                       patch_seconds: float = MGPU_PATCH_SECONDS) -> web.Application:
+                       patch_seconds: float = MGPU_PATCH_SECONDS,
+                       degraded_reasons: Callable[[], list[str]] | None = None) -> web.Application:
     """The verbs' routes. ``synced`` says whether the watched session holds the whole cluster (None: the session
-    comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode)."""
+    comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode); ``degraded_reasons``: what the
+    extender cannot enforce although it serves (listed in ``/readyz``'s body)."""
     writes = _PodWrites(patch_pod) if patch_pod is not None else None
     large = LargeBodies(LARGE_BODY, LARGE_BODIES_AT_ONCE)
     last_degraded_log = [float("-inf")]
@@ -181,7 +183,7 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[body_guard(lambda _: MAX_BODY)])
     app.router.add_get("/metrics", metrics)
-    add_health_routes(app, synced or (lambda: True))
+    add_health_routes(app, synced or (lambda: True), degraded_reasons)
     app.router.add_post("/{verb}", handle)
     return app
 
@@ -207,6 +209,40 @@ def api_pod_patcher(api: Any) -> PodPatcher:
             raise PatchFailed("the pod is gone")
 
     return patch
+
+
+DRA_UNREADABLE_REASON = ("DRA claims cannot be read: resource.k8s.io not served (none of v1, v1beta2, v1beta1); the "
+                         "spec.dra quotas of queues are not enforced")
+DEGRADED_CHECK_SECONDS = 2.0
+"""How often the served extender looks whether it became degraded (two flags: cheap)."""
+DEGRADED_EVENT_REASON = "ExtenderDegraded"
+
+
+async def report_degraded(degraded: Callable[[], list[str]], api: Any) -> None:
+    """One Warning event (and log line) each time a degraded reason appears — on the Queue CRD, where the quotas
+    it concerns are defined (cluster-scoped: the event goes to the ``default`` namespace, as the controller's for
+    that CRD); again only after it went and came back."""
+    from cardquota.core.crd_additions import QUEUE_CRD
+    from cardquota.core.events import CardEvent
+    from cardquota.kube import KubeError, create_event
+    from cardquota.operator.controller import EVENT_NAMESPACE, kubernetes_event
+
+    reported: set[str] = set()
+    while True:
+        now = set(degraded())
+        for reason in sorted(now - reported):
+            log.warning("extender degraded: %s", reason)
+            event = CardEvent("CustomResourceDefinition", "", QUEUE_CRD, DEGRADED_EVENT_REASON,
+                              f"cardquota extender: {reason}")
+            try:
+                await asyncio.to_thread(create_event, api, EVENT_NAMESPACE,
+                                        kubernetes_event(event, "cardquota-extender"))
+            except KubeError as error:
+                log.warning("could not record the %s event: %s", DEGRADED_EVENT_REASON, error)
+        for reason in sorted(reported - now):
+            log.info("extender no longer degraded: %s", reason)
+        reported = now
+        await asyncio.sleep(DEGRADED_CHECK_SECONDS)
 
 
 class PatchFailed(Exception):
@@ -264,7 +300,13 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
 
     cache = ClusterCache(sink=extender) if api is not None else None
     reflectors: list[Reflector] = []
+    claim_watches: list[Reflector] = []
     SYNCED.set(0)
+
+    def degraded() -> list[str]:
+        """What is not enforced although the extender serves: DRA quotas while no resource.k8s.io version the
+        claim reflectors read is served (each counted in cardquota_dra_claims_unreadable)."""
+        return [DRA_UNREADABLE_REASON] if any(not reflector.served for reflector in claim_watches) else []
 
     def synced() -> bool:
         """Listed, and no watch of pods failing for a minute (the session might be that far behind)."""
@@ -273,7 +315,9 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
         return ready
 
     runner = await serve_http(build_extender_app(extender, patch_pod, synced if cache is not None else None,
-                                                 patch_seconds=patch_seconds), host, port, limits)
+                                                 patch_seconds=patch_seconds,
+                                                 degraded_reasons=degraded if cache is not None else None),
+                              host, port, limits)
     if on_listening is not None:
         on_listening(runner.addresses[0][1])
     log.info("extender listening on http://%s:%s%s", host, runner.addresses[0][1] if runner.addresses else port,
@@ -283,7 +327,8 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
         if cache is not None:
             from cardquota.operator.watch import follow
 
-            await follow(cache, api, stop, tasks, claims=True, reflectors=reflectors)
+            tasks.append(asyncio.create_task(report_degraded(degraded, api)))
+            await follow(cache, api, stop, tasks, claims=True, reflectors=reflectors, claim_watches=claim_watches)
         else:
             await (stop or asyncio.Event()).wait()
     finally:
