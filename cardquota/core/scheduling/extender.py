@@ -119,6 +119,7 @@ class _Assumed:
     until: float | None
     watched: Manifest
     written: tuple[str, ...] = ()
+    pipelined: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ class Extender:
       ends — a voter after it may reject the job — unless Volcano is seen to enqueue it (``jobEnqueued``, or a task
       verb naming one of its pods): then for :data:`ASSUMED_SECONDS`, never extended by a repeated call; after a
       reservation lapsed unconfirmed (or was refused on a repeated call) a new one lasts only until the cycle ends
-      — so does a new allocation of a pod whose allocation lapsed, and any pipelined allocation;
+      — so does a new allocation of a pod whose allocation lapsed, any pipelined allocation, and, once the scheduler
+      is seen asking ``jobReady``, an allocation of a job it does not name there in the cycle (not committed);
     * a task is judged without its own earlier allocation (a task never competes with itself).
 
     A cycle ends at ``onSessionOpen`` and ``onSessionClose``, or :data:`CYCLE_SECONDS` after the last end for a
@@ -185,6 +187,10 @@ class Extender:
         """The lifetime each decision of this cycle got first (undone and taken again, it keeps it)."""
         self._lapsed: set[tuple[Kind, ObjectKey]] = set()
         """Pods and PodGroups whose decision lapsed unconfirmed (until the watch shows them placed or gone)."""
+        self._job_ready_asked = False
+        """Whether the scheduler asks ``jobReady`` (it is configured): then it tells which jobs it commits."""
+        self._ready_jobs: set[ObjectKey] = set()
+        """PodGroups ``jobReady`` named in this cycle: their tasks' allocations are committed (bound after it)."""
 
     # ------------------------------------------------------------------------------------------------- session
 
@@ -315,6 +321,7 @@ class Extender:
         self._strangers.clear()
         self._cycle_allocations.clear()
         self._cycle_untils.clear()
+        self._ready_jobs.clear()
 
     def _forget(self) -> None:
         """Everything kept about decisions (a session opened from a body, or a watch starting to feed one)."""
@@ -447,8 +454,28 @@ class Extender:
         return {"overused": False}
 
     def job_ready(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Card quotas were checked task by task on allocation: nothing more to hold the commit back for."""
-        del request
+        """Card quotas were checked task by task on allocation: nothing more to hold the commit back for.
+
+        Volcano asks it only when the plugins before it found the job ready, and then commits the job's statement
+        (pkg/scheduler/framework/session_plugins.go ``JobReady``: the first false wins; actions/allocate/allocate.go
+        ``allocateResources``: ``if stmt != nil && ssn.JobReady(job) { stmt.Commit() }``). A job it is not asked
+        about is not committed in this cycle — neither is it discarded when it is pipelined — so, once the scheduler
+        is seen asking, its allocations last the cycle only, and the job's named here last until bound."""
+        manifest = podgroup_manifest(field(request, "job"))
+        session = self._current()
+        if session is not None and manifest is not None:
+            try:
+                key = PodGroup.from_manifest(manifest).key
+            except InputError:
+                key = None
+            if key is not None:
+                self._job_ready_asked = True
+                self._ready_jobs.add(key)
+                self._confirm_reservation(key)  # (enqueued, then: allocate visits enqueued jobs only)
+                for pod in [pod for pod in self._cycle_allocations if pod in self._allocated]:
+                    assumed = self._allocated[pod]
+                    if assumed.until is None and not assumed.pipelined and session.view(pod).group_key == key:
+                        self._allocated[pod] = replace(assumed, until=self._until(Kind.POD, pod))
         return {"status": True}
 
     def allocate_func(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], Manifest | None, dict[str, str]]:
@@ -487,12 +514,14 @@ class Extender:
             until = None  # never bound in this session: next session the task is Pending again, or placed anew
         elif earlier is not None and earlier.until is not None:
             until = earlier.until
+        elif self._job_ready_asked and session.view(key).group_key not in self._ready_jobs:
+            until = None  # committed only if jobReady names its job in this cycle (job_ready)
         else:
             until = self._until(Kind.POD, key)
         self._cycle_allocations.add(key)
         placement = session.allocate(key, node)
         written = {} if pipelined else dict(placement.annotations)  # (a pipelined pod is not bound this session)
-        self._allocated[key] = _Assumed(until, watched, tuple(written))
+        self._allocated[key] = _Assumed(until, watched, tuple(written), pipelined)
         return {"errorMessage": ""}, (session.pods[key] if written else None), written
 
     def withdraw(self, key: ObjectKey) -> None:

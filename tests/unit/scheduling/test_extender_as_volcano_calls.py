@@ -138,3 +138,27 @@ def test_a_reservation_volcano_is_seen_to_take_up_outlives_the_cycle_until_the_w
     clock.now += ASSUMED_SECONDS + 1
     extender.on_session_open({})
     assert extender.job_enqueueable({"job": job_info(second)}) == {"status": 1}
+
+
+def test_once_the_scheduler_asks_job_ready_only_the_jobs_it_commits_keep_their_cards_past_the_cycle() -> None:
+    # ssn.JobReady asks the extender only when the plugins before it found the job ready, and allocate commits
+    # then (session_plugins.go JobReady, allocate.go allocateResources); a job partly allocated and partly
+    # pipelined is neither committed nor discarded, its Allocated tasks never bound in that session.
+    committed = podgroup("committed", namespace="ml", queue="team-a", phase="Inqueue", request={A100: 1})
+    waiting = podgroup("waiting", namespace="ml", queue="team-a", phase="Inqueue", request={A100: 1})
+    extender, _ = extender_of({A100: 2}, committed, waiting, card_pod("c", group="committed"),
+                              card_pod("w", group="waiting"), card_pod("other"))
+    extender.on_session_open({})
+    extender.job_ready({"job": job_info(podgroup("earlier", namespace="ml", queue="team-a"))})  # it asks jobReady
+    cycle(extender)
+    for name, group_name in (("c", "committed"), ("w", "waiting")):
+        answer, _, _ = extender.allocate_func(
+            {"task": task_info(card_pod(name, group=group_name), status=ALLOCATED, node="a1")})
+        assert answer == {"errorMessage": ""}
+    assert extender.job_ready({"job": job_info(committed)}) == {"status": True}  # "waiting": gang said not ready
+    cycle(extender)
+    assert extender.session is not None
+    assert extender.session.ledger.usage("team-a").allocated == {A100: 1}  # c's card is assumed until bound, w's not
+    assert extender.session.view(("ml", "c")).bound
+    assert not extender.session.view(("ml", "w")).bound
+    assert predicate(extender, card_pod("other"), "a1") == {"status": "", "code": 0}
