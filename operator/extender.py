@@ -3,8 +3,11 @@
 Each verb is ``POST /<verb>`` with a JSON body and is answered 200 with a JSON object, always — a body that is not
 JSON, an unknown verb or a failure inside gets the verb's abstaining answer (see
 :mod:`cardquota.core.scheduling.extender`), logged. The handlers do no I/O: the scheduler's 1 s timeout is spent
-on the rules only. After ``allocateFunc`` places an mGPU pod, its result annotations are patched onto the pod in
-the background (merge patch, with retries).
+on the rules only — except writing mGPU results: ``allocateFunc`` of an mGPU pod answers only once its result
+annotations are on the pod (a merge patch, within :data:`MGPU_PATCH_SECONDS`, below Volcano's ``httpTimeout``), and
+refuses the allocation when they could not be written — so the pod is never bound without them; ``deallocateFunc``
+removes them again (a merge patch with null). Writes to one pod go one after another, in the order the scheduler's
+calls came.
 
 Served, the extender keeps its session by watches (:func:`run_extender` with an API client: the operator's cluster
 cache and pod reflector, feeding the session instead of a ledger): ``onSessionOpen`` is answered at once, its body
@@ -59,13 +62,22 @@ IGNORED = Counter("cardquota_extender_ignored_total", "Requests naming a pod, no
                   "act on (not in its watch, bound, not allocated in this cycle), by verb and why", ["verb", "reason"],
                   registry=REGISTRY)
 DEGRADED_LOG_SECONDS = 60.0
-PodPatcher = Callable[[Manifest, dict[str, str]], Coroutine[Any, Any, None]]
+MGPU_PATCH_SECONDS = 0.3
+"""How long ``allocateFunc`` waits for an mGPU result to be written onto the pod before refusing the allocation (and
+``deallocateFunc`` for it to be removed). Volcano waits ``extender.httpTimeout`` for the whole call — 1 s by default
+(pkg/scheduler/plugins/extender/extender.go, ``parseExtenderConfig``, v1.15.1), 500ms in the shipped configuration
+— and rolls the allocation back when the call fails and ``ignorable`` is false: the write must end well inside it."""
+PATCHES = Counter("cardquota_extender_mgpu_patches_total", "mGPU result annotations written onto pods (or removed), "
+                  "by verb and outcome", ["verb", "outcome"], registry=REGISTRY)
+PodPatcher = Callable[[Manifest, Mapping[str, str | None]], Coroutine[Any, Any, None]]
+"""Merge-patch annotations onto a pod (None removes one); raises when they were not written."""
 
 ABSTAIN: dict[str, dict[str, Any]] = {
     "onsessionopen": {}, "onsessionclose": {},
     "predicate": {"status": "", "code": 0},
     "prioritize": {"nodeScore": {}, "errorMessage": ""},
     "jobenqueueable": {"status": 0},
+    "jobenqueued": {},
     "queueoverused": {"overused": False},
     "jobready": {"status": True},
     "allocatefunc": {"errorMessage": ""},
@@ -75,10 +87,13 @@ ABSTAIN: dict[str, dict[str, Any]] = {
 
 
 def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
-                       synced: Callable[[], bool] | None = None) -> web.Application:
+                       synced: Callable[[], bool] | None = None, *,
+                       patch_seconds: float = MGPU_PATCH_SECONDS,
+                       degraded_reasons: Callable[[], list[str]] | None = None) -> web.Application:
     """The verbs' routes. ``synced`` says whether the watched session holds the whole cluster (None: the session
-    comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode)."""
-    background: set[asyncio.Task[None]] = set()
+    comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode); ``degraded_reasons``: what the
+    extender cannot enforce although it serves (listed in ``/readyz``'s body)."""
+    writes = _PodWrites(patch_pod) if patch_pod is not None else None
     large = LargeBodies(LARGE_BODY, LARGE_BODIES_AT_ONCE)
     last_degraded_log = [float("-inf")]
     extender.on_ignored = ignored
@@ -90,7 +105,7 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
         "jobenqueueable": extender.job_enqueueable,
         "queueoverused": extender.queue_overused,
         "jobready": extender.job_ready,
-        "deallocatefunc": extender.deallocate_func,
+        "jobenqueued": extender.job_enqueued,
     }
 
     def degraded(verb: str) -> web.Response:
@@ -114,12 +129,20 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                 raise ValueError("the body nests too deeply") from None
             if not isinstance(payload, dict):
                 raise ValueError("the body is not a JSON object")
-            if verb == "allocatefunc":
-                answer, pod, annotations = extender.allocate_func(payload)
-                if pod is not None and annotations and patch_pod is not None:
-                    task = asyncio.create_task(patch_pod(pod, annotations))
-                    background.add(task)
-                    task.add_done_callback(background.discard)
+            if verb in ("allocatefunc", "deallocatefunc"):
+                call = extender.allocate_func if verb == "allocatefunc" else extender.deallocate_func
+                answer, pod, annotations = call(payload)
+                if pod is not None and annotations and writes is not None:
+                    problem = await writes.write(pod, annotations, patch_seconds)
+                    PATCHES.labels(verb, "failed" if problem else "written").inc()
+                    if problem is not None and verb == "allocatefunc":
+                        extender.withdraw(namespaced_key(pod))  # refused: the scheduler rolls it back
+                        writes.write_later(pod, dict.fromkeys(annotations))  # (whatever lands late goes again)
+                        answer = {"errorMessage": f"cardquota could not write the mGPU result onto pod "
+                                                  f"{'/'.join(namespaced_key(pod))}: {problem}"}
+                    elif problem is not None:
+                        log.warning("could not remove the mGPU result from %s: %s", "/".join(namespaced_key(pod)),
+                                    problem)
             elif verb == "onsessionopen":
                 gc.unfreeze()  # the previous session goes back to the collector (and whatever cycles came with it)
                 answer = verbs[verb](payload)
@@ -160,7 +183,7 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[body_guard(lambda _: MAX_BODY)])
     app.router.add_get("/metrics", metrics)
-    add_health_routes(app, synced or (lambda: True))
+    add_health_routes(app, synced or (lambda: True), degraded_reasons)
     app.router.add_post("/{verb}", handle)
     return app
 
@@ -176,20 +199,99 @@ def api_pod_patcher(api: Any) -> PodPatcher:
     """Patch result annotations onto a pod through the Kubernetes API (in a thread: the client blocks)."""
     from cardquota.kube import KubeError, patch_annotations, pod_path
 
-    async def patch(pod: Manifest, annotations: dict[str, str]) -> None:
+    async def patch(pod: Manifest, annotations: Mapping[str, str | None]) -> None:
         path = pod_path(*namespaced_key(pod))
         try:
-            await asyncio.to_thread(patch_annotations, api, path, dict(annotations))
+            written = await asyncio.to_thread(patch_annotations, api, path, dict(annotations))
         except KubeError as error:
-            log.warning("could not patch the mGPU result onto %s: %s", path, error)
+            raise PatchFailed(str(error)) from None
+        if not written:
+            raise PatchFailed("the pod is gone")
 
     return patch
+
+
+DRA_UNREADABLE_REASON = ("DRA claims cannot be read: resource.k8s.io not served (none of v1, v1beta2, v1beta1); the "
+                         "spec.dra quotas of queues are not enforced")
+DEGRADED_CHECK_SECONDS = 2.0
+"""How often the served extender looks whether it became degraded (two flags: cheap)."""
+DEGRADED_EVENT_REASON = "ExtenderDegraded"
+
+
+async def report_degraded(degraded: Callable[[], list[str]], api: Any) -> None:
+    """One Warning event (and log line) each time a degraded reason appears — on the Queue CRD, where the quotas
+    it concerns are defined (cluster-scoped: the event goes to the ``default`` namespace, as the controller's for
+    that CRD); again only after it went and came back."""
+    from cardquota.core.crd_additions import QUEUE_CRD
+    from cardquota.core.events import CardEvent
+    from cardquota.kube import KubeError, create_event
+    from cardquota.operator.controller import EVENT_NAMESPACE, kubernetes_event
+
+    reported: set[str] = set()
+    while True:
+        now = set(degraded())
+        for reason in sorted(now - reported):
+            log.warning("extender degraded: %s", reason)
+            event = CardEvent("CustomResourceDefinition", "", QUEUE_CRD, DEGRADED_EVENT_REASON,
+                              f"cardquota extender: {reason}")
+            try:
+                await asyncio.to_thread(create_event, api, EVENT_NAMESPACE,
+                                        kubernetes_event(event, "cardquota-extender"))
+            except KubeError as error:
+                log.warning("could not record the %s event: %s", DEGRADED_EVENT_REASON, error)
+        for reason in sorted(reported - now):
+            log.info("extender no longer degraded: %s", reason)
+        reported = now
+        await asyncio.sleep(DEGRADED_CHECK_SECONDS)
+
+
+class PatchFailed(Exception):
+    """Annotations were not written onto a pod (why, for the scheduler's log)."""
+
+
+class _PodWrites:
+    """Annotation writes, one pod's one after another (a write that outlived its wait still ends before the next
+    one to that pod starts: a late result never lands over a later removal, nor a late removal over a later
+    result)."""
+
+    def __init__(self, patch: PodPatcher) -> None:
+        self._patch = patch
+        self._last: dict[ObjectKey, asyncio.Task[None]] = {}
+
+    def write_later(self, pod: Manifest, annotations: Mapping[str, str | None]) -> asyncio.Task[None]:
+        key = namespaced_key(pod)
+        previous = self._last.get(key)
+
+        async def write() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])  # (its outcome was its own caller's)
+            await self._patch(pod, annotations)
+
+        task = asyncio.create_task(write())
+        self._last[key] = task
+        task.add_done_callback(lambda done: self._finished(key, done))
+        return task
+
+    async def write(self, pod: Manifest, annotations: Mapping[str, str | None], seconds: float) -> str | None:
+        """Write, waiting at most ``seconds``: None when written, else why not (a write still under way goes on)."""
+        task = self.write_later(pod, annotations)
+        done, _ = await asyncio.wait([task], timeout=seconds)
+        if not done:
+            return f"the API server did not answer within {seconds:g}s"
+        error = task.exception()
+        return None if error is None else str(error) or type(error).__name__
+
+    def _finished(self, key: ObjectKey, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            task.exception()  # (retrieved: reported by the caller that waited, or by nobody for a late clean-up)
+        if self._last.get(key) is task:
+            del self._last[key]
 
 
 async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodPatcher | None,
                        stop: asyncio.Event | None = None, *, api: Any = None,
                        on_listening: Callable[[int], None] | None = None,
-                       limits: ServerLimits | None = None) -> None:
+                       limits: ServerLimits | None = None, patch_seconds: float = MGPU_PATCH_SECONDS) -> None:
     """Serve until ``stop`` is set (forever when None); with ``api``, the session is kept by watches (degraded until
     the first full list is in)."""
     from cardquota.operator.reflector import Reflector
@@ -198,7 +300,13 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
 
     cache = ClusterCache(sink=extender) if api is not None else None
     reflectors: list[Reflector] = []
+    claim_watches: list[Reflector] = []
     SYNCED.set(0)
+
+    def degraded() -> list[str]:
+        """What is not enforced although the extender serves: DRA quotas while no resource.k8s.io version the
+        claim reflectors read is served (each counted in cardquota_dra_claims_unreadable)."""
+        return [DRA_UNREADABLE_REASON] if any(not reflector.served for reflector in claim_watches) else []
 
     def synced() -> bool:
         """Listed, and no watch of pods failing for a minute (the session might be that far behind)."""
@@ -206,7 +314,9 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
         SYNCED.set(1 if ready else 0)
         return ready
 
-    runner = await serve_http(build_extender_app(extender, patch_pod, synced if cache is not None else None),
+    runner = await serve_http(build_extender_app(extender, patch_pod, synced if cache is not None else None,
+                                                 patch_seconds=patch_seconds,
+                                                 degraded_reasons=degraded if cache is not None else None),
                               host, port, limits)
     if on_listening is not None:
         on_listening(runner.addresses[0][1])
@@ -217,7 +327,8 @@ async def run_extender(extender: Extender, host: str, port: int, patch_pod: PodP
         if cache is not None:
             from cardquota.operator.watch import follow
 
-            await follow(cache, api, stop, tasks, claims=True, reflectors=reflectors)
+            tasks.append(asyncio.create_task(report_degraded(degraded, api)))
+            await follow(cache, api, stop, tasks, claims=True, reflectors=reflectors, claim_watches=claim_watches)
         else:
             await (stop or asyncio.Event()).wait()
     finally:

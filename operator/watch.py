@@ -81,13 +81,15 @@ async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
 
 async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event | None,
                  tasks: list[asyncio.Task[None]], *, claims: bool = False, started: asyncio.Event | None = None,
-                 reflectors: list[Reflector] | None = None, pods: bool = True) -> None:
+                 reflectors: list[Reflector] | None = None, pods: bool = True,
+                 claim_watches: list[Reflector] | None = None) -> None:
     """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the reflectors synced
     one after the other (then the cache is complete and ``started`` set), then Kopf's watches, logged in as ``api``
     is (:func:`connection_info`); without ``pods``, no pod is listed or watched (a webhook-only process: no policy
     reads pods from the cache); with ``claims``, reflectors for
     DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
-    added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags)."""
+    added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags) and
+    the claims' to ``claim_watches`` (to tell whether claims can be read at all)."""
     registry = kopf.OperatorRegistry()
     register(registry, cache)
 
@@ -104,7 +106,10 @@ async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event
         tasks.append(asyncio.create_task(reflector.run()))
         await synced(reflector, tasks[-1])
     if claims:
-        tasks.extend(asyncio.create_task(reflector.run()) for reflector in claim_reflectors(cache, api))
+        for reflector in claim_reflectors(cache, api):
+            if claim_watches is not None:
+                claim_watches.append(reflector)
+            tasks.append(asyncio.create_task(reflector.run()))
     cache.mark_complete()
     snapshot = cache.target.snapshot
     log.info("cluster snapshot loaded: %d nodes, %d queues, %d podgroups, %d pods", len(snapshot.nodes),

@@ -24,6 +24,8 @@ from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.mgpu import MGPUConfig
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import Connection, api_client
+from cardquota.operator import extender as extender_module
+from cardquota.operator import reflector as reflector_module
 from cardquota.operator.certificates import ensure_certificates
 from cardquota.operator.extender import api_pod_patcher, run_extender
 from cardquota.operator.leader import LeaderElection
@@ -176,12 +178,12 @@ def mgpu_pod(name: str, node_name: str | None = None) -> dict[str, Any]:
 
 
 async def test_the_extender_is_granted_exactly_what_it_calls_and_patches_only_the_pods_it_placed(
-        volcano_kmock: Any) -> None:
+        volcano_kmock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The served extender (watching kmock) places a pending mGPU pod and is asked, by some other caller, to place
-    a running one: only the first is patched, and its ClusterRole grants exactly what it called."""
-    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
-        volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
-            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
+    a running one: only the first is patched; it reports DRA claims unreadable (an event) until resource.k8s.io is
+    served, then watches them; and its ClusterRole grants exactly what it called."""
+    monkeypatch.setattr(reflector_module, "NOT_SERVED_RETRY_SECONDS", 0.1)
+    monkeypatch.setattr(extender_module, "DEGRADED_CHECK_SECONDS", 0.05)
     volcano_kmock.objects["v1/nodes", None, "m1"] = node("m1", allocatable={
         "vke.volcengine.com/mgpu-core": "400", "vke.volcengine.com/mgpu-memory": "98304"})
     volcano_kmock.objects["v1/pods", "ml", "mine"] = mgpu_pod("mine")
@@ -200,6 +202,11 @@ async def test_the_extender_is_granted_exactly_what_it_calls_and_patches_only_th
                     return response.status == 200
 
             await eventually(ready, timeout=20)
+            await eventually(lambda: made(volcano_kmock, ("create", "events")), timeout=20)
+            for plural, kind in (("resourceclaims", "ResourceClaim"),
+                                 ("resourceclaimtemplates", "ResourceClaimTemplate")):
+                volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
+                    "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
             for manifest in (mgpu_pod("busy", node_name="m1"), mgpu_pod("mine")):
                 async with session.post("/allocateFunc", json={"task": task_info(manifest, status=ALLOCATED,
                                                                                  node="m1")}) as response:

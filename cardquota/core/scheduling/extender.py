@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import WAITING_PHASES, Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, namespaced_key
-from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session, watched_pod
 from cardquota.core.snapshot import ClusterSnapshot, Kind, kind_of
 
@@ -28,6 +27,10 @@ CODE_ERROR = 1
 CODE_UNSCHEDULABLE = 2
 CODE_UNRESOLVABLE = 3
 ENQUEUE_REJECT, ENQUEUE_ABSTAIN, ENQUEUE_PERMIT = -1, 0, 1
+PIPELINED = 4
+"""TaskInfo.Status bit of a task placed to wait for resources being released (Volcano pkg/scheduler/api/types.go,
+``TaskStatus``: Pending 1, Allocated 2, Pipelined 4, Binding 8, ...). ``Statement.Pipeline`` sets it before calling
+``allocateFunc`` (pkg/scheduler/framework/statement.go, v1.15.1); such a task is never bound in that session."""
 BOUND_STATUSES = 2 | 8 | 16 | 32 | 64
 """TaskInfo.Status bits that mean the task holds its node: Allocated, Binding, Bound, Running, Releasing."""
 ASSUMED_SECONDS = 30.0
@@ -110,10 +113,13 @@ def session_manifests(snapshot: Mapping[str, Any]) -> list[Manifest]:
 @dataclass(frozen=True)
 class _Assumed:
     """A task allocated in a cycle and not yet seen bound through the watch: until when the allocation stands (None:
-    until the cycle ends), and the pod as last watched (put back when it ends)."""
+    until the cycle ends), the pod as last watched (put back when it ends), and the names of the mGPU result
+    annotations handed out to be written onto it (cleared when the scheduler deallocates it)."""
 
     until: float | None
     watched: Manifest
+    written: tuple[str, ...] = ()
+    pipelined: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,10 +154,13 @@ class Extender:
     * a pod the watch does not know (the scheduler's informer was faster) is judged by ``predicate``/``prioritize``
       from the request and kept pending in the session until the cycle ends, at most
       :data:`STRANGERS_PER_CYCLE` of them (beyond, judged and forgotten at once); unknown nodes are never added;
-    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it once: a repeated
-      call does not extend its :data:`ASSUMED_SECONDS`, and after a reservation lapsed unconfirmed (or was refused
-      on a repeated call) a new one lasts only until the cycle ends — so does a new allocation of a pod whose
-      allocation lapsed.
+    * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it until the cycle
+      ends — a voter after it may reject the job — unless Volcano is seen to enqueue it (``jobEnqueued``, or a task
+      verb naming one of its pods): then for :data:`ASSUMED_SECONDS`, never extended by a repeated call; after a
+      reservation lapsed unconfirmed (or was refused on a repeated call) a new one lasts only until the cycle ends
+      — so does a new allocation of a pod whose allocation lapsed, any pipelined allocation, and, once the scheduler
+      is seen asking ``jobReady``, an allocation of a job it does not name there in the cycle (not committed);
+    * a task is judged without its own earlier allocation (a task never competes with itself).
 
     A cycle ends at ``onSessionOpen`` and ``onSessionClose``, or :data:`CYCLE_SECONDS` after the last end for a
     scheduler configured without those verbs."""
@@ -178,6 +187,10 @@ class Extender:
         """The lifetime each decision of this cycle got first (undone and taken again, it keeps it)."""
         self._lapsed: set[tuple[Kind, ObjectKey]] = set()
         """Pods and PodGroups whose decision lapsed unconfirmed (until the watch shows them placed or gone)."""
+        self._job_ready_asked = False
+        """Whether the scheduler asks ``jobReady`` (it is configured): then it tells which jobs it commits."""
+        self._ready_jobs: set[ObjectKey] = set()
+        """PodGroups ``jobReady`` named in this cycle: their tasks' allocations are committed (bound after it)."""
 
     # ------------------------------------------------------------------------------------------------- session
 
@@ -224,7 +237,7 @@ class Extender:
                 if placed:
                     del self._allocated[view.key]
                 else:
-                    self._allocated[view.key] = _Assumed(assumed.until, manifest)
+                    self._allocated[view.key] = replace(assumed, watched=manifest)
                     manifest = _placed_as(manifest, session.pods.get(view.key))
         elif kind is Kind.PODGROUP:
             group = PodGroup.from_manifest(manifest)
@@ -308,6 +321,7 @@ class Extender:
         self._strangers.clear()
         self._cycle_allocations.clear()
         self._cycle_untils.clear()
+        self._ready_jobs.clear()
 
     def _forget(self) -> None:
         """Everything kept about decisions (a session opened from a body, or a watch starting to feed one)."""
@@ -353,9 +367,11 @@ class Extender:
         with self._judging(session, manifest, key, "predicate") as judged:
             if not judged:
                 return {"status": "", "code": CODE_PASS}
-            refusal = session.task_refusal(key)
-            if refusal is None and name in session.nodes:  # (a node the watch does not know: allocateFunc refuses)
-                refusal = session.node_refusal(key, name)
+            self._confirm_group_of(session, key)
+            with self._unplaced(session, key):
+                refusal = session.task_refusal(key)
+                if refusal is None and name in session.nodes:  # (a node the watch does not know: allocateFunc
+                    refusal = session.node_refusal(key, name)  # refuses)
         if refusal is None:
             return {"status": "", "code": CODE_PASS}
         return {"status": f"{refusal.reason}: {refusal.message}", "code": CODE_UNSCHEDULABLE}
@@ -370,7 +386,9 @@ class Extender:
             return {"nodeScore": scores, "errorMessage": ""}
         with self._judging(session, manifest, key, "prioritize") as judged:
             if judged:
-                scores.update({name: session.score(key, name) for name in nodes if name in session.nodes})
+                self._confirm_group_of(session, key)
+                with self._unplaced(session, key):
+                    scores.update({name: session.score(key, name) for name in nodes if name in session.nodes})
         return {"nodeScore": scores, "errorMessage": ""}
 
     def job_enqueueable(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -400,31 +418,74 @@ class Extender:
                 self._lapsed.add((Kind.PODGROUP, key))
             return {"status": ENQUEUE_REJECT}
         # Reserved: the next job in this cycle sees its cards and its minResources cpu/memory as inqueue.
-        until = reserved.until if reserved is not None else self._until(Kind.PODGROUP, key)
+        # Until the cycle ends unless Volcano is seen to have enqueued it (_confirm_reservation): a voter after
+        # this one may still reject it (pkg/scheduler/framework/session_plugins.go, JobEnqueueable: the first
+        # reject in a tier wins).
+        until = reserved.until if reserved is not None else None
         self._enqueued[key] = _Reserved(until, group.phase)
         session.set_group_phase(key, "Inqueue")
         return {"status": ENQUEUE_PERMIT}
 
+    def job_enqueued(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Volcano enqueued the job (its ``jobEnqueuedVerb``, on Volcano's master branch: called by the enqueue
+        action after the vote, pkg/scheduler/actions/enqueue/enqueue.go): its reservation stands until the watch
+        shows it Inqueue or :data:`ASSUMED_SECONDS` pass."""
+        session = self._current()
+        manifest = podgroup_manifest(field(request, "job"))
+        if session is None or manifest is None:
+            return {}
+        try:
+            key = PodGroup.from_manifest(manifest).key
+        except InputError:
+            return {}
+        if key in self._enqueued:
+            self._confirm_reservation(key)
+        else:
+            self.on_ignored("jobenqueued", "not-reserved", key)
+        return {}
+
     def queue_overused(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Over its card quota: some card type holds more than the queue's quota (share above 1)."""
-        queue = field(field(request, "queue"), "Name")
-        if self.session is None or not isinstance(queue, str):
-            return {"overused": False}
-        quota = self.session.quota(queue)
-        allocated = self.session.ledger.usage(queue).allocated
-        share = capacity_card.queue_share({card: float(allocated.get(card, 0)) for card in quota},
-                                          {card: float(amount) for card, amount in quota.items()})
-        return {"overused": share > 1}
+        """Never overused. Volcano's allocate action skips a queue it is told is overused — every job of it, every
+        resource (``if ssn.Overused(queue) { continue }`` in pkg/scheduler/actions/allocate/allocate.go,
+        ``allocateResources``, v1.15.1) — while card quotas are per card type and checked task by task
+        (``predicate``, ``allocateFunc``): a queue over its A100 quota still gets H100 and CPU work. Served for
+        configurations that name the verb; best left out of them."""
+        del request
+        return {"overused": False}
 
     def job_ready(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Card quotas were checked task by task on allocation: nothing more to hold the commit back for."""
-        del request
+        """Card quotas were checked task by task on allocation: nothing more to hold the commit back for.
+
+        Volcano asks it only when the plugins before it found the job ready, and then commits the job's statement
+        (pkg/scheduler/framework/session_plugins.go ``JobReady``: the first false wins; actions/allocate/allocate.go
+        ``allocateResources``: ``if stmt != nil && ssn.JobReady(job) { stmt.Commit() }``). A job it is not asked
+        about is not committed in this cycle — neither is it discarded when it is pipelined — so, once the scheduler
+        is seen asking, its allocations last the cycle only, and the job's named here last until bound."""
+        manifest = podgroup_manifest(field(request, "job"))
+        session = self._current()
+        if session is not None and manifest is not None:
+            try:
+                key = PodGroup.from_manifest(manifest).key
+            except InputError:
+                key = None
+            if key is not None:
+                self._job_ready_asked = True
+                self._ready_jobs.add(key)
+                self._confirm_reservation(key)  # (enqueued, then: allocate visits enqueued jobs only)
+                for pod in [pod for pod in self._cycle_allocations if pod in self._allocated]:
+                    assumed = self._allocated[pod]
+                    if assumed.until is None and not assumed.pipelined and session.view(pod).group_key == key:
+                        self._allocated[pod] = replace(assumed, until=self._until(Kind.POD, pod))
         return {"status": True}
 
     def allocate_func(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], Manifest | None, dict[str, str]]:
         """(response, the pod, the annotations to patch onto it). An allocation that breaks the card quota (two
         tasks raced for the last card) is refused, and the scheduler rolls it back; so is one of a pod or onto a
-        node the watch does not know (retried in a later cycle)."""
+        node the watch does not know (retried in a later cycle). The task is judged without its own earlier
+        allocation. A pipelined task's (``Status`` :data:`PIPELINED`) lasts until the cycle ends: Volcano's allocate
+        action neither commits nor discards a job that is pipelined only (pkg/scheduler/actions/allocate/
+        allocate.go, ``allocateForJob``: ``JobReady`` false, ``JobPipelined`` true), so no ``deallocateFunc``
+        comes, and the next session sees the task Pending again; no mGPU result is written for it."""
         session = self._current()
         task = field(request, "task")
         _, key = _pod_of(task)
@@ -445,25 +506,50 @@ class Extender:
             if key in self._allocated:  # (the earlier placement is undone: the scheduler now sees it pending)
                 self._undo_allocation(session, key, lapsed=False)
             return {"errorMessage": f"{problem.reason}: {problem.message}"}, None, {}
-        self._allocated[key] = _Assumed(self._allocated[key].until if key in self._allocated
-                                        else self._until(Kind.POD, key), watched)
+        self._confirm_group_of(session, key)
+        status = field(task, "Status")
+        pipelined = isinstance(status, int) and bool(status & PIPELINED)
+        earlier = self._allocated.get(key)
+        if pipelined:
+            until = None  # never bound in this session: next session the task is Pending again, or placed anew
+        elif earlier is not None and earlier.until is not None:
+            until = earlier.until
+        elif self._job_ready_asked and session.view(key).group_key not in self._ready_jobs:
+            until = None  # committed only if jobReady names its job in this cycle (job_ready)
+        else:
+            until = self._until(Kind.POD, key)
         self._cycle_allocations.add(key)
         placement = session.allocate(key, node)
-        return {"errorMessage": ""}, session.pods[key], dict(placement.annotations)
+        written = {} if pipelined else dict(placement.annotations)  # (a pipelined pod is not bound this session)
+        self._allocated[key] = _Assumed(until, watched, tuple(written), pipelined)
+        return {"errorMessage": ""}, (session.pods[key] if written else None), written
 
-    def deallocate_func(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Undoes an allocation of this cycle that the watch has not shown bound; ignores any other."""
+    def withdraw(self, key: ObjectKey) -> None:
+        """Undo an allocation of this cycle whose mGPU result could not be written onto the pod (the scheduler is
+        told the allocation failed, and rolls it back)."""
+        session = self._current()
+        if session is not None and key in self._cycle_allocations and key in self._allocated:
+            self._undo_allocation(session, key, lapsed=False)
+
+    def deallocate_func(self, request: Mapping[str, Any]
+                        ) -> tuple[dict[str, Any], Manifest | None, dict[str, str | None]]:
+        """(response, the pod, the annotations to remove from it: the mGPU result written at its allocation, each
+        None as a JSON merge patch removes it). Undoes an allocation of this cycle that the watch has not shown
+        bound; ignores any other."""
         session = self._current()
         _, key = _pod_of(field(request, "task"))
         if session is None or key is None:
-            return {"errorMessage": ""}
+            return {"errorMessage": ""}, None, {}
         if key in self._cycle_allocations and key in self._allocated:
+            assumed = self._allocated[key]
             self._undo_allocation(session, key, lapsed=False)
+            if assumed.written:
+                return {"errorMessage": ""}, assumed.watched, dict.fromkeys(assumed.written)
         elif key not in session.pods or key in self._strangers:
             self.on_ignored("deallocatefunc", "unknown-pod", key)
         else:
             self.on_ignored("deallocatefunc", "not-allocated-this-cycle", key)
-        return {"errorMessage": ""}
+        return {"errorMessage": ""}, None, {}
 
     # ------------------------------------------------------------------------------------------------ internals
 
@@ -484,6 +570,34 @@ class Extender:
             return {"errorMessage": f"pod {key[0]}/{key[1]} asks for mGPU but its schedulerName {scheduler!r} is "
                                     f"not one cardquota serves ({', '.join(sorted(self.config.scheduler_names))})"}
         return None
+
+    def _confirm_reservation(self, key: ObjectKey) -> None:
+        """Volcano enqueued the PodGroup: its reservation outlives the cycle (until the watch shows it Inqueue)."""
+        reserved = self._enqueued.get(key)
+        if reserved is not None and reserved.until is None:
+            self._enqueued[key] = _Reserved(self._until(Kind.PODGROUP, key), reserved.phase)
+
+    def _confirm_group_of(self, session: Session, key: ObjectKey) -> None:
+        """A task verb names a pod of a PodGroup reserved in this cycle: Volcano enqueued that job (its allocate
+        action skips pending jobs, pkg/scheduler/actions/allocate/allocate.go, ``buildAllocateContext``)."""
+        if self._enqueued:
+            group = session.view(key).group_key
+            if group is not None:
+                self._confirm_reservation(group)
+
+    @contextmanager
+    def _unplaced(self, session: Session, key: ObjectKey) -> Iterator[None]:
+        """The task judged without its own earlier allocation (one the watch has not shown bound: Volcano sees the
+        task Pending again after a pipelined session or a failed bind), which is put back afterwards."""
+        if key not in self._allocated:
+            yield
+            return
+        placed = session.pods[key]
+        session.deallocate(key)
+        try:
+            yield
+        finally:
+            session.upsert(placed)
 
     @contextmanager
     def _judging(self, session: Session, manifest: Manifest, key: ObjectKey, verb: str) -> Iterator[bool]:

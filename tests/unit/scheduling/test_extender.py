@@ -93,17 +93,19 @@ def test_allocate_and_deallocate_move_the_queue_usage_and_a_race_for_the_last_ca
     assert extender.session.ledger.usage("team-a").allocated[A100] == 2
     refused, _, _ = extender.allocate_func({"task": second})
     assert refused["errorMessage"].startswith("InsufficientScalarQuota: Queue team-a has insufficient NVIDIA-A100")
-    assert extender.deallocate_func({"task": first}) == {"errorMessage": ""}
+    assert extender.deallocate_func({"task": first})[0] == {"errorMessage": ""}
     assert extender.session.ledger.usage("team-a").allocated[A100] == 1
     again, _, _ = extender.allocate_func({"task": second})
     assert again == {"errorMessage": ""}
 
 
-def test_queue_overused_only_beyond_the_card_quota() -> None:
+def test_queue_overused_never_blocks_a_whole_queue() -> None:
+    # Volcano skips every job of an overused queue (actions/allocate/allocate.go, allocateResources); card quotas
+    # are per type and per task, so even a queue beyond its A100 quota is not overused.
     at_quota = opened(bound={"a1": [card_pod("x", A100, node_name="a1"), card_pod("y", A100, node_name="a1")]})
     assert at_quota.queue_overused({"queue": queue_info(QUEUES[0])}) == {"overused": False}
     beyond = opened(bound={"a1": [card_pod(f"p{i}", A100, node_name="a1") for i in range(3)]})
-    assert beyond.queue_overused({"queue": queue_info(QUEUES[0])}) == {"overused": True}
+    assert beyond.queue_overused({"queue": queue_info(QUEUES[0])}) == {"overused": False}
 
 
 @pytest.mark.parametrize("verb", ["predicate", "prioritize", "job_enqueueable", "queue_overused", "job_ready",
@@ -113,6 +115,9 @@ def test_without_a_session_every_verb_abstains(verb: str) -> None:
     answer = getattr(extender, verb)({"task": task_info(card_pod("p", A100)), "node": node_info(NODES[0]),
                                       "nodes": [node_info(NODES[0])], "queue": queue_info(QUEUES[0]),
                                       "job": job_info(podgroup("g", namespace="ml", request={A100: 99}))})
+    if verb == "deallocate_func":  # (response, pod, annotations to remove)
+        answer, pod, removed = answer
+        assert (pod, removed) == (None, {})
     assert answer in ({"status": "", "code": 0}, {"nodeScore": {"a1": 0.0}, "errorMessage": ""}, {"status": 0},
                       {"overused": False}, {"status": True}, {"errorMessage": ""})
 

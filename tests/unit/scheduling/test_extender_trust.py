@@ -90,7 +90,7 @@ def allocate(extender: Extender, manifest: dict[str, Any], node_name: str = "a1"
 
 def test_deallocate_never_frees_a_pod_the_watch_shows_bound() -> None:
     extender, _, told = watched(card_pod("held", node_name="a1"))
-    assert extender.deallocate_func({"task": task_info(card_pod("held", node_name="a1"), status=RUNNING)}) == {
+    assert extender.deallocate_func({"task": task_info(card_pod("held", node_name="a1"), status=RUNNING)})[0] == {
         "errorMessage": ""}
     assert allocated(extender) == 1
     assert told == [("deallocatefunc", "not-allocated-this-cycle")]
@@ -99,7 +99,7 @@ def test_deallocate_never_frees_a_pod_the_watch_shows_bound() -> None:
 def test_deallocate_undoes_this_cycles_allocation_only() -> None:
     extender, _, told = watched(card_pod("p"), card_pod("q"))
     assert allocate(extender, card_pod("p")) == {"errorMessage": ""}
-    assert extender.deallocate_func({"task": task_info(card_pod("p"), status=ALLOCATED, node="a1")}) == {
+    assert extender.deallocate_func({"task": task_info(card_pod("p"), status=ALLOCATED, node="a1")})[0] == {
         "errorMessage": ""}
     assert allocated(extender) == 0  # the scheduler's rollback, within the cycle
     assert allocate(extender, card_pod("q")) == {"errorMessage": ""}

@@ -166,6 +166,7 @@ def test_an_enqueued_job_keeps_its_reservation_until_the_watch_shows_it_inqueue_
     second = podgroup("second", namespace="ml", queue="team-a", phase="Pending", request={A100: 1})
     extender, clock = watched_extender(first, second)
     assert extender.job_enqueueable({"job": job_info(first)}) == {"status": 1}
+    assert extender.job_enqueued({"job": job_info(first)}) == {}  # Volcano enqueued it (master's jobEnqueued)
     extender.on_session_close({})
     extender.upsert(first)  # the watch still shows it Pending (the phase is written after the session closes)
     extender.on_session_open({})
