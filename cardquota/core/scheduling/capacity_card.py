@@ -28,7 +28,14 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import CpuMemoryUse, Ledger
 from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
 from cardquota.core.quantity import format_quantity
-from cardquota.core.quota import card_alternatives, card_name_problem, card_request, quota_allows
+from cardquota.core.quota import (
+    alternative_set,
+    card_alternatives,
+    card_name_problem,
+    card_request,
+    quota_allows,
+    reserved_on,
+)
 from cardquota.core.resources import is_card_resource
 from cardquota.core.schedconf.reader import read_bool, read_number
 from cardquota.core.scheduling.refusal import Refusal
@@ -97,16 +104,20 @@ class Shortfall:
 
 def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, int], allocated: Mapping[str, int],
                           inqueue: Mapping[str, int], elastic: Mapping[str, int] | None = None) -> Shortfall | None:
-    """Job mode: None when every key of ``request`` fits the capability, else the first key that does not."""
+    """Job mode: None when every key of ``request`` fits the capability, else the first key that does not.
+
+    For a key naming the types ``S`` (one type, or ``A|B`` alternatives, compared as a set): ``allocated - elastic``
+    of the types in ``S``, plus every reservation that may land on one of them (:func:`reserved_on`: the queue's
+    inqueue keys and the job's own other keys sharing a type with ``S``), plus the key's own cards, must fit the
+    capability of ``S`` (:func:`quota_allows`, each type once). The seed adds up the alternatives on both sides the
+    same way but leaves out reservations kept under other keys, so an Inqueue ``{"A|B": 8}`` in a queue allowing
+    ``A=5, B=3`` would let a later ``{"A": 1}`` or ``{"B|A": 1}`` in as well: 10 cards promised against 8."""
     elastic = elastic or {}
     for key, wanted in request.items():
-        alternatives = card_alternatives(key)
-        used = sum(allocated.get(card, 0) + inqueue.get(card, 0) - elastic.get(card, 0) for card in alternatives)
-        if len(alternatives) > 1:
-            used += inqueue.get(key, 0)  # reservations kept under the A|B key itself
-            # The job's own single-type keys among the alternatives are part of what it would use (the scheduler
-            # adds the whole request to the queue's usage before checking each key).
-            used += sum(request.get(card, 0) for card in alternatives)
+        types = alternative_set(key)
+        used = sum(allocated.get(card, 0) - elastic.get(card, 0) for card in types)
+        used += reserved_on(types, inqueue)
+        used += reserved_on(types, {other: amount for other, amount in request.items() if other != key})
         limit = quota_allows(key, capability)
         if used + wanted > limit:
             return Shortfall(key, wanted, used + wanted, limit)
