@@ -226,7 +226,7 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
     condition = _last_condition(session.podgroup_conditions.get(group.key))
     if condition is not None and group.phase in NOT_ENQUEUED:
         explanation.facts.append(condition)
-    if group.phase in NOT_ENQUEUED and not request.violations:
+    if group.phase in NOT_ENQUEUED and (request.values or not request.violations):  # as the scheduler reads it
         refusal = session.enqueue_refusal(group)
         if refusal is not None and group.queue not in session.ledger.snapshot.queues:
             explanation.blockers.append(_missing_queue(group.queue))
@@ -247,6 +247,9 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
 def _enqueue_unblockers(session: Session, group: PodGroup, refusal: capacity_card.EnqueueRefusal) -> list[str]:
     """What would let ``group`` be enqueued (only what would: releasing cannot help a request above the quota on
     its own), and who holds what it waits for."""
+    if refusal.reason == capacity_card.QUEUE_NOT_OPEN:
+        return [f"It can be enqueued when queue {group.queue} is Open again (vcctl queue operate -n {group.queue} "
+                "-a open)."]
     short = refusal.shortfall
     if isinstance(short, capacity_card.CpuMemoryShortfall):
         return _cpu_memory_unblockers(session, group, short)

@@ -214,6 +214,21 @@ def cpu_memory_enqueue_refusal(queue: str, over: CpuMemoryShortfall) -> EnqueueR
     return EnqueueRefusal(reason, f"Queue {queue} has insufficient {over.resource} quota: {numbers}", over)
 
 
+QUEUE_NOT_OPEN = "QueueNotOpen"
+OPEN = "Open"
+
+
+def queue_state_refusal(queue: str, state: str, what: str) -> Refusal | None:
+    """A queue whose ``status.state`` is set and not ``Open`` (``Closed``, ``Closing``) takes nothing new: no job is
+    enqueued and no task allocated in it (Volcano's ``proportion`` and ``capacity`` plugins, v1.15.1
+    pkg/scheduler/plugins/proportion/proportion.go ``queueAllocatable`` and the ``JobEnqueueableFn``; the seed's
+    plugin at 61a5f00, capacity_card_fn_job_enqueueable.go). An unset state (a queue the queue controller has not
+    reconciled yet) is taken as Open: Volcano's controller sets it on creation."""
+    if not state or state == OPEN:
+        return None
+    return Refusal(QUEUE_NOT_OPEN, f"Queue {queue} is {state}, not Open: {what}")
+
+
 def podgroup_enqueue_refusal(group: PodGroup, ledger: Ledger,
                              config: CapacityCardConfig | None) -> EnqueueRefusal | None:
     """Whether the scheduler would enqueue ``group`` now, on ``ledger``'s counts — the one decision the scheduling
@@ -222,6 +237,10 @@ def podgroup_enqueue_refusal(group: PodGroup, ledger: Ledger,
     ``config`` None means the plugin's arguments are not known (the controller does not read the scheduler's
     ConfigMap): ``cardUnlimitedCpuMemory`` is then taken as on, the reading that blocks least, so that no job is
     said to be blocked that the scheduler may enqueue (a CPU-only job is judged either way)."""
+    record = ledger.snapshot.queues.get(group.queue)
+    closed = queue_state_refusal(group.queue, record.queue.state, "it enqueues no new job") if record else None
+    if closed is not None:
+        return EnqueueRefusal(closed.reason, closed.message)
     request = card_request(group.meta.annotations).values
     usage = ledger.usage(group.queue)
     return job_enqueue_refusal(group.queue, request, usage.quota, usage.allocated, usage.inqueue,
@@ -245,6 +264,9 @@ def enqueue_is_judged(group: PodGroup, ledger: Ledger, config: CapacityCardConfi
     """Whether capacity-card has anything to say about enqueueing ``group``: it asks for cards, or for cpu/memory
     its queue's capability limits (otherwise the extender abstains)."""
     if card_request(group.meta.annotations).values:
+        return True
+    record = ledger.snapshot.queues.get(group.queue)
+    if record is not None and queue_state_refusal(group.queue, record.queue.state, "") is not None:
         return True
     demand = cpu_memory_demand(group, ledger, config)
     return demand is not None and demand.judged

@@ -261,6 +261,10 @@ class Session:
         """The queue-level checks of one task (the scheduler's AllocatableFn)."""
         pod = self.view(key)
         queue = self.queue_of(key)
+        record = self.ledger.snapshot.queues.get(queue)
+        if record is not None and (closed := capacity_card.queue_state_refusal(
+                queue, record.queue.state, "it allocates no new task")) is not None:
+            return closed
         wanted = self.cards_wanted(key)
         if pod.card_name is not None:
             problem = capacity_card.card_request_problem(pod.card_name, wanted)
