@@ -309,6 +309,24 @@ def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: M
     return Refusal(INSUFFICIENT_SCALAR, insufficient_alternatives(queue, card_name, wanted, capability, allocated))
 
 
+def charged_cards_refusal(queue: str, charged: Mapping[str, int], capability: Mapping[str, int],
+                          allocated: Mapping[str, int]) -> Refusal | None:
+    """Task mode for a pod that names no ``volcano.sh/card.name`` but requests a card resource: on a node it is
+    charged the card type the node offers for that resource (``charged``:
+    :func:`~cardquota.core.usage.cards_on_node`, what the ledger will count once it is bound), so that is what is
+    checked — never charged unchecked. Only in a queue with a card quota: a queue without any is not card-limited
+    for pods that name no card type (the ledger still shows what they hold)."""
+    if not capability:
+        return None
+    for card, wanted in charged.items():
+        total = allocated.get(card, 0) + wanted
+        if total > capability.get(card, 0):
+            return Refusal(INSUFFICIENT_SCALAR,
+                           insufficient(queue, card, wanted, total, capability.get(card, 0))
+                           + f" (the pod names no {keys.CARD_NAME}: it is charged the node's card type)")
+    return None
+
+
 def insufficient_alternatives(queue: str, card_name: str, wanted: int, capability: Mapping[str, int],
                               allocated: Mapping[str, int]) -> str:
     """Task mode for ``A|B``: one task uses one type, so each alternative is quoted with its own numbers (never

@@ -37,6 +37,7 @@ from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.usage import cards_on_node
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
@@ -222,14 +223,12 @@ class Session:
 
     def node_card_type(self, key: ObjectKey, node: str) -> str | None:
         """The card type ``node`` offers for the pod's card resource (None when it offers none it asks for)."""
-        record = self.ledger.snapshot.nodes.get(node)
-        if record is None:
-            return None
-        for resource, amount in self.view(key).requests.items():
-            card = record.cards.by_resource.get(resource)
-            if card is not None and amount > 0:
-                return card.name
-        return None
+        return next(iter(self.cards_on(key, node)), None)
+
+    def cards_on(self, key: ObjectKey, node: str) -> dict[str, int]:
+        """What the pod would be charged bound to ``node``, per card type: the ledger's own rule
+        (:func:`~cardquota.core.usage.cards_on_node`), so a check on a node and the charge after it agree."""
+        return cards_on_node(self.view(key).requests, self.ledger.snapshot.nodes.get(node))
 
     def wants_mgpu(self, key: ObjectKey) -> bool:
         """Whether the pod asks for mGPU shares the session places (mGPU enabled): its placement writes annotations."""
@@ -302,6 +301,14 @@ class Session:
             if card_type not in capacity_card.fitting_alternatives(pod.card_name, wanted, capability, allocated):
                 return Refusal(capacity_card.INSUFFICIENT_SCALAR, capacity_card.insufficient(
                     queue, card_type, wanted, allocated.get(card_type, 0) + wanted, capability.get(card_type, 0)))
+        else:
+            charged = self.cards_on(key, node)
+            if charged:
+                queue = self.queue_of(key)
+                refusal = capacity_card.charged_cards_refusal(queue, charged, self.quota(queue),
+                                                              self.ledger.usage(queue).allocated)
+                if refusal is not None:
+                    return refusal
         refusal = self._crossquota_refusal(key, node)
         if refusal is not None:
             return refusal
