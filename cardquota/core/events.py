@@ -61,7 +61,7 @@ def podgroup_event(group: PodGroup, ledger: Ledger, config: CapacityCardConfig |
 
 def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     """Why an unbound card pod cannot be allocated now, or None when one of its alternatives fits."""
-    if pod.bound or pod.terminated or pod.card_name is None:
+    if pod.bound or pod.terminated or pod.releasing or pod.card_name is None:
         return None
     charge = ledger.pod_charge(pod.key)
     wanted = charge.cards.get(pod.card_name, 0) if charge is not None and charge.bucket is Bucket.PENDING else 0

@@ -587,7 +587,8 @@ class Ledger:
         """Bring the pod's share of its PodGroup's cpu/memory up to date; the PodGroup whose share changed (the new
         one; the old one, when the pod moved, is recharged here), or None. (On every pod event: kept lean.)"""
         new = None
-        if pod is not None and pod.group_key is not None and pod.phase not in TERMINAL_POD_PHASES:
+        if pod is not None and pod.group_key is not None and pod.phase not in TERMINAL_POD_PHASES \
+                and not pod.releasing:
             cpu = memory = 0
             if pod.node_name:
                 requests = pod.requests

@@ -1,6 +1,8 @@
 """What an object charges its queue in cards: the one definition the ledger, the admission policies, the
 scheduling session and explain use (capacity-card-design.md).
 
+* A pod being deleted (``metadata.deletionTimestamp``) while Pending or Running charges nothing: Volcano counts it
+  ``Releasing``, neither allocated nor pending (:attr:`~cardquota.core.objects.Pod.releasing`).
 * A **bound** pod (``spec.nodeName`` set) that is not Succeeded/Failed holds, per requested resource, the card type
   its node offers for that resource (an ``A|B`` pod is charged to the type it landed on): *allocated*.
 * A pod that is **not bound** — or bound where the node is unknown or offers no card type for what it requests —
@@ -83,7 +85,7 @@ def cards_on_node(requests: Mapping[str, Fraction], node: NodeRecord | None) -> 
 def pod_charge(pod: Pod, queue: str, node: NodeRecord | None, offered: Container[str]) -> Charge | None:
     """What ``pod`` charges ``queue`` (its node's record, when bound; ``offered`` as in :func:`pending_cards`), or
     None when it charges nothing. Equal charges of one card type are one shared tuple."""
-    if pod.terminated:
+    if pod.terminated or pod.releasing:  # a pod being deleted is Releasing to Volcano: not allocated, not pending
         return None
     cards: dict[str, int] = {}
     uses_cluster = False

@@ -415,3 +415,39 @@ def test_build_of_a_list_with_repeated_objects_keeps_the_last_of_each(objects: l
     built = Ledger.build(objects)
     assert _state(built) == _state(Ledger.build(last.values()))
     assert built._pod_charges == Ledger.build(last.values())._pod_charges
+
+
+# ------------------------------------------------------------------------------------------- releasing pods
+
+
+def _deleting(manifest: dict[str, Any]) -> dict[str, Any]:
+    manifest["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return manifest
+
+
+@pytest.mark.parametrize(("node_name", "phase"), [("a100-1", "Running"), ("a100-1", "Pending"), (None, "Pending")])
+def test_a_pod_being_deleted_is_releasing_and_charges_its_queue_nothing(node_name: str | None, phase: str) -> None:
+    """Volcano v1.15.1 pkg/scheduler/api/helpers.go: ``getTaskStatus`` gives a Pending or Running pod with a
+    deletionTimestamp the status Releasing, which ``AllocatedStatus`` excludes (and which is not Pending): the
+    capacity-card plugin counts it in neither its queue's allocated nor its request."""
+    objects = [queue("q", {A100: 4}), A100_NODE,
+               _deleting(pod("p", node_name=node_name, phase=phase, gpus=4, queue="q", card=A100))]
+    usage_of_q = queue_usage("q", *objects)
+    assert usage_of_q["allocated"] == {A100: 0}
+    assert usage_of_q["pending"] == {}
+    assert Pod.from_manifest(objects[-1]).releasing
+
+
+def test_a_pod_marked_for_deletion_gives_its_cards_back_at_once_incrementally() -> None:
+    running = pod("p", node_name="a100-1", gpus=3, queue="q", card=A100, group="pg")
+    ledger = Ledger.build([queue("q", {A100: 4}), A100_NODE, podgroup("pg", queue="q", phase="Running"), running])
+    assert ledger.usage("q").allocated == {A100: 3}
+    ledger.upsert(_deleting(pod("p", node_name="a100-1", gpus=3, queue="q", card=A100, group="pg")))
+    assert ledger.usage("q").allocated == {A100: 0}
+    assert Ledger.build([queue("q", {A100: 4}), A100_NODE, podgroup("pg", queue="q", phase="Running"),
+                         _deleting(running)]).usage("q") == ledger.usage("q")
+
+
+def test_a_succeeded_pod_being_deleted_is_still_just_finished() -> None:
+    done = _deleting(pod("p", node_name="a100-1", phase="Succeeded", gpus=1, queue="q", card=A100))
+    assert not Pod.from_manifest(done).releasing

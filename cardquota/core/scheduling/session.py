@@ -101,7 +101,8 @@ class _QueueUse:
     ancestry: tuple[str, ...]
 
 
-_POD_METADATA_READ = ("name", "namespace", "generateName", "uid", "resourceVersion", "labels", "annotations")
+_POD_METADATA_READ = ("name", "namespace", "generateName", "uid", "resourceVersion", "labels", "annotations",
+                      "deletionTimestamp")
 _POD_SPEC_READ = ("nodeName", "schedulerName", "overhead", "resourceClaims", "nodeSelector", "affinity", "tolerations")
 _CONTAINER_READ = ("name", "resources", "restartPolicy")
 
@@ -613,6 +614,8 @@ class Session:
         if not self._in_a_queue(key, pod):
             return  # a pod the scheduler does not place (a DaemonSet's, kube-system's) uses its node, not a queue
         if sign > 0:
+            if pod.releasing:
+                return  # Releasing: still on its node, no longer its queue's (as the ledger counts it)
             queue = self.ledger.queue_of(pod)
             # Under cardUnlimitedCpuMemory a card task's cpu/memory is not added to its queue's allocated (the
             # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
