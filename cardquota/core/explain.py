@@ -357,14 +357,35 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     own = {(m.get("kind"), namespaced_key(m)) for m in (group, *pods)}
     others = [m for m in cluster if (m.get("kind"), namespaced_key(m)) not in own]
     session = Session([*others, group, *[p for p in pods if _bound(p)]], config)
+    podgroup = PodGroup.from_manifest(group)
+    if not existing_pods and podgroup.phase in NOT_ENQUEUED:
+        # The job controller creates the pods once the PodGroup is enqueued (``syncJob`` in
+        # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in the enqueue decision.
+        explanation = _explain_podgroup(session, podgroup, schedulers)
+        if not explanation.blocked:
+            session.set_phase(group, "Inqueue")
+            for manifest in pods:
+                session.add_pending(manifest)
+            enqueued = _explain_podgroup(session, PodGroup.from_manifest(session_group(group)), schedulers)
+            explanation.facts.extend(fact for fact in enqueued.facts if fact not in explanation.facts
+                                     and not fact.startswith("It is in queue"))
+            explanation.blockers.extend(enqueued.blockers)
+        explanation.subject = f"Job {namespace}/{name}"
+        explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
+        return explanation
     for manifest in pods:
         if not _bound(manifest):
             session.add_pending(manifest)
-    explanation = _explain_podgroup(session, PodGroup.from_manifest(group), schedulers)
+    explanation = _explain_podgroup(session, podgroup, schedulers)
     explanation.subject = f"Job {namespace}/{name}"
     if not existing_pods:
         explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
     return explanation
+
+
+def session_group(group: Manifest) -> Manifest:
+    """``group`` as the session holds it once enqueued (phase Inqueue)."""
+    return {**group, "status": {**(group.get("status") or {}), "phase": "Inqueue"}}
 
 
 def _owned_by_job(manifest: Manifest, job: str) -> bool:

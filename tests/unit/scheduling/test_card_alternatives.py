@@ -90,13 +90,15 @@ def test_a_well_written_request_has_no_violation() -> None:
         ({"B": 1}, False),
         ({"A|B": 1}, False),
         ({"B|A": 1}, False),
-        ({"A|C": 1}, False),  # may land on A, which the reservation may fill
-        ({"C": 1}, True),
+        ({"A|C": 2}, True),  # fits on C
+        ({"A|C": 3}, False),
+        ({"C": 2}, True),
     ],
 )
 def test_an_inqueue_a_or_b_reservation_counts_against_every_key_it_may_land_on(
         request_: dict[str, int], allowed: bool) -> None:
-    """Quota A=5, B=3, C=2: after {"A|B": 8} is reserved, nothing more may land on A or B."""
+    """Quota A=5, B=3, C=2: after {"A|B": 8} is reserved, nothing more may land on A or B (the seed's key-by-key
+    check let {"A": 1} and {"B|A": 1} in: A's own total 0 + 1 <= 5)."""
     capability = {"A": 5, "B": 3, "C": 2}
     refusal = job_enqueue_refusal("q", request_, capability, {}, {"A|B": 8})
     assert (refusal is None) is allowed
@@ -137,12 +139,16 @@ def _hall_holds(reservations: list[tuple[str, int]], quota: dict[str, int]) -> b
        jobs=st.lists(st.dictionaries(keys_st, st.integers(1, 6), min_size=1, max_size=2), max_size=8))
 def test_reservations_admitted_one_by_one_never_promise_a_type_beyond_its_quota(
         quota: dict[str, int], jobs: list[dict[str, int]]) -> None:
-    """Whatever jobs arrive, in any order, those job mode enqueues can all be placed within the quota."""
+    """Whatever jobs arrive, in any order, those job mode enqueues can all be placed within the quota, and a job is
+    refused only when it could not be."""
     inqueue: dict[str, int] = {}
     admitted: list[tuple[str, int]] = []
     for job in jobs:
         request = dict(card_request({REQUEST: _json(job)}).values)
-        if job_enqueue_refusal("q", request, quota, {}, inqueue) is None:
+        admitted_now = job_enqueue_refusal("q", request, quota, {}, inqueue) is None
+        # exact: refused only when the job's cards cannot be placed along with what is already reserved
+        assert admitted_now is _hall_holds([*admitted, *request.items()], quota)
+        if admitted_now:
             for key, amount in request.items():
                 inqueue[key] = inqueue.get(key, 0) + amount
                 admitted.append((key, amount))
