@@ -338,17 +338,30 @@ queue_manifests = st.builds(
     queue, st.sampled_from(QUEUES),
     st.one_of(st.none(), st.dictionaries(st.sampled_from(CARDS), st.integers(0, 10), max_size=3), st.just("{bad")),
 )
+def _with(manifest: dict[str, Any], path: tuple[str, str], value: object) -> dict[str, Any]:
+    """``manifest`` with ``manifest[path[0]][path[1]] = value`` (nothing when ``value`` is None)."""
+    if value is not None:
+        manifest[path[0]][path[1]] = value
+    return manifest
+
+
 podgroup_manifests = st.builds(
-    podgroup, st.sampled_from(["g1", "g1", "g1", "g2"]), namespace=st.sampled_from(NAMESPACES),
-    queue=st.sampled_from([*QUEUES, None]), phase=st.sampled_from(["Inqueue", "Running", "Pending"]),
-    request=st.one_of(st.none(), st.dictionaries(st.sampled_from(CARDS), st.integers(0, 6), max_size=3)),
+    _with, st.builds(
+        podgroup, st.sampled_from(["g1", "g1", "g1", "g2"]), namespace=st.sampled_from(NAMESPACES),
+        queue=st.sampled_from([*QUEUES, None]), phase=st.sampled_from(["Inqueue", "Running", "Pending"]),
+        request=st.one_of(st.none(), st.dictionaries(st.sampled_from(CARDS), st.integers(0, 6), max_size=3)),
+    ), st.just(("spec", "minResources")), st.sampled_from([None, {"nvidia.com/gpu": "1"}]),
 )
 pod_manifests = st.builds(
-    pod, st.sampled_from(["p1", "p2"]), namespace=st.sampled_from(NAMESPACES),
-    card=st.one_of(st.none(), st.sampled_from(CARDS)), node_name=st.sampled_from([None, "n1", "n1", "n2", "n9"]),
-    phase=st.sampled_from([None, "Running", "Succeeded", "Failed"]), group=st.sampled_from([None, "g1", "g1", "g2"]),
-    queue=st.sampled_from([None, None, None, "q1"]), gpus=st.integers(0, 3),
-    resource=st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "example.com/fpga"]),
+    _with, st.builds(
+        pod, st.sampled_from(["p1", "p2"]), namespace=st.sampled_from(NAMESPACES),
+        card=st.one_of(st.none(), st.sampled_from([*CARDS, f"{H100}|{A100}"])),
+        node_name=st.sampled_from([None, "n1", "n1", "n2", "n9"]),
+        phase=st.sampled_from([None, "Running", "Succeeded", "Failed"]),
+        group=st.sampled_from([None, "g1", "g1", "g2"]),
+        queue=st.sampled_from([None, None, None, "q1"]), gpus=st.integers(0, 3),
+        resource=st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "example.com/fpga"]),
+    ), st.just(("metadata", "deletionTimestamp")), st.sampled_from([None, None, None, "2026-01-01T00:00:00Z"]),
 )
 two_resource_pods = st.builds(
     lambda name, node_name, card: pod(name, namespace="ns-a", card=card, node_name=node_name, group="g1",
@@ -390,6 +403,8 @@ class IncrementalLedger(RuleBasedStateMachine):
         assert _state(self.ledger) == _state(rebuilt)
         assert self.ledger._totals == rebuilt._totals  # internal counters too: nothing left behind at zero
         assert self.ledger._group_holdings == rebuilt._group_holdings
+        assert self.ledger._group_pending == rebuilt._group_pending
+        assert self.ledger._group_charges == rebuilt._group_charges
         assert self.ledger._pending_by_queue == rebuilt._pending_by_queue
         assert self.ledger._pod_charges == rebuilt._pod_charges
         assert self.ledger._cluster_resource_dependents == rebuilt._cluster_resource_dependents
