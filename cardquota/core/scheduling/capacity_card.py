@@ -32,6 +32,8 @@ from cardquota.core.quota import (
     alternative_set,
     card_alternatives,
     card_name_problem,
+    quota_allows,
+    reserved_on,
 )
 from cardquota.core.resources import is_card_resource
 from cardquota.core.schedconf.reader import read_bool, read_number
@@ -126,6 +128,9 @@ def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, i
     for key, amount in request.items():
         types = alternative_set(key)
         job[types] = job.get(types, 0) + amount
+    if all(_fits_apart(key, wanted, request, capability, allocated, inqueue, elastic)
+           for key, wanted in request.items()):
+        return None  # room on the key's own types whatever the others take (the common case, no placement needed)
     stuck = _place(demands, job, capability)
     if stuck is None:
         return None
@@ -148,6 +153,17 @@ def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, i
     return Shortfall(label, asked(types), max(within(types), limit + wanted), limit)
 
 
+def _fits_apart(key: str, wanted: int, request: Mapping[str, int], capability: Mapping[str, int],
+                allocated: Mapping[str, int], inqueue: Mapping[str, int], elastic: Mapping[str, int]) -> bool:
+    """Whether ``key`` fits even if every other holding and reservation that may land on its types does: then a
+    placement of them all exists whenever one of the others exists (they leave at least ``wanted`` free there)."""
+    types = alternative_set(key)
+    used = sum(max(allocated.get(card, 0) - elastic.get(card, 0), 0) for card in types)
+    used += reserved_on(types, inqueue)
+    used += reserved_on(types, {other: amount for other, amount in request.items() if other != key})
+    return used + wanted <= quota_allows(key, capability)
+
+
 def _place(demands: Mapping[frozenset[str], int], job: Mapping[frozenset[str], int],
            capability: Mapping[str, int]) -> tuple[frozenset[str], int] | None:
     """Place the queue's ``demands`` (cards per set of types they may land on) within ``capability`` as far as they
@@ -161,6 +177,8 @@ def _place(demands: Mapping[frozenset[str], int], job: Mapping[frozenset[str], i
     nodes: list[tuple[frozenset[str], int]] = [*demands.items(), *job.items()]
     left = [amount for _, amount in nodes]
     used = dict.fromkeys(room, 0)
+    holders: dict[str, set[int]] = {card: set() for card in room}
+    """Per type, the demand nodes with cards placed on it."""
 
     def augment(start: int) -> tuple[bool, set[str]]:
         """One augmenting path from demand node ``start`` to a type with room (breadth first); the types reached."""
@@ -186,15 +204,18 @@ def _place(demands: Mapping[frozenset[str], int], job: Mapping[frozenset[str], i
                     amount = min(amount, room[card] - used[card])
                     for owner, step_card in path:
                         flow[(owner, step_card)] = flow.get((owner, step_card), 0) + amount
+                        holders[step_card].add(owner)
                     for owner, step_card in path[:-1]:
                         _, previous = parents[step_card]
                         assert previous is not None
                         flow[(owner, previous)] -= amount
+                        if not flow[(owner, previous)]:
+                            holders[previous].discard(owner)
                     used[card] += amount
                     left[start] -= amount
                     return True, set(parents)
-                for other in range(len(nodes)):  # move another demand's cards off this type
-                    if other not in seen_nodes and flow.get((other, card), 0) > 0:
+                for other in sorted(holders[card]):  # move another demand's cards off this type
+                    if other not in seen_nodes:
                         seen_nodes.add(other)
                         queue.append((other, card))
         return False, set(parents)
