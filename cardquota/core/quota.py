@@ -263,7 +263,15 @@ def canonical_key(card_name: str) -> str:
 
 
 def alternative_set(card_name: str) -> frozenset[str]:
-    """The card types a card name or request key may land on, as a set (``A|B`` and ``B|A`` are one set)."""
+    """The card types a card name or request key may land on, as a set (``A|B`` and ``B|A`` are one set; cached,
+    but for names too long to be real)."""
+    if len(card_name) > _CACHED_TEXT:
+        return frozenset(_alternatives(card_name))
+    return _cached_set(card_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_set(card_name: str) -> frozenset[str]:
     return frozenset(card_alternatives(card_name))
 
 

@@ -115,6 +115,9 @@ def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, i
     cannot, the shortfall names the types the job's cards could not be placed in — the key itself, or ``A|B``-style
     the set its reservations connect it to — with what they would hold together against their capability."""
     elastic = elastic or {}
+    if all(_fits_apart(key, wanted, request, capability, allocated, inqueue, elastic)
+           for key, wanted in request.items()):
+        return None  # room on the key's own types whatever the others take (the common case, no placement needed)
     demands: dict[frozenset[str], int] = {}
     for card, amount in allocated.items():
         held = amount - elastic.get(card, 0)
@@ -128,9 +131,6 @@ def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, i
     for key, amount in request.items():
         types = alternative_set(key)
         job[types] = job.get(types, 0) + amount
-    if all(_fits_apart(key, wanted, request, capability, allocated, inqueue, elastic)
-           for key, wanted in request.items()):
-        return None  # room on the key's own types whatever the others take (the common case, no placement needed)
     stuck = _place(demands, job, capability)
     if stuck is None:
         return None
