@@ -456,6 +456,11 @@ class Ledger:
                 holders.append((key, amount))
         return sorted(holders, key=lambda item: (-item[1], item[0]))
 
+    @property
+    def card_resources(self) -> Mapping[str, int]:
+        """The resources nodes offer as cards (each with how many node card types offer it)."""
+        return self._card_resource_refs
+
     def group_uses_cards(self, group: PodGroup) -> bool:
         """Whether a PodGroup is a card job for the plugin: its ``volcano.sh/card.request`` asks for cards, one of its
         pods uses cards, or its ``minResources`` name a resource nodes offer as cards."""

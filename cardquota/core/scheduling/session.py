@@ -32,6 +32,7 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
+from cardquota.core.resources import card_requests
 from cardquota.core.schedconf.reader import read_conf
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
@@ -222,6 +223,13 @@ class Session:
         charge = self.ledger.pod_charge(key)
         return sum(charge.cards.values()) if charge is not None else 0
 
+    def uses_cards(self, key: ObjectKey) -> bool:
+        """Whether the pod is a card task to capacity-card (its cpu/memory exempt under ``cardUnlimitedCpuMemory``):
+        it is charged cards, or requests a resource nodes offer as cards, with or without ``volcano.sh/card.name``
+        (the plugin's ``HasCardResource`` at 61a5f00 looks at the task's requests too)."""
+        return self.cards_wanted(key) > 0 or bool(card_requests(self.view(key).requests,
+                                                                self.ledger.card_resources))
+
     def node_card_type(self, key: ObjectKey, node: str) -> str | None:
         """The card type ``node`` offers for the pod's card resource (None when it offers none it asks for)."""
         return next(iter(self.cards_on(key, node)), None)
@@ -278,7 +286,7 @@ class Session:
         if spec is not None:  # a queue that exists: its cpu/memory capability applies
             refusal = capacity_card.cpu_memory_refusal(
                 queue, pod.requests, capacity_card.queue_capability(spec), self.queue_used.get(queue, {}),
-                uses_cards=wanted > 0, config=self.config.capacity_card)
+                uses_cards=self.uses_cards(key), config=self.config.capacity_card)
             if refusal is not None:
                 return refusal
         request = self.dra_request(key)
@@ -619,7 +627,7 @@ class Session:
             queue = self.ledger.queue_of(pod)
             # Under cardUnlimitedCpuMemory a card task's cpu/memory is not added to its queue's allocated (the
             # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
-            exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.cards_wanted(key) > 0
+            exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.uses_cards(key)
             amounts = {} if exempt else {resource: pod.requests.get(resource, Fraction(0)) for resource in CPU_MEMORY}
             use = _QueueUse(queue, amounts, self.dra_request(key) if key in self.pods else {},
                             tuple(dra.ancestry(queue, self.parents)))
