@@ -466,3 +466,13 @@ def test_a_pod_marked_for_deletion_gives_its_cards_back_at_once_incrementally() 
 def test_a_succeeded_pod_being_deleted_is_still_just_finished() -> None:
     done = _deleting(pod("p", node_name="a100-1", phase="Succeeded", gpus=1, queue="q", card=A100))
     assert not Pod.from_manifest(done).releasing
+
+
+@pytest.mark.parametrize(("request_text", "inqueue"), [
+    (f'{{"{A100}|{A100}": 3}}', {A100: 3}),
+    (f'{{"{A100}| {H100}": 2, "{A100}|{H100}": 1}}', {f"{A100}|{H100}": 3}),
+])
+def test_a_stored_request_naming_a_type_twice_is_reserved_once(request_text: str, inqueue: dict[str, int]) -> None:
+    """Admission refuses such keys; one stored anyway (written before the webhook) reserves each type once."""
+    objects = [queue("q", {A100: 10, H100: 5}), A100_NODE, podgroup("g", queue="q", request=request_text)]
+    assert queue_usage("q", *objects)["inqueue"] == inqueue
