@@ -7,6 +7,7 @@
   inqueue + request within the queue's quota, an ``A|B`` key against the alternatives' quotas together;
 * an unbound card pod, task mode ("Task Allocatable Check"): allocated + request must fit the quota of at least
   one of its alternatives;
+* a queue whose ``status.state`` is set and not Open: ``QueueNotOpen`` (for PodGroups and pods alike);
 * a queue with no card quota at all: ``EmptyQueueCapability``; a pod whose card request cannot be read:
   ``GetTaskRequestResourceFailed``.
 
@@ -27,6 +28,7 @@ from cardquota.core.scheduling.capacity_card import (
     CapacityCardConfig,
     card_request_problem,
     podgroup_enqueue_refusal,
+    queue_state_refusal,
     request_failed,
     task_allocate_refusal,
 )
@@ -59,7 +61,7 @@ def podgroup_event(group: PodGroup, ledger: Ledger, config: CapacityCardConfig |
 
 def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     """Why an unbound card pod cannot be allocated now, or None when one of its alternatives fits."""
-    if pod.bound or pod.terminated or pod.card_name is None:
+    if pod.bound or pod.terminated or pod.releasing or pod.card_name is None:
         return None
     charge = ledger.pod_charge(pod.key)
     wanted = charge.cards.get(pod.card_name, 0) if charge is not None and charge.bucket is Bucket.PENDING else 0
@@ -67,6 +69,10 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     if problem is not None:
         return _event("Pod", pod.meta.namespace, pod.meta.name, request_failed(pod.card_name, problem))
     queue = ledger.queue_of(pod)
+    record = ledger.snapshot.queues.get(queue)
+    closed = queue_state_refusal(queue, record.queue.state, "it allocates no new task") if record else None
+    if closed is not None:
+        return _event("Pod", pod.meta.namespace, pod.meta.name, closed)
     refusal = task_allocate_refusal(queue, pod.card_name, wanted, _quota(ledger, queue), ledger.usage(queue).allocated)
     return _event("Pod", pod.meta.namespace, pod.meta.name, refusal)
 
@@ -94,6 +100,8 @@ class QueueInputs:
     inqueue: Mapping[str, int]
     cpu_memory: tuple[CpuMemoryUse, CpuMemoryUse]
     """As the capacity-card plugin counts them with ``cardUnlimitedCpuMemory`` off, then on."""
+    state: str = ""
+    """The queue's ``status.state`` (a queue not Open takes nothing new)."""
 
 
 def queue_inputs(ledger: Ledger, queue: str) -> QueueInputs:
@@ -102,7 +110,8 @@ def queue_inputs(ledger: Ledger, queue: str) -> QueueInputs:
     usage = ledger.usage(queue)
     return QueueInputs(record is not None, usage.quota, record.queue.capability if record is not None else None,
                        usage.allocated, usage.inqueue,
-                       (ledger.cpu_memory(queue, False), ledger.cpu_memory(queue, True)))
+                       (ledger.cpu_memory(queue, False), ledger.cpu_memory(queue, True)),
+                       record.queue.state if record is not None else "")
 
 
 def waiting_pod(ledger: Ledger, key: ObjectKey) -> Pod | None:

@@ -226,7 +226,7 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
     condition = _last_condition(session.podgroup_conditions.get(group.key))
     if condition is not None and group.phase in NOT_ENQUEUED:
         explanation.facts.append(condition)
-    if group.phase in NOT_ENQUEUED and not request.violations:
+    if group.phase in NOT_ENQUEUED and (request.values or not request.violations):  # as the scheduler reads it
         refusal = session.enqueue_refusal(group)
         if refusal is not None and group.queue not in session.ledger.snapshot.queues:
             explanation.blockers.append(_missing_queue(group.queue))
@@ -247,6 +247,9 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
 def _enqueue_unblockers(session: Session, group: PodGroup, refusal: capacity_card.EnqueueRefusal) -> list[str]:
     """What would let ``group`` be enqueued (only what would: releasing cannot help a request above the quota on
     its own), and who holds what it waits for."""
+    if refusal.reason == capacity_card.QUEUE_NOT_OPEN:
+        return [f"It can be enqueued when queue {group.queue} is Open again (vcctl queue operate -n {group.queue} "
+                "-a open)."]
     short = refusal.shortfall
     if isinstance(short, capacity_card.CpuMemoryShortfall):
         return _cpu_memory_unblockers(session, group, short)
@@ -354,14 +357,35 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     own = {(m.get("kind"), namespaced_key(m)) for m in (group, *pods)}
     others = [m for m in cluster if (m.get("kind"), namespaced_key(m)) not in own]
     session = Session([*others, group, *[p for p in pods if _bound(p)]], config)
+    podgroup = PodGroup.from_manifest(group)
+    if not existing_pods and podgroup.phase in NOT_ENQUEUED:
+        # The job controller creates the pods once the PodGroup is enqueued (``syncJob`` in
+        # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in the enqueue decision.
+        explanation = _explain_podgroup(session, podgroup, schedulers)
+        if not explanation.blocked:
+            session.set_phase(group, "Inqueue")
+            for manifest in pods:
+                session.add_pending(manifest)
+            enqueued = _explain_podgroup(session, PodGroup.from_manifest(session_group(group)), schedulers)
+            explanation.facts.extend(fact for fact in enqueued.facts if fact not in explanation.facts
+                                     and not fact.startswith("It is in queue"))
+            explanation.blockers.extend(enqueued.blockers)
+        explanation.subject = f"Job {namespace}/{name}"
+        explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
+        return explanation
     for manifest in pods:
         if not _bound(manifest):
             session.add_pending(manifest)
-    explanation = _explain_podgroup(session, PodGroup.from_manifest(group), schedulers)
+    explanation = _explain_podgroup(session, podgroup, schedulers)
     explanation.subject = f"Job {namespace}/{name}"
     if not existing_pods:
         explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
     return explanation
+
+
+def session_group(group: Manifest) -> Manifest:
+    """``group`` as the session holds it once enqueued (phase Inqueue)."""
+    return {**group, "status": {**(group.get("status") or {}), "phase": "Inqueue"}}
 
 
 def _owned_by_job(manifest: Manifest, job: str) -> bool:

@@ -47,7 +47,7 @@ from cardquota.core.objects import (
     share,
 )
 from cardquota.core.quantity import format_quantity
-from cardquota.core.quota import card_request
+from cardquota.core.quota import canonical_key, card_request
 from cardquota.core.snapshot import (
     ClusterSnapshot,
     Kind,
@@ -58,7 +58,17 @@ from cardquota.core.snapshot import (
     object_key,
     queue_record,
 )
-from cardquota.core.usage import INQUEUE_PHASE, SHARED_CARDS, SHARED_CHARGES, Bucket, Charge, group_charge, pod_charge
+from cardquota.core.usage import (
+    INQUEUE_PHASE,
+    RUNNING_PHASE,
+    SHARED_CARDS,
+    SHARED_CHARGES,
+    Bucket,
+    Charge,
+    group_charge,
+    job_card_request,
+    pod_charge,
+)
 from cardquota.core.workloads import template_only, workload_key
 
 WAITING_PHASES = frozenset({"", "Pending"})
@@ -212,6 +222,8 @@ class Ledger:
     _pods_by_group: dict[ObjectKey, KeySet] = field(default_factory=dict)
     _group_holdings: dict[ObjectKey, dict[tuple[str | None, str], int]] = field(default_factory=dict)
     """Per PodGroup: cards its bound pods hold, by (pod card.name, card type) — small, whatever the group size."""
+    _group_pending: dict[ObjectKey, dict[str, int]] = field(default_factory=dict)
+    """Per PodGroup: cards its unbound pods wait for, by card name (read as :func:`canonical_key`)."""
     _cluster_resource_dependents: KeySet = field(default_factory=dict)
     _card_resource_refs: dict[str, int] = field(default_factory=dict)
     _pending_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
@@ -444,6 +456,11 @@ class Ledger:
                 holders.append((key, amount))
         return sorted(holders, key=lambda item: (-item[1], item[0]))
 
+    @property
+    def card_resources(self) -> Mapping[str, int]:
+        """The resources nodes offer as cards (each with how many node card types offer it)."""
+        return self._card_resource_refs
+
     def group_uses_cards(self, group: PodGroup) -> bool:
         """Whether a PodGroup is a card job for the plugin: its ``volcano.sh/card.request`` asks for cards, one of its
         pods uses cards, or its ``minResources`` name a resource nodes offer as cards."""
@@ -553,6 +570,8 @@ class Ledger:
         self._add_to_totals(charge, sign)
         if charge.bucket is Bucket.PENDING:
             self._index_pending(charge.queue, key, sign)
+            if charge.group is not None:
+                self._add_pending(charge, sign)
         elif charge.group is not None:
             self._add_holdings(charge, sign)
         if sign > 0 and charge.uses_cluster_resources:
@@ -587,7 +606,8 @@ class Ledger:
         """Bring the pod's share of its PodGroup's cpu/memory up to date; the PodGroup whose share changed (the new
         one; the old one, when the pod moved, is recharged here), or None. (On every pod event: kept lean.)"""
         new = None
-        if pod is not None and pod.group_key is not None and pod.phase not in TERMINAL_POD_PHASES:
+        if pod is not None and pod.group_key is not None and pod.phase not in TERMINAL_POD_PHASES \
+                and not pod.releasing:
             cpu = memory = 0
             if pod.node_name:
                 requests = pod.requests
@@ -686,10 +706,16 @@ class Ledger:
         return pod_charge(pod, self.snapshot.queue_of(pod), node, self._card_resource_refs)
 
     def _charge_group(self, group: PodGroup) -> Charge | None:
-        if group.phase != INQUEUE_PHASE:  # (most PodGroups: their card.request is not even read)
-            return None
+        if group.phase != INQUEUE_PHASE and (group.phase != RUNNING_PHASE or group.key not in self._group_pending):
+            return None  # (most PodGroups: their card.request is not even read)
         return group_charge(group, card_request(group.meta.annotations).values,
-                            self._group_holdings.get(group.key, {}))
+                            self._group_holdings.get(group.key, {}), self._group_pending.get(group.key, {}))
+
+    def group_card_request(self, group: PodGroup) -> Mapping[str, int]:
+        """The cards ``group`` asks for at enqueue (:func:`~cardquota.core.usage.job_card_request`): its pods'
+        once they ask for any, else its ``volcano.sh/card.request``."""
+        return job_card_request(card_request(group.meta.annotations).values,
+                                self._group_holdings.get(group.key, {}), self._group_pending.get(group.key, {}))
 
     # ------------------------------------------------------------------------------------------ bookkeeping
 
@@ -720,6 +746,19 @@ class Ledger:
                 holdings.pop(slot, None)
         if not holdings:
             del self._group_holdings[charge.group]
+
+    def _add_pending(self, charge: Charge, sign: int) -> None:
+        assert charge.group is not None
+        pending = self._group_pending.setdefault(charge.group, {})
+        for card, amount in charge.cards.items():
+            name = canonical_key(card)
+            value = pending.get(name, 0) + sign * amount
+            if value:
+                pending[name] = value
+            else:
+                pending.pop(name, None)
+        if not pending:
+            del self._group_pending[charge.group]
 
     def _count_card_resources(self, record: NodeRecord | None, sign: int) -> None:
         """Reference-count the resources nodes offer as cards (a pod's "card resources" depend on that set)."""

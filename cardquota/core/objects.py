@@ -29,6 +29,8 @@ NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 NO_AMOUNTS: Mapping[str, Fraction] = MappingProxyType({})
 """The labels or annotations of an object that has none (shared: most objects have no labels or no annotations)."""
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
+RELEASABLE_POD_PHASES = frozenset({"Pending", "Running"})
+"""Phases in which a pod being deleted is Releasing to Volcano (see :attr:`Pod.releasing`)."""
 RESTART_POLICY_ALWAYS = "Always"
 
 
@@ -259,6 +261,8 @@ class Pod(NamedTuple):
     kind: str
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
+    deleting: bool = False
+    """``metadata.deletionTimestamp`` is set (see :attr:`releasing`)."""
 
     @property
     def meta(self) -> ObjectMeta:
@@ -267,7 +271,7 @@ class Pod(NamedTuple):
 
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
-           shared: bool = False) -> Pod:
+           shared: bool = False, deleting: bool = False) -> Pod:
         """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
         pods of a job share them; see :func:`share`)."""
         annotations = meta.annotations
@@ -290,6 +294,7 @@ class Pod(NamedTuple):
             meta.kind,
             meta.labels,
             annotations,
+            deleting,
         ))
 
     @property
@@ -299,6 +304,13 @@ class Pod(NamedTuple):
     @property
     def terminated(self) -> bool:
         return self.phase in TERMINAL_POD_PHASES
+
+    @property
+    def releasing(self) -> bool:
+        """Being deleted while Pending or Running: Volcano's task status ``Releasing`` (``getTaskStatus`` in
+        pkg/scheduler/api/helpers.go, v1.15.1), which is not an allocated status (``AllocatedStatus``), so its queue
+        no longer counts it (the node still does until it is gone)."""
+        return self.deleting and self.phase in RELEASABLE_POD_PHASES
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, cached: bool = False) -> Pod:
@@ -314,7 +326,9 @@ class Pod(NamedTuple):
         phase = _optional_string(status.get("phase"), "status.phase")
         if cached:
             node_name, phase = _intern(node_name, node_name), _intern(phase, phase)
-        return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached)
+        metadata = manifest.get("metadata")
+        deleting = bool(metadata.get("deletionTimestamp")) if isinstance(metadata, MAPPING_TYPES) else False
+        return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting)
 
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
@@ -327,7 +341,7 @@ class Pod(NamedTuple):
         meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
                           NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS))
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
-                      shared=True)
+                      shared=True, deleting=self.deleting)
 
 
 MAX_SHARED = 1 << 16

@@ -116,8 +116,15 @@ def parse_card_amounts(
         seen.add(name)
         if violation is not None:
             violations.append(violation)
-        else:
-            values[name] = amount  # type: ignore[assignment]  # checked by _entry_violation
+            continue
+        if alternatives:
+            written_fault = _written_fault(name)
+            if written_fault is not None:
+                # Refused at admission, yet counted if stored anyway: once per type, under its canonical key.
+                violations.append(Violation(str(path), f"{clipped(name)} {written_fault[1]}", written_fault[0]))
+                name = canonical_key(name)
+            amount = values.get(name, 0) + amount  # type: ignore[operator]  # checked by _entry_violation
+        values[name] = amount  # type: ignore[assignment]  # checked by _entry_violation
     return CardAmounts(values=MappingProxyType(values), violations=tuple(violations), present=True)
 
 
@@ -208,10 +215,23 @@ def _card_name_fault(card_name: str) -> tuple[Reason, str] | None:
     stripped = list(map(str.strip, parts))  # (each check a pass at C speed: a Job repeats names in every task)
     if not all(stripped):
         return Reason.INVALID, f"{_label(card_name)} has an empty alternative"
+    found = _written_fault(card_name, stripped, parts)
+    return None if found is None else (found[0], f"{_label(card_name)} {found[1]}")
+
+
+def _written_fault(card_name: str, stripped: list[str] | None = None,
+                   parts: list[str] | None = None) -> tuple[Reason, str] | None:
+    """What is wrong with how a card name or request key writes its alternatives (spaces or control characters
+    around a type, a type named twice), as (reason, message after the name), or None. The rules still read such a
+    key through :func:`card_alternatives` (trimmed, each type once); admission refuses it."""
+    if parts is None:
+        parts = card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR)
+    if stripped is None:
+        stripped = list(map(str.strip, parts))
     if stripped != parts or not card_name.isprintable():
-        return Reason.INVALID, f"{_label(card_name)} has spaces or control characters around a card type"
-    if len(set(parts)) != len(parts):
-        return Reason.DUPLICATE, f"{_label(card_name)} lists a card type twice"
+        return Reason.INVALID, "has spaces or control characters around a card type"
+    if len(set(stripped)) != len(stripped):
+        return Reason.DUPLICATE, "lists a card type twice"
     return None
 
 
@@ -221,15 +241,38 @@ def _label(card_name: str) -> str:
 
 
 def card_alternatives(card_name: str) -> tuple[str, ...]:
-    """``"NVIDIA-A100|NVIDIA-H100"`` → ``("NVIDIA-A100", "NVIDIA-H100")``, most preferred first (cached, but for
-    names too long to be real)."""
+    """``"NVIDIA-A100|NVIDIA-H100"`` → ``("NVIDIA-A100", "NVIDIA-H100")``, most preferred first: the one reading of
+    alternatives every rule uses — each trimmed, empty ones dropped, a type named twice kept once (``"A|A"`` and
+    ``"A| A"`` are ``("A",)``). Cached, but for names too long to be real."""
     if len(card_name) > _CACHED_TEXT:
         return _alternatives(card_name)
     return _cached_alternatives(card_name)
 
 
 def _alternatives(card_name: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR) if part.strip())
+    # dict.fromkeys: distinct, in the order written (a type named twice is one alternative, never two ceilings)
+    return tuple(dict.fromkeys(part for part in map(str.strip, card_name.split(keys.CARD_ALTERNATIVE_SEPARATOR))
+                               if part))
+
+
+def canonical_key(card_name: str) -> str:
+    """A card name or request key as the rules compare it: its :func:`card_alternatives` joined by ``|``
+    (``"A| A|B"`` → ``"A|B"``). Two keys name the same set of types when their ``alternative_set`` are equal."""
+    alternatives = card_alternatives(card_name)
+    return alternatives[0] if len(alternatives) == 1 else keys.CARD_ALTERNATIVE_SEPARATOR.join(alternatives)
+
+
+def alternative_set(card_name: str) -> frozenset[str]:
+    """The card types a card name or request key may land on, as a set (``A|B`` and ``B|A`` are one set; cached,
+    but for names too long to be real)."""
+    if len(card_name) > _CACHED_TEXT:
+        return frozenset(_alternatives(card_name))
+    return _cached_set(card_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_set(card_name: str) -> frozenset[str]:
+    return frozenset(card_alternatives(card_name))
 
 
 _cached_alternatives = functools.lru_cache(maxsize=4096)(_alternatives)
@@ -269,3 +312,10 @@ def quota_allows(key: str, quota: Mapping[str, int]) -> int:
     """The most of a card key a queue's quota can ever admit: the key's quota, or for an ``A|B`` key its
     alternatives' quotas together (the scheduler's enqueue rule); a type the quota does not name counts 0."""
     return sum(map(quota.get, card_alternatives(key), itertools.repeat(0)))
+
+
+def reserved_on(types: frozenset[str], amounts: Mapping[str, int]) -> int:
+    """Cards of ``amounts`` (card type or ``A|B`` key → cards) that may land on one of ``types``: every key sharing
+    a type with them counts in full (an ``A|B`` reservation counts against ``A``, ``B``, ``A|B``, ``B|A`` and
+    ``A|C``), so that reservations admitted one by one can never promise any type more than its quota."""
+    return sum(amount for key, amount in amounts.items() if not types.isdisjoint(alternative_set(key)))

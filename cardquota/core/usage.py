@@ -1,6 +1,8 @@
 """What an object charges its queue in cards: the one definition the ledger, the admission policies, the
 scheduling session and explain use (capacity-card-design.md).
 
+* A pod being deleted (``metadata.deletionTimestamp``) while Pending or Running charges nothing: Volcano counts it
+  ``Releasing``, neither allocated nor pending (:attr:`~cardquota.core.objects.Pod.releasing`).
 * A **bound** pod (``spec.nodeName`` set) that is not Succeeded/Failed holds, per requested resource, the card type
   its node offers for that resource (an ``A|B`` pod is charged to the type it landed on): *allocated*.
 * A pod that is **not bound** — or bound where the node is unknown or offers no card type for what it requests —
@@ -8,7 +10,9 @@ scheduling session and explain use (capacity-card-design.md).
 * A **pod template** (a Volcano Job's task, a workload's) takes :func:`pending_cards` per replica: what each of its
   pods will be charged while it waits.
 * A PodGroup in phase ``Inqueue`` reserves its ``volcano.sh/card.request`` minus what its pods already hold, keyed
-  exactly as in the request (``"A|B"`` stays one key): *inqueue* (:func:`group_charge`).
+  as in the request (``"A|B"`` stays one key; a key's alternatives are one set): *inqueue* (:func:`group_charge`);
+  without a card.request, what its pods wait for. A ``Running`` PodGroup with ``spec.minResources`` reserves what its
+  pods still wait for (an elastic job), as Volcano does.
 
 Which requested resources are cards is :func:`cardquota.core.resources.card_requests`: the ones nodes offer as card
 types, else (no node offers any of them yet) every resource that can be a card.
@@ -24,7 +28,7 @@ from typing import NamedTuple
 from cardquota.core.hashable import HashableCards
 from cardquota.core.objects import ObjectKey, Pod, PodGroup, share
 from cardquota.core.quantity import whole_units
-from cardquota.core.quota import card_alternatives
+from cardquota.core.quota import canonical_key, card_alternatives
 from cardquota.core.resources import card_requests
 from cardquota.core.snapshot import NodeRecord
 
@@ -83,7 +87,7 @@ def cards_on_node(requests: Mapping[str, Fraction], node: NodeRecord | None) -> 
 def pod_charge(pod: Pod, queue: str, node: NodeRecord | None, offered: Container[str]) -> Charge | None:
     """What ``pod`` charges ``queue`` (its node's record, when bound; ``offered`` as in :func:`pending_cards`), or
     None when it charges nothing. Equal charges of one card type are one shared tuple."""
-    if pod.terminated:
+    if pod.terminated or pod.releasing:  # a pod being deleted is Releasing to Volcano: not allocated, not pending
         return None
     cards: dict[str, int] = {}
     uses_cluster = False
@@ -106,13 +110,46 @@ def pod_charge(pod: Pod, queue: str, node: NodeRecord | None, offered: Container
     return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)
 
 
-def group_charge(group: PodGroup, request: Mapping[str, int],
-                 holdings: Mapping[tuple[str | None, str], int]) -> Charge | None:
-    """What an ``Inqueue`` PodGroup reserves: its card.request (``request``, parsed) minus what its pods hold
-    (``holdings``: cards by (the pod's card.name, the card type held)); None in any other phase or when its pods
-    already hold it all."""
-    if group.phase != INQUEUE_PHASE or not request:
+RUNNING_PHASE = "Running"
+
+
+def job_card_request(request: Mapping[str, int], holdings: Mapping[tuple[str | None, str], int],
+                     pending: Mapping[str, int]) -> Mapping[str, int]:
+    """The cards a job asks for at enqueue: its ``volcano.sh/card.request`` (``request``, parsed); without one, its
+    pods' — what its bound pods hold (by card type, ``holdings``) and what its other pods wait for (by card name,
+    ``pending``). Volcano creates a PodGroup without card.request for a Deployment's or a plain pod
+    (``buildPodGroupFromPod`` in pkg/controllers/podgroup, v1.15.1), and the seed defers to the pods' requests
+    ("If Pods have already been created, ``volcano.sh/card.request`` will not take effect"). Where both exist the
+    seed's plugin (``NewJobInfo`` at 61a5f00) takes the pods' even while the job controller is still creating them,
+    so a job of 8 with 2 pods created reserves 2; the card.request is kept here until its pods hold it."""
+    if request or (not holdings and not pending):
+        return request
+    cards: dict[str, int] = dict(pending)
+    for (_, card), amount in holdings.items():
+        cards[card] = cards.get(card, 0) + amount
+    return cards
+
+
+def group_charge(group: PodGroup, request: Mapping[str, int], holdings: Mapping[tuple[str | None, str], int],
+                 pending: Mapping[str, int] | None = None) -> Charge | None:
+    """What a PodGroup reserves (*inqueue*), or None:
+
+    * phase ``Inqueue``: its card.request (``request``, parsed) minus what its pods hold (``holdings``: cards by
+      (the pod's card.name, the card type held)); without a card.request, what its pods wait for (``pending``:
+      cards by the pods' card names) — :func:`job_card_request`, the same cards the enqueue check weighed;
+    * phase ``Running`` with ``spec.minResources`` (an elastic job, running with some pods still waiting): what its
+      pods wait for, as Volcano keeps a running job's ``minResources`` beyond its allocation reserved (the seed's
+      ``buildQueueAttrByJob`` and ``GetInqueueResource``, whose minimum is its pods' requests once they exist).
+    """
+    pending = pending or {}
+    if group.phase == RUNNING_PHASE:
+        if not pending or not group.min_resources:
+            return None
+        return Charge(group.queue, Bucket.INQUEUE, dict(pending))
+    if group.phase != INQUEUE_PHASE:
         return None
+    if not request:
+        return Charge(group.queue, Bucket.INQUEUE, dict(pending)) if pending else None
     held = dict.fromkeys(request, 0)
     for (card_name, card), amount in holdings.items():
         request_key = request_key_for(card, card_name, request)
@@ -126,11 +163,12 @@ def group_charge(group: PodGroup, request: Mapping[str, int],
 
 def request_key_for(card: str, card_name: str | None, request: Mapping[str, int]) -> str | None:
     """Which key of a card.request a held card counts against: the pod's own card.name when the request uses
-    it, else the first key (in the order written) whose alternatives include the card type."""
-    if card_name is not None and card_name in request and (
-        card == card_name or card in card_alternatives(card_name)
-    ):
-        return card_name
+    it (as the same set of types), else the first key (in the order written) whose alternatives include the card
+    type."""
+    if card_name is not None:
+        own = canonical_key(card_name)
+        if own in request and card in card_alternatives(own):
+            return own
     for name in request:
         if card in card_alternatives(name):
             return name

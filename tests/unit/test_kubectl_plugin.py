@@ -215,9 +215,10 @@ def test_explain_kind_name_with_a_file_explains_that_object_of_the_file(tmp_path
     workload = tmp_path / "workload.yaml"
     workload.write_text(yaml.safe_dump_all([
         {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-         "metadata": {"name": "newjob", "annotations": {"volcano.sh/card.request": '{"NVIDIA-A100": 2}'}},
-         "spec": {"schedulerName": "volcano", "queue": "team-a", "minAvailable": 2, "tasks": [
-             {"name": "w", "replicas": 2, "template": {
+         # (1 card: team-a holds 8 of its 10 NVIDIA-A100 and 2 of its 5 NVIDIA-H100, and reserves 4 more on either)
+         "metadata": {"name": "newjob", "annotations": {"volcano.sh/card.request": '{"NVIDIA-A100": 1}'}},
+         "spec": {"schedulerName": "volcano", "queue": "team-a", "minAvailable": 1, "tasks": [
+             {"name": "w", "replicas": 1, "template": {
                  "metadata": {"annotations": {"volcano.sh/card.name": "NVIDIA-A100"}},
                  "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}},
         {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",

@@ -338,17 +338,30 @@ queue_manifests = st.builds(
     queue, st.sampled_from(QUEUES),
     st.one_of(st.none(), st.dictionaries(st.sampled_from(CARDS), st.integers(0, 10), max_size=3), st.just("{bad")),
 )
+def _with(manifest: dict[str, Any], path: tuple[str, str], value: object) -> dict[str, Any]:
+    """``manifest`` with ``manifest[path[0]][path[1]] = value`` (nothing when ``value`` is None)."""
+    if value is not None:
+        manifest[path[0]][path[1]] = value
+    return manifest
+
+
 podgroup_manifests = st.builds(
-    podgroup, st.sampled_from(["g1", "g1", "g1", "g2"]), namespace=st.sampled_from(NAMESPACES),
-    queue=st.sampled_from([*QUEUES, None]), phase=st.sampled_from(["Inqueue", "Running", "Pending"]),
-    request=st.one_of(st.none(), st.dictionaries(st.sampled_from(CARDS), st.integers(0, 6), max_size=3)),
+    _with, st.builds(
+        podgroup, st.sampled_from(["g1", "g1", "g1", "g2"]), namespace=st.sampled_from(NAMESPACES),
+        queue=st.sampled_from([*QUEUES, None]), phase=st.sampled_from(["Inqueue", "Running", "Pending"]),
+        request=st.one_of(st.none(), st.dictionaries(st.sampled_from(CARDS), st.integers(0, 6), max_size=3)),
+    ), st.just(("spec", "minResources")), st.sampled_from([None, {"nvidia.com/gpu": "1"}]),
 )
 pod_manifests = st.builds(
-    pod, st.sampled_from(["p1", "p2"]), namespace=st.sampled_from(NAMESPACES),
-    card=st.one_of(st.none(), st.sampled_from(CARDS)), node_name=st.sampled_from([None, "n1", "n1", "n2", "n9"]),
-    phase=st.sampled_from([None, "Running", "Succeeded", "Failed"]), group=st.sampled_from([None, "g1", "g1", "g2"]),
-    queue=st.sampled_from([None, None, None, "q1"]), gpus=st.integers(0, 3),
-    resource=st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "example.com/fpga"]),
+    _with, st.builds(
+        pod, st.sampled_from(["p1", "p2"]), namespace=st.sampled_from(NAMESPACES),
+        card=st.one_of(st.none(), st.sampled_from([*CARDS, f"{H100}|{A100}"])),
+        node_name=st.sampled_from([None, "n1", "n1", "n2", "n9"]),
+        phase=st.sampled_from([None, "Running", "Succeeded", "Failed"]),
+        group=st.sampled_from([None, "g1", "g1", "g2"]),
+        queue=st.sampled_from([None, None, None, "q1"]), gpus=st.integers(0, 3),
+        resource=st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "example.com/fpga"]),
+    ), st.just(("metadata", "deletionTimestamp")), st.sampled_from([None, None, None, "2026-01-01T00:00:00Z"]),
 )
 two_resource_pods = st.builds(
     lambda name, node_name, card: pod(name, namespace="ns-a", card=card, node_name=node_name, group="g1",
@@ -390,6 +403,8 @@ class IncrementalLedger(RuleBasedStateMachine):
         assert _state(self.ledger) == _state(rebuilt)
         assert self.ledger._totals == rebuilt._totals  # internal counters too: nothing left behind at zero
         assert self.ledger._group_holdings == rebuilt._group_holdings
+        assert self.ledger._group_pending == rebuilt._group_pending
+        assert self.ledger._group_charges == rebuilt._group_charges
         assert self.ledger._pending_by_queue == rebuilt._pending_by_queue
         assert self.ledger._pod_charges == rebuilt._pod_charges
         assert self.ledger._cluster_resource_dependents == rebuilt._cluster_resource_dependents
@@ -415,3 +430,49 @@ def test_build_of_a_list_with_repeated_objects_keeps_the_last_of_each(objects: l
     built = Ledger.build(objects)
     assert _state(built) == _state(Ledger.build(last.values()))
     assert built._pod_charges == Ledger.build(last.values())._pod_charges
+
+
+# ------------------------------------------------------------------------------------------- releasing pods
+
+
+def _deleting(manifest: dict[str, Any]) -> dict[str, Any]:
+    manifest["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return manifest
+
+
+@pytest.mark.parametrize(("node_name", "phase"), [("a100-1", "Running"), ("a100-1", "Pending"), (None, "Pending")])
+def test_a_pod_being_deleted_is_releasing_and_charges_its_queue_nothing(node_name: str | None, phase: str) -> None:
+    """Volcano v1.15.1 pkg/scheduler/api/helpers.go: ``getTaskStatus`` gives a Pending or Running pod with a
+    deletionTimestamp the status Releasing, which ``AllocatedStatus`` excludes (and which is not Pending): the
+    capacity-card plugin counts it in neither its queue's allocated nor its request."""
+    objects = [queue("q", {A100: 4}), A100_NODE,
+               _deleting(pod("p", node_name=node_name, phase=phase, gpus=4, queue="q", card=A100))]
+    usage_of_q = queue_usage("q", *objects)
+    assert usage_of_q["allocated"] == {A100: 0}
+    assert usage_of_q["pending"] == {}
+    assert Pod.from_manifest(objects[-1]).releasing
+
+
+def test_a_pod_marked_for_deletion_gives_its_cards_back_at_once_incrementally() -> None:
+    running = pod("p", node_name="a100-1", gpus=3, queue="q", card=A100, group="pg")
+    ledger = Ledger.build([queue("q", {A100: 4}), A100_NODE, podgroup("pg", queue="q", phase="Running"), running])
+    assert ledger.usage("q").allocated == {A100: 3}
+    ledger.upsert(_deleting(pod("p", node_name="a100-1", gpus=3, queue="q", card=A100, group="pg")))
+    assert ledger.usage("q").allocated == {A100: 0}
+    assert Ledger.build([queue("q", {A100: 4}), A100_NODE, podgroup("pg", queue="q", phase="Running"),
+                         _deleting(running)]).usage("q") == ledger.usage("q")
+
+
+def test_a_succeeded_pod_being_deleted_is_still_just_finished() -> None:
+    done = _deleting(pod("p", node_name="a100-1", phase="Succeeded", gpus=1, queue="q", card=A100))
+    assert not Pod.from_manifest(done).releasing
+
+
+@pytest.mark.parametrize(("request_text", "inqueue"), [
+    (f'{{"{A100}|{A100}": 3}}', {A100: 3}),
+    (f'{{"{A100}| {H100}": 2, "{A100}|{H100}": 1}}', {f"{A100}|{H100}": 3}),
+])
+def test_a_stored_request_naming_a_type_twice_is_reserved_once(request_text: str, inqueue: dict[str, int]) -> None:
+    """Admission refuses such keys; one stored anyway (written before the webhook) reserves each type once."""
+    objects = [queue("q", {A100: 10, H100: 5}), A100_NODE, podgroup("g", queue="q", request=request_text)]
+    assert queue_usage("q", *objects)["inqueue"] == inqueue

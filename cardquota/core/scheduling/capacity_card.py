@@ -28,7 +28,13 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import CpuMemoryUse, Ledger
 from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
 from cardquota.core.quantity import format_quantity
-from cardquota.core.quota import card_alternatives, card_name_problem, card_request, quota_allows
+from cardquota.core.quota import (
+    alternative_set,
+    card_alternatives,
+    card_name_problem,
+    quota_allows,
+    reserved_on,
+)
 from cardquota.core.resources import is_card_resource
 from cardquota.core.schedconf.reader import read_bool, read_number
 from cardquota.core.scheduling.refusal import Refusal
@@ -97,20 +103,133 @@ class Shortfall:
 
 def job_enqueue_shortfall(request: Mapping[str, int], capability: Mapping[str, int], allocated: Mapping[str, int],
                           inqueue: Mapping[str, int], elastic: Mapping[str, int] | None = None) -> Shortfall | None:
-    """Job mode: None when every key of ``request`` fits the capability, else the first key that does not."""
+    """Job mode: None when the job's cards fit its queue, else the set of card types they do not fit in.
+
+    The seed checks each key of the request alone: ``allocated + inqueue - elastic + request`` of its types within
+    their capability, an ``A|B`` key adding its alternatives up on both sides. Taken key by key, that lets
+    reservations kept under other keys through (an Inqueue ``{"A|B": 8}`` in a queue allowing ``A=5, B=3``, then a
+    ``{"A": 1}`` or a ``{"B|A": 1}``: 10 cards promised against 8). So every holding and reservation is one demand
+    on the set of types it may land on (a type held: that type; an ``A|B`` key: ``{A, B}``, whatever its order or
+    spacing), and the job fits when all the demands, its own included, can be placed within the capability of each
+    type at once (:func:`_place`). For a single key and nothing else that is the seed's sum exactly. When they
+    cannot, the shortfall names the types the job's cards could not be placed in — the key itself, or ``A|B``-style
+    the set its reservations connect it to — with what they would hold together against their capability."""
     elastic = elastic or {}
-    for key, wanted in request.items():
-        alternatives = card_alternatives(key)
-        used = sum(allocated.get(card, 0) + inqueue.get(card, 0) - elastic.get(card, 0) for card in alternatives)
-        if len(alternatives) > 1:
-            used += inqueue.get(key, 0)  # reservations kept under the A|B key itself
-            # The job's own single-type keys among the alternatives are part of what it would use (the scheduler
-            # adds the whole request to the queue's usage before checking each key).
-            used += sum(request.get(card, 0) for card in alternatives)
-        limit = quota_allows(key, capability)
-        if used + wanted > limit:
-            return Shortfall(key, wanted, used + wanted, limit)
-    return None
+    if all(_fits_apart(key, wanted, request, capability, allocated, inqueue, elastic)
+           for key, wanted in request.items()):
+        return None  # room on the key's own types whatever the others take (the common case, no placement needed)
+    demands: dict[frozenset[str], int] = {}
+    for card, amount in allocated.items():
+        held = amount - elastic.get(card, 0)
+        if held > 0:
+            types = alternative_set(card)
+            demands[types] = demands.get(types, 0) + held
+    for key, amount in inqueue.items():
+        types = alternative_set(key)
+        demands[types] = demands.get(types, 0) + amount
+    job: dict[frozenset[str], int] = {}
+    for key, amount in request.items():
+        types = alternative_set(key)
+        job[types] = job.get(types, 0) + amount
+    stuck = _place(demands, job, capability)
+    if stuck is None:
+        return None
+
+    def within(types: frozenset[str]) -> int:
+        return sum(amount for demand in (demands, job) for kind, amount in demand.items() if kind <= types)
+
+    def asked(types: frozenset[str]) -> int:
+        return sum(amount for name, amount in request.items() if alternative_set(name) <= types)
+
+    for key in request:  # a key that does not fit its own types says so in the seed's terms
+        types = alternative_set(key)
+        limit = sum(capability.get(card, 0) for card in types)
+        if within(types) > limit:
+            return Shortfall(key, asked(types), within(types), limit)
+    types, wanted = stuck
+    order = [card for key in (*request, *inqueue, *allocated) for card in card_alternatives(key) if card in types]
+    label = keys.CARD_ALTERNATIVE_SEPARATOR.join(dict.fromkeys(order))
+    limit = sum(capability.get(card, 0) for card in types)
+    return Shortfall(label, asked(types), max(within(types), limit + wanted), limit)
+
+
+def _fits_apart(key: str, wanted: int, request: Mapping[str, int], capability: Mapping[str, int],
+                allocated: Mapping[str, int], inqueue: Mapping[str, int], elastic: Mapping[str, int]) -> bool:
+    """Whether ``key`` fits even if every other holding and reservation that may land on its types does: then a
+    placement of them all exists whenever one of the others exists (they leave at least ``wanted`` free there)."""
+    types = alternative_set(key)
+    used = sum(max(allocated.get(card, 0) - elastic.get(card, 0), 0) for card in types)
+    used += reserved_on(types, inqueue)
+    used += reserved_on(types, {other: amount for other, amount in request.items() if other != key})
+    return used + wanted <= quota_allows(key, capability)
+
+
+def _place(demands: Mapping[frozenset[str], int], job: Mapping[frozenset[str], int],
+           capability: Mapping[str, int]) -> tuple[frozenset[str], int] | None:
+    """Place the queue's ``demands`` (cards per set of types they may land on) within ``capability`` as far as they
+    go, then the ``job``'s, moving earlier ones between their alternatives where that makes room (augmenting paths
+    of a maximum flow: demand sets → types → capability). None when all of the job's cards are placed; else the
+    types reachable from the job's unplaced cards (all full: the set whose capability they exceed) and how many of
+    the job's cards are left over."""
+    room = {card: capability.get(card, 0) for kind in (*demands, *job) for card in kind}
+    flow: dict[tuple[int, str], int] = {}
+    """Cards of demand node ``i`` placed on a type."""
+    nodes: list[tuple[frozenset[str], int]] = [*demands.items(), *job.items()]
+    left = [amount for _, amount in nodes]
+    used = dict.fromkeys(room, 0)
+    holders: dict[str, set[int]] = {card: set() for card in room}
+    """Per type, the demand nodes with cards placed on it."""
+
+    def augment(start: int) -> tuple[bool, set[str]]:
+        """One augmenting path from demand node ``start`` to a type with room (breadth first); the types reached."""
+        parents: dict[str, tuple[int, str | None]] = {}
+        queue: list[tuple[int, str | None]] = [(start, None)]
+        seen_nodes = {start}
+        while queue:
+            node, via = queue.pop(0)
+            for card in nodes[node][0]:
+                if card in parents:
+                    continue
+                parents[card] = (node, via)
+                if used[card] < room[card]:
+                    amount = left[start]
+                    path: list[tuple[int, str]] = []
+                    step: str | None = card
+                    while step is not None:
+                        owner, previous = parents[step]
+                        path.append((owner, step))
+                        if previous is not None:
+                            amount = min(amount, flow.get((owner, previous), 0))
+                        step = previous
+                    amount = min(amount, room[card] - used[card])
+                    for owner, step_card in path:
+                        flow[(owner, step_card)] = flow.get((owner, step_card), 0) + amount
+                        holders[step_card].add(owner)
+                    for owner, step_card in path[:-1]:
+                        _, previous = parents[step_card]
+                        assert previous is not None
+                        flow[(owner, previous)] -= amount
+                        if not flow[(owner, previous)]:
+                            holders[previous].discard(owner)
+                    used[card] += amount
+                    left[start] -= amount
+                    return True, set(parents)
+                for other in sorted(holders[card]):  # move another demand's cards off this type
+                    if other not in seen_nodes:
+                        seen_nodes.add(other)
+                        queue.append((other, card))
+        return False, set(parents)
+
+    for index in range(len(nodes)):
+        while left[index] > 0 and augment(index)[0]:
+            pass
+    reached: set[str] = set()
+    unplaced = 0
+    for index in range(len(demands), len(nodes)):
+        if left[index] > 0:
+            unplaced += left[index]
+            reached |= augment(index)[1]
+    return (frozenset(reached), unplaced) if unplaced else None
 
 
 @dataclass(frozen=True)
@@ -203,6 +322,21 @@ def cpu_memory_enqueue_refusal(queue: str, over: CpuMemoryShortfall) -> EnqueueR
     return EnqueueRefusal(reason, f"Queue {queue} has insufficient {over.resource} quota: {numbers}", over)
 
 
+QUEUE_NOT_OPEN = "QueueNotOpen"
+OPEN = "Open"
+
+
+def queue_state_refusal(queue: str, state: str, what: str) -> Refusal | None:
+    """A queue whose ``status.state`` is set and not ``Open`` (``Closed``, ``Closing``) takes nothing new: no job is
+    enqueued and no task allocated in it (Volcano's ``proportion`` and ``capacity`` plugins, v1.15.1
+    pkg/scheduler/plugins/proportion/proportion.go ``queueAllocatable`` and the ``JobEnqueueableFn``; the seed's
+    plugin at 61a5f00, capacity_card_fn_job_enqueueable.go). An unset state (a queue the queue controller has not
+    reconciled yet) is taken as Open: Volcano's controller sets it on creation."""
+    if not state or state == OPEN:
+        return None
+    return Refusal(QUEUE_NOT_OPEN, f"Queue {queue} is {state}, not Open: {what}")
+
+
 def podgroup_enqueue_refusal(group: PodGroup, ledger: Ledger,
                              config: CapacityCardConfig | None) -> EnqueueRefusal | None:
     """Whether the scheduler would enqueue ``group`` now, on ``ledger``'s counts — the one decision the scheduling
@@ -211,7 +345,11 @@ def podgroup_enqueue_refusal(group: PodGroup, ledger: Ledger,
     ``config`` None means the plugin's arguments are not known (the controller does not read the scheduler's
     ConfigMap): ``cardUnlimitedCpuMemory`` is then taken as on, the reading that blocks least, so that no job is
     said to be blocked that the scheduler may enqueue (a CPU-only job is judged either way)."""
-    request = card_request(group.meta.annotations).values
+    record = ledger.snapshot.queues.get(group.queue)
+    closed = queue_state_refusal(group.queue, record.queue.state, "it enqueues no new job") if record else None
+    if closed is not None:
+        return EnqueueRefusal(closed.reason, closed.message)
+    request = ledger.group_card_request(group)
     usage = ledger.usage(group.queue)
     return job_enqueue_refusal(group.queue, request, usage.quota, usage.allocated, usage.inqueue,
                                cpu_memory=cpu_memory_demand(group, ledger, config))
@@ -233,7 +371,10 @@ def cpu_memory_demand(group: PodGroup, ledger: Ledger, config: CapacityCardConfi
 def enqueue_is_judged(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None) -> bool:
     """Whether capacity-card has anything to say about enqueueing ``group``: it asks for cards, or for cpu/memory
     its queue's capability limits (otherwise the extender abstains)."""
-    if card_request(group.meta.annotations).values:
+    if ledger.group_card_request(group):
+        return True
+    record = ledger.snapshot.queues.get(group.queue)
+    if record is not None and queue_state_refusal(group.queue, record.queue.state, "") is not None:
         return True
     demand = cpu_memory_demand(group, ledger, config)
     return demand is not None and demand.judged
@@ -274,6 +415,24 @@ def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: M
         return Refusal(INSUFFICIENT_SCALAR,
                        insufficient(queue, card, wanted, allocated.get(card, 0) + wanted, capability.get(card, 0)))
     return Refusal(INSUFFICIENT_SCALAR, insufficient_alternatives(queue, card_name, wanted, capability, allocated))
+
+
+def charged_cards_refusal(queue: str, charged: Mapping[str, int], capability: Mapping[str, int],
+                          allocated: Mapping[str, int]) -> Refusal | None:
+    """Task mode for a pod that names no ``volcano.sh/card.name`` but requests a card resource: on a node it is
+    charged the card type the node offers for that resource (``charged``:
+    :func:`~cardquota.core.usage.cards_on_node`, what the ledger will count once it is bound), so that is what is
+    checked — never charged unchecked. Only in a queue with a card quota: a queue without any is not card-limited
+    for pods that name no card type (the ledger still shows what they hold)."""
+    if not capability:
+        return None
+    for card, wanted in charged.items():
+        total = allocated.get(card, 0) + wanted
+        if total > capability.get(card, 0):
+            return Refusal(INSUFFICIENT_SCALAR,
+                           insufficient(queue, card, wanted, total, capability.get(card, 0))
+                           + f" (the pod names no {keys.CARD_NAME}: it is charged the node's card type)")
+    return None
 
 
 def insufficient_alternatives(queue: str, card_name: str, wanted: int, capability: Mapping[str, int],

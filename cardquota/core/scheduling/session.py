@@ -32,6 +32,7 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
+from cardquota.core.resources import card_requests
 from cardquota.core.schedconf.extender import plugin_arguments, plugin_entries
 from cardquota.core.schedconf.reader import read_conf
 from cardquota.core.schedconf.source import arguments_text
@@ -39,6 +40,7 @@ from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
 from cardquota.core.scheduling.refusal import Refusal
 from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.usage import cards_on_node
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
@@ -94,7 +96,8 @@ class _QueueUse:
     ancestry: tuple[str, ...]
 
 
-_POD_METADATA_READ = ("name", "namespace", "generateName", "uid", "resourceVersion", "labels", "annotations")
+_POD_METADATA_READ = ("name", "namespace", "generateName", "uid", "resourceVersion", "labels", "annotations",
+                      "deletionTimestamp")
 _POD_SPEC_READ = ("nodeName", "schedulerName", "overhead", "resourceClaims", "nodeSelector", "affinity", "tolerations")
 _CONTAINER_READ = ("name", "resources", "restartPolicy")
 
@@ -214,16 +217,21 @@ class Session:
         charge = self.ledger.pod_charge(key)
         return sum(charge.cards.values()) if charge is not None else 0
 
+    def uses_cards(self, key: ObjectKey) -> bool:
+        """Whether the pod is a card task to capacity-card (its cpu/memory exempt under ``cardUnlimitedCpuMemory``):
+        it is charged cards, or requests a resource nodes offer as cards, with or without ``volcano.sh/card.name``
+        (the plugin's ``HasCardResource`` at 61a5f00 looks at the task's requests too)."""
+        return self.cards_wanted(key) > 0 or bool(card_requests(self.view(key).requests,
+                                                                self.ledger.card_resources))
+
     def node_card_type(self, key: ObjectKey, node: str) -> str | None:
         """The card type ``node`` offers for the pod's card resource (None when it offers none it asks for)."""
-        record = self.ledger.snapshot.nodes.get(node)
-        if record is None:
-            return None
-        for resource, amount in self.view(key).requests.items():
-            card = record.cards.by_resource.get(resource)
-            if card is not None and amount > 0:
-                return card.name
-        return None
+        return next(iter(self.cards_on(key, node)), None)
+
+    def cards_on(self, key: ObjectKey, node: str) -> dict[str, int]:
+        """What the pod would be charged bound to ``node``, per card type: the ledger's own rule
+        (:func:`~cardquota.core.usage.cards_on_node`), so a check on a node and the charge after it agree."""
+        return cards_on_node(self.view(key).requests, self.ledger.snapshot.nodes.get(node))
 
     def wants_mgpu(self, key: ObjectKey) -> bool:
         """Whether the pod asks for mGPU shares the session places (mGPU enabled): its placement writes annotations."""
@@ -255,6 +263,10 @@ class Session:
         """The queue-level checks of one task (the scheduler's AllocatableFn)."""
         pod = self.view(key)
         queue = self.queue_of(key)
+        record = self.ledger.snapshot.queues.get(queue)
+        if record is not None and (closed := capacity_card.queue_state_refusal(
+                queue, record.queue.state, "it allocates no new task")) is not None:
+            return closed
         wanted = self.cards_wanted(key)
         if pod.card_name is not None:
             problem = capacity_card.card_request_problem(pod.card_name, wanted)
@@ -268,7 +280,7 @@ class Session:
         if spec is not None:  # a queue that exists: its cpu/memory capability applies
             refusal = capacity_card.cpu_memory_refusal(
                 queue, pod.requests, capacity_card.queue_capability(spec), self.queue_used.get(queue, {}),
-                uses_cards=wanted > 0, config=self.config.capacity_card)
+                uses_cards=self.uses_cards(key), config=self.config.capacity_card)
             if refusal is not None:
                 return refusal
         request = self.dra_request(key)
@@ -292,6 +304,14 @@ class Session:
             if card_type not in capacity_card.fitting_alternatives(pod.card_name, wanted, capability, allocated):
                 return Refusal(capacity_card.INSUFFICIENT_SCALAR, capacity_card.insufficient(
                     queue, card_type, wanted, allocated.get(card_type, 0) + wanted, capability.get(card_type, 0)))
+        else:
+            charged = self.cards_on(key, node)
+            if charged:
+                queue = self.queue_of(key)
+                refusal = capacity_card.charged_cards_refusal(queue, charged, self.quota(queue),
+                                                              self.ledger.usage(queue).allocated)
+                if refusal is not None:
+                    return refusal
         refusal = self._crossquota_refusal(key, node)
         if refusal is not None:
             return refusal
@@ -596,10 +616,12 @@ class Session:
         if not self._in_a_queue(key, pod):
             return  # a pod the scheduler does not place (a DaemonSet's, kube-system's) uses its node, not a queue
         if sign > 0:
+            if pod.releasing:
+                return  # Releasing: still on its node, no longer its queue's (as the ledger counts it)
             queue = self.ledger.queue_of(pod)
             # Under cardUnlimitedCpuMemory a card task's cpu/memory is not added to its queue's allocated (the
             # plugin's GetTaskRequestResources): GPU work does not spend the CPU quota of the CPU work beside it.
-            exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.cards_wanted(key) > 0
+            exempt = self.config.capacity_card.card_unlimited_cpu_memory and self.uses_cards(key)
             amounts = {} if exempt else {resource: pod.requests.get(resource, Fraction(0)) for resource in CPU_MEMORY}
             use = _QueueUse(queue, amounts, self.dra_request(key) if key in self.pods else {},
                             tuple(dra.ancestry(queue, self.parents)))

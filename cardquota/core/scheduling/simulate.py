@@ -128,16 +128,29 @@ def min_resources(tasks: Sequence[Mapping[str, Any]], min_available: int) -> dic
 
 def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: SchedulerConfig | None = None
              ) -> Simulation:
+    # A Volcano Job's pods are created once its PodGroup is no longer Pending (the job controller's ``syncJob``,
+    # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in its enqueue decision.
+    jobs: set[ObjectKey] = {
+        (str(_map(m.get("metadata")).get("namespace") or "default"), str(_map(m.get("metadata")).get("name", "")))
+        for m in workload
+            if m.get("kind") == "Job" and str(m.get("apiVersion", "")).startswith(VOLCANO_JOB_API)}
     workload = expand_volcano_jobs(workload)
     groups = [m for m in workload if kind_of(m) is Kind.PODGROUP]
     session = Session([*cluster, *groups], config)
-    pods: list[ObjectKey] = [session.add_pending(m) for m in workload if kind_of(m) is Kind.POD]
+    later = [m for m in workload if kind_of(m) is Kind.POD and _job_pod(m, jobs)]
+    pods: list[ObjectKey] = [session.add_pending(m) for m in workload
+                             if kind_of(m) is Kind.POD and not _job_pod(m, jobs)]
+    for manifest in later:
+        metadata = _map(manifest.get("metadata"))
+        pods.append((str(metadata.get("namespace") or "default"), str(metadata.get("name", ""))))
+    created: dict[ObjectKey, Manifest] = dict(zip(pods[len(pods) - len(later):], later, strict=True))
     placements: dict[str, PodOutcome] = {}
     podgroups: dict[str, GroupOutcome] = {}
     memo = RefusalMemo()
     members: dict[ObjectKey, list[ObjectKey]] = {}
     for key in pods:
-        group_key = session.view(key).group_key
+        group_key = (key[0], str(_map(_map(created[key].get("metadata")).get("annotations")).get(keys.GROUP_NAME)))\
+            if key in created else session.view(key).group_key
         members.setdefault(group_key if group_key is not None and group_key in session.ledger.snapshot.podgroups
                            else key, []).append(key)
     for manifest in groups:
@@ -150,6 +163,9 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
                 placements[_name(key)] = PodOutcome(reason=f"PodGroup {name} is not enqueued: {refusal.message}")
             continue
         session.set_phase(manifest, "Inqueue")
+        for key in members.get(group.key, []):
+            if key in created:
+                session.add_pending(created[key])  # the job controller creates its pods now
         minimum = max(1, _count((manifest.get("spec") or {}).get("minMember"), 1))
         outcome = _place_gang(session, members.pop(group.key, []), minimum, placements, memo)
         podgroups[name] = outcome
@@ -258,3 +274,10 @@ _count = count_of
 
 def _name(key: ObjectKey) -> str:
     return f"{key[0]}/{key[1]}"
+
+
+def _job_pod(manifest: Manifest, jobs: set[ObjectKey]) -> bool:
+    """Whether ``manifest`` is a pod :func:`expand_volcano_jobs` made for one of ``jobs``."""
+    metadata = _map(manifest.get("metadata"))
+    group = _map(metadata.get("annotations")).get(keys.GROUP_NAME)
+    return isinstance(group, str) and (str(metadata.get("namespace") or "default"), group) in jobs

@@ -437,3 +437,17 @@ def test_kinds_no_rule_concerns_are_allowed_untouched() -> None:
     other_queue = queue("q", "{bad")
     other_queue["apiVersion"] = "kueue.x-k8s.io/v1beta1"
     assert check(other_queue, cluster()) == Verdict(allowed=True)
+
+
+@pytest.mark.parametrize(("key", "reason"), [(f"{A100}|{A100}", Reason.DUPLICATE), (f"{A100}| {A100}", Reason.INVALID),
+                                            (f"{A100}| {H100}", Reason.INVALID)])
+def test_a_request_key_naming_a_type_twice_or_with_spaces_is_denied(key: str, reason: Reason) -> None:
+    """``{"A100|A100": 20}`` was admitted in a queue allowing 10 (each alternative's quota added once per mention)."""
+    snapshot = cluster(team_a())
+    verdict = check(group({key: 2}), snapshot)
+    assert (REQUEST, reason) in [(violation.path, violation.reason) for violation in verdict.violations]
+    assert not verdict.allowed
+    verdict = check(vcjob({key: 2}, task("worker", A100, replicas=2)), snapshot)
+    assert (REQUEST, reason) in [(violation.path, violation.reason) for violation in verdict.violations]
+    assert not verdict.allowed
+    denied_with(check(group({f"{A100}|{A100}": 20}), snapshot), "NVIDIA-A100|NVIDIA-A100 lists a card type twice")

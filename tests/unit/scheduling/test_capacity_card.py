@@ -156,7 +156,9 @@ def test_job_mode_counts_the_jobs_own_single_type_keys_inside_an_alternatives_ke
     """{"A": 3, "A|B": 3} against A=4, B=0: the scheduler adds the whole request first, so A|B sees 3 + 3 > 4."""
     refusal = job_enqueue_refusal("q", {A100: 3, f"{A100}|{H100}": 3}, {A100: 4}, {}, {})
     assert refusal is not None
-    assert "requested 3, total would be 6, but capability is 4" in refusal.message
+    # the job's 6 cards can only land on NVIDIA-A100 and NVIDIA-H100, which allow 4 together
+    assert "insufficient NVIDIA-A100|NVIDIA-H100 quota: requested 6, total would be 6, but capability is 4" in \
+        refusal.message
 
 
 def test_arguments_beyond_a_float_fall_back_to_the_default() -> None:
