@@ -124,6 +124,12 @@ async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((
             yield Cluster(replay, extender, clock, kmock)
     finally:
         stop.set()
+        # The watches' reflectors and kmock's handlers of their (long, kept-alive) requests would keep Kopf's shutdown
+        # waiting 5 s for "hung" tasks: they are ended here, as run_extender ends them once Kopf has stopped.
+        for running in asyncio.all_tasks():
+            name = getattr(running.get_coro(), "__qualname__", "")
+            if name in ("Reflector.run", "RequestHandler._handle_request", "RequestHandler.start"):
+                running.cancel()
         await asyncio.wait_for(task, 30)
 
 
