@@ -206,7 +206,17 @@ class VolcanoReplay:
         await self.api("POST", path, manifest)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        await self.api("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        """Deletes the pod (its finalizers dropped first: a terminating pod is kept in kmock by one) and waits until
+        the extender's watch no longer shows it."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        await self.api("PATCH", path, {"metadata": {"finalizers": None}})
+        async with self.http.delete(f"{self.api_url}{path}"):
+            pass
+
+        def gone() -> bool:
+            return self.extender.session is not None and (namespace, name) not in self.extender.session.pods
+
+        await eventually(gone)
 
     # ----------------------------------------------------------------------------------------------- verbs
 
@@ -440,7 +450,7 @@ class VolcanoReplay:
         await self.settle()
 
     async def settle(self) -> None:
-        """Until the extender's watch shows the API server's pods (nodes bound, terminating), PodGroups (phases),
+        """Until the extender's watch shows the API server's pods (and their nodes), PodGroups (phases),
         queues and nodes."""
         pods = await self.items(PODS)
         groups = await self.items(PODGROUPS)
@@ -457,9 +467,6 @@ class VolcanoReplay:
                 if watched is None:
                     return False
                 if pod["spec"].get("nodeName") and watched["spec"].get("nodeName") != pod["spec"]["nodeName"]:
-                    return False
-                if bool(pod["metadata"].get("deletionTimestamp")) != bool(
-                        watched["metadata"].get("deletionTimestamp")):
                     return False
             podgroups = session.ledger.snapshot.podgroups
             for group in groups:
