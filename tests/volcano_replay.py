@@ -67,6 +67,8 @@ Voter = Callable[[Manifest], int]
 """A fake ``jobEnqueueable`` plugin next to the extender: the PodGroup → −1 reject, 0 abstain, 1 permit."""
 EXTENDER = "extender"
 
+VERB_TIMEOUT = aiohttp.ClientTimeout(total=10)
+"""Far above Volcano's ``extender.httpTimeout`` (the shipped 500ms): a verb slower than this is a failure."""
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -221,7 +223,7 @@ class VolcanoReplay:
     # ----------------------------------------------------------------------------------------------- verbs
 
     async def send(self, verb: str, body: Manifest) -> Manifest:
-        async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body),
+        async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=VERB_TIMEOUT,
                                   headers={"Content-Type": "application/json"}) as response:
             assert response.status == 200, f"{verb}: {response.status}"
             answer: Manifest = await response.json()
@@ -323,6 +325,9 @@ class VolcanoReplay:
                           and job.phase != "Pending" and any(t.status == PENDING for t in job.tasks)]
                    for name in self.queues}
         queues = [name for name in self.queues if pending[name]]
+        worksheet = {job.key: [t for t in job.tasks if t.status == PENDING and not t.node]
+                     for jobs in pending.values() for job in jobs}
+        """The tasks each job has left to try in this action (``tasksNoHardTopology``): each is tried once."""
         while queues:
             queue = queues.pop(0)
             if await self.overused(queue):
@@ -330,12 +335,12 @@ class VolcanoReplay:
             if not pending[queue]:
                 continue
             job = pending[queue].pop(0)
-            statement = await self.allocate_tasks(job)
+            statement = await self.allocate_tasks(job, worksheet[job.key])
             if statement is not None and job.ready() and await self.job_ready(job):
                 for task in statement:
                     if task.status == ALLOCATED:
                         self.committed.append(task)
-                if any(t.status == PENDING for t in job.tasks):
+                if worksheet[job.key]:  # tasks left when minAvailable < replicas: the job is put back
                     pending[queue].append(job)
             placements += [Placement(t.name, t.node, "allocated" if t.status == ALLOCATED else "pipelined")
                            for t in statement or []]
@@ -345,10 +350,12 @@ class VolcanoReplay:
     async def job_ready(self, job: Job) -> bool:
         return bool((await self.send("jobReady", {"job": job.info()})).get("status", False))
 
-    async def allocate_tasks(self, job: Job) -> list[Task] | None:
-        """``allocateResourcesForTasks``: the statement's tasks, or None when it was discarded."""
+    async def allocate_tasks(self, job: Job, tasks: list[Task]) -> list[Task] | None:
+        """``allocateResourcesForTasks``: the statement's tasks, or None when it was discarded; ``tasks`` are
+        popped as they are tried."""
         statement: list[Task] = []
-        for task in [t for t in job.tasks if t.status == PENDING and not t.node]:
+        while tasks:
+            task = tasks.pop(0)
             candidates = [name for name in sorted(self.nodes)
                           if fits(requests(task.pod), self.future_idle(name)) and await self.predicate(task, name)]
             if not candidates:

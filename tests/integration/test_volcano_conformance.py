@@ -17,7 +17,7 @@ import pytest
 import yaml
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
 from polling import eventually
-from volcano_replay import EXTENDER, Placement, VolcanoReplay, Voter
+from volcano_replay import EXTENDER, Placement, VolcanoReplay
 
 from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.session import SchedulerConfig
@@ -228,6 +228,21 @@ async def test_1_a_mig_pod_over_its_mig_quota_is_not_placed(cluster_kmock: Any) 
         placements = await cluster.replay.cycle()
         placements += await cluster.replay.cycle()
         assert len(placements) == 1
+
+
+async def test_1_the_mig_quota_holds_for_the_tasks_volcano_sends(cluster_kmock: Any) -> None:
+    """The same MIG pods with ``managedResources`` naming the MIG resource: the extender sees them and the quota
+    holds — what finding 1's scenario misses with the shipped list is Volcano's ``IsInterested`` filter alone."""
+    mig = f"{A100}/mig-1g.10gb-mixed"
+    async with start(cluster_kmock, managed=["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]) as cluster:
+        await cluster.add(mig_node("mig-1", "1g.10gb", 7), team("team-a", {mig: 1}),
+                          *job("infer", pods=2, min_member=1, card=mig, resource="nvidia.com/mig-1g.10gb",
+                               request={mig: 1}), *job("cpu", gpus=0, card=None))
+        placements = await cluster.replay.cycle()
+        placements += await cluster.replay.cycle()
+        assert sorted(p.pod for p in placements) == ["cpu-0", "infer-0"]
+        sent = {body["task"]["Name"] for verb, body, _ in cluster.replay.calls if verb == "predicate"}
+        assert sent == {"infer-0", "infer-1"}  # the CPU pod requests no managed resource: never sent
 
 
 @xfail(2, "a GPU pod without card.name is not checked by predicate, yet charged to the node's card type")
