@@ -223,12 +223,32 @@ class VolcanoReplay:
     # ----------------------------------------------------------------------------------------------- verbs
 
     async def send(self, verb: str, body: Manifest) -> Manifest:
-        async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=VERB_TIMEOUT,
-                                  headers={"Content-Type": "application/json"}) as response:
-            assert response.status == 200, f"{verb}: {response.status}"
-            answer: Manifest = await response.json()
+        """POSTs a verb; a transport error (refused, reset, no answer in time, not 200) is answered as Volcano's
+        plugin treats it under ``extender.ignorable`` (``OnSessionOpen``'s closures and ``addEventHandler``)."""
+        try:
+            async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=VERB_TIMEOUT,
+                                      headers={"Content-Type": "application/json"}) as response:
+                if response.status != 200:
+                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                answer: Manifest = await response.json()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            answer = self.transport_error(verb, error)
         self.calls.append((verb, body, answer))
         return answer
+
+    def transport_error(self, verb: str, error: BaseException) -> Manifest:
+        """What the verb's caller in the plugin makes of a transport error: ignorable → the node passes, no scores,
+        permit, not overused, not ready, the allocation stands; else the node is filtered, scoring fails, reject,
+        overused, ready (as upstream has it), the allocation is rolled back."""
+        ignorable, failure = self.ignorable, f"transport error: {error!r}"
+        return {
+            "predicate": {"status": "" if ignorable else failure, "code": 0 if ignorable else 1},
+            "prioritize": {"nodeScore": {}, "errorMessage": ""} if ignorable else {"errorMessage": failure},
+            "jobEnqueueable": {"status": 1 if ignorable else -1},
+            "queueOverused": {"overused": not ignorable},
+            "jobReady": {"status": not ignorable},
+            "allocateFunc": {"errorMessage": "" if ignorable else failure},
+        }.get(verb, {})
 
     def interested(self, task: Task) -> bool:
         """``IsInterested``: no managedResources, or a container or init container naming one (requests/limits)."""
