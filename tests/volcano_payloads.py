@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-PENDING, ALLOCATED, BOUND, RUNNING = 1, 2, 16, 32
+PENDING, ALLOCATED, PIPELINED, BOUND, RUNNING = 1, 2, 4, 16, 32
+"""``TaskStatus`` bit flags (pkg/scheduler/api/types.go, v1.15.1)."""
 
 
 def task_info(pod: dict[str, Any], *, status: int | None = None, node: str | None = None) -> dict[str, Any]:

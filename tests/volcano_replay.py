@@ -1,0 +1,519 @@
+"""A replay of the stock Volcano scheduler's actions against the served extender, for conformance scenarios.
+
+The cluster lives in kmock (the API server); the extender runs as production runs it (HTTP, its session kept by
+watches of that API server); this class plays the scheduler between them: each session lists the cluster as
+Volcano's cache would, runs ``enqueue``, ``allocate`` and ``backfill`` calling the extender's verbs with bodies shaped
+as Go marshals Volcano's structs (tests/volcano_payloads.py), and at ``close_session`` writes back what Volcano's
+cache would (binds, PodGroup phases), then waits until the extender's watch shows it.
+
+Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in volcano-sh/volcano):
+
+* Verbs and filtering — ``pkg/scheduler/plugins/extender/extender.go``, ``OnSessionOpen``: the task verbs
+  (``predicate``, ``prioritize``; ``allocateFunc``/``deallocateFunc`` through ``addEventHandler``) are sent only when
+  ``IsInterested(task)``: ``managedResources`` empty, or some container or init container names one of them in its
+  requests or limits (``hasManagedResources``). ``jobEnqueueable``, ``queueOverused`` and ``jobReady`` are not
+  filtered. With ``ignorable`` false a transport error rejects the job, filters the node, reports the queue
+  overused, or rolls the allocation back; the body keys are those of ``argument.go`` (``task``, ``node``, ``nodes``,
+  ``job``, ``queue``; answers ``status``/``code``, ``nodeScore``, ``overused``, ``errorMessage``).
+* Enqueue — ``pkg/scheduler/actions/enqueue/enqueue.go``, ``Execute``: pending jobs queue by queue; a job without
+  ``spec.minResources`` is enqueued unasked; otherwise ``Session.JobEnqueueable``
+  (``pkg/scheduler/framework/session_plugins.go``): tiers in order, plugins in order, the first reject (< 0) ends it
+  with false, a tier where some plugin permitted (> 0) ends it with true, all abstaining is true.
+* Allocate — ``pkg/scheduler/actions/allocate/allocate.go``: ``buildAllocateContext`` skips Pending jobs when the
+  enqueue action runs; ``allocateResources`` pops a queue, skips it for the rest of the action when
+  ``ssn.Overused(queue)`` (any ``overusedFn`` true: ``Session.Overused``), pops one job, and commits its statement
+  only when ``ssn.JobReady(job)`` (gang ``IsReady`` — ``pkg/scheduler/plugins/gang/gang.go`` — and the extender's
+  ``jobReady``), putting the job back while tasks are left; ``allocateResourcesForTasks`` per task: Volcano's own
+  fit (``predicate``: ``InitResreq`` within the node's ``FutureIdle``) then the plugins' predicates, no node → the
+  job stops (gang cannot be met); ``prioritizeNodes`` splits the nodes into Idle and FutureIdle gradients and asks
+  the batch node order only when a gradient holds more than one node; ``allocateResourcesForTask``:
+  ``Statement.Allocate`` when the task fits Idle, else ``Statement.Pipeline`` when it fits FutureIdle; after the
+  tasks, ``SubJobReady`` → the statement, ``SubJobPipelined`` → the statement kept uncommitted (no callback either
+  way), else ``Statement.Discard``.
+* Statement — ``pkg/scheduler/framework/statement.go``: ``Allocate`` sets ``Pod.Spec.NodeName``, status Allocated,
+  calls ``AllocateFunc``; an error rolls back through ``unallocate`` (status Pending, ``NodeName`` still set while
+  ``DeallocateFunc`` runs). ``Pipeline`` sets status Pipelined and ``NodeName`` only (not the pod's).
+  ``Discard`` undoes in reverse order (``DeallocateFunc``); ``Commit`` binds the allocated tasks.
+* Next session — ``pkg/scheduler/cache/cache.go`` ``Bind`` (the pod gets its node; the kubelet then runs it) and
+  ``pkg/scheduler/framework/session.go`` ``closeSession``/``jobStatus`` (a PodGroup enqueued this session is
+  written Inqueue, one with ``minMember`` tasks allocated is Running). A pipelined task that was not committed is
+  Pending again next session.
+* Backfill — ``pkg/scheduler/actions/backfill/backfill.go``: only BestEffort tasks (no requests) of non-pending
+  jobs, placed on the first node the predicates pass, committed at once.
+
+Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
+``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
+equal scores (``SelectBestNodeAndScore`` picks at random among them), resources are modelled for CPU and extended
+(card) resources only.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import aiohttp
+from polling import eventually
+from volcano_payloads import ALLOCATED, PENDING, PIPELINED, job_info, node_info, queue_info, task_info
+
+from cardquota.core.scheduling.extender import Extender
+
+Manifest = dict[str, Any]
+Voter = Callable[[Manifest], int]
+"""A fake ``jobEnqueueable`` plugin next to the extender: the PodGroup → −1 reject, 0 abstain, 1 permit."""
+EXTENDER = "extender"
+
+VERB_TIMEOUT = aiohttp.ClientTimeout(total=10)
+"""Far above Volcano's ``extender.httpTimeout`` (the shipped 500ms): a verb slower than this is a failure."""
+PODS = "/api/v1/pods"
+NODES = "/api/v1/nodes"
+QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
+PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+
+
+def milli(quantity: object) -> int:
+    """A Kubernetes quantity in thousandths (CPU ``500m`` → 500, ``2`` → 2000; cards 1 → 1000, as Volcano's
+    ``Resource`` keeps scalars)."""
+    text = str(quantity)
+    if text.endswith("m"):
+        return int(text[:-1])
+    return int(Fraction(text) * 1000)
+
+
+def requests(pod: Manifest) -> dict[str, int]:
+    """CPU and extended resources the pod asks, milli (a limit alone is the request, as Kubernetes defaults it)."""
+    total: dict[str, int] = {}
+    for container in pod["spec"].get("containers", []):
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in asked.items():
+            if name == "cpu" or "/" in name:
+                total[name] = total.get(name, 0) + milli(value)
+    return total
+
+
+def fits(asked: dict[str, int], free: dict[str, int]) -> bool:
+    return all(amount <= free.get(name, 0) for name, amount in asked.items())
+
+
+@dataclass
+class Task:
+    pod: Manifest
+    job: str
+    status: int = PENDING
+    node: str = ""
+
+    @property
+    def name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def key(self) -> str:
+        return f"{self.pod['metadata']['namespace']}/{self.name}"
+
+    def info(self) -> Manifest:
+        body = task_info(self.pod, status=self.status, node=self.node)
+        asked = requests(self.pod)
+        body["Resreq"] = body["InitResreq"] = {
+            "MilliCPU": float(asked.get("cpu", 0)), "Memory": 0.0,
+            "ScalarResources": {name: float(value) for name, value in asked.items() if name != "cpu"}}
+        body["BestEffort"] = not asked
+        return body
+
+
+@dataclass
+class Job:
+    podgroup: Manifest
+    tasks: list[Task] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.podgroup['metadata']['namespace']}/{self.podgroup['metadata']['name']}"
+
+    @property
+    def phase(self) -> str:
+        return str((self.podgroup.get("status") or {}).get("phase", "Pending"))
+
+    @property
+    def min_available(self) -> int:
+        return int(self.podgroup["spec"].get("minMember", 1))
+
+    def ready(self) -> bool:
+        """gang's ``IsReady``: tasks in an allocated status (``api.AllocatedStatus``) reach ``MinAvailable``."""
+        return sum(task.status != PENDING and task.status != PIPELINED for task in self.tasks) >= self.min_available
+
+    def pipelined(self) -> bool:
+        """gang's ``IsPipelined``: allocated and pipelined (waiting) tasks reach ``MinAvailable``."""
+        return sum(task.status != PENDING for task in self.tasks) >= self.min_available
+
+    def info(self) -> Manifest:
+        body = job_info(self.podgroup, [])
+        body["Tasks"] = {f"uid-{task.name}": task.info() for task in self.tasks}
+        return body
+
+
+@dataclass
+class Placement:
+    pod: str
+    node: str
+    how: str
+    """``allocated`` (committed: bound at close) or ``pipelined`` (not committed)."""
+
+
+class VolcanoReplay:
+    """Volcano's scheduler, one session at a time: ``open_session()``, ``enqueue()``, ``allocate()``, ``backfill()``,
+    ``close_session()``. ``tiers`` lists the ``jobEnqueueable`` voters tier by tier (:data:`EXTENDER` for the
+    served extender, or a :data:`Voter`); ``managed_resources`` is ``extender.managedResources`` (empty: every
+    task)."""
+
+    def __init__(self, api_url: str, extender_url: str, extender: Extender, http: aiohttp.ClientSession, *,
+                 managed_resources: Iterable[str] = (), tiers: Sequence[Sequence[str | Voter]] = ((EXTENDER,),),
+                 ignorable: bool = False) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.extender_url = extender_url.rstrip("/")
+        self.extender = extender
+        self.http = http
+        self.managed = set(managed_resources)
+        self.tiers = tiers
+        self.ignorable = ignorable
+        self.calls: list[tuple[str, Manifest, Manifest]] = []
+        """Every verb sent: (verb, body, answer)."""
+        self.jobs: dict[str, Job] = {}
+        self.nodes: dict[str, Manifest] = {}
+        self.queues: dict[str, Manifest] = {}
+        self.node_tasks: dict[str, list[Task]] = {}
+        self.enqueued: set[str] = set()
+        self.committed: list[Task] = []
+
+    # ------------------------------------------------------------------------------------------ the API server
+
+    async def api(self, method: str, path: str, body: object = None) -> Any:
+        headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+        async with self.http.request(method, f"{self.api_url}{path}", json=body, headers=headers) as response:
+            assert response.status < 300, f"{method} {path}: {response.status} {await response.text()}"
+            return await response.json()
+
+    async def items(self, path: str) -> list[Manifest]:
+        return list((await self.api("GET", path)).get("items") or [])
+
+    async def create(self, manifest: Manifest) -> None:
+        """Creates an object in the API server (the extender sees it through its watch before the next session)."""
+        kind, namespace = manifest["kind"], manifest["metadata"].get("namespace")
+        path = {"Pod": f"/api/v1/namespaces/{namespace}/pods", "Node": NODES, "Queue": QUEUES,
+                "PodGroup": f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups"}[kind]
+        await self.api("POST", path, manifest)
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Deletes the pod (its finalizers dropped first: a terminating pod is kept in kmock by one) and waits until
+        the extender's watch no longer shows it."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        await self.api("PATCH", path, {"metadata": {"finalizers": None}})
+        async with self.http.delete(f"{self.api_url}{path}"):
+            pass
+
+        def gone() -> bool:
+            return self.extender.session is not None and (namespace, name) not in self.extender.session.pods
+
+        await eventually(gone)
+
+    # ----------------------------------------------------------------------------------------------- verbs
+
+    async def send(self, verb: str, body: Manifest) -> Manifest:
+        """POSTs a verb; a transport error (refused, reset, no answer in time, not 200) is answered as Volcano's
+        plugin treats it under ``extender.ignorable`` (``OnSessionOpen``'s closures and ``addEventHandler``)."""
+        try:
+            async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=VERB_TIMEOUT,
+                                      headers={"Content-Type": "application/json"}) as response:
+                if response.status != 200:
+                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                answer: Manifest = await response.json()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            answer = self.transport_error(verb, error)
+        self.calls.append((verb, body, answer))
+        return answer
+
+    def transport_error(self, verb: str, error: BaseException) -> Manifest:
+        """What the verb's caller in the plugin makes of a transport error: ignorable → the node passes, no scores,
+        permit, not overused, not ready, the allocation stands; else the node is filtered, scoring fails, reject,
+        overused, ready (as upstream has it), the allocation is rolled back."""
+        ignorable, failure = self.ignorable, f"transport error: {error!r}"
+        return {
+            "predicate": {"status": "" if ignorable else failure, "code": 0 if ignorable else 1},
+            "prioritize": {"nodeScore": {}, "errorMessage": ""} if ignorable else {"errorMessage": failure},
+            "jobEnqueueable": {"status": 1 if ignorable else -1},
+            "queueOverused": {"overused": not ignorable},
+            "jobReady": {"status": not ignorable},
+            "allocateFunc": {"errorMessage": "" if ignorable else failure},
+        }.get(verb, {})
+
+    def interested(self, task: Task) -> bool:
+        """``IsInterested``: no managedResources, or a container or init container naming one (requests/limits)."""
+        if not self.managed:
+            return True
+        spec = task.pod["spec"]
+        for container in [*spec.get("containers", []), *spec.get("initContainers", [])]:
+            resources = container.get("resources") or {}
+            if self.managed & {*(resources.get("requests") or {}), *(resources.get("limits") or {})}:
+                return True
+        return False
+
+    # --------------------------------------------------------------------------------------------- session
+
+    async def open_session(self) -> None:
+        """The snapshot Volcano's cache gives a session: nodes, queues, jobs (PodGroups) with their pods as tasks.
+        (The shipped configuration sends no ``onSessionOpen``: the extender watches the cluster itself.)"""
+        await self.settle()
+        self.nodes = {n["metadata"]["name"]: n for n in await self.items(NODES)}
+        self.queues = {q["metadata"]["name"]: q for q in await self.items(QUEUES)}
+        self.jobs = {}
+        for group in await self.items(PODGROUPS):
+            job = Job(group)
+            self.jobs[job.key] = job
+        self.node_tasks = {name: [] for name in self.nodes}
+        for pod in await self.items(PODS):
+            namespace = pod["metadata"]["namespace"]
+            group = (pod["metadata"].get("annotations") or {}).get("scheduling.k8s.io/group-name", "")
+            task = Task(pod, f"{namespace}/{group}", node=pod["spec"].get("nodeName", ""))
+            if task.node:
+                task.status = 32  # Running (api.Running)
+                self.node_tasks.setdefault(task.node, []).append(task)
+            if task.job in self.jobs:
+                self.jobs[task.job].tasks.append(task)
+        self.enqueued = set()
+        self.committed = []
+
+    def idle(self, node: str) -> dict[str, int]:
+        """``NodeInfo.Idle``: allocatable less every task on the node but pipelined ones (``NodeInfo.AddTask``)."""
+        free = requests({"spec": {"containers": [{"resources": {
+            "requests": self.nodes[node]["status"].get("allocatable", {})}}]}})
+        for task in self.node_tasks.get(node, []):
+            if task.status != PIPELINED:
+                for name, amount in requests(task.pod).items():
+                    free[name] = free.get(name, 0) - amount
+        return free
+
+    def future_idle(self, node: str) -> dict[str, int]:
+        """``NodeInfo.FutureIdle``: Idle plus Releasing (tasks of pods being deleted) less Pipelined."""
+        free = self.idle(node)
+        for task in self.node_tasks.get(node, []):
+            sign = +1 if task.pod["metadata"].get("deletionTimestamp") else -1 if task.status == PIPELINED else 0
+            for name, amount in requests(task.pod).items():
+                free[name] = free.get(name, 0) + sign * amount
+        return free
+
+    async def enqueue(self) -> dict[str, bool]:
+        """The enqueue action: each Pending job → enqueued or not (in creation order)."""
+        decided: dict[str, bool] = {}
+        for job in self.jobs.values():
+            if job.phase != "Pending" or job.podgroup["spec"].get("queue") not in self.queues:
+                continue
+            permitted = job.podgroup["spec"].get("minResources") is None or await self.job_enqueueable(job)
+            decided[job.key] = permitted
+            if permitted:
+                job.podgroup.setdefault("status", {})["phase"] = "Inqueue"
+                self.enqueued.add(job.key)
+        return decided
+
+    async def job_enqueueable(self, job: Job) -> bool:
+        for tier in self.tiers:
+            permitted = False
+            for voter in tier:
+                if voter == EXTENDER:
+                    vote = int((await self.send("jobEnqueueable", {"job": job.info()})).get("status", 0))
+                else:
+                    assert callable(voter)
+                    vote = voter(job.podgroup)
+                if vote < 0:
+                    return False
+                permitted = permitted or vote > 0
+            if permitted:
+                return True
+        return True
+
+    async def overused(self, queue: str) -> bool:
+        answer = await self.send("queueOverused", {"queue": queue_info(self.queues[queue])})
+        return bool(answer.get("overused", False))
+
+    async def allocate(self) -> list[Placement]:
+        """The allocate action; returns the placements it made (committed or pipelined)."""
+        placements: list[Placement] = []
+        pending = {name: [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == name
+                          and job.phase != "Pending" and any(t.status == PENDING for t in job.tasks)]
+                   for name in self.queues}
+        queues = [name for name in self.queues if pending[name]]
+        worksheet = {job.key: [t for t in job.tasks if t.status == PENDING and not t.node]
+                     for jobs in pending.values() for job in jobs}
+        """The tasks each job has left to try in this action (``tasksNoHardTopology``): each is tried once."""
+        while queues:
+            queue = queues.pop(0)
+            if await self.overused(queue):
+                continue
+            if not pending[queue]:
+                continue
+            job = pending[queue].pop(0)
+            statement = await self.allocate_tasks(job, worksheet[job.key])
+            if statement is not None and job.ready() and await self.job_ready(job):
+                for task in statement:
+                    if task.status == ALLOCATED:
+                        self.committed.append(task)
+                if worksheet[job.key]:  # tasks left when minAvailable < replicas: the job is put back
+                    pending[queue].append(job)
+            placements += [Placement(t.name, t.node, "allocated" if t.status == ALLOCATED else "pipelined")
+                           for t in statement or []]
+            queues.append(queue)
+        return placements
+
+    async def job_ready(self, job: Job) -> bool:
+        return bool((await self.send("jobReady", {"job": job.info()})).get("status", False))
+
+    async def allocate_tasks(self, job: Job, tasks: list[Task]) -> list[Task] | None:
+        """``allocateResourcesForTasks``: the statement's tasks, or None when it was discarded; ``tasks`` are
+        popped as they are tried."""
+        statement: list[Task] = []
+        while tasks:
+            task = tasks.pop(0)
+            candidates = [name for name in sorted(self.nodes)
+                          if fits(requests(task.pod), self.future_idle(name)) and await self.predicate(task, name)]
+            if not candidates:
+                break  # gang cannot be met by the tasks left (NeedContinueAllocating is false for a plain job)
+            node = await self.best_node(task, candidates)
+            if node is None:
+                continue
+            status = ALLOCATED if fits(requests(task.pod), self.idle(node)) else PIPELINED
+            if await self.statement_allocate(task, node, status):
+                statement.append(task)
+            if job.ready():
+                break
+        if job.ready() or job.pipelined():
+            return statement
+        for task in reversed(statement):  # Statement.Discard
+            await self.unallocate(task)
+        return None
+
+    async def predicate(self, task: Task, node: str) -> bool:
+        if not self.interested(task):
+            return True
+        answer = await self.send("predicate", {"task": task.info(), "node": self.node_info(node)})
+        return not answer.get("status")
+
+    def node_info(self, node: str) -> Manifest:
+        body = node_info(self.nodes[node], [])
+        body["Tasks"] = {task.key: task.info() for task in self.node_tasks.get(node, [])}
+        return body
+
+    async def best_node(self, task: Task, candidates: list[str]) -> str | None:
+        idle = [name for name in candidates if fits(requests(task.pod), self.idle(name))]
+        for gradient in (idle, [name for name in candidates if name not in idle]):
+            if len(gradient) == 1:
+                return gradient[0]
+            if len(gradient) > 1:
+                if not self.interested(task):
+                    return gradient[0]
+                answer = await self.send("prioritize", {"task": task.info(),
+                                                        "nodes": [self.node_info(name) for name in gradient]})
+                scores = answer.get("nodeScore")
+                if answer.get("errorMessage") or scores is None:
+                    return None
+                return max(gradient, key=lambda name: (scores.get(name, 0.0), -gradient.index(name)))
+        return None
+
+    async def statement_allocate(self, task: Task, node: str, status: int) -> bool:
+        """``Statement.Allocate``/``Pipeline``: the task on the node, ``AllocateFunc``; an error rolls it back."""
+        task.status, task.node = status, node
+        if status == ALLOCATED:
+            task.pod = copy.deepcopy(task.pod)
+            task.pod["spec"]["nodeName"] = node
+        self.node_tasks[node].append(task)
+        if not self.interested(task):
+            return True
+        answer = await self.send("allocateFunc", {"task": task.info()})
+        if answer.get("errorMessage"):
+            await self.unallocate(task)
+            return False
+        return True
+
+    async def unallocate(self, task: Task) -> None:
+        """``unallocate``/``unPipeline``: status Pending, ``DeallocateFunc`` with the node still named."""
+        task.status = PENDING
+        self.node_tasks[task.node].remove(task)
+        if self.interested(task):
+            await self.send("deallocateFunc", {"task": task.info()})
+        task.node = ""
+        task.pod["spec"].pop("nodeName", None)
+
+    async def backfill(self) -> list[Placement]:
+        """The backfill action: BestEffort tasks (no requests) of non-pending jobs, first node passing."""
+        placements: list[Placement] = []
+        for job in self.jobs.values():
+            if job.phase == "Pending":
+                continue
+            for task in [t for t in job.tasks if t.status == PENDING and not requests(t.pod)]:
+                for node in sorted(self.nodes):
+                    if await self.predicate(task, node) and await self.statement_allocate(task, node, ALLOCATED):
+                        self.committed.append(task)
+                        placements.append(Placement(task.name, node, "allocated"))
+                        break
+        return placements
+
+    async def close_session(self) -> None:
+        """``onSessionClose``, then what Volcano's cache writes: committed tasks bound (and running), PodGroups
+        enqueued → Inqueue, with ``minMember`` tasks bound → Running; the extender's watch is awaited."""
+        await self.send("onSessionClose", {})
+        for task in self.committed:
+            namespace = task.pod["metadata"]["namespace"]
+            await self.api("PATCH", f"/api/v1/namespaces/{namespace}/pods/{task.name}",
+                           {"spec": {"nodeName": task.node}, "status": {"phase": "Running"}})
+        for job in self.jobs.values():
+            bound = sum(bool(t.pod["spec"].get("nodeName")) or t in self.committed for t in job.tasks)
+            phase = "Running" if bound >= job.min_available and job.tasks else job.phase
+            if phase == "Running" or job.key in self.enqueued:
+                namespace, name = job.key.split("/", 1)
+                await self.api("PATCH", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups/"
+                               f"{name}", {"status": {"phase": phase}})
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Until the extender's watch shows the API server's pods (and their nodes), PodGroups (phases),
+        queues and nodes."""
+        pods = await self.items(PODS)
+        groups = await self.items(PODGROUPS)
+        queues = await self.items(QUEUES)
+        nodes = await self.items(NODES)
+
+        def shown() -> bool:
+            session = self.extender.session
+            if session is None:
+                return False
+            for pod in pods:
+                key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+                watched = session.pods.get(key)
+                if watched is None:
+                    return False
+                if pod["spec"].get("nodeName") and watched["spec"].get("nodeName") != pod["spec"]["nodeName"]:
+                    return False
+            podgroups = session.ledger.snapshot.podgroups
+            for group in groups:
+                key = (group["metadata"]["namespace"], group["metadata"]["name"])
+                if key not in podgroups:
+                    return False
+                phase = (group.get("status") or {}).get("phase")
+                if phase in ("Inqueue", "Running") and podgroups[key].phase != phase:
+                    return False
+            return all(q["metadata"]["name"] in session.queue_specs for q in queues) and all(
+                n["metadata"]["name"] in session.nodes for n in nodes)
+
+        await eventually(shown)
+
+    async def cycle(self) -> list[Placement]:
+        """One whole session with the shipped actions (``enqueue, allocate, backfill``)."""
+        await self.open_session()
+        await self.enqueue()
+        placements = await self.allocate()
+        placements += await self.backfill()
+        await self.close_session()
+        return placements
+
