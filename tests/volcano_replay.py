@@ -172,7 +172,7 @@ class VolcanoReplay:
 
     def __init__(self, api_url: str, extender_url: str, extender: Extender, http: aiohttp.ClientSession, *,
                  managed_resources: Iterable[str] = (), tiers: Sequence[Sequence[str | Voter]] = ((EXTENDER,),),
-                 ignorable: bool = False) -> None:
+                 ignorable: bool = False, job_enqueued: bool = False) -> None:
         self.api_url = api_url.rstrip("/")
         self.extender_url = extender_url.rstrip("/")
         self.extender = extender
@@ -180,6 +180,11 @@ class VolcanoReplay:
         self.managed = set(managed_resources)
         self.tiers = tiers
         self.ignorable = ignorable
+        self.job_enqueued = job_enqueued
+        """Whether ``extender.jobEnqueuedVerb`` is configured (Volcano's master branch): the enqueue action then
+        calls it for every job it enqueues, right after the vote (pkg/scheduler/actions/enqueue/enqueue.go
+        ``Execute`` → ``ssn.JobEnqueued``; plugins/extender/extender.go registers it when the verb is set; master
+        ed72c7c8 — v1.15.1 has neither)."""
         self.calls: list[tuple[str, Manifest, Manifest]] = []
         """Every verb sent: (verb, body, answer)."""
         self.jobs: dict[str, Job] = {}
@@ -314,6 +319,8 @@ class VolcanoReplay:
             permitted = job.podgroup["spec"].get("minResources") is None or await self.job_enqueueable(job)
             decided[job.key] = permitted
             if permitted:
+                if self.job_enqueued:
+                    await self.send("jobEnqueued", {"job": job.info()})
                 job.podgroup.setdefault("status", {})["phase"] = "Inqueue"
                 self.enqueued.add(job.key)
         return decided

@@ -23,6 +23,8 @@ from volcano_replay import EXTENDER, Placement, VolcanoReplay
 from cardquota.cli.main import KUBECTL_PROG, run
 from cardquota.cli.output import usage_json
 from cardquota.core.ledger import Ledger
+from cardquota.core.schedconf.extender import enqueue_leaks, plugin_entries
+from cardquota.core.schedconf.fragment import extender_stanza, merged_conf
 from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import Connection, api_client
@@ -42,7 +44,8 @@ NS = "ml"
 def shipped_scheduler_configuration() -> tuple[Path, dict[str, Any]]:
     """The scheduler configuration we ship for users to apply (the fragment under manifests/components/extender,
     else the example ConfigMap under crds/examples): its file, and the ``extender`` plugin's arguments in it."""
-    candidates = [*sorted((ROOT / "manifests/components/extender").glob("*.yaml")),
+    candidates = [ROOT / "manifests/components/extender/extender-plugin.conf",
+                  *sorted((ROOT / "manifests/components/extender").glob("*.yaml")),
                   *sorted((ROOT / "crds/examples").glob("volcano-scheduler*.yaml"))]
     for path in candidates:
         for document in yaml.safe_load_all(path.read_text()):
@@ -109,7 +112,7 @@ class Cluster:
 
 @asynccontextmanager
 async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((EXTENDER,),),
-                patch_pods: bool = False) -> AsyncIterator[Cluster]:
+                patch_pods: bool = False, job_enqueued: bool = False) -> AsyncIterator[Cluster]:
     base = str(kmock.url).rstrip("/")
     clock = Clock()
     extender = Extender(SchedulerConfig.from_conf(SHIPPED_CONF.read_text()), clock=clock)
@@ -129,7 +132,8 @@ async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((
             await eventually(ready)
             managed_resources = (shipped_extender_arguments().get("extender.managedResources") or []
                                  if managed is None else managed)
-            replay = VolcanoReplay(base, url, extender, http, managed_resources=managed_resources, tiers=tiers)
+            replay = VolcanoReplay(base, url, extender, http, managed_resources=managed_resources, tiers=tiers,
+                                   job_enqueued=job_enqueued)
             yield Cluster(replay, extender, clock, kmock)
     finally:
         stop.set()
@@ -206,10 +210,6 @@ async def seed(cluster: Cluster) -> None:
     assert await cluster.phase("more") == "Pending"
 
 
-def xfail(finding: int, why: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"finding {finding}: {why}")
-
-
 def mig_node(name: str, profile: str, slices: int) -> dict[str, Any]:
     """An A100 node in MIG mixed strategy offering ``slices`` of ``nvidia.com/mig-<profile>``."""
     return node(name, labels={**gpu_labels(A100, count=1), "nvidia.com/mig.strategy": "mixed"},
@@ -225,7 +225,6 @@ def terminating(manifest: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------------- findings
 
 
-@xfail(1, "the shipped managedResources leave nvidia.com/mig-* out: Volcano never sends a MIG task to the extender")
 async def test_1_a_mig_pod_over_its_mig_quota_is_not_placed(cluster_kmock: Any) -> None:
     """With the shipped ``extender.managedResources`` (``IsInterested``), a MIG pod beyond its queue's MIG quota
     waits: two pods of 1 slice each, quota 1 slice → one placed."""
@@ -254,7 +253,6 @@ async def test_1_the_mig_quota_holds_for_the_tasks_volcano_sends(cluster_kmock: 
         assert sent == {"infer-0", "infer-1"}  # the CPU pod requests no managed resource: never sent
 
 
-@xfail(2, "a GPU pod without card.name is not checked by predicate, yet charged to the node's card type")
 async def test_2_a_gpu_pod_without_card_name_is_checked_as_it_is_charged(cluster_kmock: Any) -> None:
     """Pods asking ``nvidia.com/gpu`` with no ``volcano.sh/card.name``, quota A100=2: two placed, not three; and
     the queue is not frozen by it: its CPU job still runs."""
@@ -268,7 +266,6 @@ async def test_2_a_gpu_pod_without_card_name_is_checked_as_it_is_charged(cluster
         assert [p.pod for p in await cluster.replay.cycle()] == ["cpu-0"]
 
 
-@xfail(3, "queueOverused answers true when one card type is over quota: Volcano skips the queue's every job")
 async def test_3_one_card_type_over_quota_blocks_no_other_type_nor_cpu_work(cluster_kmock: Any) -> None:
     """Team-a holds 2 A100 against a quota lowered to 1: its H100 job (free H100 quota) and its CPU job still run."""
     async with start(cluster_kmock) as cluster:
@@ -282,7 +279,6 @@ async def test_3_one_card_type_over_quota_blocks_no_other_type_nor_cpu_work(clus
         assert sorted((p.pod, p.node) for p in placed) == [("cpu-0", "a100-1"), ("h-0", "h100-1")]
 
 
-@xfail(4, "the extender keeps a pipelined task's allocation assumed; next session predicate counts it twice")
 async def test_4_a_pipelined_task_is_placed_in_the_next_session(cluster_kmock: Any) -> None:
     """The node's CPU is held by a pod being deleted, so Volcano pipelines the task (``allocateFunc`` with status
     Pipelined, then neither commit nor discard). Next session, the pod gone, the task is Pending again and must be
@@ -302,7 +298,6 @@ async def test_4_a_pipelined_task_is_placed_in_the_next_session(cluster_kmock: A
         assert [(p.pod, p.node, p.how) for p in second] == [("train-0", "a100-1", "allocated")]
 
 
-@xfail(5, "an Inqueue {'A|B': 8} is kept under the key 'A|B': a later {'A': 1} is permitted too")
 async def test_5_an_a_or_b_reservation_counts_against_a_and_b(cluster_kmock: Any) -> None:
     """Quota A=5, B=3: ``{"A|B": 8}`` enqueued, then ``{"A": 1}`` and ``{"B|A": 1}`` refused (10 cards against 8)."""
     async with start(cluster_kmock) as cluster:
@@ -315,7 +310,6 @@ async def test_5_an_a_or_b_reservation_counts_against_a_and_b(cluster_kmock: Any
         assert decided == {f"{NS}/both": True, f"{NS}/a": False, f"{NS}/ba": False}
 
 
-@xfail(5, "a key naming a type twice doubles its ceiling: {'A100|A100': 20} is admitted against 10")
 async def test_5_a_type_named_twice_gets_no_double_ceiling(cluster_kmock: Any) -> None:
     async with start(cluster_kmock) as cluster:
         await cluster.add(team("team-a", {A100: 10}),
@@ -324,7 +318,6 @@ async def test_5_a_type_named_twice_gets_no_double_ceiling(cluster_kmock: Any) -
         assert await cluster.replay.enqueue() == {f"{NS}/twice": False}
 
 
-@xfail(6, "a PodGroup without card.request is not judged at enqueue: it goes Inqueue over the card quota")
 async def test_6_a_podgroup_without_card_request_is_judged_by_its_pods_cards(cluster_kmock: Any) -> None:
     """Volcano's controller makes one PodGroup per plain pod (``buildPodGroupFromPod``: ``minMember`` 1,
     ``minResources`` the pod's requests, no card annotation). Quota A100=1 already held: it stays Pending."""
@@ -342,19 +335,41 @@ def reject_first(podgroup_manifest: dict[str, Any]) -> int:
     return -1 if podgroup_manifest["metadata"]["name"] == "first" else 0
 
 
-@xfail(7, "jobEnqueueable reserves on its permit though a later voter of the tier rejects the job")
 async def test_7_a_job_another_voter_rejects_reserves_nothing(cluster_kmock: Any) -> None:
     """Voters in one tier: the extender, then one that rejects ``first``. ``Session.JobEnqueueable`` returns false
-    on that reject, so ``first`` reserves nothing and ``second`` (same 4 cards, quota 4) is enqueued."""
-    async with start(cluster_kmock, tiers=((EXTENDER, reject_first),)) as cluster:
+    on that reject, so ``first`` reserves nothing and ``second`` (same 4 cards, quota 4) is enqueued. The extender
+    learns it from ``jobEnqueued`` (Volcano's master branch): called right after each permitted vote, so a permit it
+    does not follow was overruled. It knows the scheduler calls the verb once it has seen one call (an earlier
+    session here: until then an overruled permit holds for its cycle only)."""
+    async with start(cluster_kmock, tiers=((EXTENDER, reject_first),), job_enqueued=True) as cluster:
+        await cluster.add(team("team-b", {A100: 1}), *job("earlier", queue_name="team-b", pods=0, request={A100: 1},
+                                                           min_resources={"cpu": "1"}))
+        await cluster.replay.open_session()
+        assert await cluster.replay.enqueue() == {f"{NS}/earlier": True}
+        await cluster.replay.close_session()
         await cluster.add(team("team-a", {A100: 4}),
                           *job("first", pods=0, request={A100: 4}, min_resources={"cpu": "1"}),
                           *job("second", pods=0, request={A100: 4}, min_resources={"cpu": "1"}))
         await cluster.replay.open_session()
         assert await cluster.replay.enqueue() == {f"{NS}/first": False, f"{NS}/second": True}
+        assert [verb for verb, _, _ in cluster.replay.calls].count("jobEnqueued") == 2
 
 
-@xfail(9, "the shipped configuration drops proportion, and the extender does not check the queue's state")
+async def test_7_on_v1_15_the_shipped_stanza_votes_after_every_voter_of_its_tier() -> None:
+    """Volcano v1.15.1 has no ``jobEnqueued``: nothing tells the extender a later voter overruled its permit, so
+    the stanza we ship goes after every enqueue voter of its tier (the vote it permits is then final), and a
+    configuration putting a voter after it is warned of (``enqueue_leaks``)."""
+    user = {"actions": "enqueue, allocate", "tiers": [{"plugins": [{"name": "priority"}, {"name": "gang"}]},
+                                                    {"plugins": [{"name": "proportion"}, {"name": "overcommit"}]}]}
+    merged = merged_conf(user, extender_stanza())
+    names = [[plugin["name"] for plugin in tier["plugins"]] for tier in merged["tiers"]]
+    assert names[1][-1] == "extender"
+    assert "extender" not in names[0]
+    assert enqueue_leaks(plugin_entries(merged)) == []
+    merged["tiers"][1]["plugins"].append({"name": "capacity"})  # a voter after it: warned of
+    assert enqueue_leaks(plugin_entries(merged))
+
+
 async def test_9_a_closed_queue_gets_no_new_work(cluster_kmock: Any) -> None:
     async with start(cluster_kmock) as cluster:
         closed = team("team-a", {A100: 4})
@@ -363,7 +378,6 @@ async def test_9_a_closed_queue_gets_no_new_work(cluster_kmock: Any) -> None:
         assert await cluster.replay.cycle() == []
 
 
-@xfail(10, "a pod with deletionTimestamp stays allocated to cardquota; Volcano counts it Releasing")
 async def test_10_a_terminating_pod_is_counted_as_volcano_counts_it(cluster_kmock: Any) -> None:
     """A pod being deleted is Releasing to Volcano (``AllocatedStatus`` false), not allocated: its card does not keep
     the next pod of the queue out (quota A100=1)."""
@@ -375,7 +389,6 @@ async def test_10_a_terminating_pod_is_counted_as_volcano_counts_it(cluster_kmoc
         assert [p.pod for p in await cluster.replay.cycle()] == ["next-0"]
 
 
-@xfail(11, "mGPU result annotations are not removed when Volcano discards the allocation")
 async def test_11_mgpu_results_are_cleared_when_volcano_discards(cluster_kmock: Any) -> None:
     """A gang of two mGPU pods where one node fits only one: the first is allocated (results patched), the second
     finds no node, ``Statement.Discard`` calls ``deallocateFunc`` — the first pod must carry no result left over."""
@@ -397,17 +410,24 @@ async def test_11_mgpu_results_are_cleared_when_volcano_discards(cluster_kmock: 
         assert not [name for name in annotations if name.startswith("vke.volcengine.com/")]
 
 
-@xfail(8, "the scheduler ConfigMap has no capacity-card stanza: usage reads cardUnlimitedCpuMemory false, the "
-          "extender's own conf true")
-async def test_8_usage_counts_cpu_and_memory_as_the_extender_does() -> None:
-    """``kubectl cardquota usage`` over examples/cluster.yaml and the scheduler configuration we ship gives the
-    numbers the extender (its shipped conf) counts: cpu/memory per queue as ``cardUnlimitedCpuMemory`` says."""
+def test_8_usage_counts_cpu_and_memory_as_the_extender_does(tmp_path: Path) -> None:
+    """``kubectl cardquota usage`` over examples/cluster.yaml and the extender's ConfigMap as the shipped component
+    generates it (manifests/components/extender/kustomization.yaml: ``cardquota-extender-conf`` from
+    volcano-scheduler.conf) gives the numbers the extender counts with that conf: cpu/memory per queue as its
+    ``cardUnlimitedCpuMemory`` says (before, usage read only the scheduler ConfigMap, which has no capacity-card
+    stanza: false, where the extender's conf says true)."""
+    generator = yaml.safe_load((SHIPPED_CONF.parent / "kustomization.yaml").read_text())["configMapGenerator"][0]
+    configmap = tmp_path / "extender-conf.yaml"
+    configmap.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": generator["name"], "namespace": generator["namespace"]},
+        "data": {name: (SHIPPED_CONF.parent / name).read_text() for name in generator["files"]}}))
     example = ROOT / "examples/cluster.yaml"
-    configmap, _ = shipped_scheduler_configuration()
     out, err = io.StringIO(), io.StringIO()
     assert run(KUBECTL_PROG, ["usage", "--cluster", str(example), "--cluster", str(configmap), "-o", "json"],
                out, err) == 0, err.getvalue()
     extender_config = SchedulerConfig.from_conf(SHIPPED_CONF.read_text())
+    assert extender_config.capacity_card.card_unlimited_cpu_memory
     ledger = Ledger.build([document.manifest for document in load_paths([str(example)])])
     counted = usage_json(ledger.all_usage(
         card_unlimited_cpu_memory=extender_config.capacity_card.card_unlimited_cpu_memory))

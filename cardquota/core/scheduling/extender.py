@@ -156,7 +156,9 @@ class Extender:
       :data:`STRANGERS_PER_CYCLE` of them (beyond, judged and forgotten at once); unknown nodes are never added;
     * ``jobEnqueueable`` judges the PodGroup as watched (an unknown one is refused) and reserves it until the cycle
       ends — a voter after it may reject the job — unless Volcano is seen to enqueue it (``jobEnqueued``, or a task
-      verb naming one of its pods): then for :data:`ASSUMED_SECONDS`, never extended by a repeated call; after a
+      verb naming one of its pods): then for :data:`ASSUMED_SECONDS`, never extended by a repeated call (a scheduler
+      seen calling ``jobEnqueued`` that does not follow a permit with it overruled the permit: the reservation goes
+      at once); after a
       reservation lapsed unconfirmed (or was refused on a repeated call) a new one lasts only until the cycle ends
       — so does a new allocation of a pod whose allocation lapsed, any pipelined allocation, and, once the scheduler
       is seen asking ``jobReady``, an allocation of a job it does not name there in the cycle (not committed);
@@ -191,6 +193,11 @@ class Extender:
         """Whether the scheduler asks ``jobReady`` (it is configured): then it tells which jobs it commits."""
         self._ready_jobs: set[ObjectKey] = set()
         """PodGroups ``jobReady`` named in this cycle: their tasks' allocations are committed (bound after it)."""
+        self._job_enqueued_asked = False
+        """Whether the scheduler calls ``jobEnqueued`` (its ``jobEnqueuedVerb`` is configured): then it tells which
+        permitted jobs it enqueued, right after each vote."""
+        self._awaiting_enqueued: ObjectKey | None = None
+        """The PodGroup this extender's last vote permitted and ``jobEnqueued`` has not named yet."""
 
     # ------------------------------------------------------------------------------------------------- session
 
@@ -276,12 +283,28 @@ class Extender:
 
     # ------------------------------------------------------------------------------------------ decisions' life
 
-    def _current(self) -> Session | None:
-        """The session, with the decisions whose time has passed undone (None when there is none)."""
+    def _current(self, *, vote_settled: bool = True) -> Session | None:
+        """The session, with the decisions whose time has passed undone (None when there is none). Any call but
+        ``jobEnqueued`` settles the last vote: a permitted job Volcano did not follow with ``jobEnqueued`` (when it
+        calls that verb) was rejected by another voter, and its reservation goes."""
         if self.session is None:
             return None
         self._expire()
+        if vote_settled:
+            self._settle_vote(self.session)
         return self.session
+
+    def _settle_vote(self, session: Session) -> None:
+        """Volcano's enqueue action calls ``JobEnqueued`` right after ``JobEnqueueable`` permits a job, before it
+        asks about the next one (pkg/scheduler/actions/enqueue/enqueue.go, ``Execute``, master ed72c7c8): once the
+        scheduler is seen calling ``jobEnqueued``, a permit it did not follow by it was overruled (a voter after
+        this one in its tier rejected the job, ``JobEnqueueable`` in framework/session_plugins.go)."""
+        key, self._awaiting_enqueued = self._awaiting_enqueued, None
+        if key is None or not self._job_enqueued_asked:
+            return
+        reserved = self._enqueued.get(key)
+        if reserved is not None and reserved.until is None:
+            self._undo_reservation(session, key, lapsed=False)
 
     def _expire(self) -> None:
         """Decisions of past cycles the watch never confirmed are undone: the objects as last watched. Checked at
@@ -310,6 +333,7 @@ class Extender:
         """What lives for the cycle only goes: pods the watch does not know, decisions taken for the cycle only,
         and what ``deallocateFunc`` may undo."""
         self._cycle_began = self.clock()
+        self._awaiting_enqueued = None
         session = self.session
         if session is not None:
             for key in self._strangers:
@@ -424,13 +448,16 @@ class Extender:
         until = reserved.until if reserved is not None else None
         self._enqueued[key] = _Reserved(until, group.phase)
         session.set_group_phase(key, "Inqueue")
+        self._awaiting_enqueued = key
         return {"status": ENQUEUE_PERMIT}
 
     def job_enqueued(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Volcano enqueued the job (its ``jobEnqueuedVerb``, on Volcano's master branch: called by the enqueue
         action after the vote, pkg/scheduler/actions/enqueue/enqueue.go): its reservation stands until the watch
-        shows it Inqueue or :data:`ASSUMED_SECONDS` pass."""
-        session = self._current()
+        shows it Inqueue or :data:`ASSUMED_SECONDS` pass. Once seen, a permit it does not follow is undone
+        (:meth:`_settle_vote`)."""
+        self._job_enqueued_asked = True
+        session = self._current(vote_settled=False)
         manifest = podgroup_manifest(field(request, "job"))
         if session is None or manifest is None:
             return {}
@@ -438,6 +465,8 @@ class Extender:
             key = PodGroup.from_manifest(manifest).key
         except InputError:
             return {}
+        if self._awaiting_enqueued == key:
+            self._awaiting_enqueued = None
         if key in self._enqueued:
             self._confirm_reservation(key)
         else:
