@@ -419,7 +419,7 @@ class Session:
                  "status": {"phase": "Running"}}
         self.ledger.upsert(bound)
         self.pods[key] = bound
-        self._add_use(key, self.view(key), +1)
+        self._add_use(key, self.view(key), +1, placed_here=True)
         return Placement(node, card_type, annotations)
 
     def deallocate(self, key: ObjectKey) -> None:
@@ -569,7 +569,7 @@ class Session:
             pod = self.ledger.snapshot.pods.get(key)
             if pod is not None and key in self._queue_uses:
                 self._add_use(key, pod, -1)
-                self._add_use(key, pod, +1)
+                self._add_use(key, pod, +1, placed_here=True)
 
     def _index_member(self, key: ObjectKey, previous: Pod | None, pod: Pod | None) -> None:
         if previous is not None and previous.group_key is not None:
@@ -603,7 +603,7 @@ class Session:
 
     # ------------------------------------------------------------------------------------------- internals
 
-    def _add_use(self, key: ObjectKey, pod: Pod, sign: int) -> None:
+    def _add_use(self, key: ObjectKey, pod: Pod, sign: int, *, placed_here: bool = False) -> None:
         node = pod.node_name
         used = self.node_used.setdefault(node, {})
         for resource, amount in pod.requests.items():
@@ -613,7 +613,7 @@ class Session:
             members.add(key)
         else:
             members.discard(key)
-        if not self._in_a_queue(key, pod):
+        if not self._in_a_queue(key, pod, placed_here=placed_here):
             return  # a pod the scheduler does not place (a DaemonSet's, kube-system's) uses its node, not a queue
         if sign > 0:
             if pod.releasing:
@@ -639,10 +639,18 @@ class Session:
             for device_class, device_amount in use.devices.items():
                 held.setdefault(device_class, dra.DeviceAmount()).add(device_amount, sign)
 
-    def _in_a_queue(self, key: ObjectKey, pod: Pod) -> bool:
-        """Whether a pod counts against a queue's cpu, memory and DRA quota: it belongs to a PodGroup, names a
-        queue, or is placed by one of the schedulers the session serves."""
-        if pod.group_key is not None or pod.queue_annotation is not None:
+    def _in_a_queue(self, key: ObjectKey, pod: Pod, *, placed_here: bool) -> bool:
+        """Whether a pod counts against a queue's cpu, memory and DRA quota: it belongs to a PodGroup; or it is
+        placed in this session (``simulate``: a pod without a PodGroup) and names a queue or one of the schedulers
+        the session serves — Volcano's controller gives such a pod a PodGroup before it is scheduled
+        (``buildPodGroupFromPod``). A pod found bound without a PodGroup is in no job of Volcano's, so in no queue
+        (pkg/scheduler/cache/event_handlers.go ``getOrCreateJob``, v1.15.1: no job for a pod without one), as the
+        ledger counts it."""
+        if pod.group_key is not None:
+            return True
+        if not placed_here:
+            return False
+        if pod.queue_annotation is not None:
             return True
         spec = (self.pods.get(key) or {}).get("spec") or {}
         return spec.get("schedulerName") in self.config.scheduler_names
