@@ -22,7 +22,10 @@ from volcano_replay import EXTENDER, Placement, VolcanoReplay
 
 from cardquota.cli.main import KUBECTL_PROG, run
 from cardquota.cli.output import usage_json
+from cardquota.core.events import podgroup_event
+from cardquota.core.explain import explain
 from cardquota.core.ledger import Ledger
+from cardquota.core.objects import PodGroup
 from cardquota.core.schedconf.extender import enqueue_leaks, plugin_entries
 from cardquota.core.schedconf.fragment import extender_stanza, merged_conf
 from cardquota.core.scheduling.extender import Extender
@@ -432,3 +435,33 @@ def test_8_usage_counts_cpu_and_memory_as_the_extender_does(tmp_path: Path) -> N
     counted = usage_json(ledger.all_usage(
         card_unlimited_cpu_memory=extender_config.capacity_card.card_unlimited_cpu_memory))
     assert json.loads(out.getvalue()) == counted
+
+
+async def test_usage_explain_events_and_the_extender_agree_on_a_replayed_cluster(cluster_kmock: Any) -> None:
+    """After the seed's sessions (train placed, ``more`` left Pending with its quota full) the cluster as listed
+    from the API server gives, through ``usage`` (a ledger built from the list), the card numbers the watch-fed
+    extender holds; and the Pending PodGroup's controller event, ``explain``'s blocker and the extender's enqueue
+    refusal are one sentence."""
+    async with start(cluster_kmock) as cluster:
+        await seed(cluster)
+        listed: list[dict[str, Any]] = []
+        for path, kind, api_version in (
+                ("/api/v1/nodes", "Node", "v1"), ("/api/v1/pods", "Pod", "v1"),
+                ("/apis/scheduling.volcano.sh/v1beta1/queues", "Queue", "scheduling.volcano.sh/v1beta1"),
+                ("/apis/scheduling.volcano.sh/v1beta1/podgroups", "PodGroup", "scheduling.volcano.sh/v1beta1")):
+            listed += [{**item, "kind": kind, "apiVersion": api_version} for item in await cluster.replay.items(path)]
+        config = cluster.extender.config
+        unlimited = config.capacity_card.card_unlimited_cpu_memory
+        session = cluster.extender.session
+        assert session is not None
+        ledger = Ledger.build(listed)
+        assert usage_json(ledger.all_usage(card_unlimited_cpu_memory=unlimited)) == usage_json(
+            session.ledger.all_usage(card_unlimited_cpu_memory=unlimited))
+        waiting = next(item for item in listed if item["kind"] == "PodGroup" and item["metadata"]["name"] == "more")
+        group = PodGroup.from_manifest(waiting)
+        refusal = session.enqueue_refusal(session.ledger.snapshot.podgroups[group.key])
+        event = podgroup_event(group, ledger, config.capacity_card)
+        assert refusal is not None
+        assert event is not None
+        assert (event.reason, event.message) == (refusal.reason, refusal.message)
+        assert f"{event.message} ({event.reason})." in explain(listed, waiting, config).blockers
