@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from builders import gpu_node, pod, queue
+from builders import gpu_node, pod, podgroup, queue
 from polling import eventually
 from volcano_payloads import node_info, task_info
 
@@ -44,7 +44,7 @@ def v1_claim(name: str, count: int) -> dict[str, Any]:
 
 
 def claiming_pod(name: str, claim: str, *, node_name: str | None = None) -> dict[str, Any]:
-    manifest = pod(name, namespace="ml", queue="team-a", node_name=node_name,
+    manifest = pod(name, namespace="ml", queue="team-a", node_name=node_name, group=name,
                    phase="Running" if node_name else "Pending")
     manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
     return manifest
@@ -60,6 +60,9 @@ async def test_claims_served_only_as_v1_count_against_the_queues_dra_quota(volca
     volcano_kmock.objects["resource.k8s.io/v1/resourceclaims", "ml", "wanted"] = v1_claim("wanted", 1)
     volcano_kmock.objects["v1/pods", "ml", "running"] = claiming_pod("running", "held", node_name="a100-1")
     volcano_kmock.objects["v1/pods", "ml", "new"] = claiming_pod("new", "wanted")
+    for name, phase in (("running", "Running"), ("new", "Inqueue")):  # each pod in its job, as Volcano makes them
+        volcano_kmock.objects["scheduling.volcano.sh/v1beta1/podgroups", "ml", name] = podgroup(
+            name, namespace="ml", queue="team-a", phase=phase)
     stop, ports = asyncio.Event(), []
     api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
     served = asyncio.create_task(run_extender(Extender(), "127.0.0.1", 0, None, stop, api=api,

@@ -642,10 +642,11 @@ class Session:
     def _in_a_queue(self, key: ObjectKey, pod: Pod, *, placed_here: bool) -> bool:
         """Whether a pod counts against a queue's cpu, memory and DRA quota: it belongs to a PodGroup; or it is
         placed in this session (``simulate``: a pod without a PodGroup) and names a queue or one of the schedulers
-        the session serves — Volcano's controller gives such a pod a PodGroup before it is scheduled
-        (``buildPodGroupFromPod``). A pod found bound without a PodGroup is in no job of Volcano's, so in no queue
-        (pkg/scheduler/cache/event_handlers.go ``getOrCreateJob``, v1.15.1: no job for a pod without one), as the
-        ledger counts it."""
+        the session serves — Volcano's controller gives such a pod a PodGroup, and its group-name annotation, before
+        it is scheduled (``buildPodGroupFromPod``, ``updatePodAnnotations`` in
+        pkg/controllers/podgroup/pg_controller_handler.go, v1.15.1). A pod found bound without a PodGroup is in no
+        job of Volcano's, so in no queue (pkg/scheduler/cache/event_handlers.go ``getOrCreateJob``, v1.15.1), as
+        the ledger counts it."""
         if pod.group_key is not None:
             return True
         if not placed_here:
