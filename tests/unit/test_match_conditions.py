@@ -355,6 +355,17 @@ def test_a_podgroup_update_that_changes_its_spec_or_card_request_is_sent() -> No
         assert called("PodGroup", new, old) == {"podgroups.validate.cardquota.io"}
 
 
+def test_a_card_pod_moved_to_a_queue_without_its_quota_is_sent_and_denied() -> None:
+    """A pod's ``scheduling.volcano.sh/queue-name`` can change after create (annotations are mutable), and the
+    ledger charges the pod to the queue it names: the pod policy denies a move to a queue without quota for its card
+    type, so the update must reach it (found by the property above)."""
+    old = pod("x", namespace="ml", card=A100, queue="team-a", gpus=1)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = "cpu-only"
+    assert review("Pod", new, old, "alice") == (True, False)
+    assert called("Pod", new, old) == {"pods.validate.cardquota.io"}
+
+
 def _card_job(*, with_request: bool) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": "train", "namespace": "ml", "resourceVersion": "7"}
     if with_request:
