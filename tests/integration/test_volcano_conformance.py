@@ -413,7 +413,7 @@ async def test_11_mgpu_results_are_cleared_when_volcano_discards(cluster_kmock: 
         assert not [name for name in annotations if name.startswith("vke.volcengine.com/")]
 
 
-def test_8_usage_counts_cpu_and_memory_as_the_extender_does(tmp_path: Path) -> None:
+async def test_8_usage_counts_cpu_and_memory_as_the_extender_does(tmp_path: Path) -> None:
     """``kubectl cardquota usage`` over examples/cluster.yaml and the extender's ConfigMap as the shipped component
     generates it (manifests/components/extender/kustomization.yaml: ``cardquota-extender-conf`` from
     volcano-scheduler.conf) gives the numbers the extender counts with that conf: cpu/memory per queue as its
