@@ -28,12 +28,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def volcano_kmock(kmock: Any) -> Any:
-    """kmock serving core kinds and Volcano's queues and podgroups, with one A100 node."""
+def empty_volcano_kmock(kmock: Any) -> Any:
+    """kmock serving core kinds and Volcano's queues and podgroups, empty."""
     kmock.resources.load_bundled()
     for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
         kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
             "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
             "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
-    kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
     return kmock
+
+
+@pytest.fixture
+def volcano_kmock(empty_volcano_kmock: Any) -> Any:
+    """kmock serving core kinds and Volcano's queues and podgroups, with one A100 node."""
+    empty_volcano_kmock.objects["v1/nodes", None, "a100-1"] = gpu_node("a100-1", "NVIDIA-A100", 8)
+    return empty_volcano_kmock

@@ -150,14 +150,9 @@ async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((
 
 
 @pytest.fixture
-def cluster_kmock(kmock: Any) -> Any:
-    """kmock serving core kinds and Volcano's queues and podgroups, empty."""
-    kmock.resources.load_bundled()
-    for plural, kind in (("queues", "Queue"), ("podgroups", "PodGroup")):
-        kmock.resources[f"scheduling.volcano.sh/v1beta1/{plural}"] = {
-            "namespaced": plural == "podgroups", "kind": kind, "singular": kind.lower(),
-            "verbs": ["list", "watch", "get", "patch", "create", "delete"], "subresources": ["status"]}
-    return kmock
+def cluster_kmock(empty_volcano_kmock: Any) -> Any:
+    """kmock serving core kinds and Volcano's queues and podgroups, empty (each scenario adds its own nodes)."""
+    return empty_volcano_kmock
 
 
 def job(name: str, *, queue_name: str = "team-a", pods: int = 1, card: str | None = A100, gpus: int = 1,
