@@ -640,14 +640,15 @@ def check_scheduler(configmap: Read, target: Target, *, nodes: Listing = (), que
                               f"({len(verdict.violations)} violation{_s(verdict.violations)})",
                               details=_some([str(v) for v in verdict.violations]),
                               fix=f"{edit} (cardquota check -f FILE checks a change offline)"))
-    plugins = scheduler_plugins(configmap)
+    entries = _conf_entries(configmap)
+    plugins = None if entries is None else {entry.name for entry in entries}
     enforcing = [name for name in (schedconf.CAPACITY_CARD, schedconf.EXTENDER) if name in (plugins or ())]
     if plugins is not None and not enforcing:
         results.append(Result(SCHEDULER, Status.FAIL, f"{where} enables neither {schedconf.CAPACITY_CARD} nor "
                               f"{schedconf.EXTENDER}: the scheduler does not enforce card quotas",
                               fix="stock Volcano: deploy manifests/components/extender, then merge the extender's "
                               f"stanza into the scheduler's configuration: {MERGE_COMMAND}"))
-    results += _scheduler_leaks(configmap, nodes, queues, extender_conf, where, edit)
+    results += _scheduler_leaks(entries, nodes, queues, extender_conf, where, edit)
     if not results:
         results.append(Result(SCHEDULER, Status.OK, f"{where} enables {' and '.join(enforcing)} and passes "
                               "cardquota's ConfigMap policy"))
@@ -658,11 +659,11 @@ MERGE_COMMAND = "kubectl cardquota scheduler-conf | kubectl apply -f - (README: 
 """Prints the live scheduler ConfigMap with the extender's stanza merged in (the user's plugins kept)."""
 
 
-def _scheduler_leaks(configmap: Manifest, nodes: Listing, queues: Listing, extender_conf: Read, where: str,
-                     edit: str) -> list[Result]:
+def _scheduler_leaks(entries: list[PluginEntry] | None, nodes: Listing, queues: Listing, extender_conf: Read,
+                     where: str, edit: str) -> list[Result]:
     """Where the configuration lets work past the rules (:func:`cardquota.core.schedconf.extender.conf_leaks`),
-    with the extender's conf as the source of the plugins' arguments when it can be read."""
-    entries = _conf_entries(configmap)
+    with the extender's conf as the source of the plugins' arguments when it can be read. ``entries``: the
+    scheduler's plugins (None when its conf cannot be read)."""
     if entries is None or extender_entry(entries) is None:
         return []
     results: list[Result] = []
@@ -695,6 +696,7 @@ def _scheduler_leaks(configmap: Manifest, nodes: Listing, queues: Listing, exten
 
 
 def _conf_entries(configmap: Manifest) -> list[PluginEntry] | None:
+    """The plugins ``volcano-scheduler.conf`` enables, in order; None when it cannot be read (the policy says why)."""
     text = _map(configmap.get("data")).get(CONF_KEY)
     if not isinstance(text, str):
         return None
@@ -702,25 +704,6 @@ def _conf_entries(configmap: Manifest) -> list[PluginEntry] | None:
         return plugin_entries(load_one(text))
     except InputError:
         return None
-
-
-def scheduler_plugins(configmap: Manifest) -> set[str] | None:
-
-    """The plugin names ``volcano-scheduler.conf`` enables; None when it cannot be read (the policy says why)."""
-    text = _map(configmap.get("data")).get(CONF_KEY)
-    if not isinstance(text, str):
-        return None
-    try:
-        conf = load_one(text)
-    except InputError:
-        return None
-    names: set[str] = set()
-    for tier in _list(_map(conf).get("tiers")):
-        for plugin in _list(_map(tier).get("plugins")):
-            name = _map(plugin).get("name")
-            if isinstance(name, str):
-                names.add(name)
-    return names
 
 
 # ------------------------------------------------------------------------------------------------------ nodes
