@@ -13,7 +13,6 @@
   them has none), skipped for card tasks when ``cardUnlimitedCpuMemory`` is on.
 * **Node order**: for a multi-card task, ``100 * 0.5^index * nodeOrderWeight`` for the first alternative the node
   offers (index in the task's list); 0 for single-type tasks and nodes offering none.
-* **Queue share**: ``max(allocated / deserved)`` over the resources with a deserved amount.
 """
 
 from __future__ import annotations
@@ -497,12 +496,6 @@ def node_order_score(card_name: str | None, node_card_types: Collection[str], co
         if card in node_card_types:
             return BASE_SCORE * 0.5**index * config.node_order_weight
     return 0.0
-
-
-def queue_share(allocated: Mapping[str, float], deserved: Mapping[str, float]) -> float:
-    """``max(allocated[r] / deserved[r])`` over the resources with a positive deserved amount (0 when none)."""
-    shares = [allocated.get(resource, 0.0) / amount for resource, amount in deserved.items() if amount > 0]
-    return max(shares, default=0.0)
 
 
 def _amount(resource: str, value: Fraction) -> str:

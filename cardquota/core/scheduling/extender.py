@@ -418,12 +418,8 @@ class Extender:
     def job_enqueueable(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The PodGroup as watched (not as the request says) is judged, and reserved once."""
         session = self._current()
-        manifest = podgroup_manifest(field(request, "job"))
-        if session is None or manifest is None:
-            return {"status": ENQUEUE_ABSTAIN}
-        try:
-            key = PodGroup.from_manifest(manifest).key
-        except InputError:
+        key = _job_key(request)
+        if session is None or key is None:
             return {"status": ENQUEUE_ABSTAIN}
         if key not in session.ledger.snapshot.podgroups:  # refused, not let through unchecked: the scheduler asks
             self.on_ignored("jobenqueueable", "unknown-job", key)  # again next cycle, when the watch has brought it
@@ -458,12 +454,8 @@ class Extender:
         (:meth:`_settle_vote`)."""
         self._job_enqueued_asked = True
         session = self._current(vote_settled=False)
-        manifest = podgroup_manifest(field(request, "job"))
-        if session is None or manifest is None:
-            return {}
-        try:
-            key = PodGroup.from_manifest(manifest).key
-        except InputError:
+        key = _job_key(request)
+        if session is None or key is None:
             return {}
         if self._awaiting_enqueued == key:
             self._awaiting_enqueued = None
@@ -490,21 +482,16 @@ class Extender:
         ``allocateResources``: ``if stmt != nil && ssn.JobReady(job) { stmt.Commit() }``). A job it is not asked
         about is not committed in this cycle — neither is it discarded when it is pipelined — so, once the scheduler
         is seen asking, its allocations last the cycle only, and the job's named here last until bound."""
-        manifest = podgroup_manifest(field(request, "job"))
+        key = _job_key(request)
         session = self._current()
-        if session is not None and manifest is not None:
-            try:
-                key = PodGroup.from_manifest(manifest).key
-            except InputError:
-                key = None
-            if key is not None:
-                self._job_ready_asked = True
-                self._ready_jobs.add(key)
-                self._confirm_reservation(key)  # (enqueued, then: allocate visits enqueued jobs only)
-                for pod in [pod for pod in self._cycle_allocations if pod in self._allocated]:
-                    assumed = self._allocated[pod]
-                    if assumed.until is None and not assumed.pipelined and session.view(pod).group_key == key:
-                        self._allocated[pod] = replace(assumed, until=self._until(Kind.POD, pod))
+        if session is not None and key is not None:
+            self._job_ready_asked = True
+            self._ready_jobs.add(key)
+            self._confirm_reservation(key)  # (enqueued, then: allocate visits enqueued jobs only)
+            for pod in [pod for pod in self._cycle_allocations if pod in self._allocated]:
+                assumed = self._allocated[pod]
+                if assumed.until is None and not assumed.pipelined and session.view(pod).group_key == key:
+                    self._allocated[pod] = replace(assumed, until=self._until(Kind.POD, pod))
         return {"status": True}
 
     def allocate_func(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], Manifest | None, dict[str, str]]:
@@ -666,6 +653,17 @@ def _placed_as(manifest: Mapping[str, Any], placed: Manifest | None) -> Manifest
                    **((placed.get("metadata") or {}).get("annotations") or {})}
     return {**manifest, "metadata": {**(manifest.get("metadata") or {}), "annotations": annotations},
             "spec": {**(manifest.get("spec") or {}), "nodeName": node}, "status": {"phase": "Running"}}
+
+
+def _job_key(request: Mapping[str, Any]) -> ObjectKey | None:
+    """The key of the PodGroup a request's JobInfo carries (None when it cannot be read)."""
+    manifest = podgroup_manifest(field(request, "job"))
+    if manifest is None:
+        return None
+    try:
+        return PodGroup.from_manifest(manifest).key
+    except InputError:
+        return None
 
 
 def _pod_of(task: object) -> tuple[Manifest | None, ObjectKey | None]:

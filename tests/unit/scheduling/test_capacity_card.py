@@ -17,7 +17,6 @@ from cardquota.core.scheduling.capacity_card import (
     job_enqueue_refusal,
     node_order_score,
     queue_capability,
-    queue_share,
     task_allocate_refusal,
 )
 
@@ -144,12 +143,6 @@ def test_memory_quota_and_a_queue_without_capability() -> None:
     assert none is not None
     assert none.reason == EMPTY_CAPABILITY
     assert cpu_memory_refusal("q", {}, None, {}, uses_cards=False, config=CapacityCardConfig()) is None
-
-
-def test_queue_share_is_the_largest_ratio() -> None:
-    assert queue_share({A100: 3, H100: 1}, {A100: 4, H100: 4}) == 0.75
-    assert queue_share({A100: 3}, {A100: 0}) == 0
-    assert queue_share({}, {}) == 0
 
 
 def test_job_mode_counts_the_jobs_own_single_type_keys_inside_an_alternatives_key() -> None:
