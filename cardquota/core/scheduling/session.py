@@ -55,7 +55,8 @@ class SchedulerConfig:
     crossquota: crossquota.CrossQuotaConfig | None = None
     mgpu: mgpu.MGPUConfig = field(default_factory=mgpu.MGPUConfig)
     scheduler_names: frozenset[str] = frozenset({"volcano"})
-    """Pods of these schedulers count against their queue's cpu/memory/DRA quota even without a PodGroup."""
+    """Pods of these schedulers placed in the session count against their queue's cpu/memory/DRA quota even without
+    a PodGroup (Volcano's controller gives them one before they are scheduled)."""
 
     @classmethod
     def from_conf(cls, text: str) -> SchedulerConfig:
