@@ -1,0 +1,110 @@
+"""What the controller publishes on a Queue always fits beside the Queue's other annotations (the API server refuses
+more than 256 KiB of annotations in all: apimachinery ``pkg/api/validation/objectmeta.go``,
+``TotalAnnotationSizeLimitB`` and ``ValidateAnnotationsSize``, which sums ``len(key) + len(value)`` in bytes)."""
+
+from __future__ import annotations
+
+import json
+
+from builders import gpu_node, pod, queue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cardquota.core import keys
+from cardquota.core.ledger import Ledger, QueueUsage, published_amounts
+from cardquota.core.publish import (
+    ANNOTATIONS_LIMIT,
+    QUEUE_ANNOTATIONS,
+    annotations_size,
+    bounded_queue_annotations,
+    grouped_count,
+    queue_annotations,
+    queue_budget,
+)
+
+A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
+JSON_ANNOTATIONS = (keys.CARD_ALLOCATED, keys.CARD_INQUEUE, keys.CARD_PENDING)
+
+
+def attack_usage() -> QueueUsage:
+    """The ledger of two pods each naming ``NVIDIA-A100|`` plus 127 unknown alternatives of ~1.1 KB (as admitted
+    before card names were limited, or created while the webhooks were not in the way)."""
+    manifests = [gpu_node("a100-1", A100, 8), queue("default", {A100: 8})]
+    for number in range(2):
+        card_name = "|".join([A100, *(f"{number}-{index:03d}".ljust(1100, "x") for index in range(127))])
+        manifests.append(pod(f"p{number}", card=card_name, gpus=1))
+    manifests.append(pod("fits", card=A100, gpus=1))
+    return Ledger.build(manifests).usage("default")
+
+
+def test_the_attack_outgrew_the_limit_and_now_fits_with_the_known_figures_exact() -> None:
+    usage = attack_usage()
+    assert annotations_size(queue_annotations(usage)) > ANNOTATIONS_LIMIT  # 278 KiB: the API server refused it
+    other = {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000}
+    budget = queue_budget({**other, **queue_annotations(usage)})
+    assert budget == ANNOTATIONS_LIMIT - annotations_size(other)
+    published = bounded_queue_annotations(usage, budget, known={A100})
+    assert annotations_size(published.annotations) <= budget
+    assert not published.exact
+    assert published.grouped == 2
+    assert json.loads(published.annotations[keys.CARD_PENDING] or "") == {A100: 1, "(2 more)": 2}
+    assert published_amounts(published.annotations, keys.CARD_PENDING) == {"(2 more)": 2, A100: 1}  # still read
+    assert published.annotations[keys.CARD_USAGE] == f"{A100} 0/8"
+
+
+def test_a_queue_within_the_limit_is_published_exactly() -> None:
+    usage = Ledger.build([gpu_node("a100-1", A100, 8), queue("default", {A100: 8}),
+                          pod("p", card=A100, gpus=1)]).usage("default")
+    published = bounded_queue_annotations(usage, ANNOTATIONS_LIMIT, known=())
+    assert published.exact
+    assert published.annotations == queue_annotations(usage)
+
+
+def test_with_no_room_at_all_the_annotations_are_removed() -> None:
+    published = bounded_queue_annotations(attack_usage(), 100, known={A100})
+    assert published.removed
+    assert published.annotations == dict.fromkeys(QUEUE_ANNOTATIONS)
+    assert annotations_size(published.annotations) == 0
+
+
+def test_known_names_are_summarised_largest_first_once_unknown_ones_are_grouped() -> None:
+    long_known = "K" * 120
+    usage = QueueUsage(quota={A100: 4, long_known: 4}, allocated={A100: 1, long_known: 2}, inqueue={},
+                       pending={"U" * 100: 3, A100: 1})
+    exact = annotations_size(queue_annotations(usage))
+    published = bounded_queue_annotations(usage, exact - 150, known={A100})
+    assert json.loads(published.annotations[keys.CARD_PENDING] or "") == {A100: 1, "(1 more)": 3}
+    assert json.loads(published.annotations[keys.CARD_ALLOCATED] or "") == {A100: 1, "(1 more)": 2}
+    assert published.annotations[keys.CARD_USAGE] == f"{long_known} 2/4, {A100} 1/4"  # card.usage had room
+    assert annotations_size(published.annotations) <= exact - 150
+
+
+NAMES = st.text(alphabet="ABCxyz-/|", min_size=1, max_size=200).filter(lambda n: grouped_count(n) is None)
+AMOUNTS = st.dictionaries(NAMES, st.integers(min_value=0, max_value=2**40), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(quota=AMOUNTS, allocated=AMOUNTS, inqueue=AMOUNTS, pending=AMOUNTS,
+       known=st.frozensets(NAMES, max_size=10), budget=st.integers(min_value=0, max_value=20_000))
+def test_what_is_published_never_exceeds_the_budget_and_is_exact_when_it_fits(
+        quota: dict[str, int], allocated: dict[str, int], inqueue: dict[str, int], pending: dict[str, int],
+        known: frozenset[str], budget: int) -> None:
+    usage = QueueUsage(quota=quota, allocated=allocated, inqueue=inqueue, pending=pending)
+    exact = queue_annotations(usage)
+    published = bounded_queue_annotations(usage, budget, known)
+    assert annotations_size(published.annotations) <= budget
+    if annotations_size(exact) <= budget:
+        assert published.exact
+        assert published.annotations == exact
+        return
+    assert not published.exact
+    if published.removed:
+        return
+    again = bounded_queue_annotations(usage, budget, known)
+    assert again == published  # deterministic
+    for name, amounts in zip(JSON_ANNOTATIONS, (allocated, inqueue, pending), strict=True):
+        written = json.loads(published.annotations[name] or "")
+        assert published_amounts(published.annotations, name) == dict(sorted(written.items()))
+        assert sum(written.values()) == sum(amounts.values())  # grouped cards are added up, never lost
+        for key, amount in written.items():
+            assert grouped_count(key) is not None or amounts[key] == amount  # every name kept is exact
