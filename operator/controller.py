@@ -37,9 +37,25 @@ from cardquota.core.events import (
     waiting_pod,
 )
 from cardquota.core.objects import ObjectKey
-from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
+from cardquota.core.publish import (
+    ANNOTATIONS_LIMIT,
+    QueuePublication,
+    annotation_changes,
+    annotations_too_long,
+    bounded_queue_annotations,
+    node_annotations,
+    queue_budget,
+)
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
-from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
+from cardquota.kube import (
+    Invalid,
+    KubeError,
+    create_event,
+    node_path,
+    patch_annotations,
+    queue_path,
+    read_object,
+)
 from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import ClusterCache
 
@@ -71,6 +87,11 @@ class PublisherStats:
     """Events that waited for the budget (:data:`EVENTS_PER_SECOND`)."""
     examined: int = 0
     yields: int = 0
+    refused_too_large: int = 0
+    """Queue patches the API server refused as too large (``metadata.annotations: Too long``), each then replaced
+    by one that fits."""
+    summarised: int = 0
+    """Queue patches that published usage summarised (``(N more)``) or removed to fit beside others' annotations."""
 
 
 class Publisher:
@@ -113,6 +134,8 @@ class Publisher:
         self._held_order: list[tuple[float, EventKey]] = []
         """:attr:`_held` as a heap, oldest first (entries whose object was looked at again since are skipped)."""
         self._was_leader = False
+        self._said_summarised: dict[str, tuple[str, float]] = {}
+        """Per queue whose usage is published summarised, the reason last said about it and when."""
 
     async def run(self) -> None:
         while True:
@@ -157,8 +180,7 @@ class Publisher:
             await self._tick()
             record = ledger.snapshot.queues.get(name)
             if record is not None:
-                await self._publish("Queue", name, queue_path(name), record.queue.meta.annotations,
-                                    queue_annotations(ledger.usage(name)))
+                await self._publish_queue(name, record.queue.meta.annotations)
         for name in work.nodes:  # not sorted: all 5,000 of them on a reconcile
             await self._tick()
             node = ledger.snapshot.nodes.get(name)
@@ -186,8 +208,79 @@ class Publisher:
         finally:
             self._slicer.restart()
 
+    def _queue_publication(self, name: str, current: Mapping[str, str]) -> QueuePublication:
+        ledger = self.cache.ledger
+        return bounded_queue_annotations(ledger.usage(name), queue_budget(current), ledger.snapshot.catalog().entries)
+
+    async def _publish_queue(self, name: str, current: Mapping[str, str]) -> None:
+        """A Queue's usage, sized to fit beside its other annotations as the cache shows them. When the API server
+        still refuses it as too large (others' annotations grew since), the Queue is read again and what fits beside
+        what it now carries is sent instead (or, refused again, our annotations are removed): never left stale."""
+        path = queue_path(name)
+        publication = self._queue_publication(name, current)
+        if not await self._publish("Queue", name, path, current, publication.annotations):
+            await self._summarised(name, publication, refused=False)
+            return
+        self.stats.refused_too_large += 1
+        log.warning("the API server refused Queue %s's card usage as too large; publishing what fits", name)
+        try:
+            fresh = await self._off_loop(read_object, self.api, path)
+        except KubeError as error:
+            log.warning("reading Queue %s failed: %s", name, error)
+            fresh = None
+        if fresh is None:
+            self.stats.patch_errors += 1
+            return
+        annotations = (fresh.get("metadata") or {}).get("annotations") or {}
+        self._written.pop(("Queue", name), None)
+        publication = self._queue_publication(name, annotations)
+        if await self._publish("Queue", name, path, annotations, publication.annotations):
+            publication = QueuePublication(dict.fromkeys(publication.annotations), publication.grouped, removed=True)
+            if await self._publish("Queue", name, path, annotations, publication.annotations):
+                self.stats.patch_errors += 1
+                return
+        await self._summarised(name, publication, refused=True)
+
+    async def _summarised(self, name: str, publication: QueuePublication, *, refused: bool) -> None:
+        """Count a publication that is not exact, and say so on the Queue: an event when it becomes summarised (or
+        changes how), at most one per ``event_interval``."""
+        if publication.exact and not refused:
+            self._said_summarised.pop(name, None)
+            return
+        self.stats.summarised += 0 if publication.exact else 1
+        if publication.removed:
+            reason = "CardUsageRemoved"
+            what = "removed: not even the smallest summary fits beside the Queue's other annotations"
+        else:
+            reason = "CardUsageSummarised"
+            what = (f"summarised to fit beside the Queue's other annotations: {publication.grouped} "
+                    "entries (card types no node offers first, then the longest) are added up as \"(N more)\"")
+        if refused:
+            reason = "CardUsageTooLarge"
+            what = f"refused by the API server as too large, and {what}" if not publication.exact else (
+                "refused by the API server as too large; the Queue was read again and its usage published in full")
+        now = self.clock()
+        last = self._said_summarised.get(name)
+        if last is not None and (last[0] == reason or now - last[1] < self.event_interval):
+            return
+        if not self._event_budget(now):
+            return  # said when it is next published this way, budget allowing
+        self._said_summarised[name] = (reason, now)
+        message = (f"card usage annotations ({', '.join(('allocated', 'inqueue', 'pending', 'usage'))}) {what}; "
+                   f"annotations may take {ANNOTATIONS_LIMIT // 1024} KiB in all "
+                   "(kubectl cardquota usage shows the full figures)")
+        event = CardEvent("Queue", "", name, reason, message)
+        try:
+            await self._off_loop(create_event, self.api, EVENT_NAMESPACE, kubernetes_event(event, self.component))
+            self.stats.events += 1
+        except KubeError as error:
+            log.warning("event for Queue %s failed: %s", name, error)
+
     async def _publish(self, kind: str, name: str, path: str, current: Mapping[str, str],
-                       desired: Mapping[str, str | None]) -> None:
+                       desired: Mapping[str, str | None]) -> bool:
+        """Write what differs from ``desired``; True when the API server refused it as too large (a 422 on
+        ``metadata.annotations``), which the caller turns into a smaller patch (other failures are logged and
+        counted: the next change or reconcile writes again)."""
         key = (kind, name)
         # What we wrote but the watch has not shown yet: counted as done, so it is not written twice. Once the
         # cache shows it, it is forgotten, so a later edit by anyone else is seen and corrected.
@@ -201,14 +294,20 @@ class Publisher:
                 known[annotation] = value
         changes = annotation_changes(known, desired)
         if not changes:
-            return
+            return False
         try:
             if await self._off_loop(patch_annotations, self.api, path, changes):
                 self._written.setdefault(key, {}).update(changes)
                 self.stats.patches[key] = self.stats.patches.get(key, 0) + 1
+        except Invalid as error:
+            if annotations_too_long(str(error)):
+                return True
+            self.stats.patch_errors += 1
+            log.warning("annotating %s %s failed: %s", kind, name, error)
         except KubeError as error:
             self.stats.patch_errors += 1
             log.warning("annotating %s %s failed: %s", kind, name, error)
+        return False
 
     async def _emit_events(self, work: Changes) -> None:
         """Events for the touched queues, PodGroups and pods, for the waiting PodGroups and pods of each touched

@@ -88,7 +88,8 @@ _JSON_ANNOTATIONS = (CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING)
 
 
 def _bytes(text: str) -> int:
-    return len(text.encode("utf-8", errors="surrogatepass"))
+    """UTF-8 bytes of ``text``, as Go's ``len`` counts a string (ASCII, the usual case, without encoding)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
 
 
 def annotations_size(annotations: Mapping[str, str | None]) -> int:
@@ -101,6 +102,13 @@ def queue_budget(current: Mapping[str, str]) -> int:
     """The bytes the controller's Queue annotations (keys and values) may take beside the Queue's others."""
     return ANNOTATIONS_LIMIT - annotations_size({key: value for key, value in current.items()
                                                  if key not in QUEUE_ANNOTATIONS})
+
+
+def annotations_too_long(message: str) -> bool:
+    """Whether an API server's refusal (a 422 Invalid) is for annotations over :data:`ANNOTATIONS_LIMIT`: its
+    message carries the cause ``metadata.annotations: Too long: …`` (apimachinery ``errors.NewInvalid`` joins each
+    cause's ``field.Error``, whose type ``FieldValueTooLong`` reads "Too long")."""
+    return "metadata.annotations: Too long" in message
 
 
 def grouped_count(name: str) -> int | None:

@@ -83,5 +83,5 @@ def test_a_name_is_refused_exactly_when_an_alternative_is_too_long(lengths: list
     problem = card_name_problem(card_name)
     too_long = [len(part) for part in parts if len(part) > MAX_CARD_NAME_LENGTH]
     assert (problem is not None) == bool(too_long)
-    if too_long:
+    if problem is not None:
         assert f"is {max(too_long):,} characters; at most {MAX_CARD_NAME_LENGTH}" in problem
