@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from cardquota.core.cards import NodeCards
@@ -235,3 +235,32 @@ class _KnownTypes:
 
     def __contains__(self, card: object) -> bool:
         return card in self.offered or card in self.quota
+
+
+OTHER_LABEL = "(other)"
+"""The metric label value that stands for every card name that is not a known card type, and (as queue and card
+both) for every series beyond :data:`MAX_SERIES_PER_METRIC`."""
+MAX_SERIES_PER_METRIC = 10_000
+"""Distinct (queue, card) series one card metric exports at most: 500 queues each using 20 card types. Beyond, the
+values are added up into one ``(other)``/``(other)`` series, so a scrape stays bounded whatever pods name."""
+
+
+def metric_series(rows: Iterable[tuple[str, str, float]], known: Callable[[str, str], bool],
+                  cap: int = MAX_SERIES_PER_METRIC) -> dict[tuple[str, str], float]:
+    """(queue, card label) → value from ``rows`` of (queue, card name, value), in their order: a name that is not a
+    known card type of its queue (``known(queue, name)``: :func:`known_card`) is counted under
+    :data:`OTHER_LABEL`, and once ``cap`` series exist every new one is added to (``(other)``, ``(other)``)."""
+    labelled = [((queue, card if known(queue, card) else OTHER_LABEL), value) for queue, card, value in rows]
+    distinct = len(dict.fromkeys(key for key, _ in labelled))
+    series: dict[tuple[str, str], float] = {}
+    overflow = (OTHER_LABEL, OTHER_LABEL)
+    for key, value in labelled:
+        if distinct > cap and key not in series and len(series) >= cap - (overflow not in series):
+            key = overflow
+        series[key] = series.get(key, 0) + value
+    return series
+
+
+def known_card(name: str, offered: Container[str], quota: Container[str]) -> bool:
+    """Whether every alternative of a card name is a card type some node offers or ``quota`` names."""
+    return _known(name, _KnownTypes(offered, quota))

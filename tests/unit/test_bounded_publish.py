@@ -14,13 +14,17 @@ from cardquota.core import keys
 from cardquota.core.ledger import Ledger, QueueUsage, published_amounts
 from cardquota.core.publish import (
     ANNOTATIONS_LIMIT,
+    OTHER_LABEL,
     QUEUE_ANNOTATIONS,
     annotations_size,
     bounded_queue_annotations,
     grouped_count,
+    metric_series,
     queue_annotations,
     queue_budget,
 )
+from cardquota.operator.metrics import QueueCardCollector
+from cardquota.runtime.cache import ClusterCache
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 JSON_ANNOTATIONS = (keys.CARD_ALLOCATED, keys.CARD_INQUEUE, keys.CARD_PENDING)
@@ -53,7 +57,7 @@ def test_the_attack_outgrew_the_limit_and_now_fits_with_the_known_figures_exact(
     assert not published.exact
     assert published.grouped == 2
     assert json.loads(published.annotations[keys.CARD_PENDING] or "") == {A100: 1, "(2 more)": 2}
-    assert published_amounts(written(published.annotations), keys.CARD_PENDING) == {"(2 more)": 2, A100: 1}  # still read
+    assert published_amounts(written(published.annotations), keys.CARD_PENDING) == {"(2 more)": 2, A100: 1}
     assert published.annotations[keys.CARD_USAGE] == f"{A100} 0/8"
 
 
@@ -113,3 +117,37 @@ def test_what_is_published_never_exceeds_the_budget_and_is_exact_when_it_fits(
         assert sum(figures.values()) == sum(amounts.values())  # grouped cards are added up, never lost
         for key, amount in figures.items():
             assert grouped_count(key) is not None or amounts[key] == amount  # every name kept is exact
+
+
+def collected(cache: ClusterCache) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The queue card metrics as a scrape would show them: family → (labels, value) of each sample."""
+    return {family.name: [(sample.labels, sample.value) for sample in family.samples]
+            for family in QueueCardCollector(cache, None).collect() if family.name.endswith(("card_pending",
+                                                                                              "card_request",
+                                                                                              "card_deserved"))}
+
+
+def test_metrics_fold_unknown_card_names_into_one_label_value() -> None:
+    """Before, each distinct card.name a pod wrote became its own series (a label value of 140 KB here)."""
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("default", {A100: 8}), pod("fits", card=A100, gpus=1),
+                *(pod(f"p{n}", card="|".join([A100, *(f"{n}-{i}".ljust(1100, "x") for i in range(127))]), gpus=1)
+                  for n in range(3)), pod("typo", card="NVIDIA-A10O", gpus=1)])
+    metrics = collected(cache)
+    assert metrics["cardquota_queue_card_pending"] == [
+        ({"queue_name": "default", "card_name": A100}, 1.0),
+        ({"queue_name": "default", "card_name": OTHER_LABEL}, 4.0)]
+    assert metrics["volcano_queue_card_deserved"] == [({"queue_name": "default", "card_name": A100}, 8.0)]
+
+
+@given(rows=st.lists(st.tuples(st.sampled_from("abcdef"), NAMES, st.integers(0, 100)), max_size=60),
+       known=st.frozensets(NAMES, max_size=10), cap=st.integers(min_value=1, max_value=12))
+def test_metric_series_are_capped_and_add_up_to_the_same_total(
+        rows: list[tuple[str, str, int]], known: frozenset[str], cap: int) -> None:
+    series = metric_series(rows, lambda _queue, card: card in known, cap)
+    assert len(series) <= cap
+    assert sum(series.values()) == sum(value for _, _, value in rows)
+    assert all(card in known or card == OTHER_LABEL for _, card in series)
+    if len({(queue, card if card in known else OTHER_LABEL) for queue, card, _ in rows}) <= cap:
+        for queue, card, _ in rows:  # nothing capped when every series fits
+            assert (queue, card if card in known else OTHER_LABEL) in series
