@@ -4,13 +4,15 @@ more than 256 KiB of annotations in all: apimachinery ``pkg/api/validation/objec
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from builders import gpu_node, pod, queue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cardquota.core import keys
+from cardquota.cli import doctor as doctor_cli
+from cardquota.core import doctor, keys
 from cardquota.core.ledger import Ledger, QueueUsage, published_amounts
 from cardquota.core.publish import (
     ANNOTATIONS_LIMIT,
@@ -151,3 +153,23 @@ def test_metric_series_are_capped_and_add_up_to_the_same_total(
     if len({(queue, card if card in known else OTHER_LABEL) for queue, card, _ in rows}) <= cap:
         for queue, card, _ in rows:  # nothing capped when every series fits
             assert (queue, card if card in known else OTHER_LABEL) in series
+
+
+def test_doctor_reads_summarised_usage_as_current() -> None:
+    """``kubectl cardquota doctor`` compares a Queue's usage with what the controller would publish: the summarised
+    form when the figures do not fit (before, it compared with the exact figures and called it stale)."""
+    nodes = [gpu_node("a100-1", A100, 8)]
+    team = queue("default", {A100: 8})
+    team["metadata"].setdefault("annotations", {})["example.com/notes"] = "x" * (200 * 1024)
+    pods = [pod(f"p{n}", card="|".join([A100, *(f"{n}-{i}".ljust(1100, "x") for i in range(50))]), gpus=1)
+            for n in range(2)]
+    ledger = Ledger.build([*nodes, team, *pods])
+    publication = bounded_queue_annotations(ledger.usage("default"), queue_budget(team["metadata"]["annotations"]),
+                                            ledger.snapshot.catalog().entries)
+    assert not publication.exact
+    team["metadata"]["annotations"].update(written(publication.annotations))
+    target = doctor_cli.target_of(argparse.Namespace(namespace=None, service="cardquota",
+                                                     tls_secret="cardquota-webhook-tls", deployment="cardquota"))
+    [result] = doctor.check_queues(nodes, [team], [], pods, target)
+    assert (result.status.value, result.message) == (
+        "ok", "1 queue with a card quota: usage published and current (default)")
