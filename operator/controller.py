@@ -160,6 +160,7 @@ class Publisher:
             self._inputs.clear()
             self._held.clear()
             self._held_order.clear()
+            self._said_summarised.clear()
             self._was_leader = True
         else:
             work = ledger.changes.drain()
@@ -181,12 +182,15 @@ class Publisher:
             record = ledger.snapshot.queues.get(name)
             if record is not None:
                 await self._publish_queue(name, record.queue.meta.annotations)
+            else:
+                self._said_summarised.pop(name, None)
         for name in work.nodes:  # not sorted: all 5,000 of them on a reconcile
             await self._tick()
             node = ledger.snapshot.nodes.get(name)
-            if node is not None:
-                await self._publish("Node", name, node_path(name), node.node.meta.annotations,
-                                    node_annotations(node.cards))
+            if node is not None and await self._publish("Node", name, node_path(name), node.node.meta.annotations,
+                                                        node_annotations(node.cards)):
+                self.stats.patch_errors += 1  # (card types are as long as discovery makes them: others' annotations)
+                log.warning("the API server refused Node %s's card types as too large", name)
         await self._emit_events(work)
 
     async def _let_go(self, said: dict[EventKey, tuple[str, str, float]]) -> None:

@@ -19,6 +19,7 @@ from cardquota.core.publish import (
     OTHER_LABEL,
     QUEUE_ANNOTATIONS,
     annotations_size,
+    annotations_too_long,
     bounded_queue_annotations,
     grouped_count,
     metric_series,
@@ -173,3 +174,14 @@ def test_doctor_reads_summarised_usage_as_current() -> None:
     [result] = doctor.check_queues(nodes, [team], [], pods, target)
     assert (result.status.value, result.message) == (
         "ok", "1 queue with a card quota: usage published and current (default)")
+
+
+def test_only_a_refusal_of_annotations_as_too_long_is_read_as_one() -> None:
+    """The API server's message for it (apimachinery ``errors.NewInvalid`` around ``field.TooLong``), as the kube
+    module raises it; other 422s are not."""
+    refused = ('PATCH /apis/scheduling.volcano.sh/v1beta1/queues/q: HTTP 422: Queue.scheduling.volcano.sh "q" is '
+               "invalid: metadata.annotations: Too long: may not be more than 262144 bytes")
+    assert annotations_too_long(refused)
+    assert not annotations_too_long('HTTP 422: Queue.scheduling.volcano.sh "q" is invalid: '
+                                    'metadata.annotations: Invalid value: "a b": name part must consist of …')
+    assert not annotations_too_long("HTTP 422: the JSON patch's test failed")
