@@ -36,6 +36,7 @@ from cardquota.core.events import (
     queue_inputs,
     waiting_pod,
 )
+from cardquota.core.keys import CARD_ALLOCATED
 from cardquota.core.objects import ObjectKey
 from cardquota.core.publish import (
     ANNOTATIONS_LIMIT,
@@ -91,7 +92,8 @@ class PublisherStats:
     """Queue patches the API server refused as too large (``metadata.annotations: Too long``), each then replaced
     by one that fits."""
     summarised: int = 0
-    """Queue patches that published usage summarised (``(N more)``) or removed to fit beside others' annotations."""
+    """Queue usage publications (one per window in which the queue changed) summarised as ``(N more)``, or removed,
+    to fit beside the Queue's other annotations."""
 
 
 class Publisher:
@@ -254,15 +256,16 @@ class Publisher:
         self.stats.summarised += 0 if publication.exact else 1
         if publication.removed:
             reason = "CardUsageRemoved"
-            what = "removed: not even the smallest summary fits beside the Queue's other annotations"
+            what = "are removed: not even their smallest summary fits beside the Queue's other annotations"
         else:
             reason = "CardUsageSummarised"
-            what = (f"summarised to fit beside the Queue's other annotations: {publication.grouped} "
-                    "entries (card types no node offers first, then the longest) are added up as \"(N more)\"")
+            entries = f"{publication.grouped} entr{'y' if publication.grouped == 1 else 'ies'}"
+            what = (f"are summarised to fit beside the Queue's other annotations: {entries} (names no node offers "
+                    "first, then the longest) added up as \"(N more)\"")
         if refused:
             reason = "CardUsageTooLarge"
-            what = f"refused by the API server as too large, and {what}" if not publication.exact else (
-                "refused by the API server as too large; the Queue was read again and its usage published in full")
+            what = f"were refused by the API server as too large, and {what}" if not publication.exact else (
+                "were refused by the API server as too large; the Queue was read again and they are published in full")
         now = self.clock()
         last = self._said_summarised.get(name)
         if last is not None and (last[0] == reason or now - last[1] < self.event_interval):
@@ -270,9 +273,8 @@ class Publisher:
         if not self._event_budget(now):
             return  # said when it is next published this way, budget allowing
         self._said_summarised[name] = (reason, now)
-        message = (f"card usage annotations ({', '.join(('allocated', 'inqueue', 'pending', 'usage'))}) {what}; "
-                   f"annotations may take {ANNOTATIONS_LIMIT // 1024} KiB in all "
-                   "(kubectl cardquota usage shows the full figures)")
+        message = (f"{CARD_ALLOCATED}, .inqueue, .pending and .usage {what} (an object's annotations may take "
+                   f"{ANNOTATIONS_LIMIT // 1024} KiB in all); kubectl cardquota usage shows the full figures")
         event = CardEvent("Queue", "", name, reason, message)
         try:
             await self._off_loop(create_event, self.api, EVENT_NAMESPACE, kubernetes_event(event, self.component))

@@ -148,4 +148,8 @@ async def test_a_patch_refused_as_too_large_is_replaced_by_one_that_fits(volcano
         [event] = [event for event in await queue_events(volcano_kmock, "team-a")
                    if event["reason"] == "CardUsageTooLarge"]
         assert event["type"] == "Warning"
-        assert "refused by the API server as too large" in event["message"]
+        assert event["message"] == (
+            "volcano.sh/card.allocated, .inqueue, .pending and .usage were refused by the API server as too large, "
+            "and are summarised to fit beside the Queue's other annotations: 1 entry (names no node offers first, "
+            "then the longest) added up as \"(N more)\" (an object's annotations may take 256 KiB in all); kubectl "
+            "cardquota usage shows the full figures")
