@@ -185,3 +185,23 @@ def test_only_a_refusal_of_annotations_as_too_long_is_read_as_one() -> None:
     assert not annotations_too_long('HTTP 422: Queue.scheduling.volcano.sh "q" is invalid: '
                                     'metadata.annotations: Invalid value: "a b": name part must consist of …')
     assert not annotations_too_long("HTTP 422: the JSON patch's test failed")
+
+
+@settings(max_examples=300, deadline=None)
+@given(quota=AMOUNTS, allocated=AMOUNTS, pending=AMOUNTS, known=st.frozensets(NAMES, max_size=10),
+       shortfall=st.integers(min_value=0, max_value=400))
+def test_just_over_the_budget_the_least_is_grouped(quota: dict[str, int], allocated: dict[str, int],
+                                                  pending: dict[str, int], known: frozenset[str],
+                                                  shortfall: int) -> None:
+    """A few bytes short: still within the budget, never removed when a summary fits, and an exact result only
+    when nothing was short."""
+    usage = QueueUsage(quota=quota, allocated=allocated, inqueue={}, pending=pending)
+    size = annotations_size(queue_annotations(usage))
+    budget = max(0, size - shortfall)
+    published = bounded_queue_annotations(usage, budget, known)
+    assert annotations_size(published.annotations) <= budget
+    assert published.exact == (budget == size)
+    smallest = bounded_queue_annotations(usage, 0, known)
+    assert smallest.removed
+    if budget >= 300:  # the four annotations at their smallest are ~200 bytes
+        assert not published.removed
