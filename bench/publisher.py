@@ -42,6 +42,7 @@ from synthetic import cluster, pod
 
 import cardquota.operator.controller as controller
 from cardquota.core.events import CardEvent, pod_event, podgroup_event, queue_event
+from cardquota.core.publish import queue_annotations
 from cardquota.kube import node_path, queue_path
 from cardquota.operator.controller import Publisher
 from cardquota.runtime.cache import ClusterCache
@@ -74,7 +75,7 @@ class LegacyPublisher(Publisher):
             record = ledger.snapshot.queues.get(name)
             if record is not None:
                 await self._publish("Queue", name, queue_path(name), record.queue.meta.annotations,
-                                    controller.queue_annotations(ledger.usage(name)))
+                                    queue_annotations(ledger.usage(name)))
         for name in sorted(changes.nodes):
             node = ledger.snapshot.nodes.get(name)
             if node is not None:

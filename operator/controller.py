@@ -36,10 +36,27 @@ from cardquota.core.events import (
     queue_inputs,
     waiting_pod,
 )
+from cardquota.core.keys import CARD_ALLOCATED
 from cardquota.core.objects import ObjectKey
-from cardquota.core.publish import annotation_changes, node_annotations, queue_annotations
+from cardquota.core.publish import (
+    ANNOTATIONS_LIMIT,
+    QueuePublication,
+    annotation_changes,
+    annotations_too_long,
+    bounded_queue_annotations,
+    node_annotations,
+    queue_budget,
+)
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
-from cardquota.kube import KubeError, create_event, node_path, patch_annotations, queue_path
+from cardquota.kube import (
+    Invalid,
+    KubeError,
+    create_event,
+    node_path,
+    patch_annotations,
+    queue_path,
+    read_object,
+)
 from cardquota.operator.slicing import SLICE, Slicer
 from cardquota.runtime.cache import ClusterCache
 
@@ -71,6 +88,12 @@ class PublisherStats:
     """Events that waited for the budget (:data:`EVENTS_PER_SECOND`)."""
     examined: int = 0
     yields: int = 0
+    refused_too_large: int = 0
+    """Queue patches the API server refused as too large (``metadata.annotations: Too long``), each then replaced
+    by one that fits."""
+    summarised: int = 0
+    """Queue usage publications (one per window in which the queue changed) summarised as ``(N more)``, or removed,
+    to fit beside the Queue's other annotations."""
 
 
 class Publisher:
@@ -113,6 +136,8 @@ class Publisher:
         self._held_order: list[tuple[float, EventKey]] = []
         """:attr:`_held` as a heap, oldest first (entries whose object was looked at again since are skipped)."""
         self._was_leader = False
+        self._said_summarised: dict[str, tuple[str, float]] = {}
+        """Per queue whose usage is published summarised, the reason last said about it and when."""
 
     async def run(self) -> None:
         while True:
@@ -137,6 +162,7 @@ class Publisher:
             self._inputs.clear()
             self._held.clear()
             self._held_order.clear()
+            self._said_summarised.clear()
             self._was_leader = True
         else:
             work = ledger.changes.drain()
@@ -157,14 +183,16 @@ class Publisher:
             await self._tick()
             record = ledger.snapshot.queues.get(name)
             if record is not None:
-                await self._publish("Queue", name, queue_path(name), record.queue.meta.annotations,
-                                    queue_annotations(ledger.usage(name)))
+                await self._publish_queue(name, record.queue.meta.annotations)
+            else:
+                self._said_summarised.pop(name, None)
         for name in work.nodes:  # not sorted: all 5,000 of them on a reconcile
             await self._tick()
             node = ledger.snapshot.nodes.get(name)
-            if node is not None:
-                await self._publish("Node", name, node_path(name), node.node.meta.annotations,
-                                    node_annotations(node.cards))
+            if node is not None and await self._publish("Node", name, node_path(name), node.node.meta.annotations,
+                                                        node_annotations(node.cards)):
+                self.stats.patch_errors += 1  # (card types are as long as discovery makes them: others' annotations)
+                log.warning("the API server refused Node %s's card types as too large", name)
         await self._emit_events(work)
 
     async def _let_go(self, said: dict[EventKey, tuple[str, str, float]]) -> None:
@@ -186,8 +214,79 @@ class Publisher:
         finally:
             self._slicer.restart()
 
+    def _queue_publication(self, name: str, current: Mapping[str, str]) -> QueuePublication:
+        ledger = self.cache.ledger
+        return bounded_queue_annotations(ledger.usage(name), queue_budget(current), ledger.snapshot.catalog().entries)
+
+    async def _publish_queue(self, name: str, current: Mapping[str, str]) -> None:
+        """A Queue's usage, sized to fit beside its other annotations as the cache shows them. When the API server
+        still refuses it as too large (others' annotations grew since), the Queue is read again and what fits beside
+        what it now carries is sent instead (or, refused again, our annotations are removed): never left stale."""
+        path = queue_path(name)
+        publication = self._queue_publication(name, current)
+        if not await self._publish("Queue", name, path, current, publication.annotations):
+            await self._summarised(name, publication, refused=False)
+            return
+        self.stats.refused_too_large += 1
+        log.warning("the API server refused Queue %s's card usage as too large; publishing what fits", name)
+        try:
+            fresh = await self._off_loop(read_object, self.api, path)
+        except KubeError as error:
+            log.warning("reading Queue %s failed: %s", name, error)
+            fresh = None
+        if fresh is None:
+            self.stats.patch_errors += 1
+            return
+        annotations = (fresh.get("metadata") or {}).get("annotations") or {}
+        self._written.pop(("Queue", name), None)
+        publication = self._queue_publication(name, annotations)
+        if await self._publish("Queue", name, path, annotations, publication.annotations):
+            publication = QueuePublication(dict.fromkeys(publication.annotations), publication.grouped, removed=True)
+            if await self._publish("Queue", name, path, annotations, publication.annotations):
+                self.stats.patch_errors += 1
+                return
+        await self._summarised(name, publication, refused=True)
+
+    async def _summarised(self, name: str, publication: QueuePublication, *, refused: bool) -> None:
+        """Count a publication that is not exact, and say so on the Queue: an event when it becomes summarised (or
+        changes how), at most one per ``event_interval``."""
+        if publication.exact and not refused:
+            self._said_summarised.pop(name, None)
+            return
+        self.stats.summarised += 0 if publication.exact else 1
+        if publication.removed:
+            reason = "CardUsageRemoved"
+            what = "are removed: not even their smallest summary fits beside the Queue's other annotations"
+        else:
+            reason = "CardUsageSummarised"
+            entries = f"{publication.grouped} entr{'y' if publication.grouped == 1 else 'ies'}"
+            what = (f"are summarised to fit beside the Queue's other annotations: {entries} (names no node offers "
+                    "first, then the longest) added up as \"(N more)\"")
+        if refused:
+            reason = "CardUsageTooLarge"
+            what = f"were refused by the API server as too large, and {what}" if not publication.exact else (
+                "were refused by the API server as too large; the Queue was read again and they are published in full")
+        now = self.clock()
+        last = self._said_summarised.get(name)
+        if last is not None and (last[0] == reason or now - last[1] < self.event_interval):
+            return
+        if not self._event_budget(now):
+            return  # said when it is next published this way, budget allowing
+        self._said_summarised[name] = (reason, now)
+        message = (f"{CARD_ALLOCATED}, .inqueue, .pending and .usage {what} (an object's annotations may take "
+                   f"{ANNOTATIONS_LIMIT // 1024} KiB in all); kubectl cardquota usage shows the full figures")
+        event = CardEvent("Queue", "", name, reason, message)
+        try:
+            await self._off_loop(create_event, self.api, EVENT_NAMESPACE, kubernetes_event(event, self.component))
+            self.stats.events += 1
+        except KubeError as error:
+            log.warning("event for Queue %s failed: %s", name, error)
+
     async def _publish(self, kind: str, name: str, path: str, current: Mapping[str, str],
-                       desired: Mapping[str, str | None]) -> None:
+                       desired: Mapping[str, str | None]) -> bool:
+        """Write what differs from ``desired``; True when the API server refused it as too large (a 422 on
+        ``metadata.annotations``), which the caller turns into a smaller patch (other failures are logged and
+        counted: the next change or reconcile writes again)."""
         key = (kind, name)
         # What we wrote but the watch has not shown yet: counted as done, so it is not written twice. Once the
         # cache shows it, it is forgotten, so a later edit by anyone else is seen and corrected.
@@ -201,14 +300,20 @@ class Publisher:
                 known[annotation] = value
         changes = annotation_changes(known, desired)
         if not changes:
-            return
+            return False
         try:
             if await self._off_loop(patch_annotations, self.api, path, changes):
                 self._written.setdefault(key, {}).update(changes)
                 self.stats.patches[key] = self.stats.patches.get(key, 0) + 1
+        except Invalid as error:
+            if annotations_too_long(str(error)):
+                return True
+            self.stats.patch_errors += 1
+            log.warning("annotating %s %s failed: %s", kind, name, error)
         except KubeError as error:
             self.stats.patch_errors += 1
             log.warning("annotating %s %s failed: %s", kind, name, error)
+        return False
 
     async def _emit_events(self, work: Changes) -> None:
         """Events for the touched queues, PodGroups and pods, for the waiting PodGroups and pods of each touched

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY
+from cardquota.core.publish import known_card, metric_series
 from cardquota.operator.controller import Publisher
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.health import add_health_routes
@@ -41,20 +42,27 @@ class QueueCardCollector(Collector):
                                     "Cards reserved by Inqueue PodGroups and not yet held by their pods", labels=labels)
         pending = GaugeMetricFamily("cardquota_queue_card_pending", "Cards wanted by unbound pods", labels=labels)
         ledger = self.cache.ledger
+        rows: dict[str, list[tuple[str, str, float]]] = {name: [] for name in ("quota", "allocated", "inqueue",
+                                                                               "pending", "requested")}
+        quotas: dict[str, frozenset[str]] = {}
         for queue in ledger.queue_names():
             usage = ledger.usage(queue)
-            for card, amount in usage.quota.items():
-                deserved.add_metric([queue, card], amount)
-                capacity.add_metric([queue, card], amount)
-            for family, bucket in ((allocated, usage.allocated), (inqueue, usage.inqueue), (pending, usage.pending)):
-                for card, amount in bucket.items():
-                    family.add_metric([queue, card], amount)
-            totals: dict[str, int] = {}
-            for bucket in (usage.allocated, usage.inqueue, usage.pending):
-                for card, amount in bucket.items():
-                    totals[card] = totals.get(card, 0) + amount
-            for card, amount in totals.items():
-                requested.add_metric([queue, card], amount)
+            quotas[queue] = frozenset(usage.quota)
+            rows["quota"] += [(queue, card, amount) for card, amount in usage.quota.items()]
+            for name, bucket in (("allocated", usage.allocated), ("inqueue", usage.inqueue),
+                                 ("pending", usage.pending)):
+                rows[name] += [(queue, card, amount) for card, amount in bucket.items()]
+                rows["requested"] += [(queue, card, amount) for card, amount in bucket.items()]
+        offered = ledger.snapshot.catalog().entries
+
+        def known(queue: str, card: str) -> bool:
+            return known_card(card, offered, quotas.get(queue, frozenset()))
+
+        for families, name in (((deserved, capacity), "quota"), ((allocated,), "allocated"), ((inqueue,), "inqueue"),
+                               ((pending,), "pending"), ((requested,), "requested")):
+            for (queue, card), value in metric_series(rows[name], known).items():
+                for family in families:
+                    family.add_metric([queue, card], value)
         yield from (deserved, capacity, allocated, requested, inqueue, pending)
         yield from cpu_memory_families(self.cache.ledger)
         if self.publisher is not None:
@@ -65,6 +73,13 @@ class QueueCardCollector(Collector):
             yield patches
             yield CounterMetricFamily("cardquota_patch_errors", "Annotation patches that failed after retries",
                                       value=self.publisher.stats.patch_errors)
+            yield CounterMetricFamily("cardquota_queue_usage_refused_too_large",
+                                      "Queue usage patches the API server refused as too large (over 256 KiB of "
+                                      "annotations), each replaced by one that fits",
+                                      value=self.publisher.stats.refused_too_large)
+            yield CounterMetricFamily("cardquota_queue_usage_summarised",
+                                      "Queue usage publications summarised as (N more), or removed, to fit beside "
+                                      "the Queue's other annotations", value=self.publisher.stats.summarised)
             yield CounterMetricFamily("cardquota_events_emitted", "Kubernetes events emitted",
                                       value=self.publisher.stats.events)
             yield CounterMetricFamily("cardquota_events_deferred",

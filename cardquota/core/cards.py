@@ -202,6 +202,27 @@ def mig_card_name(product: str, profile: str) -> str:
     return f"{product}/mig-{profile}-mixed"
 
 
+LABEL_VALUE_MAX_LENGTH = 63
+"""A label value (so a product label's value, the name of a whole-card type) is at most 63 characters
+(k8s.io/apimachinery ``pkg/api/validate/content/kube.go`` ``LabelValueMaxLength``, checked by ``IsLabelValue``)."""
+RESOURCE_NAME_MAX_LENGTH = 63
+"""The name part of an extended resource name (``mig-1g.5gb`` in ``nvidia.com/mig-1g.5gb``) is at most 63
+characters: resource names are qualified names (``IsQualifiedName``, ``labelKeyMaxLength`` in the same file)."""
+DISCOVERY_SUFFIX_MAX_LENGTH = max(
+    len(mig_card_name("", "p" * (RESOURCE_NAME_MAX_LENGTH - len("mig-")))),
+    len(mps_card_name("", 10**18 - 1, 10**18 - 1)),
+)
+"""The longest suffix discovery appends to a product: ``/mig-<profile>-mixed`` with the longest profile a resource
+name can carry (70 characters; an MPS ``/mps-<GiB>g*1/<replicas>`` suffix of the largest numbers read is 42)."""
+MAX_CARD_NAME_LENGTH = LABEL_VALUE_MAX_LENGTH + DISCOVERY_SUFFIX_MAX_LENGTH
+"""The longest card type name discovery can produce (133): a product label value plus the longest suffix. Every
+parser of card type names (quota keys, each alternative of a ``card.request`` key or ``card.name``) refuses a longer
+one, so what the ledger keys and the controller publishes by name stays bounded."""
+CARD_NAME_LENGTH_REASON = (f"a node label value is at most {LABEL_VALUE_MAX_LENGTH} characters, plus the suffix "
+                           f"discovery adds (/mig-<profile>-mixed), at most {DISCOVERY_SUFFIX_MAX_LENGTH}")
+"""Why :data:`MAX_CARD_NAME_LENGTH`, as the refusal says it."""
+
+
 def discover_card_types(node: Node) -> NodeCards:
     """The card types a node offers. A node without a product label (CPU node, unlabeled GPU node) has none."""
     types: dict[str, CardType] = {}

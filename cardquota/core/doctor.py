@@ -36,7 +36,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest
 from cardquota.core.policies import schedconf
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.publish import QUEUE_ANNOTATIONS, queue_annotations
+from cardquota.core.publish import QUEUE_ANNOTATIONS, bounded_queue_annotations, queue_budget
 from cardquota.core.schedconf.extender import (
     PluginEntry,
     conf_leaks,
@@ -807,12 +807,16 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
     missing: list[str] = []
     stale: list[str] = []
     stale_queues: list[str] = []
+    offered = ledger.snapshot.catalog().entries
     for name, record in with_quota:
         current = record.queue.meta.annotations
+        # What the controller publishes: the figures sized to fit beside the Queue's other annotations.
+        publication = bounded_queue_annotations(ledger.usage(name), queue_budget(current), offered)
         if CARD_USAGE not in current:
-            missing.append(name)
+            if not publication.removed:
+                missing.append(name)
             continue
-        desired = queue_annotations(ledger.usage(name))
+        desired = publication.annotations
         differing = [a for a in QUEUE_ANNOTATIONS if current.get(a) != desired[a]]
         if differing:
             stale_queues.append(name)

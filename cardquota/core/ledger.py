@@ -199,7 +199,9 @@ def _whole(amount: Fraction) -> int:
 def published_amounts(annotations: Mapping[str, str], name: str) -> dict[str, int]:
     """Cards per card type as the controller published them in the annotation ``name`` (canonical JSON, see
     core/publish.py), sorted; empty when the annotation is absent or not such an object (written by hand, or by an
-    older release): a published figure only ever adds warnings, so an unreadable one adds none."""
+    older release): a published figure only ever adds warnings, so an unreadable one adds none. Entries the
+    controller grouped to fit the Queue's annotations (``"(N more)": cards``, core/publish.py) are read as one more
+    name, which matches no card type."""
     try:
         amounts = json.loads(annotations.get(name) or "{}")
     except (ValueError, RecursionError):

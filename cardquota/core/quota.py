@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from cardquota.core import keys
+from cardquota.core.cards import CARD_NAME_LENGTH_REASON, MAX_CARD_NAME_LENGTH
 from cardquota.core.violations import (
     ANNOTATIONS,
     FieldPath,
@@ -144,6 +145,9 @@ def _entry_violation(path: FieldPath, name: str, amount: object, seen: set[str],
                               "per card key")
     if not all(map(str.strip, parts)):
         return invalid(path, f"{label} has an empty alternative")
+    too_long_name = _name_length_fault(parts)
+    if too_long_name is not None:
+        return too_long(path, f"{label}: {too_long_name}")
     if isinstance(amount, bool) or not isinstance(amount, int):
         value = "an object" if isinstance(amount, _Pairs) else written(amount)
         return invalid(path, f"{label}: {value} is not a whole number of cards")
@@ -215,8 +219,22 @@ def _card_name_fault(card_name: str) -> tuple[Reason, str] | None:
     stripped = list(map(str.strip, parts))  # (each check a pass at C speed: a Job repeats names in every task)
     if not all(stripped):
         return Reason.INVALID, f"{_label(card_name)} has an empty alternative"
+    too_long_name = _name_length_fault(parts)
+    if too_long_name is not None:
+        return Reason.TOO_LONG, f"{clipped(card_name)}: {too_long_name}"
     found = _written_fault(card_name, stripped, parts)
     return None if found is None else (found[0], f"{_label(card_name)} {found[1]}")
+
+
+def _name_length_fault(parts: list[str]) -> str | None:
+    """What is wrong with the length of a card type name or of each alternative in ``parts``, or None: each at most
+    :data:`~cardquota.core.cards.MAX_CARD_NAME_LENGTH` characters, the longest name discovery can produce."""
+    longest = max(parts, key=len)
+    if len(longest) <= MAX_CARD_NAME_LENGTH:
+        return None
+    which = f"alternative {parts.index(longest) + 1} is" if len(parts) > 1 else "card type name is"
+    return (f"{which} {len(longest):,} characters; at most {MAX_CARD_NAME_LENGTH} "
+            f"({CARD_NAME_LENGTH_REASON})")
 
 
 def _written_fault(card_name: str, stripped: list[str] | None = None,

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from measuring import counting
 
+from cardquota.core.cards import MAX_CARD_NAME_LENGTH
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.cards import (
@@ -84,9 +85,11 @@ def test_an_annotation_may_name_up_to_1024_card_types_and_only_those_are_read() 
 
 
 def test_an_annotation_may_be_up_to_128_kib() -> None:
-    fits = json.dumps({"X" * (MAX_CARD_ANNOTATION_BYTES - 20): 1})
+    longest = [f"{index:04d}".ljust(MAX_CARD_NAME_LENGTH, "X") for index in range(1000)]  # 140 bytes an entry
+    fits = json.dumps(dict.fromkeys(longest[:900], 1))
+    assert len(fits) < MAX_CARD_ANNOTATION_BYTES
     assert card_quota({QUOTA: fits}).ok
-    text = json.dumps({"X" * MAX_CARD_ANNOTATION_BYTES: 1})
+    text = json.dumps(dict.fromkeys(longest, 1))
     assert [v.message for v in card_quota({QUOTA: text}).violations] == [
         f"is {len(text):,} bytes long; the limit is 131,072 bytes (1,024 card types)"]
 

@@ -1,0 +1,155 @@
+"""The controller's Queue annotations against an API server that refuses more than 256 KiB of annotations on an
+object (kmock made to refuse as the API server does: tests/api_limits.py): usage that would not fit is published
+summarised, a patch refused as too large is replaced by one that fits, with an Event on the Queue and a counter,
+and never left stale."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from api_limits import LIMIT, AnnotationLimits, annotations_size
+from builders import pod, queue
+from polling import eventually
+
+from cardquota.core import keys
+from cardquota.core.ledger import published_amounts
+from cardquota.kube import Connection, api_client, list_all_async
+from cardquota.operator.controller import Publisher
+from cardquota.runtime.cache import ClusterCache
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(cls=AnnotationLimits, client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+
+WINDOW = 0.1
+A100 = "NVIDIA-A100"
+QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
+
+
+async def call(kmock: Any, method: str, path: str, body: object = None, *, merge: bool = False) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/merge-patch+json"} if merge else {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session, \
+            session.request(method, str(kmock.url).rstrip("/") + path, json=body, headers=headers) as response:
+        return response.status, await response.json()
+
+
+async def annotations_of(kmock: Any, name: str) -> dict[str, str]:
+    status, body = await call(kmock, "GET", f"{QUEUES}/{name}")
+    assert status == 200, body
+    return dict(body["metadata"].get("annotations") or {})
+
+
+def long_card_name(number: int, alternatives: int) -> str:
+    """``NVIDIA-A100|`` plus unknown alternatives of 1,100 characters: what the pod webhook admitted before card
+    names were limited (and what a pod created past the webhooks may still carry)."""
+    return "|".join([A100, *(f"{number}-{index:03d}".ljust(1100, "x") for index in range(alternatives))])
+
+
+@contextlib.asynccontextmanager
+async def publishing(kmock: Any) -> AsyncIterator[tuple[ClusterCache, Publisher]]:
+    connection = Connection(host=str(kmock.url).rstrip("/"), insecure=True)
+    cache = ClusterCache()
+    cache.load(await list_all_async(api_client(connection)))
+    publisher = Publisher(cache, api_client(connection), window=WINDOW)
+    task = asyncio.create_task(publisher.run())
+    try:
+        yield cache, publisher
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def queue_events(kmock: Any, name: str) -> list[dict[str, Any]]:
+    _, listing = await call(kmock, "GET", "/api/v1/namespaces/default/events")
+    return [item for item in listing.get("items", [])
+            if item.get("involvedObject", {}).get("kind") == "Queue" and item["involvedObject"]["name"] == name]
+
+
+async def test_the_stand_in_refuses_as_the_api_server_does(volcano_kmock: Any) -> None:
+    await call(volcano_kmock, "POST", QUEUES, queue("team-a", {A100: 4}))
+    status, body = await call(volcano_kmock, "PATCH", f"{QUEUES}/team-a",
+                              {"metadata": {"annotations": {"example.com/notes": "x" * LIMIT}}}, merge=True)
+    assert status == 422
+    assert body["details"]["causes"] == [{"reason": "FieldValueTooLong", "field": "metadata.annotations",
+                                          "message": "Too long: may not be more than 262144 bytes"}]
+    assert "example.com/notes" not in await annotations_of(volcano_kmock, "team-a")
+
+
+async def test_usage_outgrowing_the_limit_is_published_summarised_not_left_stale(volcano_kmock: Any) -> None:
+    """Two pods naming 127 unknown alternatives of 1.1 KB each: the exact card.pending is 278 KiB. Before, the one
+    merge patch was refused (422) and only logged, so the Queue kept its old figures as long as the pods lived."""
+    await call(volcano_kmock, "POST", QUEUES, queue("team-a", {A100: 4}))
+    async with publishing(volcano_kmock) as (cache, publisher):
+        async def published() -> bool:
+            return (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_USAGE) == f"{A100} 0/4"
+
+        await eventually(published)
+        for number in range(2):
+            cache.apply("ADDED", pod(f"p{number}", namespace="ml", card=long_card_name(number, 127), gpus=1,
+                                     queue="team-a"))
+        cache.apply("ADDED", pod("fits", namespace="ml", card=A100, gpus=1, queue="team-a"))
+
+        async def summarised() -> bool:
+            pending = (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_PENDING)
+            return pending is not None and json.loads(pending) == {A100: 1, "(2 more)": 2}
+
+        await eventually(summarised)
+        annotations = await annotations_of(volcano_kmock, "team-a")
+        assert annotations_size(annotations) <= LIMIT
+        assert published_amounts(annotations, keys.CARD_PENDING) == {"(2 more)": 2, A100: 1}
+        assert publisher.stats.summarised >= 1
+
+        async def told() -> bool:
+            return any(event["reason"] == "CardUsageSummarised" for event in await queue_events(volcano_kmock,
+                                                                                                "team-a"))
+
+        await eventually(told)
+
+
+async def test_a_patch_refused_as_too_large_is_replaced_by_one_that_fits(volcano_kmock: Any) -> None:
+    """The cache has not seen a user's 200 KiB annotation yet, so the publisher's first patch (~100 KiB of usage)
+    outgrows the limit on the API server: refused with 422, it reads the Queue again and publishes what fits beside
+    the user's annotation, says so in an Event, and counts it."""
+    await call(volcano_kmock, "POST", QUEUES, queue("team-a", {A100: 4}))
+    async with publishing(volcano_kmock) as (cache, publisher):
+        async def published() -> bool:
+            return (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_USAGE) == f"{A100} 0/4"
+
+        await eventually(published)
+        user = "x" * (200 * 1024)
+        status, _ = await call(volcano_kmock, "PATCH", f"{QUEUES}/team-a",
+                               {"metadata": {"annotations": {"example.com/notes": user}}}, merge=True)
+        assert status == 200
+        cache.apply("ADDED", pod("big", namespace="ml", card=long_card_name(0, 90), gpus=1, queue="team-a"))
+        cache.apply("ADDED", pod("fits", namespace="ml", card=A100, gpus=1, queue="team-a"))
+
+        async def fitted() -> bool:
+            pending = (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_PENDING)
+            return pending is not None and json.loads(pending) == {A100: 1, "(1 more)": 1}
+
+        await eventually(fitted)
+        annotations = await annotations_of(volcano_kmock, "team-a")
+        assert annotations["example.com/notes"] == user  # the user's own annotation kept whole
+        assert annotations_size(annotations) <= LIMIT
+        assert publisher.stats.refused_too_large == 1
+
+        async def told() -> bool:
+            return any(event["reason"] == "CardUsageTooLarge" for event in await queue_events(volcano_kmock,
+                                                                                              "team-a"))
+
+        await eventually(told)
+        [event] = [event for event in await queue_events(volcano_kmock, "team-a")
+                   if event["reason"] == "CardUsageTooLarge"]
+        assert event["type"] == "Warning"
+        assert event["message"] == (
+            "volcano.sh/card.allocated, .inqueue, .pending and .usage were refused by the API server as too large, "
+            "and are summarised to fit beside the Queue's other annotations: 1 entry (names no node offers first, "
+            "then the longest) added up as \"(N more)\" (an object's annotations may take 256 KiB in all); kubectl "
+            "cardquota usage shows the full figures")
