@@ -458,11 +458,22 @@ EVENT_API_VERSIONS = {"PodGroup": "scheduling.volcano.sh/v1beta1", "Queue": "sch
 
 
 def kubernetes_event(event: CardEvent, component: str, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """The core/v1 Event for ``event``. Its ``involvedObject`` names the object as ``kubectl describe`` looks for
+    it: kubectl (``searchEvents`` in staging/src/k8s.io/kubectl/pkg/describe/describe.go, v1.32) takes the
+    described object's reference (``GetReference``, client-go tools/reference/ref.go: kind, namespace, name, uid,
+    resourceVersion) and lists events with the field selector ``GetFieldSelector`` builds from it (client-go
+    kubernetes/typed/core/v1/event_expansion.go): involvedObject.kind, .name, .namespace and, the object having
+    one, .uid; an event without the uid is never listed. The resourceVersion is the one the event was computed from,
+    as client-go's recorder writes it."""
     moment = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     api_version = EVENT_API_VERSIONS.get(event.kind, "v1")
     involved = {"apiVersion": api_version, "kind": event.kind, "name": event.name}
     if event.namespace:
         involved["namespace"] = event.namespace
+    if event.uid:
+        involved["uid"] = event.uid
+    if event.resource_version:
+        involved["resourceVersion"] = event.resource_version
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": f"{event.name}.{uuid.uuid4().hex[:16]}", "namespace": event.namespace or EVENT_NAMESPACE},

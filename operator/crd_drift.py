@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import Gauge
@@ -75,12 +75,17 @@ class CrdDriftCheck:
             log.info("cardquota's additions to the %s CRD are back", QUEUE_CRD)
             self._reported = ()
         if missing and crd is not None and missing != self._reported and self.is_leader():
-            await self._event(missing)
+            await self._event(crd, missing)
 
-    async def _event(self, missing: tuple[str, ...]) -> None:
+    async def _event(self, crd: Mapping[str, Any], missing: tuple[str, ...]) -> None:
+        """The event on the CRD read (its uid carried: ``kubectl describe crd`` lists it)."""
+        metadata = crd.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
         event = CardEvent("CustomResourceDefinition", "", QUEUE_CRD, REASON,
                           f"cardquota's {', '.join(missing)} missing from the installed CRD (spec.dra is pruned from "
-                          f"queues written meanwhile); restore with: {crd_additions.restore_command()}")
+                          f"queues written meanwhile); restore with: {crd_additions.restore_command()}",
+                          uid=str(metadata.get("uid") or ""),
+                          resource_version=str(metadata.get("resourceVersion") or ""))
         try:
             await asyncio.to_thread(create_event, self.api, EVENT_NAMESPACE, kubernetes_event(event, "cardquota"))
         except KubeError as error:

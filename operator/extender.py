@@ -221,7 +221,9 @@ DEGRADED_EVENT_REASON = "ExtenderDegraded"
 async def report_degraded(degraded: Callable[[], list[str]], api: Any) -> None:
     """One Warning event (and log line) each time a degraded reason appears — on the Queue CRD, where the quotas
     it concerns are defined (cluster-scoped: the event goes to the ``default`` namespace, as the controller's for
-    that CRD); again only after it went and came back."""
+    that CRD); again only after it went and came back. It names the CRD without its uid (the extender may not read
+    CRDs), so ``kubectl describe crd`` does not list it; ``kubectl get events -A --field-selector
+    reason=ExtenderDegraded`` does."""
     from cardquota.core.crd_additions import QUEUE_CRD
     from cardquota.core.events import CardEvent
     from cardquota.kube import KubeError, create_event

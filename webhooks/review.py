@@ -26,7 +26,8 @@ from cardquota.webhooks.deep_json import TooDeep, loads_deep
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_WARNING_LENGTH = MAX_WARNING_RUNES
-"""The API server truncates longer warnings: the Verdict cuts them (and keeps the total within budget)."""
+"""What the API server keeps of each warning once a request's warnings pass 4,096 runes: the Verdict keeps its
+warnings whole when they fit that total, else cuts each to this (see :func:`cardquota.core.verdict.within_budget`)."""
 MAX_MESSAGE_LENGTH = 2048
 _FEW_BRACKETS = 400
 """A body with at most this many opening brackets cannot nest deeper than that: json.loads reads it in place."""

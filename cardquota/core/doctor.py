@@ -389,18 +389,25 @@ def check_webhooks(configurations: Mapping[str, Read], secret: Read, target: Tar
         without = [n for n, w in zip(names, webhooks, strict=True) if not _ca_bundle(w)]
         elsewhere = [f"{n} ({service})" for n, w in zip(names, webhooks, strict=True)
                      if (service := _service(w)) is not None and service != f"{target.namespace}/{target.service}"]
+        strangers = [f"{n} ({', '.join(others)})" for n, w in zip(names, webhooks, strict=True)
+                     if (others := other_namespaces(w, target.namespace))]
         problems: list[str] = []
         if without:
             problems.append(f"{len(without)} of {len(webhooks)} webhooks have no caBundle, so the API server cannot "
                             "call them")
         if elsewhere:
             problems.append(f"{len(elsewhere)} call another Service than {target.namespace}/{target.service}")
+        if strangers:
+            problems.append(f"{len(strangers)} take another namespace than {target.namespace} for cardquota's own, so "
+                            "cardquota's writes or namespace go through its own webhooks")
         if problems:
             results.append(Result(
-                WEBHOOKS, Status.FAIL, f"{what}: {'; '.join(problems)}", details=_some([*without, *elsewhere]),
+                WEBHOOKS, Status.FAIL, f"{what}: {'; '.join(problems)}",
+                details=_some([*without, *elsewhere, *strangers]),
                 fix=("the operator sets each caBundle at start and every minute: is it running? "
                      f"kubectl -n {target.namespace} get pods; {operator_logs}") if without else
-                f"re-apply the manifests ({DEPLOY}), or point doctor at your install with -n/--service"))
+                f"re-apply the manifests ({DEPLOY}; an overlay that sets namespace: lists "
+                f"{NAMESPACE_TRANSFORMER} under transformers:), or point doctor at your install with -n/--service"))
         else:
             results.append(Result(WEBHOOKS, Status.OK, f"{what}: {len(webhooks)} webhook{_s(webhooks)}, each with "
                                   "a caBundle"))
@@ -442,6 +449,33 @@ def _certificate(bundles: Mapping[str, list[str]], secret: Read, target: Target,
     expiry = f", expires in {days} days" if days is not None else ""
     return Result(WEBHOOKS, Status.OK, f"the caBundle verifies the serving certificate in {where} "
                   f"({target.dns_name}{expiry})")
+
+
+OWN_WRITES_CONDITION = "not-cardquota-itself"
+"""The matchCondition by which a webhook never receives cardquota's own writes (its service accounts')."""
+NAMESPACE_TRANSFORMER = "manifests/transformers/namespace"
+"""Writes cardquota's namespace into that condition and into the namespaceSelectors, which kustomize's
+``namespace:`` does not reach."""
+_SERVICE_ACCOUNT_NAMESPACE = re.compile(r"system:serviceaccount:([^:'\"]*):")
+_NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+
+
+def other_namespaces(webhook: Mapping[str, Any], namespace: str) -> list[str]:
+    """Where a webhook takes another namespace than ``namespace`` for cardquota's own (an overlay that set
+    ``namespace:`` without :data:`NAMESPACE_TRANSFORMER`): the namespaces of the service accounts its
+    :data:`OWN_WRITES_CONDITION` names; a namespaceSelector that leaves namespaces out by name (``NotIn``) and not
+    ``namespace``. Empty when it has neither, or both name ``namespace``."""
+    found: list[str] = []
+    for condition in _list(webhook.get("matchConditions")):
+        if isinstance(condition, MAPPING_TYPES) and condition.get("name") == OWN_WRITES_CONDITION:
+            named = _SERVICE_ACCOUNT_NAMESPACE.findall(str(condition.get("expression") or ""))
+            found.extend(f"service accounts of {other}" for other in dict.fromkeys(named) if other != namespace)
+    for expression in _list(_map(webhook.get("namespaceSelector")).get("matchExpressions")):
+        if (isinstance(expression, MAPPING_TYPES) and expression.get("key") == _NAMESPACE_LABEL
+                and expression.get("operator") == "NotIn" and namespace not in _list(expression.get("values"))):
+            left_out = ", ".join(map(str, _list(expression.get("values"))))
+            found.append(f"namespaceSelector leaves out {left_out}")
+    return found
 
 
 def _ca_bundle(webhook: Mapping[str, Any]) -> str:

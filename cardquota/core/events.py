@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from cardquota.core import keys
 from cardquota.core.ledger import WAITING_PHASES, CpuMemoryUse, Ledger
-from cardquota.core.objects import ObjectKey, Pod, PodGroup
+from cardquota.core.objects import ObjectKey, ObjectMeta, Pod, PodGroup
 from cardquota.core.scheduling.capacity_card import (
     CapacityCardConfig,
     card_request_problem,
@@ -42,12 +42,24 @@ NOT_YET_INQUEUE = WAITING_PHASES
 
 @dataclass(frozen=True)
 class CardEvent:
+    """An event about one object, named as ``kubectl describe`` finds it: kind, namespace, name and, when known,
+    uid (and the resourceVersion the event was computed from). Build one about a view with :meth:`about`."""
+
     kind: str
     namespace: str
     name: str
     reason: str
     message: str
     type: str = "Warning"
+    uid: str = ""
+    """The object's ``metadata.uid``; "" only for an object whose uid the sender does not read (see the callers)."""
+    resource_version: str = ""
+
+    @classmethod
+    def about(cls, meta: ObjectMeta, reason: str, message: str) -> CardEvent:
+        """A Warning about the object ``meta`` identifies (its uid and resourceVersion carried)."""
+        return cls(meta.kind, meta.namespace, meta.name, reason, message, uid=meta.uid,
+                   resource_version=meta.resource_version)
 
 
 def podgroup_event(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None = None) -> CardEvent | None:
@@ -56,7 +68,7 @@ def podgroup_event(group: PodGroup, ledger: Ledger, config: CapacityCardConfig |
     the scheduler may enqueue)."""
     if group.phase not in NOT_YET_INQUEUE:
         return None
-    return _event("PodGroup", group.meta.namespace, group.meta.name, podgroup_enqueue_refusal(group, ledger, config))
+    return _event(group.meta, podgroup_enqueue_refusal(group, ledger, config))
 
 
 def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
@@ -67,14 +79,14 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
     wanted = charge.cards.get(pod.card_name, 0) if charge is not None and charge.bucket is Bucket.PENDING else 0
     problem = card_request_problem(pod.card_name, wanted)
     if problem is not None:
-        return _event("Pod", pod.meta.namespace, pod.meta.name, request_failed(pod.card_name, problem))
+        return _event(pod.meta, request_failed(pod.card_name, problem))
     queue = ledger.queue_of(pod)
     record = ledger.snapshot.queues.get(queue)
     closed = queue_state_refusal(queue, record.queue.state, "it allocates no new task") if record else None
     if closed is not None:
-        return _event("Pod", pod.meta.namespace, pod.meta.name, closed)
+        return _event(pod.meta, closed)
     refusal = task_allocate_refusal(queue, pod.card_name, wanted, _quota(ledger, queue), ledger.usage(queue).allocated)
-    return _event("Pod", pod.meta.namespace, pod.meta.name, refusal)
+    return _event(pod.meta, refusal)
 
 
 def queue_event(record: QueueRecord) -> CardEvent | None:
@@ -83,9 +95,9 @@ def queue_event(record: QueueRecord) -> CardEvent | None:
     if not record.quota.violations:
         return None
     problem = record.quota.violations[0].message
-    return CardEvent("Queue", "", record.queue.name, INVALID_QUOTA,
-                     f"{keys.CARD_QUOTA} cannot be read ({problem}), so queue {record.queue.name} counts as having no "
-                     "card quota until it is fixed")
+    return CardEvent.about(record.queue.meta, INVALID_QUOTA,
+                           f"{keys.CARD_QUOTA} cannot be read ({problem}), so queue {record.queue.name} counts as "
+                           "having no card quota until it is fixed")
 
 
 @dataclass(frozen=True)
@@ -127,5 +139,5 @@ def _quota(ledger: Ledger, queue: str) -> Mapping[str, int]:
     return record.quota.values if record is not None else {}
 
 
-def _event(kind: str, namespace: str, name: str, refusal: Refusal | None) -> CardEvent | None:
-    return None if refusal is None else CardEvent(kind, namespace, name, refusal.reason, refusal.message)
+def _event(meta: ObjectMeta, refusal: Refusal | None) -> CardEvent | None:
+    return None if refusal is None else CardEvent.about(meta, refusal.reason, refusal.message)

@@ -57,6 +57,12 @@ class ObjectMeta(NamedTuple):
     namespace: str
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
+    uid: str = ""
+    """``metadata.uid``, "" when not written (a manifest on disk; an object not yet created). Events about the
+    object name it: ``kubectl describe`` selects an object's events by uid as well as by kind, namespace and name
+    (see :func:`cardquota.operator.controller.kubernetes_event`)."""
+    resource_version: str = ""
+    """``metadata.resourceVersion`` as written, "" when not: the version an event about the object refers to."""
 
     @property
     def key(self) -> ObjectKey:
@@ -126,14 +132,23 @@ def read_meta(manifest: Manifest, *, namespaced: bool,
         annotations = _string_map(metadata.get("annotations"), "metadata.annotations", copy=False)
         shared_namespace = _intern(namespace, namespace) if namespaced else ""
         return tuple.__new__(ObjectMeta, (_intern(kind, kind), name, shared_namespace, NO_STRINGS,
-                                          _kept(annotations, kept_annotations)))
+                                          _kept(annotations, kept_annotations), _text(metadata.get("uid")),
+                                          _text(metadata.get("resourceVersion"))))
     return tuple.__new__(ObjectMeta, (  # (see the note above ObjectMeta)
         kind,
         name,
         namespace if namespaced else "",
         _string_map(metadata.get("labels"), "metadata.labels"),
         _string_map(metadata.get("annotations"), "metadata.annotations"),
+        _text(metadata.get("uid")),
+        _text(metadata.get("resourceVersion")),
     ))
+
+
+def _text(value: object) -> str:
+    """A string field the API server sets (``uid``, ``resourceVersion``), read leniently: "" when it is not a
+    string (only ever carried into events, never judged)."""
+    return value if type(value) is str else ""
 
 
 def _kept(annotations: Mapping[str, str], names: tuple[str, ...]) -> Mapping[str, str]:
@@ -263,18 +278,27 @@ class Pod(NamedTuple):
     annotations: Mapping[str, str]
     deleting: bool = False
     """``metadata.deletionTimestamp`` is set (see :attr:`releasing`)."""
+    uid: str = ""
+    """``metadata.uid`` (see :attr:`ObjectMeta.uid`). A cached view of a bound pod keeps none: only an unbound
+    pod is ever the subject of an event (:func:`~cardquota.core.events.pod_event`), and binding it is a watch event
+    that replaces its view whole."""
+    resource_version: str = ""
+    """``metadata.resourceVersion``; kept with :attr:`uid` only."""
 
     @property
     def meta(self) -> ObjectMeta:
         namespace, name = self.key
-        return ObjectMeta(self.kind, name, namespace, self.labels, self.annotations)
+        return ObjectMeta(self.kind, name, namespace, self.labels, self.annotations, self.uid,
+                          self.resource_version)
 
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
            shared: bool = False, deleting: bool = False) -> Pod:
         """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
-        pods of a job share them; see :func:`share`)."""
+        pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not kept (see
+        :attr:`uid`)."""
         annotations = meta.annotations
+        uid, resource_version = ("", "") if shared and node_name else (meta.uid, meta.resource_version)
         group_name = annotations.get(keys.GROUP_NAME)
         group_key: ObjectKey | None = (meta.namespace, group_name) if group_name else None
         if shared:
@@ -295,6 +319,8 @@ class Pod(NamedTuple):
             meta.labels,
             annotations,
             deleting,
+            uid,
+            resource_version,
         ))
 
     @property
@@ -333,13 +359,14 @@ class Pod(NamedTuple):
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
         annotations = self.annotations
-        if not self.labels and all(name in CACHED_POD_ANNOTATIONS for name in annotations):
+        if (not self.labels and all(name in CACHED_POD_ANNOTATIONS for name in annotations)
+                and not (self.node_name and (self.uid or self.resource_version))):
             return self
         meta = self.meta
         if len(_STRINGS) >= MAX_SHARED:
             _STRINGS.clear()
         meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
-                          NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS))
+                          NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS), meta.uid, meta.resource_version)
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
                       shared=True, deleting=self.deleting)
 

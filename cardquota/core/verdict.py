@@ -13,12 +13,20 @@ from cardquota.core.violations import Violation
 
 MAX_MESSAGE_VIOLATIONS = 5
 """A denial message lists at most this many violations, then says how many more there are."""
-MAX_WARNING_RUNES = 256
-"""The API server cuts a warning beyond this (k8s.io/apiserver/pkg/endpoints/filters/warning.go,
-``truncateItemRunes``): cut it ourselves, visibly."""
 MAX_WARNINGS_RUNES = 4096
-"""The API server keeps this many runes of warnings per request (``truncateAtTotalRunes`` in the same file; beyond,
-it cuts every warning to 256 and drops the rest)."""
+"""What the API server shows whole: the warnings of one request, all of them together, up to this many runes.
+
+Its recorder (``recorder.AddWarning`` in k8s.io/apiserver/pkg/endpoints/filters/warning.go, v0.32 / Kubernetes
+1.32; ``truncateAtTotalRunes``) writes each new warning whole, repeats dropped, while the request's total stays
+within 4,096 runes. The first warning that would pass it switches the request to truncating: every warning recorded
+so far is written again cut to :data:`MAX_WARNING_RUNES` runes (cut, with no mark), later ones are cut too, and once
+the total has reached 4,096 the rest are dropped. The total is the request's, not a webhook's: the API server's
+own warnings (deprecated API versions, unknown fields) and every other webhook's (the admission dispatchers add
+each response's warnings to the same recorder: ``warning.AddWarning`` in
+k8s.io/apiserver/pkg/admission/plugin/webhook/validating/dispatcher.go and mutating/dispatcher.go) count in it."""
+MAX_WARNING_RUNES = 256
+"""What the API server keeps of each warning once a request's warnings pass :data:`MAX_WARNINGS_RUNES`
+(``truncateItemRunes``, same file): when ours alone would pass it, we cut each to this ourselves, visibly (``…``)."""
 
 
 class PatchOperation(TypedDict, total=False):
@@ -147,12 +155,19 @@ def set_annotation(manifest: dict[str, Any] | Any, name: str, value: str) -> lis
 
 
 def within_budget(warnings: Iterable[str]) -> tuple[str, ...]:
-    """The warnings as the API server will show them all: each on one line and at most :data:`MAX_WARNING_RUNES`
-    (cut with "…"), repeats dropped (the API server drops them too), and :data:`MAX_WARNINGS_RUNES` in all. Policies
-    list the most useful first; when they do not all fit, those that fit are kept in order and a last warning says
-    how many were left out. Linear in the warnings' length; idempotent."""
+    """The warnings as the API server will show them all (see :data:`MAX_WARNINGS_RUNES`): each on one line,
+    repeats dropped (the API server drops them too). When they fit in :data:`MAX_WARNINGS_RUNES` together they are
+    kept whole, however long one is: so does the API server, unless other warnings of the request fill its budget
+    (then it cuts each of them to :data:`MAX_WARNING_RUNES`, with no mark). Else each is cut to
+    :data:`MAX_WARNING_RUNES` (with "…"), as the API server would, and they are :data:`MAX_WARNINGS_RUNES` in all:
+    policies list the most useful first, those that fit are kept in order and a last warning says how many were left
+    out. Linear in the warnings' length; idempotent."""
     if not warnings:  # most verdicts: nothing to check
         return ()
+    warnings = warnings if isinstance(warnings, tuple) else tuple(warnings)  # (read twice when too long)
+    whole = list(dict.fromkeys(text for text in map(_line, warnings) if text))
+    if sum(map(len, whole)) <= MAX_WARNINGS_RUNES:
+        return tuple(whole)
     texts = list(dict.fromkeys(text for text in map(_cut, warnings) if text))
     kept, left_out = _fill(texts, MAX_WARNINGS_RUNES)
     if not left_out:
@@ -173,6 +188,12 @@ def _fill(texts: list[str], budget: int) -> tuple[list[str], int]:
             kept.append(text)
             budget -= len(text)
     return kept, len(texts) - len(kept)
+
+
+def _line(text: str) -> str:
+    """One line; a text longer than :data:`MAX_WARNINGS_RUNES` only in part (escaping only lengthens it: it cannot
+    be kept whole either way)."""
+    return one_line(text[: MAX_WARNINGS_RUNES + 1]) if len(text) > MAX_WARNINGS_RUNES else one_line(text)
 
 
 def _cut(text: str) -> str:

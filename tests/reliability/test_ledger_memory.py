@@ -4,6 +4,7 @@ charges, nodes, queues, PodGroups). Memory, unlike time, is deterministic enough
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from measuring import kept_bytes
@@ -52,6 +53,8 @@ def _cluster() -> list[dict[str, Any]]:
                                 "scheduling.k8s.io/group-name": group, "volcano.sh/task-spec": "worker",
                                 "volcano.sh/job-version": "0", "volcano.sh/task-index": str(worker)}},
                 "spec": spec, "status": {"phase": "Pending" if pending else "Running"}})
+    for index, manifest in enumerate(objects):  # as the API server returns them: a uid and a resourceVersion each
+        manifest["metadata"].update(uid=str(uuid.UUID(int=index + 1)), resourceVersion=str(48_210_000 + index))
     return objects
 
 

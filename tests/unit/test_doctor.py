@@ -436,9 +436,16 @@ def test_each_distinct_ca_bundle_is_verified_once_and_named_by_its_configuration
     assert results[-1].message.startswith("the caBundle of cardquota-mutating does not verify")
 
 
+def in_namespace(configurations: dict[str, Manifest], namespace: str) -> dict[str, Manifest]:
+    """The configurations rendered for ``namespace`` (manifests/transformers/namespace): the own-writes condition's
+    service accounts and the namespaceSelectors name it."""
+    moved: dict[str, Manifest] = json.loads(json.dumps(configurations).replace("cardquota-system", namespace))
+    return moved
+
+
 def test_the_webhook_names_follow_the_options() -> None:
     custom = target(namespace="quota", service="cq")
-    configurations = webhook_configurations("Q0E=")
+    configurations = in_namespace(webhook_configurations("Q0E="), "quota")
     for configuration in configurations.values():
         for webhook in configuration["webhooks"]:
             webhook["clientConfig"]["service"] = {"name": "cq", "namespace": "quota"}
@@ -447,6 +454,29 @@ def test_the_webhook_names_follow_the_options() -> None:
                                     lambda b, c, name: seen.append(name) or Trust(None, 100))  # type: ignore[func-returns-value]
     assert seen == ["cq.quota.svc"]
     assert [r.status for r in results] == [Status.OK] * 3
+
+
+def test_webhooks_that_take_another_namespace_for_cardquotas_own_fail() -> None:
+    """Installed in ``quota`` by an overlay that set ``namespace:`` without manifests/transformers/namespace: the
+    Services follow, the CEL condition and the namespaceSelectors still name cardquota-system, so cardquota's own
+    writes go through its own (fail-closed) webhooks."""
+    configurations = webhook_configurations("Q0E=")
+    for configuration in configurations.values():
+        for webhook in configuration["webhooks"]:
+            webhook["clientConfig"]["service"]["namespace"] = "quota"
+    results = doctor.check_webhooks(configurations, tls_secret(certificates()), target(namespace="quota"),
+                                    fake_trust())
+    validating, mutating = results[:2]
+    assert validating.status is Status.FAIL
+    assert validating.message.startswith(f"ValidatingWebhookConfiguration cardquota-validating: {VALIDATING - 1} take "
+                                         "another namespace than quota for cardquota's own")
+    assert validating.details[0] == ("queues.validate.cardquota.io (service accounts of cardquota-system, "
+                                     "namespaceSelector leaves out kube-system, cardquota-system)")
+    assert "manifests/transformers/namespace" in validating.fix
+    assert mutating.status is Status.FAIL
+    healthy = doctor.check_webhooks(in_namespace(configurations, "quota"), tls_secret(certificates()),
+                                    target(namespace="quota"), fake_trust())
+    assert [r.status for r in healthy[:2]] == [Status.OK, Status.OK]
 
 
 # ---------------------------------------------------------------------------------------------- certificates
@@ -1058,6 +1088,7 @@ def test_offline_other_namespace_and_names(tmp_path: Path) -> None:
         if metadata.get("namespace") == "cardquota-system":
             metadata["namespace"] = "quota"
         if manifest["kind"].endswith("WebhookConfiguration"):
+            manifest["webhooks"] = in_namespace({"": manifest}, "quota")[""]["webhooks"]  # (rendered for quota)
             for webhook in manifest["webhooks"]:
                 webhook["clientConfig"]["service"] = {"name": "cq", "namespace": "quota", "path": "/validate"}
         if manifest["kind"] == "Secret":

@@ -136,8 +136,9 @@ def test_json_log_lines_are_json_with_the_exception() -> None:
 
 
 def test_response_shapes() -> None:
-    ok = response("u1", allow(warnings=["w" * 300]), with_patch=True)["response"]
-    assert ok == {"uid": "u1", "allowed": True, "warnings": ["w" * 255 + "…"]}
+    ok = response("u1", allow(warnings=["w" * 300, "v" * 5000]), with_patch=True)["response"]
+    assert ok == {"uid": "u1", "allowed": True, "warnings": ["w" * 255 + "…", "v" * 255 + "…"]}  # (over 4,096)
+    assert response("u1", allow(warnings=["w" * 300]), with_patch=True)["response"]["warnings"] == ["w" * 300]
     denied = response("u2", deny([Violation("spec.x", "bad")]), with_patch=True)["response"]
     assert denied == {"uid": "u2", "allowed": False,
                       "status": {"code": 403, "reason": "Forbidden", "message": "spec.x: bad", "details": {

@@ -43,6 +43,8 @@ EXPECTED_UNKNOWN: dict[tuple[str, str], str] = {
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): "Volcano CRD; not Kubernetes' own scheduling.k8s.io PodGroup",
     ("batch.volcano.sh/v1alpha1", "Job"): "Volcano CRD (its tasks' pod templates are checked here as PodTemplateSpec)",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "Prometheus Operator CRD (components/metrics)",
+    ("builtin", "ReplacementTransformer"): "kustomize's configuration of its replacements (transformers/namespace), "
+                                            "read by kustomize, never sent to a cluster",
 }
 
 
