@@ -275,7 +275,9 @@ class Publisher:
         self._said_summarised[name] = (reason, now)
         message = (f"{CARD_ALLOCATED}, .inqueue, .pending and .usage {what} (an object's annotations may take "
                    f"{ANNOTATIONS_LIMIT // 1024} KiB in all); kubectl cardquota usage shows the full figures")
-        event = CardEvent("Queue", "", name, reason, message)
+        record = self.cache.ledger.snapshot.queues.get(name)
+        event = (CardEvent.about(record.queue.meta, reason, message) if record is not None
+                 else CardEvent("Queue", "", name, reason, message))
         try:
             await self._off_loop(create_event, self.api, EVENT_NAMESPACE, kubernetes_event(event, self.component))
             self.stats.events += 1

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from api_limits import LIMIT, AnnotationLimits, annotations_size
 from builders import pod, queue
+from kubectl_events import described_events
 from polling import eventually
 
 from cardquota.core import keys
@@ -85,7 +86,9 @@ async def test_the_stand_in_refuses_as_the_api_server_does(volcano_kmock: Any) -
 async def test_usage_outgrowing_the_limit_is_published_summarised_not_left_stale(volcano_kmock: Any) -> None:
     """Two pods naming 127 unknown alternatives of 1.1 KB each: the exact card.pending is 278 KiB. Before, the one
     merge patch was refused (422) and only logged, so the Queue kept its old figures as long as the pods lived."""
-    await call(volcano_kmock, "POST", QUEUES, queue("team-a", {A100: 4}))
+    created = queue("team-a", {A100: 4})
+    created["metadata"]["uid"] = "uid-team-a"  # kmock keeps the uid it is given and sets none itself
+    await call(volcano_kmock, "POST", QUEUES, created)
     async with publishing(volcano_kmock) as (cache, publisher):
         async def published() -> bool:
             return (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_USAGE) == f"{A100} 0/4"
@@ -111,6 +114,9 @@ async def test_usage_outgrowing_the_limit_is_published_summarised_not_left_stale
                                                                                                 "team-a"))
 
         await eventually(told)
+        _, stored = await call(volcano_kmock, "GET", f"{QUEUES}/team-a")
+        described = described_events(await queue_events(volcano_kmock, "team-a"), stored)
+        assert "CardUsageSummarised" in [event["reason"] for event in described]  # kubectl describe queue lists it
 
 
 async def test_a_patch_refused_as_too_large_is_replaced_by_one_that_fits(volcano_kmock: Any) -> None:
