@@ -65,7 +65,7 @@ from webhook_conditions import (
     validating_webhooks,
 )
 
-__all__ = ["AdmissionProxy", "Rejected", "merge_patch", "validating_webhooks"]
+__all__ = ["AdmissionProxy", "Rejected", "merge_patch", "namespaces_in", "validating_webhooks"]
 
 REPO = Path(__file__).resolve().parents[1]
 _PATH = re.compile(r"^/(?:api|apis/(?P<group>[^/]+))/(?P<version>[^/]+)(?:/namespaces/(?P<namespace>[^/]+))?"
@@ -73,6 +73,20 @@ _PATH = re.compile(r"^/(?:api|apis/(?P<group>[^/]+))/(?P<version>[^/]+)(?:/names
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """The label the API server sets on every namespace to its name (k8s.io/kubernetes
 pkg/registry/core/namespace/strategy.go, ``PrepareForCreate``/``PrepareForUpdate``)."""
+
+
+def namespaces_in(kmock: Any) -> Callable[[str], dict[str, str] | None]:
+    """The labels of kmock's Namespace objects, with the one the API server sets on every namespace to its name
+    (:data:`NAMESPACE_NAME_LABEL`)."""
+    def labels(name: str) -> dict[str, str] | None:
+        try:
+            found = kmock.objects["v1/namespaces", None, name]
+        except KeyError:
+            return None
+        if found.deleted:
+            return None
+        return {**dict((found.raw.get("metadata") or {}).get("labels") or {}), NAMESPACE_NAME_LABEL: name}
+    return labels
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -303,9 +317,12 @@ class AdmissionProxy:
     users: Mapping[str, str]
     configurations: list[dict[str, Any]] = field(default_factory=configuration_documents)
     """Mutating and validating webhook configurations (kind, metadata.name, webhooks)."""
-    namespaces: Mapping[str, Mapping[str, str]] | None = None
-    """Namespace labels by name; a namespace not named here is read from ``upstream`` (with the label the API
-    server always sets, :data:`NAMESPACE_NAME_LABEL`); one found in neither is not found (404)."""
+    namespaces: Mapping[str, Mapping[str, str]] | Callable[[str], Mapping[str, str] | None] = field(
+        default_factory=dict)
+    """Each namespace's labels: given by name, or read by a function (None: no such namespace; see
+    :func:`namespaces_in` for kmock's). A namespace it does not know is not found (404), as the API server answers
+    for a namespace that does not exist (kmock cannot serve a Namespace by name: it reads
+    ``/api/v1/namespaces/NAME`` as a namespace's path)."""
     per_call_limit: int = PER_CALL_LIMIT
     condition_budget: int = MATCH_CONDITIONS_BUDGET
     calls: list[tuple[str, str, bool]] = field(default_factory=list)
@@ -446,16 +463,11 @@ class AdmissionProxy:
         return selector_matches(selector, request.namespace_labels)
 
     async def _namespace_labels(self, namespace: str) -> dict[str, str]:
-        if self.namespaces is not None and namespace in self.namespaces:
-            return dict(self.namespaces[namespace])
-        assert self.session is not None
-        async with self.session.get(f"{self.upstream}/api/v1/namespaces/{namespace}") as answer:
-            if answer.status == 404:
-                raise Rejected(not_found("", "namespaces", namespace))
-            if answer.status != 200:
-                raise Rejected(internal_error(f"reading namespace {namespace}: HTTP {answer.status}"))
-            found = await answer.json()
-        return {**_labels(found), NAMESPACE_NAME_LABEL: namespace}
+        found = (self.namespaces(namespace) if callable(self.namespaces)
+                 else self.namespaces.get(namespace))
+        if found is None:
+            raise Rejected(not_found("", "namespaces", namespace))
+        return dict(found)
 
     @staticmethod
     def _object_matches(hook: Webhook, request: AdmissionRequest, new: Any) -> bool:

@@ -10,7 +10,7 @@ the others gave; when none is false but one failed to evaluate (a missing field,
 refused under ``failurePolicy: Fail`` and the webhook skipped under ``Ignore``; the budget running out is such a
 failure whatever the other conditions gave. A rule that names ``queues`` matches the resource, never its
 ``queues/status`` subresource (k8s.io/apiserver pkg/admission/plugin/webhook/predicates/rules/rules.go,
-``resource``)"""
+``resource``)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from admission_proxy import AdmissionProxy
+from admission_proxy import AdmissionProxy, namespaces_in
 from aiohttp import web
 from builders import podgroup, queue
 from operator_runs import operator_running
@@ -57,7 +57,7 @@ async def proxied(kmock: Any, tmp_path: Path, configurations: list[dict[str, Any
     ports: list[int] = []
     proxy = AdmissionProxy(upstream=str(kmock.url).rstrip("/"), webhook_url=lambda: f"https://localhost:{ports[0]}",
                            ca_file=tmp_path / "ca.crt", users={"operator-token": OPERATOR, "alice-token": "alice"},
-                           configurations=configurations)
+                           configurations=configurations, namespaces=namespaces_in(kmock))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
         proxy.session = session
         # Handlers end when their client goes (a watch Kopf closed), and no connection idles: nothing for Kopf to
