@@ -421,3 +421,49 @@ async def test_cardquotas_pod_mutation_runs_in_the_loop_and_survives_a_later_web
     else:
         assert ours == []
         assert product_keys == []
+
+
+def volcano_job_defaults() -> Handler:
+    """Volcano's own Job mutation as far as the gang goes (mutatejob.volcano.sh, pkg/webhooks/admission/jobs/mutate/
+    mutate_job.go ``patchDefaultQueue`` and ``patchDefaultMinAvailable``, v1.15.1): an unset queue becomes
+    ``default``, an unset or 0 ``minAvailable`` the tasks' own minAvailable added up (replicas where unset)."""
+    def handler(request: dict[str, Any]) -> Answer:
+        spec = request["object"]["spec"]
+        operations: list[dict[str, Any]] = []
+        if not spec.get("queue"):
+            operations.append({"op": "add", "path": "/spec/queue", "value": "default"})
+        if not spec.get("minAvailable"):
+            gang = sum(task.get("minAvailable", task.get("replicas", 0)) for task in spec.get("tasks") or [])
+            operations.append({"op": "add", "path": "/spec/minAvailable", "value": gang})
+        return patching(*operations)(request) if operations else allow()
+    return handler
+
+
+async def test_the_card_request_cardquota_derives_is_the_gang_volcano_then_defaults(
+        server: Server, fakes: Fakes, session: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """The shipped jobs.mutate.cardquota.io (reinvocationPolicy Never) runs before Volcano's Job mutation, whose
+    configuration (volcano-admission-service-jobs-mutate, installer/helm/chart/volcano/templates/webhooks.yaml)
+    sorts after cardquota-mutating: it sees the Job before Volcano sets ``minAvailable``. A task of 4 replicas
+    with minAvailable 2: Volcano's gang is 2 pods, so the derived card.request must be 2 cards, not 4 (it was 4:
+    cardquota read an unset minAvailable as every replica)."""
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(server.ca.cert_pem)
+    volcano = configuration("Mutating", "volcano-admission-service-jobs-mutate", webhook(
+        fakes, "mutatejob.volcano.sh", volcano_job_defaults(), failure="Fail", reinvocationPolicy="Never",
+        rules=[{"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"], "resources": ["jobs"],
+                "operations": ["CREATE"]}]))
+    proxy = AdmissionProxy(upstream="http://127.0.0.1:9", webhook_url=lambda: server.url, ca_file=ca_file,
+                           users={}, configurations=[*configuration_documents(), volcano], session=session,
+                           namespaces={"ml": {"kubernetes.io/metadata.name": "ml"}})
+    template = pod("worker", namespace="ml", card="NVIDIA-A100", gpus=1)
+    template["spec"]["schedulerName"] = "volcano"
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
+           "spec": {"schedulerName": "volcano", "queue": "team-a", "tasks": [
+               {"name": "worker", "replicas": 4, "minAvailable": 2,
+                "template": {"metadata": template["metadata"], "spec": template["spec"]}}]}}
+    admitted = await proxy.admit(create("jobs", namespace="ml", name="train", group="batch.volcano.sh",
+                                        version="v1alpha1"), job)
+    assert [name for name, _, _ in proxy.calls] == [
+        "jobs.mutate.cardquota.io", "mutatejob.volcano.sh", "jobs.validate.cardquota.io"]
+    assert admitted["spec"]["minAvailable"] == 2
+    assert json.loads(admitted["metadata"]["annotations"]["volcano.sh/card.request"]) == {"NVIDIA-A100": 2}
