@@ -17,12 +17,14 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Mapping
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import celpy
 import celpy.evaluation
@@ -34,6 +36,7 @@ from celpy.evaluation import CELEvalError
 REPO = Path(__file__).resolve().parents[1]
 WEBHOOKS_FILE = REPO / "manifests" / "base" / "webhooks.yaml"
 _CEL = celpy.Environment()
+T = TypeVar("T")
 
 
 class Decision(enum.Enum):
@@ -272,14 +275,67 @@ def review_request(*, operation: str, user: str, name: str = "", namespace: str 
 
 def evaluate_conditions(hook: Mapping[str, Any], new: Any, old: Any, request: Mapping[str, Any], *,
                         per_call_limit: int = PER_CALL_LIMIT, budget: int = MATCH_CONDITIONS_BUDGET) -> Outcome:
+    """:func:`conditions_outcome`, again on a thread with a deep stack when the caller's is too shallow: cel-python
+    converts and compares objects recursively, and an object nested as deep as the API server accepts (its JSON
+    decoder stops at 10,000 levels, sigs.k8s.io/json) raises RecursionError on an ordinary stack, where cel-go,
+    which converts lazily, just evaluates. What still fails there is an evaluation error, through failurePolicy."""
+    try:
+        return conditions_outcome(hook, new, old, request, per_call_limit=per_call_limit, budget=budget)
+    except RecursionError:
+        pass
+    return on_deep_stack(lambda: conditions_outcome(hook, new, old, request, per_call_limit=per_call_limit,
+                                                    budget=budget, deep_stack=True))
+
+
+def on_deep_stack(function: Callable[[], T]) -> T:
+    """``function()`` on a thread whose stack and recursion limit hold what Python's recursive converters (json,
+    cel-python) need for an object 10,000 levels deep; its exception, if any, raised here."""
+    found: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            found.append(function())
+        except BaseException as error:  # handed to the caller's thread below
+            failed.append(error)
+
+    with _DEEP:
+        previous_stack, previous_limit = threading.stack_size(_DEEP_STACK), sys.getrecursionlimit()
+        try:
+            sys.setrecursionlimit(max(previous_limit, _DEEP_RECURSION))
+            worker = threading.Thread(target=run, name="deep-stack")
+            worker.start()
+            worker.join()
+        finally:
+            threading.stack_size(previous_stack)
+            sys.setrecursionlimit(previous_limit)
+    if failed:
+        raise failed[0]
+    return found[0]
+
+
+_TOO_DEEP = "the object is nested too deeply for the stand-in's CEL evaluator"
+_DEEP = threading.Lock()
+_DEEP_STACK = 512 * 1024 * 1024
+_DEEP_RECURSION = 200_000
+
+
+def conditions_outcome(hook: Mapping[str, Any], new: Any, old: Any, request: Mapping[str, Any], *,
+                       per_call_limit: int = PER_CALL_LIMIT, budget: int = MATCH_CONDITIONS_BUDGET,
+                       deep_stack: bool = False) -> Outcome:
     """The hook's conditions over one request, as the API server evaluates them (matcher.go ``Match``, over
     pkg/admission/plugin/cel/condition.go ``ForInput`` and activation.go ``Evaluate``, v1.34): in order, each
     within its own cost limit and all within the budget. A condition that is false skips the webhook whatever the
     others gave; one that fails to evaluate (a missing field, a type cel-python cannot compare, its cost limit)
     counts as an error; the budget running out stops the evaluation, the conditions already false included. Errors
     with no false condition: Fail refuses the request, Ignore skips the webhook."""
-    activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old),
-                  "request": json_to_cel(dict(request))}
+    try:
+        activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old),
+                      "request": json_to_cel(dict(request))}
+    except RecursionError:
+        if not deep_stack:
+            raise
+        return _failed(hook, _TOO_DEEP)
     errors: list[str] = []
     false = False
     remaining = budget
@@ -294,6 +350,10 @@ def evaluate_conditions(hook: Mapping[str, Any], new: Any, old: Any, request: Ma
             result = CELEvalError(COST_LIMIT_MESSAGE)
         except CELEvalError as error:
             result = error
+        except RecursionError:
+            if not deep_stack:
+                raise
+            result = CELEvalError(_TOO_DEEP)
         except Exception as error:  # any failure inside cel-python is an evaluation error in cel-go
             result = CELEvalError(str(error) or type(error).__name__)
         finally:

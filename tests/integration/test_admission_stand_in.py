@@ -21,6 +21,8 @@ from aiohttp import web
 from builders import pod
 from webhook_conditions import configuration_documents
 
+from cardquota.webhooks.review import loads
+
 pytestmark = pytest.mark.asyncio
 Answer = dict[str, Any]
 Handler = Callable[[dict[str, Any]], Answer | Awaitable[Answer]]
@@ -44,7 +46,7 @@ async def fakes() -> AsyncIterator[Fakes]:
     found = Fakes(base="")
 
     async def answer(request: web.Request) -> web.Response:
-        review = await request.json()
+        review = loads(await request.read())  # (as deep as the API server sends: cardquota's own reader)
         path = request.path
         found.seen.append((path, review["request"]))
         result = found.handlers[path](review["request"])
@@ -362,6 +364,23 @@ async def test_a_false_condition_skips_the_webhook_despite_another_ones_error(
         {"name": "false", "expression": "object.metadata.name == 'other'"}])))
     await proxy.admit(create(), configmap())
     assert fakes.paths() == []
+
+
+async def test_a_deeply_nested_object_is_evaluated_not_an_escaping_error(
+        fakes: Fakes, session: aiohttp.ClientSession) -> None:
+    """The API server decodes objects nested up to 10,000 levels (sigs.k8s.io/json) and cel-go converts them
+    lazily: conditions over such an object evaluate as over any other (here: the webhook is called, under Fail).
+    cel-python's recursive conversion raised RecursionError out of the stand-in instead."""
+    nested: dict[str, Any] = {}
+    cursor = nested
+    for _ in range(5_000):
+        cursor["a"] = {}
+        cursor = cursor["a"]
+    proxy = stand_in(session, configuration("Validating", "v", webhook(fakes, "v", lambda _: allow(), matchConditions=[
+        {"name": "named", "expression": "object.metadata.name == 'settings'"},
+        {"name": "changed", "expression": "request.operation == 'CREATE' || object.data != oldObject.data"}])))
+    await proxy.admit(create(), {**configmap(), "data": {"deep": nested}})
+    assert fakes.paths() == ["/v"]
 
 
 # ------------------------------------------------------------------------------------------------- cardquota's own
