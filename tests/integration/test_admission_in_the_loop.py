@@ -4,7 +4,8 @@ the mutating then the validating webhooks of manifests/base/webhooks.yaml, with 
 matchConditions and failurePolicy). Its usage annotations land on a queue whose quota
 is unreadable, a child whose parent is gone and a queue whose quota was lowered below a PodGroup's request — with
 the matchCondition skipping its writes, and without it (then ratcheting lets them through); a user's update that
-changes nothing wrong passes, one that writes a bad quota is refused, naming the validating webhook."""
+changes nothing wrong passes, one that writes a bad quota is refused, naming the validating webhook; what the
+mutating webhook makes of a write is what kmock stores."""
 
 from __future__ import annotations
 
@@ -122,3 +123,34 @@ async def test_a_users_update_is_judged_on_what_it_changes(volcano_kmock: Any, t
     # to the validating one, which refuses it.
     assert [(name, user, allowed) for name, user, allowed in proxy.calls if user == "alice"] == [
         ("queues.mutate.cardquota.io", "alice", True), ("queues.validate.cardquota.io", "alice", False)]
+
+
+async def test_what_the_mutating_webhook_makes_of_a_write_is_what_is_stored(volcano_kmock: Any, tmp_path: Path) -> None:
+    """The queue mutation (canonical card.quota) in the loop: a user's create and update, as sent, are not what
+    kmock stores — the object the mutating webhook patched is (mutating/dispatcher.go applies the patch to the
+    object that is then validated and persisted). The validating webhook's warning comes back as a Warning
+    header."""
+    seed(volcano_kmock)
+    headers = {"Authorization": "Bearer alice-token"}
+    loose = '{ "NVIDIA-A100" : 3 }'
+    created = queue("team-b", loose)
+    async with proxied(volcano_kmock, tmp_path, configuration_documents()) as (proxy, url, ports), \
+            operator_running(volcano_kmock, tmp_path, api_url=url, token="operator-token") as served, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as alice:
+        ports.extend(served)
+        async with alice.post(url + "/apis/scheduling.volcano.sh/v1beta1/queues", data=json.dumps(created),
+                              headers={**headers, "Content-Type": "application/json"}) as reply:
+            assert reply.status in (200, 201), await reply.text()
+        stored = volcano_kmock.objects[QUEUES, None, "team-b"]["metadata"]["annotations"]["volcano.sh/card.quota"]
+        assert stored == '{"NVIDIA-A100":3}'
+        change = {"metadata": {"annotations": {"volcano.sh/card.quota": '{"NVIDIA-A100":  9}'}}}
+        async with alice.patch(url + queue_path("team-b"), data=json.dumps(change),
+                               headers={**headers, "Content-Type": "application/merge-patch+json"}) as reply:
+            assert reply.status == 200, await reply.text()
+            warning = reply.headers.get("Warning", "")
+        stored = volcano_kmock.objects[QUEUES, None, "team-b"]["metadata"]["annotations"]["volcano.sh/card.quota"]
+    assert stored == '{"NVIDIA-A100":9}'
+    assert warning.startswith('299 - "')
+    assert "over-committed" in warning
+    assert [(name, allowed) for name, user, allowed in proxy.calls if user == "alice"] == [
+        ("queues.mutate.cardquota.io", True), ("queues.validate.cardquota.io", True)] * 2
