@@ -216,24 +216,24 @@ async def test_an_undecodable_patch_is_a_failed_call_under_the_failure_policy(
 async def test_validating_webhooks_are_called_together_and_the_first_refusal_to_arrive_is_reported(
         fakes: Fakes, session: aiohttp.ClientSession) -> None:
     """validating/dispatcher.go ``Dispatch``: one goroutine per webhook, the refusals read from a channel in the
-    order they complete, ``errs[0]`` returned. The first webhook in order waits until the second has been called
-    (called one after the other, it would time out instead), then refuses: the client hears the second's."""
-    second_called = asyncio.Event()
+    order they complete, ``errs[0]`` returned. The first webhook in order answers only once the stand-in has the
+    second's answer (called one after the other, it would wait until its timeout instead), then refuses too: the
+    client hears the second's refusal."""
+    proxies: list[AdmissionProxy] = []
 
     async def slow(_: dict[str, Any]) -> Answer:
-        await second_called.wait()
-        await asyncio.sleep(0.2)  # the second's refusal reaches the stand-in first
+        while not any(name == "fast" for name, _, _ in proxies[0].calls):
+            await asyncio.sleep(0.01)
         return {"allowed": False, "status": {"code": 403, "message": "slow says no"}}
 
     def fast(_: dict[str, Any]) -> Answer:
-        second_called.set()
         return {"allowed": False, "status": {"code": 403, "message": "fast says no"}}
 
-    proxy = stand_in(session, configuration("Validating", "v", webhook(fakes, "slow", slow),
-                                            webhook(fakes, "fast", fast)))
-    body = await refusal(proxy, create(), configmap())
+    proxies.append(stand_in(session, configuration("Validating", "v", webhook(fakes, "slow", slow),
+                                                   webhook(fakes, "fast", fast))))
+    body = await refusal(proxies[0], create(), configmap())
     assert body["message"] == 'admission webhook "fast" denied the request: fast says no'
-    assert sorted(fakes.paths()) == ["/fast", "/slow"]
+    assert [name for name, _, _ in proxies[0].calls] == ["fast", "slow"]
 
 
 @pytest.mark.parametrize(("status", "expected"), [
