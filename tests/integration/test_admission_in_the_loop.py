@@ -36,6 +36,7 @@ QUEUES = "scheduling.volcano.sh/v1beta1/queues"
 
 
 def seed(kmock: Any) -> None:
+    kmock.objects["v1/namespaces", None, "ml"] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
     kmock.objects[QUEUES, None, "broken"] = queue("broken", '{"NVIDIA-A100": "four"}')
     kmock.objects[QUEUES, None, "child"] = queue("child", {A100: 2}, parent="gone")
     kmock.objects[QUEUES, None, "lowered"] = queue("lowered", {A100: 2})
