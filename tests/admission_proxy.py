@@ -26,6 +26,10 @@ line-level changes), each cited where it is done below:
   under Ignore (k8s.io/apiserver pkg/util/webhook/error.go ``ErrCallingWebhook``); webhooks' warnings come back as
   ``Warning`` headers.
 
+A namespace's labels come from ``namespaces`` (given by name, or kmock's Namespace objects through
+:func:`namespaces_in`); CEL's runtime cost is counted by an approximation of cel-go's (tests/webhook_conditions.py,
+``_Meter``), what happens past the limits is exact.
+
 Not modelled: the API server's in-tree admission plugins (so nothing but a webhook changes the object between
 rounds), matchPolicy Equivalent's other resources, dry runs and sideEffects, schema defaulting and validation of
 what a patch made, optimistic concurrency (a write is admitted against the object as last read). Strategic merge
