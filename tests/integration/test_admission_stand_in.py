@@ -19,11 +19,10 @@ from admission_proxy import AdmissionProxy, AdmissionRequest, Rejected, namespac
 from admission_reviews import Server
 from aiohttp import web
 from builders import pod
-from webhook_conditions import configuration_documents
+from webhook_conditions import configuration_documents, matching_rules
 
 from cardquota.webhooks.review import loads
 
-pytestmark = pytest.mark.asyncio
 Answer = dict[str, Any]
 Handler = Callable[[dict[str, Any]], Answer | Awaitable[Answer]]
 Answering = Callable[[dict[str, Any]], Answer]
@@ -320,6 +319,29 @@ async def test_the_object_selector_reads_the_new_and_the_old_object(
     request_ = create(operation="CREATE" if old is None else "UPDATE", old=old)
     await proxy.admit(request_, configmap(**new_labels))
     assert fakes.paths() == (["/v"] if called else [])
+
+
+@pytest.mark.parametrize(("rule", "request_", "matches"), [
+    ({"resources": ["pods"], "scope": "Namespaced"}, ("pods", "", "ml", "v1"), True),
+    ({"resources": ["pods"], "scope": "Cluster"}, ("pods", "", "ml", "v1"), False),
+    ({"resources": ["namespaces"], "scope": "Cluster"}, ("namespaces", "", "ml", "v1"), True),
+    ({"resources": ["namespaces"], "scope": "Namespaced"}, ("namespaces", "", "ml", "v1"), False),
+    ({"resources": ["pods"]}, ("pods", "status", "ml", "v1"), False),
+    ({"resources": ["pods/*"]}, ("pods", "status", "ml", "v1"), True),
+    ({"resources": ["*"]}, ("pods", "", "ml", "v1"), True),
+    ({"resources": ["*/status"]}, ("pods", "status", "ml", "v1"), True),
+    ({"resources": ["pods"], "apiVersions": ["v2"]}, ("pods", "", "ml", "v1"), False),
+], ids=["namespaced", "cluster-scope-excludes-namespaced", "namespace-is-cluster-scoped",
+        "namespace-not-namespaced", "no-subresource", "subresource-wildcard", "any-resource", "any-with-status",
+        "other-version"])
+def test_rules_match_as_the_api_server_matches_them(rule: dict[str, Any], request_: tuple[str, str, str, str],
+                                                    matches: bool) -> None:
+    """predicates/rules/rules.go ``Matcher.Matches`` (v0.34.0): scope (a Namespace is cluster-scoped), operation,
+    group, version, resource and subresource with ``*``."""
+    resource, subresource, namespace, version = request_
+    hook = {"rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], **rule}]}
+    assert matching_rules(hook, "", resource, "CREATE", subresource, version=version,
+                          namespace=namespace) is matches
 
 
 # ------------------------------------------------------------------------------------------------- conditions
