@@ -167,7 +167,8 @@ class _OverLimit(Exception):
 @dataclass
 class _Meter:
     """The runtime cost of one expression, counted as cel-go's ``CostObserver`` counts it
-    (interpreter/runtimecost.go), approximately: one unit per variable, field selection, index and call; a string
+    (interpreter/runtimecost.go), approximately: one unit per variable, field selection, index, call and operator
+    (``&&``, ``||`` and ``?:`` cost nothing themselves); a string
     traversal (``startsWith``, ``endsWith``, ``==``) a tenth of a unit per rune; ``contains`` the product of both
     sides' tenths; ``in`` a unit per element of the list. A comprehension costs its body once per element. The
     figures are close to cel-go's for the expressions our manifests use, not equal; what the dispatcher does with an
@@ -243,6 +244,28 @@ class _MeteredEvaluator(celpy.evaluation.Evaluator):
         if tree.children and getattr(tree.children[0], "data", None) in ("ident", "ident_arg"):
             _charge(1)
         return super().primary(tree)
+
+    def relation(self, tree: Any) -> Any:
+        """An ordering (``<``, ``>=``…) is a call of cost 1; ``==``, ``!=`` and ``in`` are charged by their
+        functions (:data:`_TRAVERSALS`)."""
+        if len(tree.children) == 2 and tree.children[0].data not in ("relation_eq", "relation_ne", "relation_in"):
+            _charge(1)
+        return super().relation(tree)
+
+    def addition(self, tree: Any) -> Any:
+        if len(tree.children) == 2:
+            _charge(1)
+        return super().addition(tree)
+
+    def multiplication(self, tree: Any) -> Any:
+        if len(tree.children) == 2:
+            _charge(1)
+        return super().multiplication(tree)
+
+    def unary(self, tree: Any) -> Any:
+        if len(tree.children) == 2:
+            _charge(1)
+        return super().unary(tree)
 
 
 # ------------------------------------------------------------------------------------------------- conditions

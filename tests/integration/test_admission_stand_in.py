@@ -19,7 +19,14 @@ from admission_proxy import AdmissionProxy, AdmissionRequest, Rejected, namespac
 from admission_reviews import Server
 from aiohttp import web
 from builders import pod
-from webhook_conditions import configuration_documents, matching_rules
+from webhook_conditions import (
+    OUT_OF_BUDGET_MESSAGE,
+    Outcome,
+    configuration_documents,
+    evaluate_conditions,
+    matching_rules,
+    review_request,
+)
 
 from cardquota.webhooks.review import loads
 
@@ -376,6 +383,20 @@ async def test_a_condition_that_cannot_be_evaluated_goes_through_the_failure_pol
         assert body["message"] == f'configmaps "settings" is forbidden: {error}'
         assert body["details"] == {"group": "", "kind": "configmaps", "name": "settings"}
     assert fakes.paths() == []
+
+
+@pytest.mark.parametrize(("budget", "within"), [(6, True), (5, False)])
+def test_the_cost_of_conditions_is_counted_as_the_api_servers_own_test_counts_it(budget: int, within: bool) -> None:
+    """pkg/admission/plugin/cel/condition_test.go (v0.34.0, "test RuntimeCELCostBudge exactly covers"):
+    ``oldObject != null`` and ``object.subsets.size() > 2`` cost 6 together — a budget of 6 holds them, 5 does
+    not."""
+    hook = {"failurePolicy": "Fail", "matchConditions": [
+        {"name": "old", "expression": "oldObject != null"},
+        {"name": "subsets", "expression": "object.subsets.size() > 2"}]}
+    endpoints = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "e"}, "subsets": [{}, {}, {}]}
+    outcome = evaluate_conditions(hook, endpoints, None, review_request(operation="CREATE", user="alice"),
+                                  budget=budget)
+    assert outcome == (Outcome(matches=False) if within else Outcome(matches=False, error=OUT_OF_BUDGET_MESSAGE))
 
 
 async def test_a_false_condition_skips_the_webhook_despite_another_ones_error(
