@@ -68,9 +68,14 @@ def count_of(value: object, default: int) -> int:
 
 
 def job_min_available(spec: Mapping[str, Any], tasks: Sequence[Mapping[str, Any]]) -> int:
-    """A Volcano Job's ``spec.minAvailable``; Volcano's default is every task's replicas (at least 1)."""
-    replicas = sum(count_of(task.get("replicas"), 0) for task in tasks)
-    return count_of(spec.get("minAvailable"), replicas or 1)
+    """A Volcano Job's ``spec.minAvailable``. Unset or 0, Volcano's job mutating webhook sets it to the tasks' own
+    ``minAvailable`` added up, a task's replicas where it sets none (pkg/webhooks/admission/jobs/mutate/
+    mutate_job.go, ``patchDefaultMinAvailable``, v1.8 to v1.15) — at least 1 here. That webhook's configuration
+    sorts after cardquota's, so cardquota's Job mutation sees the Job before Volcano has defaulted it."""
+    written = count_of(spec.get("minAvailable"), 0)
+    if written:
+        return written
+    return sum(count_of(task.get("minAvailable"), count_of(task.get("replicas"), 0)) for task in tasks) or 1
 
 
 def gang_pod_counts(tasks: Sequence[Mapping[str, Any]], min_available: int) -> list[int]:
