@@ -16,8 +16,8 @@ client reading a denial's ``details.causes`` treats ours like the API server's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
@@ -93,22 +93,65 @@ class FieldPath:
 class Violation:
     """Something wrong at ``path`` (``metadata.annotations["volcano.sh/card.quota"]``), of a kind (``reason``),
     said so a person can act (``message``). Built with :func:`invalid`, :func:`required`, … from a
-    :class:`FieldPath`; ``path`` is kept rendered, so it reads and compares as text."""
+    :class:`FieldPath`; ``path`` is kept rendered, so it reads and compares as text.
+
+    ``depends_on`` names the other values the rule read to find it, besides the one at ``path`` (a PodGroup's
+    ``spec.queue`` for "queue X does not exist" depends on its card.request too: the rule is only run for a
+    request); :attr:`inputs` is all of them. Ratcheting carries a violation over an UPDATE only when every input is
+    unchanged. It is not part of what the violation is: two violations at the same path with the same reason and
+    message are equal whatever they depend on (see :meth:`merged` for keeping one of two)."""
 
     path: str
     message: str
     reason: Reason = Reason.INVALID
+    depends_on: tuple[str, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
 
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The paths of every value the violation depends on: its own, then :attr:`depends_on`."""
+        return (self.path, *self.depends_on)
+
+    def depending_on(self, *paths: FieldPath | str) -> Violation:
+        """The same violation, depending on these values too."""
+        more = tuple(text for text in dict.fromkeys(map(str, paths))
+                     if text != self.path and text not in self.depends_on)
+        return Violation(self.path, self.message, self.reason, (*self.depends_on, *more)) if more else self
+
+    def merged(self, other: Violation) -> Violation:
+        """One of two equal violations found by two rules, depending on what either depends on."""
+        return self.depending_on(*other.inputs)
+
     def under(self, prefix: FieldPath | str) -> Violation:
         """The same violation in an object embedding this one at ``prefix`` (a workload's pod template)."""
-        return Violation(f"{prefix}.{self.path}" if self.path else str(prefix), self.message, self.reason)
+        return Violation(_under(prefix, self.path), self.message, self.reason,
+                         tuple(_under(prefix, path) for path in self.depends_on))
 
     def with_message(self, message: str) -> Violation:
         """The same violation said otherwise (with context in front, on one line)."""
-        return Violation(self.path, message, self.reason)
+        return Violation(self.path, message, self.reason, self.depends_on)
+
+
+def _under(prefix: FieldPath | str, path: str) -> str:
+    return f"{prefix}.{path}" if path else str(prefix)
+
+
+def merge_violations(violations: Iterable[Violation], more: Iterable[Violation]) -> list[Violation]:
+    """``violations`` followed by those of ``more`` not among them; one in both (two rules finding the same thing:
+    the card quota's and ``spec.dra``'s missing parent queue) is kept once, in its first place, depending on what
+    either copy depends on."""
+    merged = list(violations)
+    first = {violation: index for index, violation in reversed(list(enumerate(merged)))}
+    for violation in more:
+        index = first.get(violation)
+        if index is None:
+            first[violation] = len(merged)
+            merged.append(violation)
+        else:
+            merged[index] = merged[index].merged(violation)
+    return merged
 
 
 ViolationAt = Callable[[FieldPath | str, str], Violation]
@@ -186,3 +229,131 @@ def shown(name: str) -> str:
     """A name from the input as it goes into a message: as is when printable, JSON-escaped otherwise (so a
     message always stays on one line and shows what was really there)."""
     return name if name.isprintable() and name.strip() == name and name else json.dumps(name)
+
+
+# --- the value a path names ---------------------------------------------------------------------------------------
+
+
+class _Absent:
+    """The value of a path the object does not have (a map without the key, a list without the index)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+def value_at(document: object, path: str) -> object:
+    """The value a rendered :class:`FieldPath` names in a JSON-like document (read as the path was written: ``.name``,
+    ``[0]``, ``["key"]`` as written or JSON-escaped); :data:`ABSENT` when the document has no such value.
+
+    A path is not trusted to fit the document, and nothing raises. Where it goes on past a value that is not the map
+    or list its next step needs, the value is that one: text above all (an annotation's JSON, the scheduler
+    configuration's YAML), which holds what the rest of the path points into; so a path into an annotation names the
+    annotation's text. A path that cannot be read at all names the whole document. The work is linear in the path
+    and in the keys of the maps it passes through."""
+    value = document
+    at = 0
+    while at < len(path):
+        if not isinstance(value, _CONTAINERS):
+            return value
+        step = _step(path, at, value)
+        if step is None:
+            return document
+        found, at = step
+        if found is _NO_STEP:
+            return value
+        value = found
+        if value is ABSENT:
+            return ABSENT
+    return value
+
+
+_CONTAINERS = (*MAPPING_TYPES, *SEQUENCE_TYPES)
+_NO_STEP = object()
+"""What :func:`_step` finds when the step does not fit the value (an index into a map, a field of a list)."""
+
+
+def _step(path: str, at: int, value: Mapping[object, object] | list[object] | tuple[object, ...]
+          ) -> tuple[object, int] | None:
+    """The value one step of ``path`` at ``at`` names in ``value``, and where the next step starts; None when the
+    text there is no step."""
+    if path.startswith("[", at):
+        if path.startswith('["', at):
+            return _keyed(path, at, value) if isinstance(value, MAPPING_TYPES) else (_NO_STEP, at)
+        end = path.find("]", at)
+        if end < 0 or not path[at + 1:end].isdecimal():
+            return None
+        if not isinstance(value, SEQUENCE_TYPES):
+            return _NO_STEP, at
+        index = int(path[at + 1:end])
+        return (value[index] if index < len(value) else ABSENT), end + 1
+    if at > 0:
+        if not path.startswith(".", at):
+            return None
+        at += 1
+    end = min((found for found in (path.find(".", at), path.find("[", at)) if found >= 0), default=len(path))
+    if end == at:
+        return None
+    if not isinstance(value, MAPPING_TYPES):
+        return _NO_STEP, at
+    return value.get(path[at:end], ABSENT), end
+
+
+def _keyed(path: str, at: int, value: Mapping[object, object]) -> tuple[object, int]:
+    """``["key"]`` at ``at``: the key as written (printable keys, :meth:`FieldPath.key`) or JSON-escaped
+    (:meth:`FieldPath.escaped_key`). The likely readings are tried first; when neither is a key of the map, each key
+    is tried against the text (a written key may hold ``"]``), the longest first."""
+    end = path.find('"]', at + 2)
+    if end >= 0 and path[at + 2:end] in value:
+        return value[path[at + 2:end]], end + 2
+    try:
+        key, stop = json.JSONDecoder().raw_decode(path, at + 1)
+    except ValueError:
+        key, stop = None, -1
+    if isinstance(key, str) and path.startswith("]", stop) and key in value:
+        return value[key], stop + 1
+    matches = []
+    for candidate in value:
+        text = candidate if isinstance(candidate, str) else str(candidate)
+        for written_key in (f'["{text}"]', f"[{json.dumps(text)}]"):
+            if path.startswith(written_key, at):
+                matches.append((len(written_key), candidate))
+    if not matches:
+        return ABSENT, len(path)
+    length, candidate = max(matches, key=lambda match: match[0])
+    return value[candidate], at + length
+
+
+def same_value(before: object, after: object) -> bool:
+    """Whether two JSON-like values are the same as JSON reads them: maps with the same keys and values, lists with
+    the same items in order, numbers of the same value (``1`` and ``1.0``; a boolean is not a number), equal text.
+    Iterative: a value nested thousands of levels deep compares without recursion, in time linear in its size."""
+    pending = [(before, after)]
+    while pending:
+        left, right = pending.pop()
+        if left is right:
+            continue
+        if isinstance(left, MAPPING_TYPES):
+            if not isinstance(right, MAPPING_TYPES) or len(left) != len(right):
+                return False
+            for key, item in left.items():
+                if key not in right:
+                    return False
+                pending.append((item, right[key]))
+        elif isinstance(left, SEQUENCE_TYPES):
+            if not isinstance(right, SEQUENCE_TYPES) or len(left) != len(right):
+                return False
+            pending.extend(zip(left, right, strict=True))
+        elif isinstance(left, bool) or isinstance(right, bool):
+            if type(left) is not type(right) or left != right:
+                return False
+        elif isinstance(left, int | float) and isinstance(right, int | float):
+            if left != right:
+                return False
+        elif type(left) is not type(right) or left != right:
+            return False
+    return True

@@ -61,6 +61,13 @@ AFFINITY_TYPOS = {
 }
 
 
+CARD_RULE_INPUTS = (CARD_NAME_PATH, ANNOTATIONS.key(keys.QUEUE_NAME), ANNOTATIONS.key(keys.GROUP_NAME),
+                    FieldPath.of("spec", "schedulerName"), *(FieldPath.of("spec", name) for name in
+                                                             ("containers", "initContainers", "overhead")))
+"""What a card pod's rules read (:func:`_card_rules`): its card.name, its queue (the queue-name annotation, else its
+PodGroup's), its scheduler and what it requests (the effective requests' fields)."""
+
+
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     pod, violations = read_view(Pod.from_manifest, manifest)
@@ -74,6 +81,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     patch: list[PatchOperation] = []
     if pod.card_name is not None:
         card_violations, card_warnings = _card_rules(pod, manifest, snapshot, config)
+        card_violations = [violation.depending_on(*CARD_RULE_INPUTS) for violation in card_violations]
         violations.extend(card_violations)
         warnings.extend(card_warnings)
         if not card_violations and old is None:

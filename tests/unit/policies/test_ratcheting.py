@@ -101,10 +101,23 @@ def test_a_volcano_job_update_ratchets_like_its_podgroup() -> None:
 def test_a_new_problem_beside_a_carried_one_is_still_denied() -> None:
     child = queue("child", {A100: 2}, parent="gone")
     snapshot = cluster(child)
+    bad = copy.deepcopy(child)
+    bad["spec"]["dra"] = {"guarantees": {}}  # a new problem in a value the missing parent does not depend on
+    verdict = admit(bad, child, snapshot, CONFIG)
+    denied_at(verdict, ("spec.dra.guarantees", Reason.NOT_SUPPORTED))
+    assert carried(verdict) == [f'spec.parent: parent queue gone does not exist ({UNCHANGED_NOTE})']
+
+
+def test_a_new_problem_in_a_value_a_carried_one_depends_on_denies_both() -> None:
+    """The missing parent is found because the queue has a card quota: a quota the update writes is judged in full,
+    the missing parent with it."""
+    child = queue("child", {A100: 2}, parent="gone")
+    snapshot = cluster(child)
     bad = updated(child, **{keys.CARD_QUOTA: json.dumps({A100: -1})})
     verdict = admit(bad, child, snapshot, CONFIG)
-    denied_at(verdict, ('metadata.annotations["volcano.sh/card.quota"]', Reason.INVALID))
-    assert carried(verdict) == [f'spec.parent: parent queue gone does not exist ({UNCHANGED_NOTE})']
+    denied_at(verdict, ('metadata.annotations["volcano.sh/card.quota"]', Reason.INVALID),
+              ("spec.parent", Reason.NOT_FOUND))
+    assert carried(verdict) == []
 
 
 @pytest.mark.parametrize("kind", ["queue", "podgroup"])
