@@ -87,10 +87,14 @@ def test_a_label_update_of_a_podgroup_over_a_lowered_quota_is_not_refused_but_ra
     assert not admit(moved, group, snapshot, CONFIG).allowed  # a changed field is judged in full
 
 
+def volcano_job(queue_name: str, request: dict[str, int]) -> dict[str, Any]:
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "ml", "annotations": {keys.CARD_REQUEST: json.dumps(request)}},
+            "spec": {"queue": queue_name, "minAvailable": 1, "tasks": []}}
+
+
 def test_a_volcano_job_update_ratchets_like_its_podgroup() -> None:
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "metadata": {"name": "train", "namespace": "ml", "annotations": {keys.CARD_REQUEST: json.dumps({A100: 8})}},
-           "spec": {"queue": "team-a", "minAvailable": 1, "tasks": []}}
+    job = volcano_job("team-a", {A100: 8})
     snapshot = cluster(queue("team-a", {A100: 2}))
     assert not admit(job, None, snapshot, CONFIG).allowed
     verdict = admit(labelled(job), job, snapshot, CONFIG)
@@ -230,3 +234,74 @@ def test_a_scheduler_configmap_update_that_keeps_its_configuration_is_not_refuse
     good = scheduler_configmap("actions: enqueue, allocate\ntiers:\n- plugins:\n  - name: capacity-card\n")
     assert admit(good, None, snapshot, CONFIG).allowed
     assert not admit(stored, good, snapshot, CONFIG).allowed
+
+
+# ------------------------------------------------------------------------------- ratcheting by value, not by message
+# A violation is carried over an UPDATE only while every value it depends on is unchanged (KEP-4008 compares the
+# value at the error's path between the old and the new object). These messages do not contain the value the update
+# changes ("queue gone does not exist", a JSON syntax error), so comparing messages let each update below through
+# with the violation "already so before this update". Each case failed on the code that compared (path, message).
+
+def with_dra(manifest: dict[str, Any], dra: dict[str, Any]) -> dict[str, Any]:
+    changed = copy.deepcopy(manifest)
+    changed["spec"]["dra"] = dra
+    return changed
+
+
+def card_renamed(manifest: dict[str, Any], card: str) -> dict[str, Any]:
+    return updated(manifest, **{keys.CARD_NAME: card})
+
+
+VGPU = "gpu.nvidia.com"
+GONE_QUEUE = pod("w", namespace="ml", card=A100, gpus=1, queue="gone")
+QUEUE_NAME_PATH = f'metadata.annotations["{keys.QUEUE_NAME}"]'
+CARD_QUOTA = f'metadata.annotations["{keys.CARD_QUOTA}"]'
+BY_VALUE = {  # id: (stored object, the update, where the update is denied)
+    "child-queue-raises-its-quota-while-its-parent-is-gone": (
+        queue("child", {A100: 5}, parent="gone"), queue("child", {A100: 100_000}, parent="gone"),
+        [("spec.parent", Reason.NOT_FOUND)]),
+    "podgroup-raises-its-request-in-a-deleted-queue": (
+        podgroup("pg", namespace="ml", queue="gone", request={A100: 1}),
+        podgroup("pg", namespace="ml", queue="gone", request={A100: 5_000}),
+        [("spec.queue", Reason.NOT_FOUND)]),
+    "a-malformed-quota-swapped-for-another": (
+        queue("team-a", '{"NVIDIA-A100": 4'), queue("team-a", '{"NVIDIA-A100": 100000'),
+        [(CARD_QUOTA, Reason.INVALID)]),
+    "volcano-job-raises-its-request-in-a-deleted-queue": (
+        volcano_job("gone", {A100: 1}), volcano_job("gone", {A100: 5_000}), [("spec.queue", Reason.NOT_FOUND)]),
+    "pending-pod-in-a-deleted-queue-renames-its-card": (
+        GONE_QUEUE, card_renamed(GONE_QUEUE, H100), [(QUEUE_NAME_PATH, Reason.NOT_FOUND)]),
+    "child-queue-raises-its-dra-capability-while-its-parent-is-gone": (
+        with_dra(queue("child", parent="gone"), {"capability": {VGPU: {"count": 4}}}),
+        with_dra(queue("child", parent="gone"), {"capability": {VGPU: {"count": 4_000}}}),
+        [("spec.parent", Reason.NOT_FOUND)]),
+    "a-broken-scheduler-configuration-swapped-for-another": (
+        scheduler_configmap("- enqueue"), scheduler_configmap("- allocate"),
+        [('data["volcano-scheduler.conf"]', Reason.INVALID)]),
+}
+
+
+@pytest.mark.parametrize(("stored", "update", "expected"), BY_VALUE.values(), ids=BY_VALUE.keys())
+def test_an_update_that_changes_a_value_a_violation_depends_on_is_judged_in_full(
+        stored: dict[str, Any], update: dict[str, Any], expected: list[tuple[str, Reason]]) -> None:
+    snapshot = cluster()
+    verdict = admit(update, stored, snapshot, CONFIG)
+    denied_at(verdict, *expected)
+    assert carried(verdict) == []
+    # what ratcheting is for still holds for the same object: labels, and cardquota's own usage annotations
+    for unrelated in (labelled(stored), updated(stored, **USAGE)):
+        verdict = admit(unrelated, stored, snapshot, CONFIG)
+        assert verdict.allowed, verdict.message
+        assert [warning.split(": ", 1)[0] for warning in carried(verdict)] == [path for path, _ in expected]
+
+
+def test_after_a_refused_raise_the_parent_can_be_created_again_with_a_sane_quota() -> None:
+    """The end of the story the message comparison allowed: the child, raised to 100,000 cards while its parent was
+    gone, then blocked re-creating the parent ("10 is below child queue child's quota of 100000")."""
+    child = queue("child", {A100: 5}, parent="org")
+    raised = queue("child", {A100: 100_000}, parent="org")
+    verdict = admit(raised, child, cluster(child), CONFIG)  # org was deleted: the snapshot has the child alone
+    stored = raised if verdict.allowed else child
+    parent = queue("org", {A100: 10})
+    recreated = admit(parent, None, cluster(stored), CONFIG)
+    assert recreated.allowed, recreated.message
