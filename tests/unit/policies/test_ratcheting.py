@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from builders import gpu_node, pod, podgroup, queue
+from hypothesis import assume, event, given
+from hypothesis import strategies as st
 from verdicts import denied_at
 
 from cardquota.core import keys
@@ -305,3 +307,107 @@ def test_after_a_refused_raise_the_parent_can_be_created_again_with_a_sane_quota
     parent = queue("org", {A100: 10})
     recreated = admit(parent, None, cluster(stored), CONFIG)
     assert recreated.allowed, recreated.message
+
+
+# ------------------------------------------------------------------------------------------ the property, fuzzed
+
+Location = tuple[str, ...]
+QUOTA_TEXTS = ['{"NVIDIA-A100": 4}', '{"NVIDIA-A100": 100000}', '{"NVIDIA-A100": 4', '{"NVIDIA-A100": 9',
+               '{"NVIDIA-A100": "four"}', '{"NVIDIA-A100": -1}', "[]", "{}", '{"NVIDIA-H100": 2}']
+REQUEST_TEXTS = [*QUOTA_TEXTS, '{"NVIDIA-A100|NVIDIA-H100": 3}', '{"NVIDIA-A100": 1}']
+VALUES: dict[str, list[Any]] = {
+    keys.CARD_QUOTA: QUOTA_TEXTS, keys.CARD_REQUEST: REQUEST_TEXTS,
+    keys.CARD_NAME: [A100, H100, f"{A100}|{H100}", "A||B", ""],
+    keys.QUEUE_NAME: ["team-a", "gone", "ghost", ""], keys.GROUP_NAME: ["pg", "missing"],
+    keys.CONTAINER_MULTIPLE_GPU: ["1", "1,2", "x"],
+    "volcano.sh/crossquota-scoring-strategy": ["most-allocated", "bogus"],
+    "queue": ["team-a", "gone", "ghost", "", 7], "parent": ["org", "gone", "root", ""],
+    "dra": [{"capability": {VGPU: {"count": 4}}}, {"capability": {VGPU: {"count": 4_000}}}, {"guarantees": {}}, {}],
+    "conf": ["- enqueue", "- allocate", "actions: 1", "tiers: [", "actions: enqueue\ntiers: []\n"],
+}
+FIELDS: dict[str, list[Location]] = {  # per kind, where a value lives: what the fuzzed update changes or removes
+    "Queue": [("metadata", "annotations", keys.CARD_QUOTA), ("spec", "parent"), ("spec", "dra")],
+    "PodGroup": [("metadata", "annotations", keys.CARD_REQUEST), ("spec", "queue")],
+    "Job": [("metadata", "annotations", keys.CARD_REQUEST), ("spec", "queue")],
+    "Pod": [("metadata", "annotations", name) for name in (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME,
+                                                           keys.CONTAINER_MULTIPLE_GPU,
+                                                           "volcano.sh/crossquota-scoring-strategy")],
+    "ConfigMap": [("data", "volcano-scheduler.conf")],
+}
+MISSING_QUEUE_READS: dict[str, set[Location]] = {
+    # the values the "queue/parent queue X does not exist" rules read (for Queues, the card quota's: a spec.dra
+    # without capability does not look for the parent)
+    "Queue": {FIELDS["Queue"][0], FIELDS["Queue"][1]},
+    "PodGroup": set(FIELDS["PodGroup"]), "Job": set(FIELDS["Job"]),
+    "Pod": set(FIELDS["Pod"][:3]),
+}
+FUZZ_CLUSTER = cluster(queue("team-a", {A100: 2}), queue("org", {A100: 10}))
+
+
+def rendered(location: Location) -> str:
+    head, *rest = location
+    if head == "metadata":
+        return f'metadata.annotations["{rest[1]}"]'
+    return f'data["{rest[0]}"]' if head == "data" else ".".join(location)
+
+
+def values_for(location: Location) -> list[Any]:
+    return VALUES.get(location[-1]) or VALUES["conf" if location[0] == "data" else location[-1]]
+
+
+def placed(manifest: dict[str, Any], location: Location, value: Any) -> dict[str, Any]:
+    """A copy with ``value`` at ``location`` (None: removed)."""
+    changed = copy.deepcopy(manifest)
+    parent = changed
+    for name in location[:-1]:
+        parent = parent.setdefault(name, {})
+    if value is None:
+        parent.pop(location[-1], None)
+    else:
+        parent[location[-1]] = value
+    return changed
+
+
+def read(manifest: dict[str, Any], location: Location) -> Any:
+    value: Any = manifest
+    for name in location:
+        value = value.get(name) if isinstance(value, dict) else None
+    return value
+
+
+@st.composite
+def stored_objects(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(sorted(FIELDS)))
+    manifest = {
+        "Queue": lambda: queue("child", parent="org"),
+        "PodGroup": lambda: podgroup("pg", namespace="ml", queue="team-a"),
+        "Job": lambda: volcano_job("team-a", {A100: 1}),
+        "Pod": lambda: pod("w", namespace="ml", card=A100, gpus=1, queue="team-a",
+                           resource=draw(st.sampled_from(["nvidia.com/gpu", "vke.volcengine.com/mgpu-core"]))),
+        "ConfigMap": lambda: scheduler_configmap(BROKEN_CONF),
+    }[kind]()
+    for location in FIELDS[kind]:
+        manifest = placed(manifest, location, draw(st.sampled_from([None, *values_for(location)])))
+    return manifest
+
+
+@given(stored_objects(), st.data())
+def test_an_update_that_changes_a_violating_value_never_carries_that_violation(stored: dict[str, Any],
+                                                                               data: st.DataObject) -> None:
+    """Whatever the object and whatever of its values the update changes or removes (with a label beside, or not):
+    no violation at that value, or inside it, is let through as "already so before this update"; and a missing
+    queue or parent queue is carried only by an update that leaves every value that rule reads as it was."""
+    kind = stored["kind"]
+    location = data.draw(st.sampled_from(FIELDS[kind]))
+    value = data.draw(st.sampled_from([None, *values_for(location)]))
+    assume(read(stored, location) != value)
+    update = placed(labelled(stored) if data.draw(st.booleans()) else stored, location, value)
+    verdict = admit(update, stored, FUZZ_CLUSTER, CONFIG)
+    changed = rendered(location)
+    for warning in carried(verdict):
+        path = warning.split(": ", 1)[0]
+        assert path != changed, warning
+        assert not path.startswith((f"{changed}.", f"{changed}[")), warning
+        if location in MISSING_QUEUE_READS.get(kind, set()):
+            assert "does not exist" not in warning, warning
+    event(f"{kind} {changed}: {'allowed' if verdict.allowed else 'denied'}, {len(carried(verdict))} carried")
