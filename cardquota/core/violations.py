@@ -16,7 +16,7 @@ client reading a denial's ``details.causes`` treats ours like the API server's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -331,29 +331,38 @@ def _keyed(path: str, at: int, value: Mapping[object, object]) -> tuple[object, 
 def same_value(before: object, after: object) -> bool:
     """Whether two JSON-like values are the same as JSON reads them: maps with the same keys and values, lists with
     the same items in order, numbers of the same value (``1`` and ``1.0``; a boolean is not a number), equal text.
-    Iterative: a value nested thousands of levels deep compares without recursion, in time linear in its size."""
-    pending = [(before, after)]
+    Without recursion, in time linear in the values and memory linear in their depth (one iterator per level): a
+    value nested thousands of levels deep, or a list of a million containers, compares."""
+    pending: list[Iterator[tuple[object, object]]] = [iter(((before, after),))]
     while pending:
-        left, right = pending.pop()
+        pair = next(pending[-1], None)
+        if pair is None:
+            pending.pop()
+            continue
+        left, right = pair
         if left is right:
             continue
         if isinstance(left, MAPPING_TYPES):
             if not isinstance(right, MAPPING_TYPES) or len(left) != len(right):
                 return False
-            for key, item in left.items():
-                if key not in right:
-                    return False
-                pending.append((item, right[key]))
+            pending.append(_by_key(left, right))
         elif isinstance(left, SEQUENCE_TYPES):
             if not isinstance(right, SEQUENCE_TYPES) or len(left) != len(right):
                 return False
-            pending.extend(zip(left, right, strict=True))
-        elif isinstance(left, bool) or isinstance(right, bool):
-            if type(left) is not type(right) or left != right:
-                return False
-        elif isinstance(left, int | float) and isinstance(right, int | float):
-            if left != right:
-                return False
-        elif type(left) is not type(right) or left != right:
+            pending.append(zip(left, right, strict=True))
+        elif not _same_scalar(left, right):
             return False
     return True
+
+
+def _by_key(left: Mapping[object, object], right: Mapping[object, object]) -> Iterator[tuple[object, object]]:
+    for key, item in left.items():
+        yield item, right.get(key, ABSENT)
+
+
+def _same_scalar(left: object, right: object) -> bool:
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    return type(left) is type(right) and left == right
