@@ -16,6 +16,7 @@ client reading a denial's ``details.causes`` treats ours like the API server's.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -255,6 +256,11 @@ def value_at(document: object, path: str) -> object:
     configuration's YAML), which holds what the rest of the path points into; so a path into an annotation names the
     annotation's text. A path that cannot be read at all names the whole document. The work is linear in the path
     and in the keys of the maps it passes through."""
+    steps = _plain_steps(path)
+    if steps is not None:
+        found = _walk(document, steps)
+        if found is not _UNPLAIN:
+            return found
     value = document
     at = 0
     while at < len(path):
@@ -273,6 +279,59 @@ def value_at(document: object, path: str) -> object:
 
 
 _CONTAINERS = (*MAPPING_TYPES, *SEQUENCE_TYPES)
+
+
+_UNPLAIN = object()
+"""What :func:`_walk` returns when the steps cannot say (the path is read again the slow way)."""
+
+
+def _walk(document: object, steps: tuple[str | int, ...]) -> object:
+    value = document
+    for step in steps:
+        if isinstance(step, str) and isinstance(value, MAPPING_TYPES):
+            found = value.get(step, ABSENT)
+            if found is ABSENT:  # a key that is not text (a YAML map's 7, rendered "7") is found by the slow reader
+                return ABSENT if all(isinstance(key, str) for key in value) else _UNPLAIN
+            value = found
+        elif isinstance(step, int) and isinstance(value, SEQUENCE_TYPES):
+            if step >= len(value):
+                return ABSENT
+            value = value[step]
+        else:  # text holding the rest of the path, or a step that does not fit the value
+            return value
+    return value
+
+
+_PLAIN_STEP = re.compile(r'\.?([^.\["\\]+)|\[([0-9]+)\]|\["([^"\\]*)"\]')
+"""One step of a path with nothing to tell apart: ``.name``, ``[0]``, or ``["key"]`` with no quote or backslash in
+the key (then the key as written and as JSON read the same)."""
+_PLAIN_PATHS: dict[str, tuple[str | int, ...] | None] = {}
+MAX_PLAIN_PATHS = 4_096
+"""Paths remembered as steps (the table is emptied when full; only paths of up to 1,024 characters are kept): a
+Job's violations repeat a handful of paths per task, and each is read in the old and the new object."""
+
+
+def _plain_steps(path: str) -> tuple[str | int, ...] | None:
+    """The steps of a path made only of plain steps (see :data:`_PLAIN_STEP`), or None."""
+    found = _PLAIN_PATHS.get(path, ())
+    if found != ():
+        return found
+    steps: list[str | int] | None = []
+    at = 0
+    while at < len(path) and steps is not None:
+        match = _PLAIN_STEP.match(path, at)
+        if match is None or (match[1] is not None and (at == 0) == path.startswith(".", at)):
+            steps = None
+            break
+        name, index, key = match.groups()
+        steps.append(int(index) if index is not None else (name if name is not None else key))
+        at = match.end()
+    plain = tuple(steps) if steps is not None else None
+    if len(path) <= 1_024:
+        if len(_PLAIN_PATHS) >= MAX_PLAIN_PATHS:
+            _PLAIN_PATHS.clear()
+        _PLAIN_PATHS[path] = plain
+    return plain
 _NO_STEP = object()
 """What :func:`_step` finds when the step does not fit the value (an index into a map, a field of a list)."""
 

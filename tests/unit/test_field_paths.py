@@ -183,6 +183,7 @@ DOCUMENT: dict[str, Any] = {
     "spec": {"parent": "org", "tasks": [{"template": {"spec": {"containers": []}}}], "dra": {"capability": {
         "gpu.example.com": {"count": 4}}}, "replicas": 3},
     "data": {"volcano-scheduler.conf": "actions: enqueue"},
+    "yaml": {7: "seven", "x": 1},  # a map read from YAML: a key need not be text
 }
 
 
@@ -197,6 +198,8 @@ DOCUMENT: dict[str, Any] = {
     ('spec.dra.capability["gpu.example.com"].count', 4),
     ("spec.tasks[0].template.spec.containers", []),
     ("spec.parent", "org"),
+    ('yaml["7"]', "seven"),
+    ('yaml["8"]', ABSENT),
     ('metadata.annotations["volcano.sh/card.request"]', ABSENT),
     ("spec.queue", ABSENT),
     ("spec.tasks[3].template", ABSENT),
