@@ -117,9 +117,12 @@ class Violation:
 
     def depending_on(self, *paths: FieldPath | str) -> Violation:
         """The same violation, depending on these values too."""
-        more = tuple(text for text in dict.fromkeys(map(str, paths))
-                     if text != self.path and text not in self.depends_on)
-        return Violation(self.path, self.message, self.reason, (*self.depends_on, *more)) if more else self
+        depends_on = self.depends_on
+        for path in paths:
+            text = path if isinstance(path, str) else path.text
+            if text != self.path and text not in depends_on:
+                depends_on = (*depends_on, text)
+        return self if depends_on is self.depends_on else Violation(self.path, self.message, self.reason, depends_on)
 
     def merged(self, other: Violation) -> Violation:
         """One of two equal violations found by two rules, depending on what either depends on."""
