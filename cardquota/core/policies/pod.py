@@ -14,7 +14,8 @@ A card pod (``volcano.sh/card.name``):
 * on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation, the crossquota scoring
   strategy or ``container-multiple-gpu`` changes: the others the rules read are in the immutable spec):
   ``card.name`` of a pod bound to a node cannot change (its cards are counted under the name it was bound with); the
-  other rules are ratcheted (a violation the pod already had is a warning).
+  other rules are ratcheted (a violation the pod already had is a warning while the update leaves every value it
+  depends on as it was: :data:`CARD_RULE_INPUTS` for the card rules).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
 """

@@ -1,7 +1,8 @@
 """UPDATEs of the fail-closed kinds (Queue, PodGroup, Volcano Job, the scheduler ConfigMap) are judged on what they
 change (ratcheting, as Kubernetes does for CRD validation, KEP-4008): a violation already there before the update is
-a warning, a value the update sets or changes is judged in full; lowering a queue's quota warns with the numbers.
-Each case first failed on the code before ratcheting (every UPDATE was judged as a CREATE)."""
+a warning while every value it depends on is unchanged, a value the update sets or changes is judged in full;
+lowering a queue's quota warns with the numbers. Each case first failed on the code before ratcheting (every UPDATE
+was judged as a CREATE); those under "ratcheting by value" failed on the code that compared messages."""
 
 from __future__ import annotations
 
