@@ -283,9 +283,40 @@ def value_at(document: object, path: str) -> object:
 
 _CONTAINERS = (*MAPPING_TYPES, *SEQUENCE_TYPES)
 
+# Most paths are plain: read once into steps (remembered), then walked without reading the text again.
 
+_PLAIN_STEP = re.compile(r'\.?([^.\[\]"\\]+)|\[([0-9]+)\]|\["([^"\\]*)"\]')
+"""One step of a path with nothing to tell apart: ``.name``, ``[0]``, or ``["key"]`` with no quote or backslash in
+the key (then the key as written and as JSON read the same)."""
+_PLAIN_PATHS: dict[str, tuple[str | int, ...] | None] = {}
+MAX_PLAIN_PATHS = 4_096
+"""Paths remembered as steps, or as not plain (the table is emptied when full; only paths of up to
+:data:`MAX_PLAIN_PATH` characters are kept): a Job's violations repeat a handful of paths per task, and each is read
+in the old and the new object."""
+MAX_PLAIN_PATH = 512
 _UNPLAIN = object()
-"""What :func:`_walk` returns when the steps cannot say (the path is read again the slow way)."""
+"""What :func:`_walk` finds when the steps cannot say (the path is read again the slow way)."""
+
+
+def _plain_steps(path: str) -> tuple[str | int, ...] | None:
+    """The steps of a path made only of plain steps (see :data:`_PLAIN_STEP`), or None."""
+    if path in _PLAIN_PATHS:
+        return _PLAIN_PATHS[path]
+    steps: list[str | int] = []
+    at = 0
+    while at < len(path):
+        match = _PLAIN_STEP.match(path, at)
+        if match is None or (match[1] is not None and (at == 0) == path.startswith(".", at)):
+            break  # (a name: without a dot first, after one later)
+        name, index, key = match.groups()
+        steps.append(int(index) if index is not None else (name if name is not None else key))
+        at = match.end()
+    plain = tuple(steps) if at == len(path) else None
+    if len(path) <= MAX_PLAIN_PATH:
+        if len(_PLAIN_PATHS) >= MAX_PLAIN_PATHS:
+            _PLAIN_PATHS.clear()
+        _PLAIN_PATHS[path] = plain
+    return plain
 
 
 def _walk(document: object, steps: tuple[str | int, ...]) -> object:
@@ -293,7 +324,7 @@ def _walk(document: object, steps: tuple[str | int, ...]) -> object:
     for step in steps:
         if isinstance(step, str) and isinstance(value, MAPPING_TYPES):
             found = value.get(step, ABSENT)
-            if found is ABSENT:  # a key that is not text (a YAML map's 7, rendered "7") is found by the slow reader
+            if found is ABSENT:  # a key that is not text (a YAML map's 7, rendered "7") is found the slow way
                 return ABSENT if all(isinstance(key, str) for key in value) else _UNPLAIN
             value = found
         elif isinstance(step, int) and isinstance(value, SEQUENCE_TYPES):
@@ -305,38 +336,11 @@ def _walk(document: object, steps: tuple[str | int, ...]) -> object:
     return value
 
 
-_PLAIN_STEP = re.compile(r'\.?([^.\["\\]+)|\[([0-9]+)\]|\["([^"\\]*)"\]')
-"""One step of a path with nothing to tell apart: ``.name``, ``[0]``, or ``["key"]`` with no quote or backslash in
-the key (then the key as written and as JSON read the same)."""
-_PLAIN_PATHS: dict[str, tuple[str | int, ...] | None] = {}
-MAX_PLAIN_PATHS = 4_096
-"""Paths remembered as steps (the table is emptied when full; only paths of up to 1,024 characters are kept): a
-Job's violations repeat a handful of paths per task, and each is read in the old and the new object."""
+# Any other path is read against the document, one step at a time: a key written as is may hold "] or a quote.
 
-
-def _plain_steps(path: str) -> tuple[str | int, ...] | None:
-    """The steps of a path made only of plain steps (see :data:`_PLAIN_STEP`), or None."""
-    found = _PLAIN_PATHS.get(path, ())
-    if found != ():
-        return found
-    steps: list[str | int] | None = []
-    at = 0
-    while at < len(path) and steps is not None:
-        match = _PLAIN_STEP.match(path, at)
-        if match is None or (match[1] is not None and (at == 0) == path.startswith(".", at)):
-            steps = None
-            break
-        name, index, key = match.groups()
-        steps.append(int(index) if index is not None else (name if name is not None else key))
-        at = match.end()
-    plain = tuple(steps) if steps is not None else None
-    if len(path) <= 1_024:
-        if len(_PLAIN_PATHS) >= MAX_PLAIN_PATHS:
-            _PLAIN_PATHS.clear()
-        _PLAIN_PATHS[path] = plain
-    return plain
 _NO_STEP = object()
 """What :func:`_step` finds when the step does not fit the value (an index into a map, a field of a list)."""
+_DECODER = json.JSONDecoder()
 
 
 def _step(path: str, at: int, value: Mapping[object, object] | list[object] | tuple[object, ...]
@@ -373,7 +377,7 @@ def _keyed(path: str, at: int, value: Mapping[object, object]) -> tuple[object, 
     if end >= 0 and path[at + 2:end] in value:
         return value[path[at + 2:end]], end + 2
     try:
-        key, stop = json.JSONDecoder().raw_decode(path, at + 1)
+        key, stop = _DECODER.raw_decode(path, at + 1)
     except ValueError:
         key, stop = None, -1
     if isinstance(key, str) and path.startswith("]", stop) and key in value:

@@ -308,3 +308,13 @@ def test_equal_violations_of_two_rules_are_kept_once_depending_on_both() -> None
     merged = merge_violations([card, other], [dra, other])
     assert merged == [card, other]
     assert merged[0].inputs == ("spec.parent", "card.quota", "spec.dra.capability")
+
+
+def test_the_paths_remembered_stay_bounded() -> None:
+    from cardquota.core import violations
+
+    for index in range(1, violations.MAX_PLAIN_PATHS + 10):
+        assert value_at(DOCUMENT, f"spec.tasks[{index}]") is ABSENT
+    value_at(DOCUMENT, "spec." + "x" * (violations.MAX_PLAIN_PATH + 1))
+    assert len(violations._PLAIN_PATHS) <= violations.MAX_PLAIN_PATHS
+    assert all(len(path) <= violations.MAX_PLAIN_PATH for path in violations._PLAIN_PATHS)
