@@ -155,3 +155,30 @@ async def test_what_the_mutating_webhook_makes_of_a_write_is_what_is_stored(volc
     assert "over-committed" in warning
     assert [(name, allowed) for name, user, allowed in proxy.calls if user == "alice"] == [
         ("queues.mutate.cardquota.io", True), ("queues.validate.cardquota.io", True)] * 2
+
+
+async def test_a_child_whose_parent_is_gone_takes_labels_but_cannot_raise_its_quota(volcano_kmock: Any,
+                                                                                     tmp_path: Path) -> None:
+    """Through the API server's path: the missing parent is carried over a label update, not over an update that
+    raises the quota it is about (comparing messages let 2 → 100,000 through, "already so before this update")."""
+    seed(volcano_kmock)
+    headers = {"Authorization": "Bearer alice-token", "Content-Type": "application/merge-patch+json"}
+    async with proxied(volcano_kmock, tmp_path, configuration_documents()) as (proxy, url, ports), \
+            operator_running(volcano_kmock, tmp_path, api_url=url, token="operator-token") as served, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as alice:
+        ports.extend(served)
+        labelled = {"metadata": {"labels": {"team": "vision"},
+                                 "annotations": {"volcano.sh/card.note": "x"}}}  # an annotation: the webhook is called
+        async with alice.patch(url + queue_path("child"), data=json.dumps(labelled), headers=headers) as reply:
+            assert reply.status == 200, await reply.text()
+        raised = {"metadata": {"annotations": {"volcano.sh/card.quota": json.dumps({A100: 100_000})}}}
+        async with alice.patch(url + queue_path("child"), data=json.dumps(raised), headers=headers) as reply:
+            assert reply.status == 403
+            message = (await reply.json())["message"]
+    assert message == ('admission webhook "queues.validate.cardquota.io" denied the request: spec.parent: parent '
+                       "queue gone does not exist")
+    stored = volcano_kmock.objects[QUEUES, None, "child"]["metadata"]["annotations"]["volcano.sh/card.quota"]
+    assert json.loads(stored) == {A100: 2}
+    assert [(name, allowed) for name, user, allowed in proxy.calls if user == "alice"] == [
+        ("queues.validate.cardquota.io", True), ("queues.mutate.cardquota.io", True),
+        ("queues.validate.cardquota.io", False)]

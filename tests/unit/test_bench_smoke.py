@@ -44,6 +44,17 @@ def test_ledger_bench_reports_both_ratios() -> None:
     assert lines[2].startswith("2. one pod event:")
 
 
+def test_ratcheting_bench_reports_every_case() -> None:
+    result = subprocess.run([sys.executable, "bench/ratcheting.py", "--tasks", "8", "--containers", "8", "--repeats",
+                             "1"], cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("UPDATE carrying every violation vs CREATE of the same object")
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "queue, parent gone", "podgroup, queue gone", "realistic pod, queue gone", "job, 8 tasks with mGPU violations",
+        "pod, 8 containers with mGPU violations"]
+    assert all("carried warnings" in line for line in lines[1:])
+
+
 def test_extender_bench_reports_latency_and_simulate_figures() -> None:
     result = subprocess.run([sys.executable, "bench/extender.py", "--nodes", "30", "--calls", "2", "--sim-pods", "50",
                              "--sim-nodes", "10"], cwd=REPO, capture_output=True, text=True, check=True, timeout=180)

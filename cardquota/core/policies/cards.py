@@ -207,12 +207,23 @@ def _kind_of(card_type: str) -> str:
     return "mps" if _MPS_TYPE in card_type else _WHOLE
 
 
+QUEUE_PATH = FieldPath.of("spec", "queue")
+"""A PodGroup's or Volcano Job's queue."""
+
+
 def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot: ClusterSnapshot,
                           path: FieldPath | str) -> tuple[list[Violation], list[str]]:
     """Can this card request ever be admitted by its queue? Current usage never denies (that is pending).
 
     Linear in the request, at C speed per alternative; at most one warning per rule (unknown types, alternatives
-    without quota), each naming a few and counting the rest."""
+    without quota), each naming a few and counting the rest. Every violation depends on the request (at ``path``)
+    and on the queue's name (``spec.queue``), wherever it is reported."""
+    violations, warnings = _request_against_queue(request, queue_name, snapshot, path)
+    return [violation.depending_on(path, QUEUE_PATH) for violation in violations], warnings
+
+
+def _request_against_queue(request: Mapping[str, int], queue_name: str, snapshot: ClusterSnapshot,
+                           path: FieldPath | str) -> tuple[list[Violation], list[str]]:
     violations: list[Violation] = []
     warnings: list[str] = []
     catalog = snapshot.catalog()
@@ -227,7 +238,7 @@ def request_against_queue(request: Mapping[str, int], queue_name: str, snapshot:
     record = snapshot.queues.get(queue_name)
     if record is None:
         if snapshot.complete:
-            violations.append(not_found(FieldPath.of("spec", "queue"), f"queue {shown(queue_name)} does not exist"))
+            violations.append(not_found(QUEUE_PATH, f"queue {shown(queue_name)} does not exist"))
         else:
             warnings.append(f"card.request against queue {shown(queue_name)}'s quota not checked: the queue is not "
                             "in the snapshot (pass --cluster with it)")

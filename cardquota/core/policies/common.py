@@ -13,7 +13,7 @@ from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
-from cardquota.core.violations import Violation, invalid
+from cardquota.core.violations import Violation, invalid, same_value, value_at
 
 View = TypeVar("View")
 
@@ -25,7 +25,9 @@ def read_view(build: Callable[[Manifest], View], manifest: Manifest) -> tuple[Vi
     try:
         return build(manifest), []
     except InputError as error:
-        return None, [invalid(error.where or "object", error.message)]
+        if error.where:
+            return None, [invalid(error.where, error.message)]
+        return None, [invalid("object", error.message).depending_on("")]  # no field named: the whole object
 
 
 def annotations_of(manifest: object) -> Mapping[Any, Any]:
@@ -45,13 +47,17 @@ UNCHANGED_NOTE = "already so before this update, so not denied"
 
 def ratcheting(admit: Admit) -> Admit:
     """The policy with UPDATEs ratcheted, as Kubernetes ratchets CRD validation (KEP-4008): an update is judged on
-    what it changes. A violation the old object has too — the same field path and message, the old object judged
-    against the same cluster — is a warning, not a denial: the value is stored already (a quota the cluster
-    outgrew, a parent queue deleted since, a request above a quota lowered since), and refusing would only block
-    unrelated writes (labels, annotations, status bookkeeping, cardquota's own usage annotations). A value the
-    update sets or changes is judged in full. CREATE is unchanged; the old object is judged only when the new one
-    has a violation. A denial carries no patch, so an update let through this way is not mutated (the canonical
-    quota form, a Job's derived card.request wait for an update with nothing carried over)."""
+    what it changes. A violation is a warning, not a denial, when the update leaves every value it depends on as it
+    was (:attr:`Violation.inputs`: the value at its field path — an annotation's text, a field's value — and the
+    others its rule read, compared by :func:`same_value`) and the old object, judged against the same cluster, has
+    it too (same path, reason and message). Such a value is stored already (a quota the cluster outgrew, a parent
+    queue deleted since, a request above a quota lowered since), and refusing would only block unrelated writes
+    (labels, annotations, status bookkeeping, cardquota's own usage annotations). A violation any of whose values
+    the update sets, changes or removes is judged in full: a child queue whose parent is gone cannot raise its
+    quota, a PodGroup in a deleted queue cannot raise its request, a malformed quota cannot be swapped for another.
+    CREATE is unchanged; the old object is judged only when the new one has a violation. A denial carries no patch,
+    so an update let through this way is not mutated (the canonical quota form, a Job's derived card.request wait
+    for an update with nothing carried over)."""
 
     @functools.wraps(admit)
     def ratcheted(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot,
@@ -60,10 +66,29 @@ def ratcheting(admit: Admit) -> Admit:
         if verdict.allowed or old is None:
             return verdict
         before = set(admit(old, None, snapshot, config).violations)
-        carried = [violation for violation in verdict.violations if violation in before]
+        unchanged = _Unchanged(old, manifest)
+        carried: list[Violation] = []
+        new: list[Violation] = []
+        for violation in verdict.violations:
+            kept = violation in before and all(map(unchanged, violation.inputs))
+            (carried if kept else new).append(violation)
         if not carried:
             return verdict
-        new = [violation for violation in verdict.violations if violation not in before]
         return decide(new, [*(f"{violation} ({UNCHANGED_NOTE})" for violation in carried), *verdict.warnings])
 
     return ratcheted
+
+
+class _Unchanged:
+    """Whether the value at a path is the same in the old and the new object, each path compared once per update
+    (many violations share one: a Job's tasks, a quota's entries)."""
+
+    def __init__(self, old: Manifest, new: Manifest) -> None:
+        self.old, self.new = old, new
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, path: str) -> bool:
+        found = self.known.get(path)
+        if found is None:
+            found = self.known[path] = same_value(value_at(self.old, path), value_at(self.new, path))
+        return found

@@ -41,6 +41,8 @@ from cardquota.core.policies.common import skipped
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.violations import FieldPath, Violation, invalid, not_found, not_supported, shown, type_name
 
+PARENT_PATH = FieldPath.of("spec", "parent")
+
 
 def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple[list[Violation], list[str]]:
     """(violations, warnings) for a Queue manifest's ``spec.dra``; ([], []) when it has none."""
@@ -60,7 +62,8 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
                 f"unknown field {name_of(key)} (spec.dra has capability, deserved and guarantee)",
             ))
     sections = {section: read_quotas(dra.get(section), DRA_PATH.child(section), violations) for section in SECTIONS}
-    violations.extend(_order_violations(sections))
+    # a bound is judged against the other sections' bounds of its class: it depends on all of spec.dra
+    violations.extend(violation.depending_on(DRA_PATH) for violation in _order_violations(sections))
     warnings: list[str] = []
     capability = sections[CAPABILITY]
     if capability:
@@ -68,7 +71,8 @@ def dra_violations(queue: Mapping[str, Any], snapshot: ClusterSnapshot) -> tuple
         parent = spec.get("parent")
         if isinstance(parent, str) and parent and parent != name:
             parent_violations, parent_warnings = _parent_violations(parent, capability, snapshot)
-            violations.extend(parent_violations)
+            violations.extend(violation.depending_on(PARENT_PATH, DRA_PATH.child(CAPABILITY))
+                              for violation in parent_violations)
             warnings.extend(parent_warnings)
         if name is not None:
             # Against the children the snapshot holds; like the card-quota rule, no warning for those it lacks.
@@ -119,7 +123,7 @@ def _parent_violations(parent: str, capability: Quotas,
             return [], []
         if snapshot.complete:
             # Worded as the card-quota hierarchy rule words it, so the Queue policy shows it once.
-            return [not_found(FieldPath.of("spec", "parent"), f"parent queue {shown(parent)} does not exist")], []
+            return [not_found(PARENT_PATH, f"parent queue {shown(parent)} does not exist")], []
         return [], [skipped(f"{DRA_PATH}.capability against parent queue {shown(parent)}")]
     limits = read_quotas(record.queue.dra.get(CAPABILITY))
     violations = []

@@ -67,7 +67,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
                     task.card_name_path,
                     f"task {shown(task.name)} uses {', '.join(map(shown, missing))}, which the Job's "
                     f"{keys.CARD_REQUEST} does not request",
-                ))
+                ).depending_on(CARD_REQUEST_PATH))
     warnings: list[str] = [*_template_pod_warnings(manifest)]
     full: dict[str, int] = {}
     if not request.present and tasks:
@@ -77,7 +77,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
             patch = set_annotation(manifest, keys.CARD_REQUEST, json.dumps(wanted, separators=(",", ":")))
     if wanted and header.queue_ok and request.ok:
         fit, fit_warnings = request_against_queue(wanted, header.queue, snapshot, CARD_REQUEST_PATH)
-        violations.extend(fit)
+        # a request derived from the tasks depends on them, their replicas and minAvailable: on the whole spec
+        violations.extend(fit if request.present else [violation.depending_on(SPEC) for violation in fit])
         warnings.extend(fit_warnings)
         if full and not fit and full != wanted:
             warnings.extend(_elastic_warnings(wanted, full, tasks, header.queue, snapshot))
@@ -94,7 +95,8 @@ class _CardTask:
         self.card_name_path = _card_name_path(TASKS.index(index))
 
 
-TASKS = FieldPath.of("spec", "tasks")
+SPEC = FieldPath.of("spec")
+TASKS = SPEC.child("tasks")
 
 
 def _card_name_path(task: FieldPath) -> FieldPath:
@@ -141,7 +143,8 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
         except InputError as error:
             violations.append(invalid(error.where, error.message))
             continue
-        violations.extend(card_name_resource_violations(card_name, requests, catalog, card_path,
+        violations.extend(violation.depending_on(path.child("template", "spec")) for violation in
+                          card_name_resource_violations(card_name, requests, catalog, card_path,
                                                         f"task {shown(name)}'s pod template"))
         found.append(_CardTask(name, index, card_name, replicas, pending_cards(requests, catalog.resources)))
     return found, violations

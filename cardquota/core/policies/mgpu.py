@@ -87,7 +87,12 @@ def may_break_mgpu_rules(annotations: Mapping[str, str], requests: Mapping[str, 
 
 
 def mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
-    """Every mGPU rule the pod breaks; empty for a pod with no mGPU request and no container-multiple-gpu."""
+    """Every mGPU rule the pod breaks; empty for a pod with no mGPU request and no container-multiple-gpu. The rules
+    read the container-multiple-gpu annotation and ``spec.containers``: each violation depends on both."""
+    return [violation.depending_on(MULTIPLE_GPU_PATH, CONTAINERS) for violation in _mgpu_violations(pod)]
+
+
+def _mgpu_violations(pod: Mapping[str, Any]) -> list[Violation]:
     annotation = _multiple_gpu_annotation(pod)
     if annotation is None and not _mentions_mgpu(pod):
         return []  # the admission hot path: most pods have nothing to do with mGPU

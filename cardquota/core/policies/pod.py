@@ -14,7 +14,8 @@ A card pod (``volcano.sh/card.name``):
 * on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation, the crossquota scoring
   strategy or ``container-multiple-gpu`` changes: the others the rules read are in the immutable spec):
   ``card.name`` of a pod bound to a node cannot change (its cards are counted under the name it was bound with); the
-  other rules are ratcheted (a violation the pod already had is a warning).
+  other rules are ratcheted (a violation the pod already had is a warning while the update leaves every value it
+  depends on as it was: :data:`CARD_RULE_INPUTS` for the card rules).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
 """
@@ -61,6 +62,13 @@ AFFINITY_TYPOS = {
 }
 
 
+CARD_RULE_INPUTS = (CARD_NAME_PATH, ANNOTATIONS.key(keys.QUEUE_NAME), ANNOTATIONS.key(keys.GROUP_NAME),
+                    FieldPath.of("spec", "schedulerName"), *(FieldPath.of("spec", name) for name in
+                                                             ("containers", "initContainers", "overhead")))
+"""What a card pod's rules read (:func:`_card_rules`): its card.name, its queue (the queue-name annotation, else its
+PodGroup's), its scheduler and what it requests (the effective requests' fields)."""
+
+
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     pod, violations = read_view(Pod.from_manifest, manifest)
@@ -74,6 +82,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     patch: list[PatchOperation] = []
     if pod.card_name is not None:
         card_violations, card_warnings = _card_rules(pod, manifest, snapshot, config)
+        card_violations = [violation.depending_on(*CARD_RULE_INPUTS) for violation in card_violations]
         violations.extend(card_violations)
         warnings.extend(card_warnings)
         if not card_violations and old is None:

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from cardquota.core import keys
 from cardquota.core.objects import Manifest, ObjectMeta, read_meta
-from cardquota.core.policies.cards import CARD_REQUEST_PATH, request_against_queue
+from cardquota.core.policies.cards import CARD_REQUEST_PATH, QUEUE_PATH, request_against_queue
 from cardquota.core.policies.common import ratcheting, read_view
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quota import CardAmounts, card_request
 from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
-from cardquota.core.violations import FieldPath, Violation, invalid
+from cardquota.core.violations import Violation, invalid
 
 
 @dataclass
@@ -62,5 +62,5 @@ def spec_queue(manifest: Manifest) -> tuple[str, list[Violation]]:
     if queue is None or queue == "":
         return keys.DEFAULT_QUEUE, []
     if not isinstance(queue, str):
-        return keys.DEFAULT_QUEUE, [invalid(FieldPath.of("spec", "queue"), "must be a string")]
+        return keys.DEFAULT_QUEUE, [invalid(QUEUE_PATH, "must be a string")]
     return queue, []

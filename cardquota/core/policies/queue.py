@@ -26,11 +26,11 @@ from cardquota.core.objects import Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
 from cardquota.core.policies.common import annotations_of, ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.policies.dra import dra_violations
+from cardquota.core.policies.dra import PARENT_PATH, dra_violations
 from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
-from cardquota.core.violations import FieldPath, Violation, invalid, not_found, shown
+from cardquota.core.violations import Violation, invalid, merge_violations, not_found, shown
 
 ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
@@ -51,7 +51,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     violations.extend(hierarchy_violations)
     warnings.extend(hierarchy_warnings)
     dra_found, dra_warnings = dra_violations(manifest, snapshot)
-    violations.extend(violation for violation in dra_found if violation not in violations)
+    violations = merge_violations(violations, dra_found)  # a parent both rules find missing: said once
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
@@ -133,8 +133,9 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
         parent = snapshot.queues.get(queue.parent)
         if parent is None:
             if snapshot.complete:
-                violations.append(not_found(FieldPath.of("spec", "parent"),
-                                            f"parent queue {shown(queue.parent)} does not exist"))
+                # found only for a queue with a card quota, and about that quota: it depends on it too
+                violations.append(not_found(PARENT_PATH, f"parent queue {shown(queue.parent)} does not exist")
+                                  .depending_on(CARD_QUOTA_PATH))
             else:
                 warnings.append(skipped(f"card quota against parent queue {shown(queue.parent)}"))
         elif parent.quota.present:
@@ -144,7 +145,7 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
                     violations.append(invalid(
                         CARD_QUOTA_PATH,
                         f"{shown(card)} quota {amount} exceeds parent queue {shown(queue.parent)}'s quota of {limit}",
-                    ))
+                    ).depending_on(PARENT_PATH))
     if quota.present and quota.ok:
         for child in snapshot.children_of(queue.name):
             if child.queue.name == queue.name or not child.quota.present:

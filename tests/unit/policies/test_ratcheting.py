@@ -1,7 +1,8 @@
 """UPDATEs of the fail-closed kinds (Queue, PodGroup, Volcano Job, the scheduler ConfigMap) are judged on what they
 change (ratcheting, as Kubernetes does for CRD validation, KEP-4008): a violation already there before the update is
-a warning, a value the update sets or changes is judged in full; lowering a queue's quota warns with the numbers.
-Each case first failed on the code before ratcheting (every UPDATE was judged as a CREATE)."""
+a warning while every value it depends on is unchanged, a value the update sets or changes is judged in full;
+lowering a queue's quota warns with the numbers. Each case first failed on the code before ratcheting (every UPDATE
+was judged as a CREATE); those under "ratcheting by value" failed on the code that compared messages."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 from builders import gpu_node, pod, podgroup, queue
+from hypothesis import assume, event, given
+from hypothesis import strategies as st
 from verdicts import denied_at
 
 from cardquota.core import keys
@@ -87,10 +90,14 @@ def test_a_label_update_of_a_podgroup_over_a_lowered_quota_is_not_refused_but_ra
     assert not admit(moved, group, snapshot, CONFIG).allowed  # a changed field is judged in full
 
 
+def volcano_job(queue_name: str, request: dict[str, int]) -> dict[str, Any]:
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "ml", "annotations": {keys.CARD_REQUEST: json.dumps(request)}},
+            "spec": {"queue": queue_name, "minAvailable": 1, "tasks": []}}
+
+
 def test_a_volcano_job_update_ratchets_like_its_podgroup() -> None:
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "metadata": {"name": "train", "namespace": "ml", "annotations": {keys.CARD_REQUEST: json.dumps({A100: 8})}},
-           "spec": {"queue": "team-a", "minAvailable": 1, "tasks": []}}
+    job = volcano_job("team-a", {A100: 8})
     snapshot = cluster(queue("team-a", {A100: 2}))
     assert not admit(job, None, snapshot, CONFIG).allowed
     verdict = admit(labelled(job), job, snapshot, CONFIG)
@@ -101,10 +108,23 @@ def test_a_volcano_job_update_ratchets_like_its_podgroup() -> None:
 def test_a_new_problem_beside_a_carried_one_is_still_denied() -> None:
     child = queue("child", {A100: 2}, parent="gone")
     snapshot = cluster(child)
+    bad = copy.deepcopy(child)
+    bad["spec"]["dra"] = {"guarantees": {}}  # a new problem in a value the missing parent does not depend on
+    verdict = admit(bad, child, snapshot, CONFIG)
+    denied_at(verdict, ("spec.dra.guarantees", Reason.NOT_SUPPORTED))
+    assert carried(verdict) == [f'spec.parent: parent queue gone does not exist ({UNCHANGED_NOTE})']
+
+
+def test_a_new_problem_in_a_value_a_carried_one_depends_on_denies_both() -> None:
+    """The missing parent is found because the queue has a card quota: a quota the update writes is judged in full,
+    the missing parent with it."""
+    child = queue("child", {A100: 2}, parent="gone")
+    snapshot = cluster(child)
     bad = updated(child, **{keys.CARD_QUOTA: json.dumps({A100: -1})})
     verdict = admit(bad, child, snapshot, CONFIG)
-    denied_at(verdict, ('metadata.annotations["volcano.sh/card.quota"]', Reason.INVALID))
-    assert carried(verdict) == [f'spec.parent: parent queue gone does not exist ({UNCHANGED_NOTE})']
+    denied_at(verdict, ('metadata.annotations["volcano.sh/card.quota"]', Reason.INVALID),
+              ("spec.parent", Reason.NOT_FOUND))
+    assert carried(verdict) == []
 
 
 @pytest.mark.parametrize("kind", ["queue", "podgroup"])
@@ -217,3 +237,178 @@ def test_a_scheduler_configmap_update_that_keeps_its_configuration_is_not_refuse
     good = scheduler_configmap("actions: enqueue, allocate\ntiers:\n- plugins:\n  - name: capacity-card\n")
     assert admit(good, None, snapshot, CONFIG).allowed
     assert not admit(stored, good, snapshot, CONFIG).allowed
+
+
+# ------------------------------------------------------------------------------- ratcheting by value, not by message
+# A violation is carried over an UPDATE only while every value it depends on is unchanged (KEP-4008 compares the
+# value at the error's path between the old and the new object). These messages do not contain the value the update
+# changes ("queue gone does not exist", a JSON syntax error), so comparing messages let each update below through
+# with the violation "already so before this update". Each case failed on the code that compared (path, message).
+
+def with_dra(manifest: dict[str, Any], dra: dict[str, Any]) -> dict[str, Any]:
+    changed = copy.deepcopy(manifest)
+    changed["spec"]["dra"] = dra
+    return changed
+
+
+def card_renamed(manifest: dict[str, Any], card: str) -> dict[str, Any]:
+    return updated(manifest, **{keys.CARD_NAME: card})
+
+
+VGPU = "gpu.nvidia.com"
+GONE_QUEUE = pod("w", namespace="ml", card=A100, gpus=1, queue="gone")
+QUEUE_NAME_PATH = f'metadata.annotations["{keys.QUEUE_NAME}"]'
+CARD_QUOTA = f'metadata.annotations["{keys.CARD_QUOTA}"]'
+BY_VALUE = {  # id: (stored object, the update, where the update is denied)
+    "child-queue-raises-its-quota-while-its-parent-is-gone": (
+        queue("child", {A100: 5}, parent="gone"), queue("child", {A100: 100_000}, parent="gone"),
+        [("spec.parent", Reason.NOT_FOUND)]),
+    "podgroup-raises-its-request-in-a-deleted-queue": (
+        podgroup("pg", namespace="ml", queue="gone", request={A100: 1}),
+        podgroup("pg", namespace="ml", queue="gone", request={A100: 5_000}),
+        [("spec.queue", Reason.NOT_FOUND)]),
+    "a-malformed-quota-swapped-for-another": (
+        queue("team-a", '{"NVIDIA-A100": 4'), queue("team-a", '{"NVIDIA-A100": 100000'),
+        [(CARD_QUOTA, Reason.INVALID)]),
+    "volcano-job-raises-its-request-in-a-deleted-queue": (
+        volcano_job("gone", {A100: 1}), volcano_job("gone", {A100: 5_000}), [("spec.queue", Reason.NOT_FOUND)]),
+    "pending-pod-in-a-deleted-queue-renames-its-card": (
+        GONE_QUEUE, card_renamed(GONE_QUEUE, H100), [(QUEUE_NAME_PATH, Reason.NOT_FOUND)]),
+    "child-queue-raises-its-dra-capability-while-its-parent-is-gone": (
+        with_dra(queue("child", parent="gone"), {"capability": {VGPU: {"count": 4}}}),
+        with_dra(queue("child", parent="gone"), {"capability": {VGPU: {"count": 4_000}}}),
+        [("spec.parent", Reason.NOT_FOUND)]),
+    "a-broken-scheduler-configuration-swapped-for-another": (
+        scheduler_configmap("- enqueue"), scheduler_configmap("- allocate"),
+        [('data["volcano-scheduler.conf"]', Reason.INVALID)]),
+}
+
+
+@pytest.mark.parametrize(("stored", "update", "expected"), BY_VALUE.values(), ids=BY_VALUE.keys())
+def test_an_update_that_changes_a_value_a_violation_depends_on_is_judged_in_full(
+        stored: dict[str, Any], update: dict[str, Any], expected: list[tuple[str, Reason]]) -> None:
+    snapshot = cluster()
+    verdict = admit(update, stored, snapshot, CONFIG)
+    denied_at(verdict, *expected)
+    assert carried(verdict) == []
+    # what ratcheting is for still holds for the same object: labels, and cardquota's own usage annotations
+    for unrelated in (labelled(stored), updated(stored, **USAGE)):
+        verdict = admit(unrelated, stored, snapshot, CONFIG)
+        assert verdict.allowed, verdict.message
+        assert [warning.split(": ", 1)[0] for warning in carried(verdict)] == [path for path, _ in expected]
+
+
+def test_after_a_refused_raise_the_parent_can_be_created_again_with_a_sane_quota() -> None:
+    """The end of the story the message comparison allowed: the child, raised to 100,000 cards while its parent was
+    gone, then blocked re-creating the parent ("10 is below child queue child's quota of 100000")."""
+    child = queue("child", {A100: 5}, parent="org")
+    raised = queue("child", {A100: 100_000}, parent="org")
+    verdict = admit(raised, child, cluster(child), CONFIG)  # org was deleted: the snapshot has the child alone
+    stored = raised if verdict.allowed else child
+    parent = queue("org", {A100: 10})
+    recreated = admit(parent, None, cluster(stored), CONFIG)
+    assert recreated.allowed, recreated.message
+
+
+# ------------------------------------------------------------------------------------------ the property, fuzzed
+
+Location = tuple[str, ...]
+QUOTA_TEXTS = ['{"NVIDIA-A100": 4}', '{"NVIDIA-A100": 100000}', '{"NVIDIA-A100": 4', '{"NVIDIA-A100": 9',
+               '{"NVIDIA-A100": "four"}', '{"NVIDIA-A100": -1}', "[]", "{}", '{"NVIDIA-H100": 2}']
+REQUEST_TEXTS = [*QUOTA_TEXTS, '{"NVIDIA-A100|NVIDIA-H100": 3}', '{"NVIDIA-A100": 1}']
+VALUES: dict[str, list[Any]] = {
+    keys.CARD_QUOTA: QUOTA_TEXTS, keys.CARD_REQUEST: REQUEST_TEXTS,
+    keys.CARD_NAME: [A100, H100, f"{A100}|{H100}", "A||B", ""],
+    keys.QUEUE_NAME: ["team-a", "gone", "ghost", ""], keys.GROUP_NAME: ["pg", "missing"],
+    keys.CONTAINER_MULTIPLE_GPU: ["1", "1,2", "x"],
+    "volcano.sh/crossquota-scoring-strategy": ["most-allocated", "bogus"],
+    "queue": ["team-a", "gone", "ghost", "", 7], "parent": ["org", "gone", "root", ""],
+    "dra": [{"capability": {VGPU: {"count": 4}}}, {"capability": {VGPU: {"count": 4_000}}}, {"guarantees": {}}, {}],
+    "conf": ["- enqueue", "- allocate", "actions: 1", "tiers: [", "actions: enqueue\ntiers: []\n"],
+}
+FIELDS: dict[str, list[Location]] = {  # per kind, where a value lives: what the fuzzed update changes or removes
+    "Queue": [("metadata", "annotations", keys.CARD_QUOTA), ("spec", "parent"), ("spec", "dra")],
+    "PodGroup": [("metadata", "annotations", keys.CARD_REQUEST), ("spec", "queue")],
+    "Job": [("metadata", "annotations", keys.CARD_REQUEST), ("spec", "queue")],
+    "Pod": [("metadata", "annotations", name) for name in (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME,
+                                                           keys.CONTAINER_MULTIPLE_GPU,
+                                                           "volcano.sh/crossquota-scoring-strategy")],
+    "ConfigMap": [("data", "volcano-scheduler.conf")],
+}
+MISSING_QUEUE_READS: dict[str, set[Location]] = {
+    # the values the "queue/parent queue X does not exist" rules read (for Queues, the card quota's: a spec.dra
+    # without capability does not look for the parent)
+    "Queue": {FIELDS["Queue"][0], FIELDS["Queue"][1]},
+    "PodGroup": set(FIELDS["PodGroup"]), "Job": set(FIELDS["Job"]),
+    "Pod": set(FIELDS["Pod"][:3]),
+}
+FUZZ_CLUSTER = cluster(queue("team-a", {A100: 2}), queue("org", {A100: 10}))
+
+
+def rendered(location: Location) -> str:
+    head, *rest = location
+    if head == "metadata":
+        return f'metadata.annotations["{rest[1]}"]'
+    return f'data["{rest[0]}"]' if head == "data" else ".".join(location)
+
+
+def values_for(location: Location) -> list[Any]:
+    return VALUES.get(location[-1]) or VALUES["conf" if location[0] == "data" else location[-1]]
+
+
+def placed(manifest: dict[str, Any], location: Location, value: Any) -> dict[str, Any]:
+    """A copy with ``value`` at ``location`` (None: removed)."""
+    changed = copy.deepcopy(manifest)
+    parent = changed
+    for name in location[:-1]:
+        parent = parent.setdefault(name, {})
+    if value is None:
+        parent.pop(location[-1], None)
+    else:
+        parent[location[-1]] = value
+    return changed
+
+
+def read(manifest: dict[str, Any], location: Location) -> Any:
+    value: Any = manifest
+    for name in location:
+        value = value.get(name) if isinstance(value, dict) else None
+    return value
+
+
+@st.composite
+def stored_objects(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(sorted(FIELDS)))
+    manifest = {
+        "Queue": lambda: queue("child", parent="org"),
+        "PodGroup": lambda: podgroup("pg", namespace="ml", queue="team-a"),
+        "Job": lambda: volcano_job("team-a", {A100: 1}),
+        "Pod": lambda: pod("w", namespace="ml", card=A100, gpus=1, queue="team-a",
+                           resource=draw(st.sampled_from(["nvidia.com/gpu", "vke.volcengine.com/mgpu-core"]))),
+        "ConfigMap": lambda: scheduler_configmap(BROKEN_CONF),
+    }[kind]()
+    for location in FIELDS[kind]:
+        manifest = placed(manifest, location, draw(st.sampled_from([None, *values_for(location)])))
+    return manifest
+
+
+@given(stored_objects(), st.data())
+def test_an_update_that_changes_a_violating_value_never_carries_that_violation(stored: dict[str, Any],
+                                                                               data: st.DataObject) -> None:
+    """Whatever the object and whatever of its values the update changes or removes (with a label beside, or not):
+    no violation at that value, or inside it, is let through as "already so before this update"; and a missing
+    queue or parent queue is carried only by an update that leaves every value that rule reads as it was."""
+    kind = stored["kind"]
+    location = data.draw(st.sampled_from(FIELDS[kind]))
+    value = data.draw(st.sampled_from([None, *values_for(location)]))
+    assume(read(stored, location) != value)
+    update = placed(labelled(stored) if data.draw(st.booleans()) else stored, location, value)
+    verdict = admit(update, stored, FUZZ_CLUSTER, CONFIG)
+    changed = rendered(location)
+    for warning in carried(verdict):
+        path = warning.split(": ", 1)[0]
+        assert path != changed, warning
+        assert not path.startswith((f"{changed}.", f"{changed}[")), warning
+        if location in MISSING_QUEUE_READS.get(kind, set()):
+            assert "does not exist" not in warning, warning
+    event(f"{kind} {changed}: {'allowed' if verdict.allowed else 'denied'}, {len(carried(verdict))} carried")
