@@ -78,25 +78,25 @@ def test_both_shapes_read_count_and_capacity() -> None:
 def test_the_version_is_discovered_again_before_each_list(monkeypatch: pytest.MonkeyPatch) -> None:
     """A cluster upgrade can stop serving the version in use: each full list (at start, after a 404) asks discovery
     again and lists through what it finds; none served is a 404 for the reflector, and the metric says so."""
-    from cardquota.kube import NotFound
+    from cardquota.kube import ListProgress, NotFound
     from cardquota.operator import reflector
 
     served: list[str | None] = [None]
     listed: list[tuple[str, str]] = []
     monkeypatch.setattr(reflector, "served_dra_version", lambda api: served[0])
 
-    def list_pages(api: object, path: str, api_version: str, kind: str) -> Iterator[object]:
+    def list_pages(api: object, path: str, api_version: str, kind: str, progress: object) -> Iterator[object]:
         listed.append((path, api_version))
         return iter(())
 
     monkeypatch.setattr(reflector, "list_pages", list_pages)
     dra = reflector.DraVersion(api=None, kind="ResourceClaim")  # type: ignore[arg-type]
     with pytest.raises(NotFound, match="are not enforced"):
-        list(dra.pages("resourceclaims"))
+        list(dra.pages("resourceclaims", ListProgress()))
     assert reflector.DRA_UNREADABLE.labels("ResourceClaim")._value.get() == 1
     for version in ("v1beta1", "v1"):
         served[0] = version
-        assert list(dra.pages("resourceclaims")) == []
+        assert list(dra.pages("resourceclaims", ListProgress())) == []
         assert listed[-1] == (f"/apis/resource.k8s.io/{version}/resourceclaims", f"resource.k8s.io/{version}")
         assert reflector.DRA_UNREADABLE.labels("ResourceClaim")._value.get() == 0
     assert dra.version == "v1"

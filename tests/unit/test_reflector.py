@@ -19,7 +19,7 @@ import pytest
 from builders import gpu_node, pod, podgroup, queue
 from polling import eventually
 
-from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, NotFound, Unreachable, WatchEvent
+from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, ListProgress, NotFound, Unreachable, WatchEvent
 from cardquota.operator.reflector import Reflector
 from cardquota.runtime.cache import ClusterCache
 
@@ -70,11 +70,14 @@ class ScriptedServer:
     watched_from: list[str] = field(default_factory=list)
     page_requests: int = 0
 
-    def lister(self) -> Iterator[ListPage]:
+    def lister(self, progress: ListProgress) -> Iterator[ListPage]:
+        """Pages from where ``progress`` stands (its token: the offset of the next page)."""
         items = sorted(self.pods.values(), key=lambda item: item["metadata"]["name"])
-        for start in range(0, max(len(items), 1), 2):
+        for start in range(int(progress.token or 0), max(len(items), 1), 2):
             self.page_requests += 1
-            yield ListPage(items[start:start + 2], self.list_version, start + 2 >= len(items))
+            yield ListPage(items[start:start + 2], self.list_version, start + 2 >= len(items), start == 0)
+            progress.token = str(start + 2)
+        progress.token = ""
 
     def watcher(self, version: str) -> ScriptedWatch:
         self.watched_from.append(version)
@@ -250,9 +253,9 @@ async def test_a_relist_deletes_from_a_sink_too() -> None:
 class OnePageServer(ScriptedServer):
     """The whole list in one page (a page of 500 realistic pods takes ~30 ms to apply)."""
 
-    def lister(self) -> Iterator[ListPage]:
+    def lister(self, progress: ListProgress) -> Iterator[ListPage]:
         self.page_requests += 1
-        yield ListPage(list(self.pods.values()), self.list_version, True)
+        yield ListPage(list(self.pods.values()), self.list_version, True, True)
 
 
 async def _sizes_seen_while(work: Callable[[], Any], cache: ClusterCache) -> set[int]:
@@ -324,7 +327,7 @@ class NodesServer:
     served: bool = True
     lists: int = 0
 
-    def lister(self) -> Iterator[ListPage]:
+    def lister(self, progress: ListProgress) -> Iterator[ListPage]:
         self.lists += 1
         if not self.served:
             raise NotFound("the server could not find the requested resource", 404)
