@@ -119,8 +119,8 @@ def api_error(message: str, status: int, *, retry_after: float | None = None) ->
 def retry_after_seconds(status: int, header: str | None) -> float | None:
     """The wait a ``Retry-After`` header asks for, as client-go reads it (k8s.io/client-go v0.36.3,
     rest/with_retry.go ``checkWait``: only on a 429 or a 5xx; rest/request.go ``retryAfterSeconds``: a whole number
-    of seconds, anything else ignored). The API server's max-in-flight and priority-and-fairness filters set it on every
-429 they send (k8s.io/apiserver, pkg/server/filters, ``tooManyRequests``)."""
+    of seconds, anything else ignored). The API server's max-in-flight and priority-and-fairness filters set it on
+    every 429 they send (k8s.io/apiserver, pkg/server/filters, ``tooManyRequests``)."""
     if header is None or not (status == 429 or status >= 500):
         return None
     text = header.strip()
@@ -206,8 +206,13 @@ def _send(api: client.ApiClient, method: str, path: str, body: object = None,
         raise Unreachable(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
     if not 200 <= response.status < 300:
         raise api_error(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status,
-                        retry_after=retry_after_seconds(response.status, response.getheader("Retry-After")))  # type: ignore[no-untyped-call]
+                        retry_after=_retry_after(response))
     return bytes(data)
+
+
+def _retry_after(response: Any) -> float | None:
+    """The ``Retry-After`` of an answer of the client (:func:`retry_after_seconds`)."""
+    return retry_after_seconds(response.status, response.getheader("Retry-After"))
 
 
 def _status_message(data: bytes) -> str:
@@ -711,7 +716,7 @@ class WatchStream:
         if not 200 <= response.status < 300:
             data = response.read()  # type: ignore[no-untyped-call]
             raise api_error(f"watch {self._path}: HTTP {response.status}: {_status_message(data)}", response.status,
-                            retry_after=retry_after_seconds(response.status, response.getheader("Retry-After")))  # type: ignore[no-untyped-call]
+                            retry_after=_retry_after(response))
         self._response = response.response
         if self._closed:
             self.close()
