@@ -237,3 +237,42 @@ def test_a_whole_list_is_read_in_parts_equal_to_json_loads(items: list[dict[str,
 def test_a_whole_list_that_is_not_json_is_one_error(text: str) -> None:
     with pytest.raises(Unreachable, match="not a JSON list"):
         list(kube._list_parts(text, 10))
+
+
+@given(count=st.integers(min_value=0, max_value=40), limit=st.integers(min_value=1, max_value=9),
+       faults=st.dictionaries(st.integers(min_value=1, max_value=40), st.sampled_from([429, 503, 410]), max_size=25))
+def test_a_list_through_any_faults_ends_with_one_consistent_snapshot(count: int, limit: int,
+                                                                     faults: dict[int, int]) -> None:
+    """Whatever the API server answers along the way (throttling, server errors, expired tokens), a caller that
+    calls list_pages again with its progress after each failure gathers exactly one snapshot: the paginated one,
+    or, once a continue token expired, the current one — never a mix; and no page is asked for again but the one
+    that failed."""
+    server = Paginating(pods(count), faults={number: api_error(f"HTTP {status}", status, retry_after=1)
+                                             for number, status in faults.items()},
+                        now=pods(count + 3)[3:], now_version="5000")
+    with pytest.MonkeyPatch.context() as patch:
+        serve(patch, server)
+        patch.setattr(kube.time, "sleep", lambda _: None)
+        progress, gathered, versions = ListProgress(), [], set()
+        for _ in range(len(faults) + 2):
+            try:
+                for page in list_pages(object(), "/api/v1/pods", "v1", "Pod", progress,  # type: ignore[arg-type]
+                                       limit=limit):
+                    if page.restart:
+                        gathered, versions = [], set()
+                    gathered.extend(item["metadata"]["name"] for item in page.items)
+                    versions.add(page.resource_version)
+                break
+            except Gone:  # only ever on the first page, which has no token to fall back from
+                assert progress == ListProgress()
+            except (Throttled, kube.ServerError):
+                pass
+        else:
+            pytest.fail("the list did not end")
+    fell_back = any(not query for query in server.queries)
+    expected = pods(count + 3)[3:] if fell_back else pods(count)
+    assert gathered == [item["metadata"]["name"] for item in expected]
+    assert versions == {"5000" if fell_back else "4242"}
+    asked = [query.get("continue", [""])[0] for query in server.queries if query]
+    answered = [token for number, token in enumerate(asked, 1) if number not in faults]
+    assert len(answered) == len(set(answered))  # each page answered once (a page asked again had failed)
