@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,9 +56,12 @@ class KubeError(RuntimeError):
     status names (:func:`api_error`); callers catch the class, never compare statuses. ``status`` stays for
     messages and metrics (-1: no answer came)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
+        """Seconds the API server asked to wait before trying again (its ``Retry-After`` header on a 429 or a 5xx
+        answer: :func:`retry_after_seconds`); None when it named none."""
 
 
 class NotConfigured(KubeError):
@@ -104,12 +108,23 @@ _ERRORS: dict[int, type[KubeError]] = {401: Unauthorized, 403: Forbidden, 404: N
                                        422: Invalid, 429: Throttled}
 
 
-def api_error(message: str, status: int) -> KubeError:
+def api_error(message: str, status: int, *, retry_after: float | None = None) -> KubeError:
     """The KubeError for an HTTP status (-1 for no answer)."""
     if status == UNREACHABLE:
         return Unreachable(message, status)
     kind = _ERRORS.get(status) or (ServerError if status >= 500 else KubeError)
-    return kind(message, status)
+    return kind(message, status, retry_after=retry_after)
+
+
+def retry_after_seconds(status: int, header: str | None) -> float | None:
+    """The wait a ``Retry-After`` header asks for, as client-go reads it (k8s.io/client-go v0.36.3,
+    rest/with_retry.go ``checkWait``: only on a 429 or a 5xx; rest/request.go ``retryAfterSeconds``: a whole number
+    of seconds, anything else ignored). The API server's max-in-flight and priority-and-fairness filters set it on
+    every 429 they send (k8s.io/apiserver, pkg/server/filters, ``tooManyRequests``)."""
+    if header is None or not (status == 429 or status >= 500):
+        return None
+    text = header.strip()
+    return float(text) if text.isdigit() else None
 
 
 class _NoRetryChatter(logging.Filter):
@@ -143,14 +158,14 @@ def api_client(connection: Connection | None = None, *, kubeconfig: str | None =
         except Exception as error:  # a missing file, broken YAML, bad certificate data: all one line for the user
             raise NotConfigured(f"cannot use the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}"
                             f"{f' (context {context})' if context else ''}: {error}") from None
-        return client.ApiClient(configuration)
+        return _client(configuration)
     if connection is not None and connection.host:
         configuration = client.Configuration()
         configuration.host = connection.host
         configuration.verify_ssl = not connection.insecure
         if connection.token:
             configuration.api_key = {"authorization": f"Bearer {connection.token}"}
-        return client.ApiClient(configuration)
+        return _client(configuration)
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
@@ -159,11 +174,27 @@ def api_client(connection: Connection | None = None, *, kubeconfig: str | None =
         except (config.ConfigException, OSError) as error:
             raise NotConfigured(f"no Kubernetes configuration (not in a cluster, no usable kubeconfig): {error}"
                                 ) from None
-    return client.ApiClient()
+    return _client(client.Configuration.get_default_copy())
+
+
+def _client(configuration: client.Configuration) -> client.ApiClient:
+    """A client whose connection pool retries what never reached an answer (urllib3's default: three times) but
+    not a 429 or 503 answer: urllib3 would otherwise follow their ``Retry-After`` itself, unbounded and unseen,
+    before :func:`with_retries` (which follows it within :data:`RETRY_AFTER_MAX_SECONDS`, and logs) saw them."""
+    configuration.retries = urllib3.Retry(3, respect_retry_after_header=False)
+    return client.ApiClient(configuration)
 
 
 def _request(api: client.ApiClient, method: str, path: str, body: object = None,
              content_type: str = "application/json") -> Mapping[str, Any]:
+    data = _send(api, method, path, body, content_type)
+    document: Mapping[str, Any] = json.loads(data) if data else {}
+    return document
+
+
+def _send(api: client.ApiClient, method: str, path: str, body: object = None,
+          content_type: str = "application/json") -> bytes:
+    """The body of the API server's answer (KubeError unless it is a 2xx)."""
     headers = {"Content-Type": content_type} if body is not None else None
     method, url, header_params, serialized, post = api.param_serialize(
         method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
@@ -174,9 +205,14 @@ def _request(api: client.ApiClient, method: str, path: str, body: object = None,
         reason = getattr(error, "reason", None) or error
         raise Unreachable(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
     if not 200 <= response.status < 300:
-        raise api_error(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status)
-    document: Mapping[str, Any] = json.loads(data) if data else {}
-    return document
+        raise api_error(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status,
+                        retry_after=_retry_after(response))
+    return bytes(data)
+
+
+def _retry_after(response: Any) -> float | None:
+    """The ``Retry-After`` of an answer of the client (:func:`retry_after_seconds`)."""
+    return retry_after_seconds(response.status, response.getheader("Retry-After"))
 
 
 def _status_message(data: bytes) -> str:
@@ -367,24 +403,37 @@ UNREACHABLE = -1
 """The status of a KubeError raised because no (whole) answer came: connection refused, reset, timed out."""
 RETRYABLE: tuple[type[KubeError], ...] = (Unreachable, Conflict, Gone, Throttled, ServerError)
 RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
+RETRY_AFTER_MAX_SECONDS = 30.0
+"""The longest wait a ``Retry-After`` header is followed for. client-go follows the header as sent (it waits the
+longer of it and its own backoff: k8s.io/client-go v0.36.3, rest/with_retry.go ``withRetry.Before``) with no bound;
+here one request never waits longer than this, as a wait of minutes inside one request would leave the cache behind
+without a word: once the retries are spent, the caller's own backoff, which reports the failure, takes over."""
 
 
 def retryable_but(kind: type[KubeError]) -> tuple[type[KubeError], ...]:
     return tuple(retryable for retryable in RETRYABLE if retryable is not kind)
 
 
+def retry_wait(backoff: float, error: BaseException) -> float:
+    """How long to wait before trying again: ``backoff``, or what the API server asked for in ``Retry-After``
+    when that is longer (bounded by :data:`RETRY_AFTER_MAX_SECONDS`), as client-go waits the longer of the two."""
+    asked = error.retry_after if isinstance(error, KubeError) else None
+    return backoff if asked is None else max(backoff, min(asked, RETRY_AFTER_MAX_SECONDS))
+
+
 def with_retries(action: Callable[[], T], *, delays: Sequence[float] = RETRY_DELAYS,
-                 sleep: Callable[[float], None] = time.sleep,
+                 sleep: Callable[[float], None] | None = None,
                  retryable: tuple[type[KubeError], ...] = RETRYABLE) -> T:
-    """Run ``action``, retrying with backoff on conflicts, throttling, server errors and lost connections."""
+    """Run ``action``, retrying with backoff on conflicts, throttling, server errors and lost connections; a
+    ``Retry-After`` the API server sends is waited for (:func:`retry_wait`)."""
     for delay in delays:
         try:
             return action()
-        except retryable:
-            pass
+        except retryable as error:
+            wait = retry_wait(delay, error)
         except (OSError, urllib3.exceptions.HTTPError):
-            pass
-        sleep(delay)
+            wait = delay
+        (sleep or time.sleep)(wait)  # (looked up now: a test replaces time.sleep to see the waits)
     return action()
 
 
@@ -500,25 +549,129 @@ class ListPage:
     items: Sequence[Mapping[str, Any]]
     resource_version: str
     last: bool
+    restart: bool = False
+    """The list starts here, from a snapshot of its own: what earlier pages of the same listing held is of an older
+    snapshot (the first page of a list, or the first of the unpaginated list an expired continue token falls back
+    to), and whoever gathers the list forgets it."""
 
 
-def list_pages(api: client.ApiClient, path: str, api_version: str, kind: str, *,
-               limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
-    """The list at ``path`` in pages of ``limit`` objects (``limit``/``continue``), each page retried with backoff;
-    so that a large cluster is never held in one response. An expired continue token raises KubeError 410 (the
-    caller lists again from the start). A server that ignores ``limit`` answers in one page."""
-    token = ""
-    while True:
-        query = f"?limit={limit}" + (f"&continue={quote(token, safe='')}" if token else "")
-        listing = with_retries(functools.partial(_get, api, path + query), retryable=retryable_but(Gone))
+@dataclass
+class ListProgress:
+    """Where a paginated list stands, kept by the caller across failures: a page whose retries are spent raises,
+    and :func:`list_pages` called again with the same progress asks for that page again (same continue token)
+    rather than listing from the first page."""
+
+    token: str = ""
+    """The continue token of the next page ("" for the first)."""
+    unpaginated: bool = False
+    """The continue token expired: the list is one unpaginated request."""
+
+
+def list_pages(api: client.ApiClient, path: str, api_version: str, kind: str, progress: ListProgress | None = None,
+               *, limit: int = LIST_PAGE_SIZE) -> Iterator[ListPage]:
+    """The list at ``path`` in pages of ``limit`` objects (``limit``/``continue``), so that a large cluster is never
+    held in one response; each page retried with backoff and ``Retry-After`` (:func:`with_retries`), and, once its
+    retries are spent, asked for again from ``progress`` by the caller's next call. A server that ignores ``limit``
+    answers in one page.
+
+    A continue token the API server no longer honours (410 ``Expired``: a paginated list that took longer than
+    etcd's compaction interval, five minutes by default) falls back to one unpaginated list from the current state,
+    as client-go's pager does (k8s.io/client-go v0.36.3, tools/pager/pager.go, ``ListPager.List`` with
+    ``FullListIfExpired``, at the list's requested resourceVersion: none here, the most recent). Listing again from
+    the first page could expire again, and never end, when pages come slowly; the fallback is one request. Its
+    objects come in pages of ``limit`` too, the first marked :attr:`ListPage.restart`. The alternative the API
+    server offers, continuing with the token a 410 carries, reads the rest from a newer snapshot than the first
+    pages: objects created or deleted meanwhile before the token's key would be missed, so a cache could not be
+    complete at any one resourceVersion to watch from."""
+    progress = progress if progress is not None else ListProgress()
+    while not progress.unpaginated:
+        query = f"?limit={limit}" + (f"&continue={quote(progress.token, safe='')}" if progress.token else "")
+        try:
+            listing = with_retries(functools.partial(_get, api, path + query), retryable=retryable_but(Gone))
+        except Gone as error:
+            if not progress.token:
+                raise
+            log.info("%s: the continue token expired mid-list (%s): listing the rest in one unpaginated request",
+                     path, error)
+            progress.unpaginated = True
+            break
         metadata = listing.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
-        token = metadata.get("continue") or ""
+        token = str(metadata.get("continue") or "")
         items = [{"apiVersion": api_version, "kind": kind, **item} for item in listing.get("items") or []
                  if isinstance(item, Mapping)]
-        yield ListPage(items, str(metadata.get("resourceVersion") or ""), not token)
+        restart = not progress.token
+        del listing
+        yield ListPage(items, str(metadata.get("resourceVersion") or ""), not token, restart)
+        progress.token = token  # (only once the page is taken: a page that fails is asked for again)
         if not token:
             return
+    text = with_retries(functools.partial(_get_text, api, path))
+    first = True
+    for part, resource_version, last in _list_parts(text, limit):
+        yield ListPage([{"apiVersion": api_version, "kind": kind, **item} for item in part], resource_version,
+                       last, first)
+        first = False
+    progress.unpaginated, progress.token = False, ""
+
+
+def _get_text(api: client.ApiClient, path: str) -> str:
+    return _send(api, "GET", path).decode()
+
+
+_JSON = json.JSONDecoder()
+_BLANKS = re.compile(r"[ \t\n\r]*")
+
+
+def _list_parts(text: str, limit: int) -> Iterator[tuple[list[Mapping[str, Any]], str, bool]]:
+    """The items of a whole list (a JSON object with ``items`` and ``metadata``) ``limit`` at a time, each part with
+    the list's resourceVersion (known once ``metadata`` is read: the API server writes it before ``items``) and
+    whether it is the last. Decoded one item at a time rather than in one ``json.loads``: at 100k pods a whole list
+    is hundreds of MB of JSON, which one call would decode for seconds without letting another thread (the event
+    loop, with the admission server) run. Raises Unreachable for what is not a JSON object."""
+    try:
+        yield from _list_parts_of(text, limit)
+    except (ValueError, IndexError) as error:
+        raise Unreachable(f"not a JSON list: {error}", UNREACHABLE) from None
+
+
+def _list_parts_of(text: str, limit: int) -> Iterator[tuple[list[Mapping[str, Any]], str, bool]]:
+    def skip(position: int, separator: str = "") -> int:
+        """Past blanks, then past ``separator`` (and the blanks after it) when it comes next."""
+        position = _BLANKS.match(text, position).end()  # type: ignore[union-attr]
+        if separator and text.startswith(separator, position):
+            position = _BLANKS.match(text, position + 1).end()  # type: ignore[union-attr]
+        return position
+
+    position = skip(0)
+    if not text.startswith("{", position):
+        raise ValueError(f"no object: {text[:200]!r}")
+    resource_version = ""
+    part: list[Mapping[str, Any]] = []
+    position = skip(position + 1)
+    while not text.startswith("}", position):
+        key, position = _JSON.raw_decode(text, position)
+        position = skip(position)
+        if not text.startswith(":", position):
+            raise ValueError(f"no ':' at {position}")
+        position = skip(position + 1)
+        if key == "items" and text.startswith("[", position):
+            position = skip(position + 1)
+            while not text.startswith("]", position):
+                item, position = _JSON.raw_decode(text, position)
+                if isinstance(item, Mapping):
+                    part.append(item)
+                if len(part) >= limit:
+                    yield part, resource_version, False
+                    part = []
+                position = skip(position, ",")
+            position += 1
+        else:
+            value, position = _JSON.raw_decode(text, position)
+            if key == "metadata" and isinstance(value, Mapping):
+                resource_version = str(value.get("resourceVersion") or "")
+        position = skip(position, ",")
+    yield part, resource_version, True
 
 
 @dataclass(frozen=True)
@@ -562,7 +715,8 @@ class WatchStream:
             raise Unreachable(f"watch {self._path}: no Kubernetes API reachable: {error}", UNREACHABLE) from None
         if not 200 <= response.status < 300:
             data = response.read()  # type: ignore[no-untyped-call]
-            raise api_error(f"watch {self._path}: HTTP {response.status}: {_status_message(data)}", response.status)
+            raise api_error(f"watch {self._path}: HTTP {response.status}: {_status_message(data)}", response.status,
+                            retry_after=_retry_after(response))
         self._response = response.response
         if self._closed:
             self.close()

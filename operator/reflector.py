@@ -4,10 +4,14 @@ O(event) cost.
 What Kubernetes' client-go reflector does, in one asyncio task per kind: a paginated list (``kube.LIST_PAGE_SIZE``
 objects a page, each page applied to the cache as it arrives, so the cluster is never held whole), then a watch
 from the list's resourceVersion with bookmarks; when a watch request ends (the API server closes it after
-``timeoutSeconds``) or its stream breaks, watch again from the last resourceVersion seen, with backoff on failures;
-when the API server says that resourceVersion is too old (410 Gone), list again and delete what the new list no
-longer holds. A kind the API server does not serve (404: Volcano's CRDs not installed yet) lists as empty and is
-listed again every :data:`NOT_SERVED_RETRY_SECONDS`. DRA claims are read through the ``resource.k8s.io`` version the
+``timeoutSeconds``) or its stream breaks, watch again from the last resourceVersion seen, with backoff on failures
+(the longer of it and a ``Retry-After`` the API server sent); when the API server says that resourceVersion is too
+old (410 Gone), list again: the list replaces what the cache holds of the kind whole (what it no longer has is
+deleted). A list page that keeps failing (throttled past its retries) is asked for again after the backoff, not the
+list from its first page; a continue token that expired mid-list falls back to one unpaginated list
+(``kube.list_pages``), and the watch starts from that list's resourceVersion. A kind the API server does not
+serve (404: Volcano's CRDs not installed yet) lists as empty and is listed again every
+:data:`NOT_SERVED_RETRY_SECONDS`. DRA claims are read through the ``resource.k8s.io`` version the
 API server serves, discovered before each full list (:class:`DraVersion`).
 
 Kopf handles a kind by listing it again after our own start-up list and running one worker task per object (~1 ms
@@ -43,10 +47,12 @@ from cardquota.kube import (
     Gone,
     KubeError,
     ListPage,
+    ListProgress,
     NotFound,
     WatchEvent,
     WatchStream,
     list_pages,
+    retry_wait,
     served_dra_version,
 )
 from cardquota.operator.slicing import SLICE, Slicer
@@ -78,7 +84,8 @@ class Watch(Protocol):
     def close(self) -> None: ...
 
 
-Lister = Callable[[], Iterator[ListPage]]
+Lister = Callable[[ListProgress], Iterator[ListPage]]
+"""Pages through the kind from where a :class:`ListProgress` stands (``kube.list_pages``)."""
 Watcher = Callable[[str], Watch]
 """Starts a watch from a resourceVersion."""
 Resource = tuple[str, str, str, str]
@@ -86,10 +93,18 @@ Resource = tuple[str, str, str, str]
 
 
 @dataclass
+class Listing:
+    """A relist under way: where its pages stand, and the identities they listed so far."""
+
+    progress: ListProgress = field(default_factory=ListProgress)
+    listed: set[Identity] = field(default_factory=set)
+
+
+@dataclass
 class Reflector:
     """Keeps one kind of the cache current: ``lister`` pages through the kind, ``watcher(resource_version)`` starts a
     watch. What a relist no longer has is deleted: the cache's objects of the kind, by their identity
-    (:meth:`ClusterCache.identity`, the keys of :attr:`ClusterCache.versions`)."""
+    (:meth:`ClusterCache.identity`, :attr:`ClusterCache.held`)."""
 
     cache: ClusterCache
     api_version: str
@@ -108,6 +123,8 @@ class Reflector:
     """Since when the list or watch has been failing (None while it works)."""
     served: bool = True
     """False when the last list found the kind not served (404)."""
+    listing: Listing | None = None
+    """A list under way: where it stands, resumed by the next :meth:`relist` after a failure."""
 
     def behind(self) -> bool:
         """Failing for :data:`BEHIND_AFTER_SECONDS`: what the cache holds of this kind may be that old."""
@@ -140,8 +157,9 @@ class Reflector:
                     log.info("%s watch from resourceVersion %s: %s: listing again", self.kind,
                              self.resource_version, error)
                     listed = False
+                    self.listing = None
                     continue
-                delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
+                delay = retry_wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)], error)
                 failures += 1
                 if self.failing_since is None:
                     self.failing_since = self.clock()
@@ -151,10 +169,17 @@ class Reflector:
                 await self.sleep(delay)
 
     async def relist(self) -> str:
-        """A full paginated list into the cache; what the cache holds of the kind and the list does not is deleted.
-        Returns the list's resourceVersion ("" when the kind is not served: then nothing of it is held)."""
-        pages = self.lister()
-        listed: set[Identity] = set()
+        """A full paginated list into the cache, replacing what it holds of the kind: each listed object as listed
+        (whatever resourceVersion the cache held), and what the list does not have deleted. A list that failed
+        part-way (:attr:`listing`) resumes at the page that failed; a page starting the list anew
+        (:attr:`ListPage.restart`: an expired continue token's unpaginated fallback) makes what earlier pages listed
+        count no more. Returns the list's resourceVersion ("" when the kind is not served: then nothing of it is
+        held)."""
+        if self.listing is None:
+            self.listing = Listing()
+        listing = self.listing
+        pages = self.lister(listing.progress)
+        listed = listing.listed
         resource_version = ""
         not_served: NotFound | None = None
 
@@ -170,6 +195,8 @@ class Reflector:
         slicer = Slicer(SLICE_SECONDS)
         while (page := await asyncio.to_thread(next_page)) is not None:
             slicer.restart()
+            if page.restart:
+                listed.clear()
             for manifest in page.items:
                 self.cache.apply("ADDED", manifest)
                 EVENTS_PROCESSED.labels(kind=self.kind).inc()
@@ -187,7 +214,7 @@ class Reflector:
                                "metadata": {"name": "-", "namespace": "-"}})
         gone: list[Identity] = []
         if held is not None:
-            cached = list(self.cache.versions)  # (every kind's: 100k+ entries, looked at a slice of time at a time)
+            cached = list(self.cache.held)  # (every kind's: 100k+ entries, looked at a slice of time at a time)
             for start in range(0, len(cached), GONE_CHECKS_PER_SLICE):
                 gone.extend(identity for identity in cached[start:start + GONE_CHECKS_PER_SLICE]
                             if identity[0] == held[0] and identity not in listed)
@@ -200,6 +227,7 @@ class Reflector:
                         self.kind, not_served, NOT_SERVED_RETRY_SECONDS)
         self.served = not_served is None
         self.lists += 1
+        self.listing = None
         log.info("%s listed: %d (%d deleted meanwhile), resourceVersion %s", self.kind, len(listed), len(gone),
                  resource_version)
         return resource_version
@@ -291,15 +319,19 @@ class DraVersion:
         DRA_UNREADABLE.labels(self.kind).set(0 if found else 1)
         return found
 
-    def pages(self, plural: str) -> Iterator[ListPage]:
-        """The kind's list pages through the version discovered now; NotFound (as for a kind not served) when no
-        version of :data:`DRA_VERSIONS` is."""
+    def pages(self, plural: str, progress: ListProgress) -> Iterator[ListPage]:
+        """The kind's list pages through the version discovered now (from the first page again when a list under
+        way was through another version); NotFound (as for a kind not served) when no version of
+        :data:`DRA_VERSIONS` is."""
+        before = self.version
         version = self.discover()
+        if version != before:
+            progress.token = ""
         if version is None:
             raise NotFound(f"no version of {DRA_GROUP} ({', '.join(DRA_VERSIONS)}) is served: {self.kind}s cannot "
                            "be read, DRA quotas (spec.dra of queues) are not enforced", 404)
         api_version = f"{DRA_GROUP}/{version}"
-        yield from list_pages(self.api, f"/apis/{api_version}/{plural}", api_version, self.kind)
+        yield from list_pages(self.api, f"/apis/{api_version}/{plural}", api_version, self.kind, progress)
 
     def watch(self, plural: str, resource_version: str) -> WatchStream:
         api_version = f"{DRA_GROUP}/{self.version or DRA_VERSIONS[0]}"

@@ -1,8 +1,13 @@
 """The in-memory cluster cache the webhooks read: a Ledger (nodes' card types, queues, podgroups, pods) kept
 current by watch events, so no API call is ever made on the admission hot path.
 
-Events can arrive twice or out of order (a full list taken at start-up, then the watch stream's own initial
-listing): an event older than what the cache holds (by ``metadata.resourceVersion``) is ignored.
+Events are applied in the order they arrive, and the order is all the cache relies on: one watch stream delivers a
+kind's changes in the order they happened, a list is newer than the watch events before it (a list replaces what it
+lists, and its reader deletes what it no longer has: operator/reflector.py), and a watch continues from the
+resourceVersion of the list or event before it. ``metadata.resourceVersion`` itself is never compared: it is opaque,
+and clients may compare two only for equality (Kubernetes documentation, "API concepts", section "Resource
+versions"); nor does it grow across an etcd restore, after which a cache that ignored events "older" than what it
+held would ignore every update until it restarted.
 """
 
 from __future__ import annotations
@@ -39,12 +44,13 @@ class CacheSink(Protocol):
 
 @dataclass
 class ClusterCache:
-    """The cluster as watch events tell it, applied in order of resourceVersion (a stale event is ignored) to the
-    admission ledger — or to a :class:`CacheSink` (the extender's session) when one is given. Changed only on the
-    event loop, where the policies read it."""
+    """The cluster as watch events tell it, applied in the order they arrive to the admission ledger — or to a
+    :class:`CacheSink` (the extender's session) when one is given. Changed only on the event loop, where the
+    policies read it."""
 
     ledger: Ledger = field(default_factory=Ledger)
-    versions: dict[Identity, int] = field(default_factory=dict)
+    held: set[Identity] = field(default_factory=set)
+    """The identities of the objects held (what a relist that no longer lists one deletes)."""
     rejected: int = 0
     """Events whose object could not be read (logged by the caller; the API server should never send one)."""
     sink: CacheSink | None = None
@@ -82,7 +88,8 @@ class ClusterCache:
         gc.freeze()
 
     def apply(self, event_type: str | None, manifest: Mapping[str, Any]) -> bool:
-        """Apply one watch event; False when it was stale, of a kind not cached, or unreadable."""
+        """Apply one watch event (or a listed object, as ADDED), whatever its resourceVersion: it is the newest the
+        cache has seen of the object. False when it was of a kind not cached, or unreadable."""
         try:
             identity = self.identity(manifest)
         except InputError:
@@ -90,18 +97,13 @@ class ClusterCache:
             return False
         if identity is None:
             return False
-        version = _version(manifest)
-        known = self.versions.get(identity)
-        if version is not None and known is not None and version < known:
-            return False
         try:
             if event_type == DELETED:
                 self.target.delete(manifest)
-                self.versions.pop(identity, None)
+                self.held.discard(identity)
             else:
                 self.target.upsert(manifest)
-                if version is not None:
-                    self.versions[identity] = version
+                self.held.add(identity)
         except InputError:
             self.rejected += 1
             return False
@@ -109,7 +111,7 @@ class ClusterCache:
 
     def identity(self, manifest: Mapping[str, Any]) -> Identity | None:
         """(kind, namespace, name) of an object the cache holds (``apps/ReplicaSet`` for a workload; namespace ""
-        for a node or a queue): what :attr:`versions` is keyed by. None for a kind it does not hold; raises
+        for a node or a queue): what :attr:`held` holds. None for a kind it does not hold; raises
         InputError for an object it cannot read."""
         kind = kind_of(manifest)
         if kind is not None:
@@ -123,8 +125,3 @@ class ClusterCache:
             return (str(manifest.get("kind")), meta.key[0], meta.key[1])
         return None
 
-
-def _version(manifest: Mapping[str, Any]) -> int | None:
-    metadata = manifest.get("metadata")
-    value = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
-    return int(value) if isinstance(value, str) and value.isdigit() else None

@@ -104,3 +104,12 @@ def test_bounded_servers_bench_reports_every_figure_for_both_servers() -> None:
     assert [line.strip().split(".")[0] for line in lines[1:]] == ["aiohttp defaults:", "1", "2", "cardquota:", "1",
                                                                   "2", "3"]
     assert "answered 400" in lines[6]
+
+
+def test_full_list_bench_reports_both_ratios() -> None:
+    result = subprocess.run([sys.executable, "bench/full_list.py", "--pods", "50", "--rounds", "1"], cwd=REPO,
+                            capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("50 realistic pods")
+    assert lines[1].startswith("round 1: longest loop stall")
+    assert lines[2].startswith("stall ratio (parts / json.loads):")

@@ -78,25 +78,51 @@ def test_both_shapes_read_count_and_capacity() -> None:
 def test_the_version_is_discovered_again_before_each_list(monkeypatch: pytest.MonkeyPatch) -> None:
     """A cluster upgrade can stop serving the version in use: each full list (at start, after a 404) asks discovery
     again and lists through what it finds; none served is a 404 for the reflector, and the metric says so."""
-    from cardquota.kube import NotFound
+    from cardquota.kube import ListProgress, NotFound
     from cardquota.operator import reflector
 
     served: list[str | None] = [None]
     listed: list[tuple[str, str]] = []
     monkeypatch.setattr(reflector, "served_dra_version", lambda api: served[0])
 
-    def list_pages(api: object, path: str, api_version: str, kind: str) -> Iterator[object]:
+    def list_pages(api: object, path: str, api_version: str, kind: str, progress: object) -> Iterator[object]:
         listed.append((path, api_version))
         return iter(())
 
     monkeypatch.setattr(reflector, "list_pages", list_pages)
     dra = reflector.DraVersion(api=None, kind="ResourceClaim")  # type: ignore[arg-type]
     with pytest.raises(NotFound, match="are not enforced"):
-        list(dra.pages("resourceclaims"))
+        list(dra.pages("resourceclaims", ListProgress()))
     assert reflector.DRA_UNREADABLE.labels("ResourceClaim")._value.get() == 1
     for version in ("v1beta1", "v1"):
         served[0] = version
-        assert list(dra.pages("resourceclaims")) == []
+        assert list(dra.pages("resourceclaims", ListProgress())) == []
         assert listed[-1] == (f"/apis/resource.k8s.io/{version}/resourceclaims", f"resource.k8s.io/{version}")
         assert reflector.DRA_UNREADABLE.labels("ResourceClaim")._value.get() == 0
     assert dra.version == "v1"
+
+
+def test_a_list_resumed_through_another_version_starts_from_its_first_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A continue token is only good for the version it was issued through: when the served version changed while a
+    list was under way (a page failed past its retries, then the cluster was upgraded), it lists from page 1."""
+    from cardquota.kube import ListProgress
+    from cardquota.operator import reflector
+
+    served = ["v1beta1"]
+    tokens: list[tuple[str, str]] = []
+    monkeypatch.setattr(reflector, "served_dra_version", lambda api: served[0])
+
+    def list_pages(api: object, path: str, api_version: str, kind: str, progress: ListProgress) -> Iterator[object]:
+        tokens.append((api_version, progress.token))
+        return iter(())
+
+    monkeypatch.setattr(reflector, "list_pages", list_pages)
+    dra = reflector.DraVersion(api=None, kind="ResourceClaim")  # type: ignore[arg-type]
+    progress = ListProgress(token="page-3")
+    list(dra.pages("resourceclaims", progress))  # the first discovery: no token can be from another version
+    progress.token = "page-3"
+    list(dra.pages("resourceclaims", progress))  # the same version: resumed
+    served[0] = "v1"
+    list(dra.pages("resourceclaims", progress))
+    assert tokens == [("resource.k8s.io/v1beta1", ""), ("resource.k8s.io/v1beta1", "page-3"),
+                      ("resource.k8s.io/v1", "")]

@@ -19,7 +19,17 @@ import pytest
 from builders import gpu_node, pod, podgroup, queue
 from polling import eventually
 
-from cardquota.kube import UNREACHABLE, Gone, KubeError, ListPage, NotFound, Unreachable, WatchEvent
+from cardquota.kube import (
+    UNREACHABLE,
+    Gone,
+    KubeError,
+    ListPage,
+    ListProgress,
+    NotFound,
+    Unreachable,
+    WatchEvent,
+    api_error,
+)
 from cardquota.operator.reflector import Reflector
 from cardquota.runtime.cache import ClusterCache
 
@@ -70,11 +80,14 @@ class ScriptedServer:
     watched_from: list[str] = field(default_factory=list)
     page_requests: int = 0
 
-    def lister(self) -> Iterator[ListPage]:
+    def lister(self, progress: ListProgress) -> Iterator[ListPage]:
+        """Pages from where ``progress`` stands (its token: the offset of the next page)."""
         items = sorted(self.pods.values(), key=lambda item: item["metadata"]["name"])
-        for start in range(0, max(len(items), 1), 2):
+        for start in range(int(progress.token or 0), max(len(items), 1), 2):
             self.page_requests += 1
-            yield ListPage(items[start:start + 2], self.list_version, start + 2 >= len(items))
+            yield ListPage(items[start:start + 2], self.list_version, start + 2 >= len(items), start == 0)
+            progress.token = str(start + 2)
+        progress.token = ""
 
     def watcher(self, version: str) -> ScriptedWatch:
         self.watched_from.append(version)
@@ -186,6 +199,75 @@ async def test_410_gone_lists_again_and_deletes_what_went_meanwhile() -> None:
     await stopped(task)
 
 
+async def test_a_relist_after_an_etcd_restore_replaces_the_cache_and_the_watch_after_it_applies() -> None:
+    """etcd restored from a backup without a revision bump: the API server's resourceVersions went back (the cache
+    held p0 and p1 at ~9000, the new list has them at ~50). A resourceVersion is opaque and compared only for
+    equality ("API concepts", Resource versions): the list replaces what the cache held whatever the versions, what
+    it no longer has goes, and the watch's events after it — lower than what the cache once held — apply."""
+    restored = {"p0": card_pod("p0", 40, node_name=None), "p2": card_pod("p2", 41)}
+
+    def meanwhile() -> None:
+        server.pods, server.list_version = dict(restored), "50"
+
+    server = ScriptedServer({"p0": card_pod("p0", 9000), "p1": card_pod("p1", 9001)}, "9001", [
+        ScriptedWatch([Gone("too old resource version: 9001 (50)", 410)], meanwhile=meanwhile),
+        ScriptedWatch([WatchEvent("MODIFIED", card_pod("p2", 51, node_name=None)),
+                       WatchEvent("ADDED", card_pod("p3", 52))], hold=True)])
+    cache = base_cache()
+    reflector = reflector_over(server, cache, [])
+    task = await running(reflector)
+    await eventually(lambda: server.watched_from == ["9001", "50"])
+    await eventually(lambda: ("ml", "p3") in cache.ledger.snapshot.pods)
+    assert_same_ledger(cache, {"p0": card_pod("p0", 40, node_name=None), "p2": card_pod("p2", 51, node_name=None),
+                               "p3": card_pod("p3", 52)})
+    await stopped(task)
+
+
+@pytest.mark.parametrize("versions", [("9000", "12"), ("10", "9")])
+async def test_the_cache_applies_events_in_the_order_they_arrive(versions: tuple[str, str]) -> None:
+    """The later event wins, though its resourceVersion reads as a smaller number (they are not numbers)."""
+    first, then = versions
+    cache = base_cache()
+    running_pod, pending_pod = card_pod("p0", 0), card_pod("p0", 0, node_name=None)
+    running_pod["metadata"]["resourceVersion"], pending_pod["metadata"]["resourceVersion"] = first, then
+    assert cache.apply("ADDED", running_pod)
+    assert cache.apply("MODIFIED", pending_pod)
+    assert_same_ledger(cache, {"p0": pending_pod})
+    assert cache.apply("DELETED", running_pod)
+    assert ("ml", "p0") not in cache.ledger.snapshot.pods
+    assert cache.held == {("Node", "", "a100-1"), ("Queue", "", "team-a"), ("PodGroup", "ml", "pg")}
+
+
+async def test_a_list_failing_part_way_resumes_at_the_failing_page_after_the_wait_asked_for() -> None:
+    """Page 2 throttled past kube's retries (429, Retry-After: 20): the reflector waits the longer of its backoff
+    and the server's 20 s, then asks for page 2 again, not page 1; the list counts once."""
+    truth = {f"p{index}": card_pod(f"p{index}", 10 + index) for index in range(5)}
+    server = ScriptedServer(dict(truth), "100", [])
+    pages = server.lister
+    requested: list[str] = []
+
+    def lister(progress: ListProgress) -> Iterator[ListPage]:
+        requested.append(progress.token)
+        if len(requested) == 1:
+            iterator = pages(progress)
+            yield next(iterator)
+            progress.token = "2"
+            raise api_error("throttled", 429, retry_after=20)
+        yield from pages(progress)
+
+    server.lister = lister  # type: ignore[method-assign]
+    cache = base_cache()
+    reflector = reflector_over(server, cache, sleeps := [])
+    task = await running(reflector)
+    await eventually(lambda: server.watched_from == ["100"])
+    assert requested == ["", "2"]
+    assert sleeps == [20.0]
+    assert reflector.lists == 1
+    assert reflector.listing is None
+    assert_same_ledger(cache, truth)
+    await stopped(task)
+
+
 async def test_a_cancelled_reflector_closes_its_watch() -> None:
     held = ScriptedWatch([], hold=True)
     server = ScriptedServer({}, "7", [held])
@@ -250,9 +332,9 @@ async def test_a_relist_deletes_from_a_sink_too() -> None:
 class OnePageServer(ScriptedServer):
     """The whole list in one page (a page of 500 realistic pods takes ~30 ms to apply)."""
 
-    def lister(self) -> Iterator[ListPage]:
+    def lister(self, progress: ListProgress) -> Iterator[ListPage]:
         self.page_requests += 1
-        yield ListPage(list(self.pods.values()), self.list_version, True)
+        yield ListPage(list(self.pods.values()), self.list_version, True, True)
 
 
 async def _sizes_seen_while(work: Callable[[], Any], cache: ClusterCache) -> set[int]:
@@ -324,7 +406,7 @@ class NodesServer:
     served: bool = True
     lists: int = 0
 
-    def lister(self) -> Iterator[ListPage]:
+    def lister(self, progress: ListProgress) -> Iterator[ListPage]:
         self.lists += 1
         if not self.served:
             raise NotFound("the server could not find the requested resource", 404)

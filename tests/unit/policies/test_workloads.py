@@ -184,13 +184,15 @@ def test_a_volcano_task_value_the_card_checks_refused_is_reported_once() -> None
     assert len(paths) == len(set(paths))
 
 
-def test_the_operator_cache_keeps_the_newest_version_of_a_workload() -> None:
+def test_the_operator_cache_keeps_the_last_version_of_a_workload_it_was_given() -> None:
+    """Events apply in the order they arrive; a resourceVersion that reads as a smaller number is not older (they
+    are opaque: an etcd restore sets them back)."""
     from cardquota.runtime.cache import ClusterCache
 
     cache = ClusterCache()
-    newer, older = workload("Deployment", card=H100), workload("Deployment", card=A100)
-    newer["metadata"]["resourceVersion"], older["metadata"]["resourceVersion"] = "20", "10"
-    assert cache.apply("MODIFIED", newer)
-    assert not cache.apply("ADDED", older)
+    first, then = workload("Deployment", card=H100), workload("Deployment", card=A100)
+    first["metadata"]["resourceVersion"], then["metadata"]["resourceVersion"] = "20", "10"
+    assert cache.apply("MODIFIED", first)
+    assert cache.apply("MODIFIED", then)
     kept = cache.ledger.snapshot.workloads[("apps", "Deployment", "ml", "w")]
-    assert kept["spec"] == {"template": newer["spec"]["template"]}  # only the template is kept
+    assert kept["spec"] == {"template": then["spec"]["template"]}  # only the template is kept
