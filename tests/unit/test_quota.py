@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from verdicts import violations_of
 
+from cardquota.core.cards import MAX_CARD_NAME_LENGTH
 from cardquota.core.quota import (
     card_alternatives,
     card_name_problem,
@@ -172,7 +173,8 @@ def test_parsers_never_raise_and_keep_only_valid_amounts(parse, text: str) -> No
     assert all(v.message.strip() and "\n" not in v.message for v in parsed.violations)
 
 
-@given(st.dictionaries(st.text(min_size=1).filter(lambda name: name.strip() and "|" not in name),
+@given(st.dictionaries(st.text(min_size=1, max_size=MAX_CARD_NAME_LENGTH).filter(
+    lambda name: name.strip() and "|" not in name),
                        st.integers(min_value=0, max_value=2**63 - 1)))
 def test_every_valid_quota_round_trips(quota: dict[str, int]) -> None:
     parsed = card_quota({"volcano.sh/card.quota": json.dumps(quota)})
