@@ -4,6 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
+# pytest-xdist workers: most tests wait on sockets and subprocesses, so 4 keep 2 cores busy (0: one process)
+TEST_WORKERS ?= 4
+XDIST := -n $(TEST_WORKERS)
 IMAGE ?= cardquota:dev
 KIND_CLUSTER ?= cardquota
 DOCKER ?= docker
@@ -15,7 +18,7 @@ COMPILED := build/compiled
 VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCANO_VERSION)/installer/volcano-development.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint unit compiled test-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean
+.PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -56,12 +59,19 @@ lint: $(VENV)/.stamp-test ## ruff, mypy --strict and the import-linter contracts
 	$(BIN)/lint-imports
 
 unit: $(VENV)/.stamp-test ## the fast unit tests only
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) tests/unit $(PYTEST_ARGS)
 
-test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e tests (e2e skips without Docker), then test-compiled
-	@$(BIN)/pytest $(PYTEST_ARGS); status=$$?; \
-	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$status
-	@$(MAKE) --no-print-directory test-compiled
+test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e tests (e2e skips without Docker), then the suites against the compiled core
+	@mkdir -p build && rm -f build/compiled.rc build/compiled.log; \
+	if $(CC) --version >/dev/null 2>&1; then \
+		( $(MAKE) --no-print-directory compiled > build/compiled.log 2>&1; echo $$? > build/compiled.rc ) & \
+	else echo "make test: the compiled core is skipped: no C compiler ('$(CC)') to build it"; fi; \
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS); status=$$?; wait; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; status=0; fi; \
+	[ $$status -eq 0 ] || exit $$status; \
+	[ -f build/compiled.rc ] || exit 0; \
+	cat build/compiled.log; [ "$$(cat build/compiled.rc)" = 0 ] || { echo "make test: the compiled build failed"; exit 1; }; \
+	$(MAKE) --no-print-directory run-compiled
 
 # The compiled build (setup.py, CARDQUOTA_COMPILE=1) is made from a copy of the working tree (tracked and new files,
 # symlinks kept) in $(COMPILED)/tree, so that no build/ left over from an earlier build leaks into the wheel.
@@ -79,10 +89,13 @@ compiled: $(VENV)/.stamp-test ## the wheel with the core compiled by mypyc, in d
 test-compiled: ## the unit and integration suites against the compiled core (skipped, with a message, without a C compiler)
 	@if ! $(CC) --version >/dev/null 2>&1; then \
 		echo "make test-compiled: skipped: no C compiler ('$(CC)') to build the compiled core"; exit 0; fi; \
-	$(MAKE) --no-print-directory compiled && \
+	$(MAKE) --no-print-directory compiled && $(MAKE) --no-print-directory run-compiled
+
+# The suites against the wheel `make compiled` built: its extension modules laid over the copied tree.
+run-compiled:
 	$(BIN)/python -m zipfile -e $(COMPILED)/wheel/cardquota-*.whl $(COMPILED)/unpacked && \
 	(cd $(COMPILED)/unpacked && find . -name '*.so' | tar -cf - -T -) | tar -xf - -C $(COMPILED)/tree && \
-	cd $(COMPILED)/tree && CARDQUOTA_EXPECT_COMPILED=1 PYTHONPATH=$$PWD $(abspath $(BIN))/pytest tests/unit tests/integration $(PYTEST_ARGS)
+	cd $(COMPILED)/tree && CARDQUOTA_EXPECT_COMPILED=1 PYTHONPATH=$$PWD $(abspath $(BIN))/pytest $(XDIST) tests/unit tests/integration $(PYTEST_ARGS)
 
 bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py

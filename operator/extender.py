@@ -258,16 +258,24 @@ class _PodWrites:
 
     def __init__(self, patch: PodPatcher) -> None:
         self._patch = patch
-        self._last: dict[ObjectKey, asyncio.Task[None]] = {}
+        self._last: dict[ObjectKey, asyncio.Task[str | None]] = {}
 
-    def write_later(self, pod: Manifest, annotations: Mapping[str, str | None]) -> asyncio.Task[None]:
+    def write_later(self, pod: Manifest, annotations: Mapping[str, str | None]) -> asyncio.Task[str | None]:
+        """The write as a task whose result is None when written, else why not: it never ends in an exception, so
+        a write still under way when the process stops is not an error of the process (the watch framework, which
+        reraises what its tasks' stragglers raise, would stop with it)."""
         key = namespaced_key(pod)
         previous = self._last.get(key)
 
-        async def write() -> None:
+        async def write() -> str | None:
             if previous is not None:
                 await asyncio.wait([previous])  # (its outcome was its own caller's)
-            await self._patch(pod, annotations)
+            try:
+                await self._patch(pod, annotations)
+            except Exception as error:  # reported to whoever waits, logged for a late clean-up
+                log.warning("annotations of pod %s/%s not written: %s", *key, error)
+                return str(error) or type(error).__name__
+            return None
 
         task = asyncio.create_task(write())
         self._last[key] = task
@@ -280,12 +288,9 @@ class _PodWrites:
         done, _ = await asyncio.wait([task], timeout=seconds)
         if not done:
             return f"the API server did not answer within {seconds:g}s"
-        error = task.exception()
-        return None if error is None else str(error) or type(error).__name__
+        return task.result()
 
-    def _finished(self, key: ObjectKey, task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            task.exception()  # (retrieved: reported by the caller that waited, or by nobody for a late clean-up)
+    def _finished(self, key: ObjectKey, task: asyncio.Task[str | None]) -> None:
         if self._last.get(key) is task:
             del self._last[key]
 
