@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
 from kubernetes import client
 
-from cardquota.kube import CACHED_RESOURCES, list_all_async
-from cardquota.operator.reflector import Reflector, claim_reflectors, resource_reflector
+from cardquota.kube import CACHED_RESOURCES, KubeError, list_all_async, retry_wait
+from cardquota.operator.reflector import BACKOFF_SECONDS, Reflector, claim_reflectors, resource_reflector
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED
 
@@ -79,6 +80,25 @@ async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
         task.result()
 
 
+async def first_list(api: client.ApiClient, stop: asyncio.Event | None,
+                     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> list[Mapping[str, Any]] | None:
+    """The kinds listed at start, tried until the API server answers, with the reflectors' backoff (and at least the
+    ``Retry-After`` it asks for), each failure logged: an API server down or refusing at start leaves the process
+    serving what it can (degraded, not ready), as client-go's reflectors keep listing, instead of ending in an
+    error. None once ``stop`` is set."""
+    failures = 0
+    while stop is None or not stop.is_set():
+        try:
+            return await list_all_async(api, LISTED_AT_START)
+        except KubeError as error:
+            delay = retry_wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)], error)
+            failures += 1
+            kinds = ", ".join(resource[2] for resource in LISTED_AT_START)
+            log.warning("listing %s failed (%s): again in %.1f s", kinds, error, delay)
+            await sleep(delay)
+    return None
+
+
 async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event | None,
                  tasks: list[asyncio.Task[None]], *, claims: bool = False, started: asyncio.Event | None = None,
                  reflectors: list[Reflector] | None = None, pods: bool = True,
@@ -96,7 +116,10 @@ async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event
     @kopf.on.login(registry=registry, id="login")
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(api)
-    cache.load(await list_all_async(api, LISTED_AT_START), complete=False)
+    listed = await first_list(api, stop)
+    if listed is None:
+        return  # stopped before the API server answered
+    cache.load(listed, complete=False)
     for resource in REFLECTED:  # one after the other: pods last (see REFLECTED_KINDS)
         if resource[2] == "Pod" and not pods:
             continue
