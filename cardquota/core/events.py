@@ -65,8 +65,10 @@ class CardEvent:
 def podgroup_event(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None = None) -> CardEvent | None:
     """Why a PodGroup cannot be enqueued now, or None when it can (or is past that). ``config``: the capacity-card
     plugin's arguments, None when unknown (then ``cardUnlimitedCpuMemory`` is read as on: never an event for a job
-    the scheduler may enqueue)."""
-    if group.phase not in NOT_YET_INQUEUE:
+    the scheduler may enqueue). A PodGroup whose queue the cache does not hold gets none: the queue may be on its
+    way (created just before, its watch behind the PodGroups'), and a guess said now would be held back, right or
+    wrong, for the event interval."""
+    if group.phase not in NOT_YET_INQUEUE or group.queue not in ledger.snapshot.queues:
         return None
     return _event(group.meta, podgroup_enqueue_refusal(group, ledger, config))
 
@@ -82,7 +84,9 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
         return _event(pod.meta, request_failed(pod.card_name, problem))
     queue = ledger.queue_of(pod)
     record = ledger.snapshot.queues.get(queue)
-    closed = queue_state_refusal(queue, record.queue.state, "it allocates no new task") if record else None
+    if record is None:
+        return None  # (as for a PodGroup: its queue not seen yet)
+    closed = queue_state_refusal(queue, record.queue.state, "it allocates no new task")
     if closed is not None:
         return _event(pod.meta, closed)
     refusal = task_allocate_refusal(queue, pod.card_name, wanted, _quota(ledger, queue), ledger.usage(queue).allocated)

@@ -19,6 +19,7 @@ from cardquota.core.publish import (
     queue_annotations,
     usage_summary,
 )
+from cardquota.core.snapshot import queue_record
 from cardquota.kube import KubeError, api_error, with_retries
 from cardquota.operator.controller import kubernetes_event
 
@@ -101,6 +102,19 @@ def test_empty_queue_capability() -> None:
     assert group_event is not None
     assert pod_evt is not None
     assert (group_event.reason, pod_evt.reason) == ("EmptyQueueCapability", "EmptyQueueCapability")
+
+
+def test_no_event_until_the_queue_is_seen() -> None:
+    """A PodGroup or pod seen before its queue (the queue's watch behind the PodGroups', just after both were
+    created) says nothing: before, it got EmptyQueueCapability, and the right reason waited the event interval."""
+    ledger = events_for(podgroup("pg", queue="team-a", phase="Pending", request={A100: 4}),
+                        pod("p", gpus=1, card=A100, queue="team-a"))
+    assert podgroup_event(ledger.snapshot.podgroups[("default", "pg")], ledger) is None
+    assert pod_event(ledger.snapshot.pods[("default", "p")], ledger) is None
+    ledger.upsert_queue(queue_record(queue("team-a", {A100: 2})))
+    group_event = podgroup_event(ledger.snapshot.podgroups[("default", "pg")], ledger)
+    assert group_event is not None
+    assert group_event.reason == "InsufficientScalarQuota"
 
 
 def test_pending_pod_events_task_mode() -> None:
