@@ -3,8 +3,8 @@
 Healthy: the real operator runs against kmock (managed certificates: it writes the TLS Secret and every webhook's
 caBundle; it takes the Lease as the pod named by $HOSTNAME; it publishes the queues' usage), and doctor passes every
 check. Broken: a cluster seeded with what goes wrong in practice exits 1 with a fix under each ✗ line. A refused
-read (403) makes its check "cannot tell" and the exit 2. The README's doctor section shows these two runs: the test
-runs them again and compares.
+read (403) makes its check "cannot tell" and the exit 2. The doctor section of the documentation (docs/doctor.md)
+shows these two runs: the test runs them again and compares.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from unit.test_doctor import (
     with_conf,
     workload,
 )
+from user_docs import section
 from volcano_crds import upstream_crd
 
 from cardquota.cli.main import run
@@ -49,7 +50,6 @@ pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
                   base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "cardquota-system"
 PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "Deployment": "deployments",
            "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
@@ -88,9 +88,8 @@ def seed(kmock: Any, objects: list[dict[str, Any]]) -> None:
 
 
 def readme_runs() -> list[str]:
-    """The outputs the README's doctor section shows, in order (healthy, then broken)."""
-    section = (REPO / "README.md").read_text().split("## `kubectl cardquota doctor`", 1)[1].split("\n## ", 1)[0]
-    blocks = [block.split("```", 1)[0] for block in section.split("```console\n")[1:]]
+    """The outputs the doctor section (README or docs/) shows, in order (healthy, then broken)."""
+    blocks = [block.split("```", 1)[0] for block in section("`kubectl cardquota doctor`").split("```console\n")[1:]]
     runs = [block.split("$ kubectl cardquota doctor\n", 1)[1] for block in blocks]
     assert len(runs) == 2
     return runs

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubeconfigs import write_kubeconfig
+from user_docs import section
 
 from cardquota.cli.kubectl import _kube
 from cardquota.cli.main import run
@@ -122,9 +123,9 @@ def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_readme_shows_what_the_plugin_prints() -> None:
-    """Every ``$ kubectl cardquota …`` example in the README, run again, prints exactly what the README shows."""
-    readme = (REPO / "README.md").read_text().split("## `kubectl cardquota`", 1)[1]
-    block = readme.split("```console\n", 1)[1].split("```", 1)[0]
+    """Every ``$ kubectl cardquota …`` example of the plugin's section (README or docs/), run again, prints exactly
+    what it shows."""
+    block = section("`kubectl cardquota`: usage").split("```console\n", 1)[1].split("```", 1)[0]
     examples = block.split("$ kubectl cardquota ")[1:]
     assert len(examples) == 3
     for example in examples:

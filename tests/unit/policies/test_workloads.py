@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from builders import gpu_node, queue
+from user_docs import section
 from verdicts import violations_of
 
 from cardquota.cli.main import run
@@ -150,8 +151,7 @@ def test_check_reads_a_deployment_and_then_its_hpa_in_one_file(tmp_path: Path) -
 
 def test_the_readme_example_is_what_check_prints() -> None:
     repo = Path(__file__).resolve().parents[3]
-    section = (repo / "README.md").read_text().split("### Workloads whose pods come later", 1)[1]
-    block = section.split("```console\n", 1)[1].split("```", 1)[0]
+    block = section("Workloads whose pods come later").split("```console\n", 1)[1].split("```", 1)[0]
     command, _, shown = block.partition("\n")
     argv = [arg.replace("examples/", f"{repo}/examples/") for arg in command.removeprefix("$ cardquota ").split()]
     out = io.StringIO()

@@ -12,6 +12,7 @@ import yaml
 from builders import gpu_labels, node, pod, podgroup, queue
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from user_docs import all_user_docs
 
 from cardquota.cli.main import run
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
@@ -284,10 +285,11 @@ status: {{phase: Pending}}
 
 
 def test_the_readme_two_jobs_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    """The README's ``cardquota simulate --cluster cluster.yaml -f two-jobs.yaml -o table`` example, run again (queue-a
+    """The documentation's ``cardquota simulate --cluster cluster.yaml -f two-jobs.yaml -o table`` example (README or
+    docs/), run again (queue-a
     has cpu 100, a running job holds 90, two PodGroups of minResources cpu 10); the table fits 80 columns, each
     reason on its own wrapped line (issue 18 item 15)."""
-    readme = (REPO / "README.md").read_text()
+    readme = all_user_docs()
     command = "$ cardquota simulate --cluster cluster.yaml -f two-jobs.yaml -o table\n"
     shown = readme.split(command, 1)[1].split("```", 1)[0]
     (tmp_path / "cluster.yaml").write_text(TWO_JOBS_CLUSTER)
