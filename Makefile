@@ -8,6 +8,9 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS)
 IMAGE ?= cardquota:dev
+# The package version (pyproject.toml): the release image's tag, the wheel's and the krew archive's names
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)"$$/\1/p' pyproject.toml)
+DIST := build/dist
 KIND_CLUSTER ?= cardquota
 DOCKER ?= docker
 KIND ?= kind
@@ -18,7 +21,8 @@ COMPILED := build/compiled
 VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCANO_VERSION)/installer/volcano-development.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean
+.PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
+	dist constraints krew cluster-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -72,6 +76,7 @@ test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e t
 	[ -f build/compiled.rc ] || exit 0; \
 	cat build/compiled.log; [ "$$(cat build/compiled.rc)" = 0 ] || { echo "make test: the compiled build failed"; exit 1; }; \
 	$(MAKE) --no-print-directory run-compiled
+	@$(MAKE) --no-print-directory dist
 
 # The compiled build (setup.py, CARDQUOTA_COMPILE=1) is made from a copy of the working tree (tracked and new files,
 # symlinks kept) in $(COMPILED)/tree, so that no build/ left over from an earlier build leaks into the wheel.
@@ -96,6 +101,16 @@ run-compiled:
 	$(BIN)/python -m zipfile -e $(COMPILED)/wheel/cardquota-*.whl $(COMPILED)/unpacked && \
 	(cd $(COMPILED)/unpacked && find . -name '*.so' | tar -cf - -T -) | tar -xf - -C $(COMPILED)/tree && \
 	cd $(COMPILED)/tree && CARDQUOTA_EXPECT_COMPILED=1 PYTHONPATH=$$PWD $(abspath $(BIN))/pytest $(XDIST) tests/unit tests/integration $(PYTEST_ARGS)
+
+# The release artifacts (nothing is uploaded): the sdist, the pure wheel built from it (what `pip install` gets; the
+# image ships the compiled one, `make compiled`), checked by twine and by tests/tools/check_dist.py, which installs
+# the wheel alone into a fresh virtualenv and runs both commands (its docstring says what that does not prove).
+dist: $(VENV)/.stamp-test ## the sdist and the pure wheel in build/dist, twine-checked, installed into a fresh venv and run
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@$(BIN)/python -m build --no-isolation --outdir $(DIST) . > build/dist.log 2>&1 \
+		|| { cat build/dist.log; echo "make dist: python -m build failed"; exit 1; }
+	@$(BIN)/twine check --strict $(DIST)/*
+	@$(BIN)/python tests/tools/check_dist.py $(DIST)
 
 bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py
