@@ -112,6 +112,11 @@ dist: $(VENV)/.stamp-test ## the sdist and the pure wheel in build/dist, twine-c
 	@$(BIN)/twine check --strict $(DIST)/*
 	@$(BIN)/python tests/tools/check_dist.py $(DIST)
 
+# Asks the package index (PyPI) once; the image build installs with these pins, and tests/unit/test_release.py fails
+# when pyproject.toml's dependencies change without this being run again.
+constraints: $(VENV)/.stamp-runtime ## pin every runtime dependency (pip's resolution of pyproject.toml for the image) in constraints.txt
+	$(BIN)/python tests/tools/pin_constraints.py constraints.txt
+
 bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/webhook.py
@@ -126,10 +131,10 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/tls_start.py
 	$(BIN)/python bench/scale.py
 
-image: ## build the container image (IMAGE=cardquota:dev; skipped, with a message, where no Docker daemon is usable)
+image: ## build the container image as IMAGE (cardquota:dev) and cardquota:<version> (skipped, with a message, where no Docker daemon is usable)
 	@if ! $(DOCKER) info >/dev/null 2>&1; then \
 		echo "make image: skipped: no usable Docker daemon ('$(DOCKER) info' failed)"; exit 0; fi; \
-	$(DOCKER) build -t $(IMAGE) .
+	$(DOCKER) build --label org.opencontainers.image.version=$(VERSION) -t $(IMAGE) -t cardquota:$(VERSION) .
 
 kind-up: ## create the kind cluster (KIND_CLUSTER=cardquota) if absent and load the image into it
 	@command -v $(KIND) >/dev/null || { echo "make kind-up: '$(KIND)' not found (https://kind.sigs.k8s.io)"; exit 1; }
