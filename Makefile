@@ -146,16 +146,30 @@ kind-up: ## create the kind cluster (KIND_CLUSTER=cardquota) if absent and load 
 kind-down: ## delete the kind cluster
 	$(KIND) delete cluster --name $(KIND_CLUSTER)
 
+# The cluster of kubectl's current context answers (kubectl's own first error line otherwise: no kubeconfig, a refused
+# connection, an expired credential), told apart from a cluster that answers but runs no Volcano (cluster-check).
+REACHABLE = out=$$($(KUBECTL) get --raw /version --request-timeout=10s 2>&1 >/dev/null) || { \
+	echo "the cluster of kubectl's current context ($$($(KUBECTL) config current-context 2>/dev/null || echo none))" \
+		"cannot be reached: $$(printf '%s\n' "$$out" | head -n 1)"; \
+	echo "  check KUBECONFIG and 'kubectl config current-context' (for a local kind cluster: make kind-up)"; exit 1; }
+
+cluster-check: ## does kubectl's current cluster answer, and does it run Volcano? (make deploy's first step)
+	@$(REACHABLE); \
+	out=$$($(KUBECTL) get crd queues.scheduling.volcano.sh -o name --request-timeout=10s 2>&1) || { \
+		case "$$out" in \
+		*NotFound*) echo "Volcano is not installed on this cluster (no queues.scheduling.volcano.sh CRD): install it" \
+			"first, or run 'make volcano' for stock Volcano $(VOLCANO_VERSION)";; \
+		*) echo "cannot read Volcano's Queue CRD: $$(printf '%s\n' "$$out" | head -n 1)";; \
+		esac; exit 1; }
+
 volcano: ## install stock Volcano (VOLCANO_VERSION=v1.15.1) from its release manifest, for a cluster without one
+	@$(REACHABLE)
 	@if $(KUBECTL) get crd queues.scheduling.volcano.sh >/dev/null 2>&1; then \
 		echo "make volcano: Volcano's CRDs are already installed: left as they are"; exit 0; fi; \
 	$(KUBECTL) apply --server-side -f $(VOLCANO_MANIFEST) && \
 	$(KUBECTL) -n volcano-system rollout status deployment/volcano-scheduler --timeout=300s
 
-deploy: $(VENV)/.stamp-runtime ## patch cardquota's additions into Volcano's CRDs, then install cardquota (overlays/dev)
-	@$(KUBECTL) get crd queues.scheduling.volcano.sh >/dev/null 2>&1 || { \
-		echo "make deploy: Volcano is not installed (no queues.scheduling.volcano.sh CRD): install it first," \
-		"or run 'make volcano' for stock Volcano $(VOLCANO_VERSION)"; exit 1; }
+deploy: cluster-check $(VENV)/.stamp-runtime ## patch cardquota's additions into Volcano's CRDs, then install cardquota (overlays/dev)
 	$(BIN)/kubectl-cardquota crd install
 	$(KUBECTL) apply -k manifests/overlays/dev
 	$(KUBECTL) -n cardquota-system rollout status deployment/cardquota --timeout=180s
