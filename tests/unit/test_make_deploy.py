@@ -88,7 +88,8 @@ def test_deploy_to_a_cluster_without_volcano_suggests_make_volcano(tmp_path: Pat
     assert "Volcano is not installed on this cluster (no queues.scheduling.volcano.sh CRD)" in output
     assert "make volcano" in output
     assert "cannot be reached" not in output
-    assert [call[:3] for call in calls] == [["get", "--raw", "/version"], ["get", "crd", "queues.scheduling.volcano.sh"]]
+    assert [call[:3] for call in calls] == [["get", "--raw", "/version"],
+                                            ["get", "crd", "queues.scheduling.volcano.sh"]]
     assert not (tmp_path / "no-venv").exists()
 
 
