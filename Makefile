@@ -76,7 +76,7 @@ test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e t
 	[ -f build/compiled.rc ] || exit 0; \
 	cat build/compiled.log; [ "$$(cat build/compiled.rc)" = 0 ] || { echo "make test: the compiled build failed"; exit 1; }; \
 	$(MAKE) --no-print-directory run-compiled
-	@$(MAKE) --no-print-directory dist
+	@$(MAKE) --no-print-directory krew
 
 # The compiled build (setup.py, CARDQUOTA_COMPILE=1) is made from a copy of the working tree (tracked and new files,
 # symlinks kept) in $(COMPILED)/tree, so that no build/ left over from an earlier build leaks into the wheel.
@@ -111,6 +111,14 @@ dist: $(VENV)/.stamp-test ## the sdist and the pure wheel in build/dist, twine-c
 		|| { cat build/dist.log; echo "make dist: python -m build failed"; exit 1; }
 	@$(BIN)/twine check --strict $(DIST)/*
 	@$(BIN)/python tests/tools/check_dist.py $(DIST)
+
+# kubectl cardquota as a krew plugin: an archive (a launcher that installs the wheel into a virtualenv on first run,
+# the wheel, constraints.txt, LICENSE) and plugins/cardquota.yaml filled with its uri and sha256, both checked against
+# krew's manifest rules (tests/tools/krew_manifest.py). Nothing is published: KREW_URL_BASE is where you put the
+# archive; until you set it, the uri is under .invalid (never resolves), and --archive installs from the file.
+KREW_URL_BASE ?= https://releases.invalid/cardquota/v$(VERSION)
+krew: dist ## the krew plugin archive and its filled manifest in build/krew (KREW_URL_BASE: where you publish the archive)
+	@$(BIN)/python tests/tools/krew_manifest.py $(DIST) build/krew $(KREW_URL_BASE)
 
 # Asks the package index (PyPI) once; the image build installs with these pins, and tests/unit/test_release.py fails
 # when pyproject.toml's dependencies change without this being run again.
