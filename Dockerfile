@@ -17,8 +17,8 @@ WORKDIR /src
 RUN if [ "$COMPILE" = 1 ]; then \
         apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
         && python -m pip install --no-cache-dir --disable-pip-version-check 'mypy>=2.4,<3' types-PyYAML \
-           'setuptools>=68'; \
-    else python -m pip install --no-cache-dir --disable-pip-version-check 'setuptools>=68'; fi
+           'setuptools>=77'; \
+    else python -m pip install --no-cache-dir --disable-pip-version-check 'setuptools>=77'; fi
 COPY pyproject.toml setup.py README.md ./
 COPY cardquota ./cardquota
 COPY operator ./operator
