@@ -6,7 +6,8 @@
 #
 # Two stages: the first builds the wheel — by default with the core compiled by mypyc (setup.py; the README's
 # "Compiled core" says what that buys), which needs gcc and mypy there and nowhere else — and the second installs
-# only that wheel (and its dependencies) into a slim Python base. The image runs as a non-root user with no
+# only that wheel and its dependencies, at the versions constraints.txt pins (`make constraints`), into a slim Python
+# base, so that two builds of one commit get the same packages. The image runs as a non-root user with no
 # writable path but /tmp (mount an emptyDir there with a read-only root filesystem, as manifests/base does).
 ARG PYTHON_VERSION=3.11
 
@@ -16,8 +17,8 @@ WORKDIR /src
 RUN if [ "$COMPILE" = 1 ]; then \
         apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
         && python -m pip install --no-cache-dir --disable-pip-version-check 'mypy>=2.4,<3' types-PyYAML \
-           'setuptools>=68'; \
-    else python -m pip install --no-cache-dir --disable-pip-version-check 'setuptools>=68'; fi
+           'setuptools>=77'; \
+    else python -m pip install --no-cache-dir --disable-pip-version-check 'setuptools>=77'; fi
 COPY pyproject.toml setup.py README.md ./
 COPY cardquota ./cardquota
 COPY operator ./operator
@@ -33,7 +34,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=build /dist/*.whl /tmp/
-RUN python -m pip install /tmp/*.whl && rm -f /tmp/*.whl \
+COPY constraints.txt /tmp/constraints.txt
+RUN python -m pip install --constraint /tmp/constraints.txt /tmp/*.whl && rm -f /tmp/*.whl /tmp/constraints.txt \
     && useradd --uid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin cardquota
 USER 65532:65532
 EXPOSE 9443 8080

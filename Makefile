@@ -8,6 +8,9 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS)
 IMAGE ?= cardquota:dev
+# The package version (pyproject.toml): the release image's tag, the wheel's and the krew archive's names
+VERSION := $(shell sed -n 's/^version = "\([^"]*\)"$$/\1/p' pyproject.toml)
+DIST := build/dist
 KIND_CLUSTER ?= cardquota
 DOCKER ?= docker
 KIND ?= kind
@@ -18,7 +21,8 @@ COMPILED := build/compiled
 VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCANO_VERSION)/installer/volcano-development.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean
+.PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
+	dist constraints krew cluster-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -72,6 +76,7 @@ test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e t
 	[ -f build/compiled.rc ] || exit 0; \
 	cat build/compiled.log; [ "$$(cat build/compiled.rc)" = 0 ] || { echo "make test: the compiled build failed"; exit 1; }; \
 	$(MAKE) --no-print-directory run-compiled
+	@$(MAKE) --no-print-directory krew
 
 # The compiled build (setup.py, CARDQUOTA_COMPILE=1) is made from a copy of the working tree (tracked and new files,
 # symlinks kept) in $(COMPILED)/tree, so that no build/ left over from an earlier build leaks into the wheel.
@@ -97,6 +102,29 @@ run-compiled:
 	(cd $(COMPILED)/unpacked && find . -name '*.so' | tar -cf - -T -) | tar -xf - -C $(COMPILED)/tree && \
 	cd $(COMPILED)/tree && CARDQUOTA_EXPECT_COMPILED=1 PYTHONPATH=$$PWD $(abspath $(BIN))/pytest $(XDIST) tests/unit tests/integration $(PYTEST_ARGS)
 
+# The release artifacts (nothing is uploaded): the sdist, the pure wheel built from it (what `pip install` gets; the
+# image ships the compiled one, `make compiled`), checked by twine and by tests/tools/check_dist.py, which installs
+# the wheel alone into a fresh virtualenv and runs both commands (its docstring says what that does not prove).
+dist: $(VENV)/.stamp-test ## the sdist and the pure wheel in build/dist, twine-checked, installed into a fresh venv and run
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@$(BIN)/python -m build --no-isolation --outdir $(DIST) . > build/dist.log 2>&1 \
+		|| { cat build/dist.log; echo "make dist: python -m build failed"; exit 1; }
+	@$(BIN)/twine check --strict $(DIST)/*
+	@$(BIN)/python tests/tools/check_dist.py $(DIST)
+
+# kubectl cardquota as a krew plugin: an archive (a launcher that installs the wheel into a virtualenv on first run,
+# the wheel, constraints.txt, LICENSE) and plugins/cardquota.yaml filled with its uri and sha256, both checked against
+# krew's manifest rules (tests/tools/krew_manifest.py). Nothing is published: KREW_URL_BASE is where you put the
+# archive; until you set it, the uri is under .invalid (never resolves), and --archive installs from the file.
+KREW_URL_BASE ?= https://releases.invalid/cardquota/v$(VERSION)
+krew: dist ## the krew plugin archive and its filled manifest in build/krew (KREW_URL_BASE: where you publish the archive)
+	@$(BIN)/python tests/tools/krew_manifest.py $(DIST) build/krew $(KREW_URL_BASE)
+
+# Asks the package index (PyPI) once; the image build installs with these pins, and tests/unit/test_release.py fails
+# when pyproject.toml's dependencies change without this being run again.
+constraints: $(VENV)/.stamp-runtime ## pin every runtime dependency (pip's resolution of pyproject.toml for the image) in constraints.txt
+	$(BIN)/python tests/tools/pin_constraints.py constraints.txt
+
 bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/webhook.py
@@ -111,10 +139,10 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/tls_start.py
 	$(BIN)/python bench/scale.py
 
-image: ## build the container image (IMAGE=cardquota:dev; skipped, with a message, where no Docker daemon is usable)
+image: ## build the container image as IMAGE (cardquota:dev) and cardquota:<version> (skipped, with a message, where no Docker daemon is usable)
 	@if ! $(DOCKER) info >/dev/null 2>&1; then \
 		echo "make image: skipped: no usable Docker daemon ('$(DOCKER) info' failed)"; exit 0; fi; \
-	$(DOCKER) build -t $(IMAGE) .
+	$(DOCKER) build --label org.opencontainers.image.version=$(VERSION) -t $(IMAGE) -t cardquota:$(VERSION) .
 
 kind-up: ## create the kind cluster (KIND_CLUSTER=cardquota) if absent and load the image into it
 	@command -v $(KIND) >/dev/null || { echo "make kind-up: '$(KIND)' not found (https://kind.sigs.k8s.io)"; exit 1; }
@@ -126,16 +154,30 @@ kind-up: ## create the kind cluster (KIND_CLUSTER=cardquota) if absent and load 
 kind-down: ## delete the kind cluster
 	$(KIND) delete cluster --name $(KIND_CLUSTER)
 
+# The cluster of kubectl's current context answers (kubectl's own first error line otherwise: no kubeconfig, a refused
+# connection, an expired credential), told apart from a cluster that answers but runs no Volcano (cluster-check).
+REACHABLE = out=$$($(KUBECTL) get --raw /version --request-timeout=10s 2>&1 >/dev/null) || { \
+	echo "the cluster of kubectl's current context ($$($(KUBECTL) config current-context 2>/dev/null || echo none))" \
+		"cannot be reached: $$(printf '%s\n' "$$out" | head -n 1)"; \
+	echo "  check KUBECONFIG and 'kubectl config current-context' (for a local kind cluster: make kind-up)"; exit 1; }
+
+cluster-check: ## does kubectl's current cluster answer, and does it run Volcano? (make deploy's first step)
+	@$(REACHABLE); \
+	out=$$($(KUBECTL) get crd queues.scheduling.volcano.sh -o name --request-timeout=10s 2>&1) || { \
+		case "$$out" in \
+		*NotFound*) echo "Volcano is not installed on this cluster (no queues.scheduling.volcano.sh CRD): install it" \
+			"first, or run 'make volcano' for stock Volcano $(VOLCANO_VERSION)";; \
+		*) echo "cannot read Volcano's Queue CRD: $$(printf '%s\n' "$$out" | head -n 1)";; \
+		esac; exit 1; }
+
 volcano: ## install stock Volcano (VOLCANO_VERSION=v1.15.1) from its release manifest, for a cluster without one
+	@$(REACHABLE)
 	@if $(KUBECTL) get crd queues.scheduling.volcano.sh >/dev/null 2>&1; then \
 		echo "make volcano: Volcano's CRDs are already installed: left as they are"; exit 0; fi; \
 	$(KUBECTL) apply --server-side -f $(VOLCANO_MANIFEST) && \
 	$(KUBECTL) -n volcano-system rollout status deployment/volcano-scheduler --timeout=300s
 
-deploy: $(VENV)/.stamp-runtime ## patch cardquota's additions into Volcano's CRDs, then install cardquota (overlays/dev)
-	@$(KUBECTL) get crd queues.scheduling.volcano.sh >/dev/null 2>&1 || { \
-		echo "make deploy: Volcano is not installed (no queues.scheduling.volcano.sh CRD): install it first," \
-		"or run 'make volcano' for stock Volcano $(VOLCANO_VERSION)"; exit 1; }
+deploy: cluster-check $(VENV)/.stamp-runtime ## patch cardquota's additions into Volcano's CRDs, then install cardquota (overlays/dev)
 	$(BIN)/kubectl-cardquota crd install
 	$(KUBECTL) apply -k manifests/overlays/dev
 	$(KUBECTL) -n cardquota-system rollout status deployment/cardquota --timeout=180s

@@ -1,6 +1,6 @@
 """The optional compiled build: with ``CARDQUOTA_COMPILE=1`` the pure core is compiled to C extensions with mypyc.
 
-    pip install 'mypy>=2.4,<3' types-PyYAML 'setuptools>=68'          # BUILD_REQUIREMENTS
+    pip install 'mypy>=2.4,<3' types-PyYAML 'setuptools>=77'          # BUILD_REQUIREMENTS
     CARDQUOTA_COMPILE=1 pip wheel --no-build-isolation --no-deps .      # a wheel for this Python and platform
 
 Everything else about the package is in pyproject.toml; without the variable this file changes nothing (a pure
@@ -29,7 +29,7 @@ COMPILED_EDGES = (WEBHOOKS / "review.py", WEBHOOKS / "admission.py", RUNTIME / "
 """Outside the core, the modules every admission runs through besides the policy — reading the review and writing
 the answer; the decision per kind and failure mode; the latency it observes — are compiled too (none imports an I/O
 library)."""
-BUILD_REQUIREMENTS = ("mypy>=2.4,<3", "types-PyYAML", "setuptools>=68")
+BUILD_REQUIREMENTS = ("mypy>=2.4,<3", "types-PyYAML", "setuptools>=77")
 """What the compiled build needs installed (mypyc comes with mypy; it type-checks the core, hence the stubs)."""
 
 
