@@ -481,8 +481,8 @@ OWN_OVERLAYS: dict[str, tuple[str, list[str], dict[str, Any]]] = {
                             {"namespace": {"create": True}, "separateController": {"enabled": True}}),
     "everything-elsewhere": ("gpu-admin", ["separate-controller", "extender", "metrics", "grafana"],
                              {"namespace": {"create": True, "name": "gpu-admin"},
-                              "separateController": {"enabled": True}, "extender": {"enabled": True}, "serviceMonitor": {"enabled": True},
-                              "grafanaDashboard": {"enabled": True}}),
+                              "separateController": {"enabled": True}, "extender": {"enabled": True},
+                              "serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}),
 }
 
 
