@@ -21,8 +21,10 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 import shutil
 import subprocess
+import tarfile
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -363,12 +365,44 @@ def test_lint_reports_a_broken_template(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"tls": {"mode": "letsencrypt"}}, 'tls.mode: "letsencrypt" is neither self-managed nor cert-manager'),
-    ({"image": {"repository": ""}}, "image.repository: name your registry's cardquota image"),
+    ({"separateControler": {"enabled": True}}, "additional properties 'separateControler' not allowed"),
+    ({"extender": {"enable": True}}, "additional properties 'enable' not allowed"),
+    ({"tls": {"mode": "letsencrypt"}}, "at '/tls/mode': value must be one of 'self-managed', 'cert-manager'"),
+    ({"replicas": 0}, "at '/replicas': minimum: got 0, want 1"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+    ({"namespace": {"name": "GPU_admin"}}, "at '/namespace/name'"),
 ])
-def test_a_bad_value_fails_the_render_with_its_name(values: dict[str, Any], message: str) -> None:
-    with pytest.raises(helm.HelmRenderError, match=message):
+def test_values_schema_refuses_a_misspelt_or_impossible_value(values: dict[str, Any], message: str) -> None:
+    """values.schema.json: a misspelt key would otherwise be ignored silently (the option left at its default)."""
+    with pytest.raises(helm.HelmValuesError, match=re.escape(message)):
         _chart().render(values=values, name=RELEASE, namespace=NAMESPACE)
+    assert any(message in finding for finding in _lint_findings(values))
+
+
+def test_every_default_value_is_in_the_schema() -> None:
+    _chart().validate_schema(yaml.safe_load((CHART / "values.yaml").read_text()))
+    for values, _ in OPTIONS.values():
+        _chart().validate_schema(values)
+
+
+def test_an_empty_image_repository_fails_the_render_with_its_name() -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape("image.repository: name your registry's cardquota image")):
+        _chart().render(values={"image": {"repository": ""}}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_the_packaged_chart_renders_the_same_objects(tmp_path: Path) -> None:
+    """`helm package` copies the linked manifests into the archive (and leaves out what .helmignore names: the
+    overlays, the transformers), so an archive installs what the directory does."""
+    archive = Path(helm.package(CHART, destination=tmp_path))
+    assert archive.name == f"cardquota-{VERSION}.tgz"
+    with tarfile.open(archive) as packed:
+        names = packed.getnames()
+    assert "cardquota/files/manifests/base/webhooks.yaml" in names
+    assert not [name for name in names if "/overlays/" in name or "/transformers/" in name]
+    with helm.Chart.load_archive(archive.read_bytes()) as packaged:
+        rendered = packaged.render(values=EVERYTHING, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = [document for text in rendered.values() for document in yaml.safe_load_all(text) if document]
+    assert {key(obj): obj for obj in objects} == {key(obj): obj for obj in render(EVERYTHING)}
 
 
 # ------------------------------------------------------------------------------ kubernetes-validate, strictly
