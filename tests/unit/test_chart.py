@@ -500,14 +500,15 @@ def image_values(overlay: Path) -> dict[str, Any]:
 
 
 # The settings each overlay expresses (its components and patches), as values. The image is read from the overlay.
-DEV = {"namespace": {"create": True}, "image": {"pullPolicy": "Never"}, "logFormat": "text"}
-OVERLAYS: dict[str, dict[str, Any]] = {
+# The settings each overlay expresses (its components and patches) as `helm install --set` arguments (what the
+# install instructions give), parsed by Helm's own parser. The image is read from the overlay (image_values).
+DEV = "namespace.create=true,image.pullPolicy=Never,logFormat=text"
+OVERLAYS: dict[str, str] = {
     "dev": DEV,
-    "dev-extender": {**DEV, "extender": {"enabled": True}},
-    "production": {"namespace": {"create": True}, "separateController": {"enabled": True},
-                   "serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True},
-                   # its patch of the webhooks' Deployment
-                   "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}},
+    "dev-extender": f"{DEV},extender.enabled=true",
+    # (its patch of the webhooks' Deployment sets the requested cpu; the rest of its resources are the defaults)
+    "production": "namespace.create=true,separateController.enabled=true,serviceMonitor.enabled=true,"
+                  "grafanaDashboard.enabled=true,resources.requests.cpu=500m",
 }
 # Overlays of our own over a copy of manifests/ (kustomize reads no absolute paths): a component over the base.
 OWN_OVERLAYS: dict[str, tuple[str, list[str], dict[str, Any]]] = {
@@ -566,7 +567,7 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PA
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_chart_renders_the_overlays_objects(overlay: str) -> None:
     folder = MANIFESTS / "overlays" / overlay
-    values = copy.deepcopy(OVERLAYS[overlay])
+    values = helm.parse_set_string(OVERLAYS[overlay])
     values["image"] = {**values.get("image", {}), **image_values(folder)}
     rendered = kustomize(folder)
     assert compare(rendered, render(values)) == []
