@@ -296,6 +296,29 @@ def _check_cert_manager(objects: Objects, *, own_issuer: bool = True) -> None:
         assert issuers == set()
 
 
+def _certificate_grants(rule: dict[str, Any]) -> bool:
+    """A grant only the self-managed certificate uses: the Secret, the Deployment that owns it, the caBundle."""
+    resources = set(rule["resources"])
+    return bool(resources & {"secrets", "validatingwebhookconfigurations", "mutatingwebhookconfigurations"}) or (
+        "deployments" in resources and rule.get("resourceNames") == [Settings().deployment])
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_with_cert_manager_the_operator_loses_the_grants_of_its_own_certificate(separate: bool) -> None:
+    """With a mounted certificate the operator reads files and writes no Secret and no caBundle
+    (processes.serve_admissions), so its roles keep every other grant and none of those."""
+    values: dict[str, Any] = {"separateController": {"enabled": separate}}
+    self_managed, cert_manager = render(values), render({**values, "tls": {"mode": "cert-manager"}})
+    dropped = 0
+    for kind in ("ClusterRole", "Role"):
+        rules = one(self_managed, kind, "cardquota")["rules"]
+        dropped += sum(map(_certificate_grants, rules))
+        assert one(cert_manager, kind, "cardquota")["rules"] == [r for r in rules if not _certificate_grants(r)]
+    assert dropped == 4  # secrets create, secrets get/patch, the Deployment's get, the two configurations
+    assert [one(cert_manager, "ClusterRole", name) for name in ("cardquota-controller",) if separate] == [
+        one(self_managed, "ClusterRole", name) for name in ("cardquota-controller",) if separate]
+
+
 def _check_service_monitor(objects: Objects) -> None:
     assert one(objects, "ServiceMonitor", "cardquota")["spec"]["endpoints"][0]["interval"] == "15s"
 
