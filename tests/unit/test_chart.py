@@ -402,10 +402,28 @@ def test_values_schema_refuses_a_misspelt_or_impossible_value(values: dict[str, 
     assert any(message in finding for finding in _lint_findings(values))
 
 
-def test_every_default_value_is_in_the_schema() -> None:
-    _chart().validate_schema(yaml.safe_load((CHART / "values.yaml").read_text()))
-    for values, _ in OPTIONS.values():
-        _chart().validate_schema(values)
+def _paths(values: dict[str, Any], schema: dict[str, Any], where: str = "") -> Iterator[tuple[str, bool]]:
+    """(each key path of values.yaml, whether the schema names it)"""
+    definitions = json.loads((CHART / "values.schema.json").read_text())["definitions"]
+    for name, value in values.items():
+        known = schema.get("properties", {}).get(name)
+        if known is not None and "$ref" in known:
+            known = definitions[known["$ref"].rsplit("/", 1)[1]]
+        yield f"{where}.{name}", known is not None
+        if known is not None and isinstance(value, dict) and known.get("additionalProperties") is False:
+            yield from _paths(value, known, f"{where}.{name}")
+
+
+def test_the_schema_names_every_value_and_accepts_the_defaults() -> None:
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    paths = dict(_paths(defaults, schema))
+    assert [path for path, known in paths.items() if not known] == []
+    assert {".tls.certManager.issuerRef", ".separateController.resources", ".networkPolicy.metricsNamespace"} <= set(
+        paths)
+    assert defaults == _chart().values
+    for values in [defaults, *(values for values, _ in OPTIONS.values())]:
+        _chart().validate_schema(values)  # (raises HelmValuesError on a value the schema refuses)
 
 
 def test_an_empty_image_repository_fails_the_render_with_its_name() -> None:
