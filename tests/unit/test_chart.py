@@ -533,6 +533,7 @@ def image_values(overlay: Path) -> dict[str, Any]:
     """The overlay's own image setting (kustomize `images`), else its bases', as the chart's image values."""
     for entry in _kustomization(overlay).get("images", []):
         if entry["name"] == "cardquota":
+            assert "newTag" in entry, f"{overlay}: an image without a tag, which the chart's image values cannot say"
             return {"repository": entry.get("newName", "cardquota"), "tag": str(entry["newTag"])}
     for resource in _kustomization(overlay).get("resources", []):
         if (overlay / resource / "kustomization.yaml").is_file():
