@@ -144,7 +144,8 @@ def test_the_chart_carries_the_package_version() -> None:
     assert (metadata["version"], metadata["appVersion"]) == (VERSION, VERSION)
     assert _chart().version == VERSION
     (operator,) = [c for c in containers(render({})) if c["name"] == "operator"]
-    assert operator["image"] == f"cardquota:{VERSION}"  # image.tag defaults to appVersion
+    # image.tag defaults to appVersion; the repository to a name that can never be pulled (the user sets it)
+    assert operator["image"] == f"registry.invalid/set-your-registry/cardquota:{VERSION}"
 
 
 def test_the_chart_reads_the_repository_manifests() -> None:
@@ -538,7 +539,7 @@ def image_values(overlay: Path) -> dict[str, Any]:
     for resource in _kustomization(overlay).get("resources", []):
         if (overlay / resource / "kustomization.yaml").is_file():
             return image_values((overlay / resource).resolve())
-    return {"repository": "cardquota", "tag": VERSION}
+    raise AssertionError(f"{overlay}: no kustomize `images` entry for cardquota here nor in its bases")
 
 
 # The settings each overlay expresses (its components and patches), as values. The image is read from the overlay.
