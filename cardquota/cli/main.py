@@ -393,6 +393,9 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         card_aware_schedulers=frozenset(args.schedulers) if args.schedulers else DEFAULT_CARD_AWARE_SCHEDULERS,
         scheduler_configmap=args.scheduler_configmap,
     )
+    documents = load_paths(args.files)
+    if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
+        raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
     ledger = Ledger()
     existing: dict[Identity, Manifest] = {}
     if args.cluster:
@@ -412,7 +415,7 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(no_nodes + "\n")
     results: list[CheckResult] = []
     default_namespace = getattr(args, "namespace", None)  # kubectl cardquota check -n NAMESPACE
-    for document in load_paths(args.files):
+    for document in documents:
         if default_namespace:
             document = Document(in_namespace(document.manifest, default_namespace), document.source)
         key, manifest, old = to_admit(document.manifest, existing)

@@ -1,0 +1,61 @@
+"""``cardquota check`` as a CI gate: no objects is an error, bad quota JSON is located, rules skipped without the
+cluster are said once, and mistyped kinds in Volcano's API groups are warned about."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from builders import queue
+
+from cardquota.cli.main import run
+
+
+def check(*argv: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run("cardquota", ["check", *argv], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def write(path: Path, *manifests: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump_all(manifests, sort_keys=False))
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------------ no objects
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n", "---\n# a comment\n---\n", "null\n"])
+def test_a_file_without_objects_is_an_error_not_a_pass(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    code, out, err = check("-f", str(path), "-o", "table")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"cardquota: error: no objects passed to check (no object in {path})"]
+
+
+def test_a_directory_without_objects_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("# nothing yet\n")
+    (tmp_path / "b.yml").write_text("---\n")
+    code, out, err = check("-f", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1 and "no objects passed to check" in err
+
+
+def test_empty_stdin_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"---\n# none\n")))
+    code, out, err = check("-f", "-")
+    assert (code, out) == (2, "")
+    assert err == "cardquota: error: no objects passed to check (no object in -)\n"
+
+
+def test_one_object_among_empty_files_is_checked(tmp_path: Path) -> None:
+    (tmp_path / "empty.yaml").write_text("")
+    write(tmp_path / "q.yaml", queue("q", '{"NVIDIA-A100": 2}'))
+    code, out, _ = check("-f", str(tmp_path / "empty.yaml"), "-f", str(tmp_path / "q.yaml"), "-o", "json")
+    assert code == 0
+    assert [verdict["name"] for verdict in json.loads(out)] == ["q"]
