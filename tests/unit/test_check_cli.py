@@ -59,3 +59,15 @@ def test_one_object_among_empty_files_is_checked(tmp_path: Path) -> None:
     code, out, _ = check("-f", str(tmp_path / "empty.yaml"), "-f", str(tmp_path / "q.yaml"), "-o", "json")
     assert code == 0
     assert [verdict["name"] for verdict in json.loads(out)] == ["q"]
+
+
+# ------------------------------------------------------------------------------------------------ quota JSON
+
+
+def test_a_trailing_comma_in_a_quota_is_named_with_its_position(tmp_path: Path) -> None:
+    path = write(tmp_path / "q.yaml", queue("q", '{"NVIDIA-A100": 2,}'))
+    code, out, _ = check("-f", path, "-o", "json")
+    assert code == 1
+    [verdict] = json.loads(out)
+    assert verdict["message"] == ('metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: a trailing comma '
+                                  'at line 1, column 18 (expected {"<card type>": <cards>, ...})')
