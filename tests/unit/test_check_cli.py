@@ -43,7 +43,7 @@ def test_a_directory_without_objects_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "b.yml").write_text("---\n")
     code, out, err = check("-f", str(tmp_path))
     assert (code, out) == (2, "")
-    assert len(err.splitlines()) == 1 and "no objects passed to check" in err
+    assert err == f"cardquota: error: no objects passed to check (no object in {tmp_path})\n"
 
 
 def test_empty_stdin_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
