@@ -71,3 +71,44 @@ def test_a_trailing_comma_in_a_quota_is_named_with_its_position(tmp_path: Path) 
     [verdict] = json.loads(out)
     assert verdict["message"] == ('metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: a trailing comma '
                                   'at line 1, column 18 (expected {"<card type>": <cards>, ...})')
+
+
+# ------------------------------------------------------------------------------------------------ unknown kinds
+
+
+def manifest(api_version: str, kind: str) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": "ns"}}
+
+
+@pytest.mark.parametrize(("api_version", "kind", "warning"), [
+    ("scheduling.volcano.sh/v1beta1", "Queues", "kind Queues is not a kind of scheduling.volcano.sh (did you mean "
+                                                "Queue?): not checked"),
+    ("scheduling.volcano.sh/v1beta1", "Podgroup", "kind Podgroup is not a kind of scheduling.volcano.sh (did you "
+                                                  "mean PodGroup?): not checked"),
+    ("batch.volcano.sh/v1alpha1", "Jobs", "kind Jobs is not a kind of batch.volcano.sh (did you mean Job?): not "
+                                          "checked"),
+    ("scheduling.volcano.sh/v1beta1", "Widget", "kind Widget is not a kind of scheduling.volcano.sh (its kinds: "
+                                                "PodGroup, Queue): not checked"),
+    ("schedulling.volcano.sh/v1beta1", "Queue", "API group schedulling.volcano.sh is not one of Volcano's (did you "
+                                                "mean scheduling.volcano.sh?): Queue not checked"),
+    ("v1", "Pods", "kind Pods is not a kind of the core API group (v1) (did you mean Pod?): not checked"),
+    ("apps/v1", "Deploymnet", "kind Deploymnet is not a kind of apps (did you mean Deployment?): not checked"),
+])
+def test_a_mistyped_kind_is_allowed_with_a_suggestion(tmp_path: Path, api_version: str, kind: str,
+                                                      warning: str) -> None:
+    code, out, _ = check("-f", write(tmp_path / "x.yaml", manifest(api_version, kind)), "-o", "json")
+    assert code == 0
+    assert json.loads(out)[0]["warnings"] == [warning]
+
+
+@pytest.mark.parametrize(("api_version", "kind"), [
+    ("scheduling.volcano.sh/v1beta1", "Queue"), ("scheduling.volcano.sh/v1beta1", "QueueList"),
+    ("topology.volcano.sh/v1alpha1", "HyperNode"), ("bus.volcano.sh/v1alpha1", "Command"),
+    ("flow.volcano.sh/v1alpha1", "JobFlow"), ("v1", "Service"), ("v1", "Secret"), ("apps/v1", "ControllerRevision"),
+    ("v1", "Nodes2Widget"), ("example.com/v1", "Queues"), ("kubeflow.org/v1", "PyTorchJob"),
+])
+def test_a_known_or_foreign_kind_gets_no_warning(tmp_path: Path, api_version: str, kind: str) -> None:
+    code, out, _ = check("-f", write(tmp_path / "x.yaml", manifest(api_version, kind)), "-o", "json")
+    assert code == 0
+    assert [warning for warning in json.loads(out)[0]["warnings"] if "not a kind" in warning or "Volcano's" in warning
+            ] == []
