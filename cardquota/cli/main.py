@@ -25,6 +25,7 @@ from cardquota.cli.check import (
     apply_patch,
     identity,
     in_namespace,
+    skipped_notes,
     stored_as,
     to_admit,
     validate,
@@ -425,6 +426,8 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _located(Document(admitted, document.source), ledger.upsert)
             existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
+    for note in skipped_notes(results, complete=ledger.snapshot.complete):
+        err.write(f"warning: {note}\n")
     _write(args, out, [result.as_json() for result in results],
            lambda wide: output.check_table(results, color=_use_color(out)))
     return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED

@@ -16,6 +16,7 @@ from cardquota.cli.check import CheckResult
 from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_warnings, unlabelled_accelerators
 from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
 from cardquota.core.objects import CPU_MEMORY, Node
+from cardquota.core.policies.common import skipped_rule
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
 
@@ -326,6 +327,8 @@ def check_table(results: Sequence[CheckResult], *, color: bool) -> str:
         message = verdict.message if not verdict.allowed else ("mutated" if verdict.patch else "ok")
         lines.append(f"{status}  {_object_name(result).ljust(width)}  {message}".rstrip())
         for warning in verdict.warnings:
+            if skipped_rule(warning) is not None:
+                continue  # said once for the run, on stderr (check.skipped_notes)
             lines.append(f"         {paint('warning:', _YELLOW)} {warning}")
         for op in verdict.patch:
             lines.append(f"         patch: {op['op']} {op['path']}")

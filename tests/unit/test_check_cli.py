@@ -112,3 +112,49 @@ def test_a_known_or_foreign_kind_gets_no_warning(tmp_path: Path, api_version: st
     assert code == 0
     assert [warning for warning in json.loads(out)[0]["warnings"] if "not a kind" in warning or "Volcano's" in warning
             ] == []
+
+
+# ------------------------------------------------------------------------------------------------ skipped rules
+
+SKIPPED = "warning: not checked without --cluster: "
+
+
+def child(name: str, parent: str) -> dict[str, Any]:
+    manifest = queue(name, '{"NVIDIA-A100": 1}')
+    manifest["spec"]["parent"] = parent
+    return manifest
+
+
+def test_every_rule_skipped_without_the_cluster_is_said_once_per_run(tmp_path: Path) -> None:
+    path = write(tmp_path / "q.yaml", *(child(f"c{index}", "org") for index in range(5)))
+    code, out, err = check("-f", path, "-o", "table")
+    assert code == 0
+    assert err.splitlines() == [
+        SKIPPED + "card types no node offers",
+        SKIPPED + "top-level queues' card quotas above the cards the nodes offer",
+        SKIPPED + "card quota against parent queue org",
+    ]
+    assert "not checked" not in out  # said once on stderr, not under each of the five queues
+
+
+def test_json_keeps_each_verdict_s_warnings_as_the_webhook_says_them(tmp_path: Path) -> None:
+    code, out, err = check("-f", write(tmp_path / "q.yaml", child("c", "org"), child("d", "org")), "-o", "json")
+    assert code == 0
+    assert [len(verdict["warnings"]) for verdict in json.loads(out)] == [1, 1]
+    assert err.count("parent queue org") == 1
+
+
+def test_a_workload_without_the_cluster_says_its_replicas_rule_was_skipped(tmp_path: Path) -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ml"},
+                  "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+    code, _, err = check("-f", write(tmp_path / "d.yaml", deployment), "-o", "json")
+    assert code == 0
+    assert err.splitlines() == [SKIPPED + "a card workload's replicas against its queue's quota"]
+
+
+def test_nothing_is_said_skipped_with_the_cluster(tmp_path: Path) -> None:
+    cluster = write(tmp_path / "cluster.yaml", queue("org", '{"NVIDIA-A100": 4}'), {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {
+            "nvidia.com/gpu.product": "NVIDIA-A100"}}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}})
+    code, _, err = check("-f", write(tmp_path / "q.yaml", child("c", "org")), "--cluster", cluster, "-o", "json")
+    assert (code, err) == (0, "")
