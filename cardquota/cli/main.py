@@ -429,7 +429,7 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for note in skipped_notes(results, complete=ledger.snapshot.complete):
         err.write(f"warning: {note}\n")
     _write(args, out, [result.as_json() for result in results],
-           lambda wide: output.check_table(results, color=_use_color(out)))
+           lambda wide: output.check_table(results, color=_use_color(out), width=output.width_of(out)))
     return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED
 
 
