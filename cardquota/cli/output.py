@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import textwrap
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -76,13 +75,14 @@ Paint = Callable[[int, int, str], str]
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint: Paint | None = None, *,
-                 width: int | None = None, elide: Collection[int] = ()) -> str:
+                 width: int | None = None, elide: Collection[int] = (), notes: Sequence[str] = ()) -> str:
     """Columns left-aligned, separated by two spaces; ``paint`` colours data cells after the widths are measured,
     so colour never shifts a column. ``-o wide`` passes no ``width`` and shows every cell whole. With ``width``,
     a table wider than that has its ``elide`` columns (names) cut, widest first and never below
     :data:`MIN_ELIDED`, keeping what tells the names apart (:func:`fit_names`); if it is still too wide, the
     columns that do not fit are folded under each row (``INQUEUE=0  PENDING=2``, indented, wrapped), so no line
-    is wider than ``width`` (from :data:`MIN_WIDTH` up)."""
+    is wider than ``width`` (from :data:`MIN_WIDTH` up). ``notes`` (one per row, empty for none: why a pod was not
+    placed) go under their row, indented and wrapped to ``width``."""
     cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
     widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
     shown = len(headers)
@@ -100,6 +100,9 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint
         if shown < len(headers) and index > 0 and width is not None:
             folded = SEPARATOR.join(f"{cells[0][column]}={row[column]}" for column in range(shown, len(headers)))
             lines.extend(wrapped(INDENT + folded, width, break_long_words=True))
+        note = notes[index - 1] if 0 < index <= len(notes) else ""
+        if note:
+            lines.extend(wrapped(INDENT + note, width or len(INDENT) + len(note), break_long_words=width is not None))
     return "\n".join(lines) + "\n"
 
 
@@ -113,8 +116,10 @@ def _fit(cells: list[list[str]], widths: list[int], width: int, elide: Collectio
         candidates = [column for column in elide if target[column] > max(MIN_ELIDED, len(cells[0][column]))]
         if not candidates:
             break
-        column = max(candidates, key=lambda index: target[index])
-        target[column] = max(MIN_ELIDED, len(cells[0][column]), target[column] - over)
+        column = max(candidates, key=lambda index: target[index])  # the widest, down to the next widest: shared
+        floor = max(MIN_ELIDED, len(cells[0][column]))
+        next_widest = max((target[index] for index in candidates if index != column), default=floor)
+        target[column] -= min(over, target[column] - floor, max(1, target[column] - next_widest))
     for column in elide:
         if target[column] < widths[column]:
             _cut(cells, widths, column, target[column])
@@ -145,8 +150,8 @@ def fit_names(names: Sequence[str], size: int) -> dict[str, str]:
     distinct = list(dict.fromkeys(names))
     if all(len(name) <= size for name in distinct):
         return {name: name for name in distinct}
-    prefix = len(os.path.commonprefix(distinct)) if len(distinct) > 1 else len(distinct[0])  # alone: all alike
-    suffix = len(os.path.commonprefix([name[::-1] for name in distinct])) if len(distinct) > 1 else 0
+    prefix = _shared_start(distinct) if len(distinct) > 1 else len(distinct[0])  # alone: all of it is alike
+    suffix = _shared_start([name[::-1] for name in distinct]) if len(distinct) > 1 else 0
     taken = {name for name in distinct if len(name) <= size}
     fitted = {name: name for name in taken}
     for name in distinct:
@@ -155,6 +160,14 @@ def fit_names(names: Sequence[str], size: int) -> dict[str, str]:
         fitted[name] = _cut_name(name, size, prefix, min(suffix, len(name) - prefix), taken)
         taken.add(fitted[name])
     return fitted
+
+
+def _shared_start(names: Sequence[str]) -> int:
+    """How many leading characters all of ``names`` have in common."""
+    first, last = min(names), max(names)  # (what the first and last in order share, all share)
+    shared = min(len(first), len(last))
+    return next((index for index, (a, b) in enumerate(zip(first[:shared], last[:shared], strict=True)) if a != b),
+                shared)
 
 
 def _cut_name(name: str, size: int, prefix: int, suffix: int, taken: Collection[str]) -> str:
@@ -379,13 +392,7 @@ def _with_reasons(headers: list[str], rows: Sequence[Sequence[object]], reasons:
                   width: int) -> str:
     if wide:
         return render_table([*headers, "REASON"], [[*row, reason] for row, reason in zip(rows, reasons, strict=True)])
-    table = render_table(headers, rows, width=width, elide=range(len(headers))).splitlines()
-    lines = [table[0]]
-    for line, reason in zip(table[1:], reasons, strict=True):
-        lines.append(line)
-        if reason:
-            lines.extend(wrapped(f"  {reason}", width))
-    return "\n".join(lines) + "\n"
+    return render_table(headers, rows, width=width, elide=range(len(headers)), notes=reasons)
 
 
 # --------------------------------------------------------------------------------------------------- check
