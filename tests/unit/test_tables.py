@@ -92,7 +92,7 @@ def test_explain_wraps_at_word_boundaries_under_its_bullet() -> None:
 
 # ------------------------------------------------------------------------------------ any width, any names
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from cardquota.cli.check import CheckResult  # noqa: E402
@@ -120,6 +120,7 @@ def test_no_table_line_is_wider_than_the_width(data: st.DataObject, width: int) 
 
 @settings(max_examples=300)
 @given(st.lists(name_text, min_size=1, max_size=12, unique=True), st.integers(MIN_ELIDED, 80))
+@example(["NVIDIA-A100-SXM4-40GB/mig-1g.10gb-mixed", "NVIDIA-A100-SXM4-80GB/mig-1g.10gb-mixed"], MIN_ELIDED)
 def test_two_distinct_names_never_show_the_same(names: list[str], size: int) -> None:
     fitted = fit_names(names, size)
     assert len(set(fitted.values())) == len(names)
