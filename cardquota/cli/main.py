@@ -274,7 +274,8 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
 def _add_output(parser: argparse.ArgumentParser, *, wide: bool = True) -> None:
     formats = [f.value for f in OutputFormat if wide or f is not OutputFormat.WIDE]
     parser.add_argument("-o", "--output", choices=formats, default=None,
-                        help="table (fits 80 columns)" + (", wide (every column, however wide)" if wide else "")
+                        help="table (fits the terminal's width; 80 columns when not a terminal)"
+                        + (", wide (every column, however wide)" if wide else "")
                         + ", json or yaml (default: table on a terminal, json otherwise)")
 
 
