@@ -158,3 +158,24 @@ def test_nothing_is_said_skipped_with_the_cluster(tmp_path: Path) -> None:
             "nvidia.com/gpu.product": "NVIDIA-A100"}}, "status": {"allocatable": {"nvidia.com/gpu": "4"}}})
     code, _, err = check("-f", write(tmp_path / "q.yaml", child("c", "org")), "--cluster", cluster, "-o", "json")
     assert (code, err) == (0, "")
+
+
+def test_the_plugin_s_check_of_no_objects_fails_before_reading_the_cluster(tmp_path: Path) -> None:
+    (tmp_path / "empty.yaml").write_text("# nothing\n")
+    out, err = io.StringIO(), io.StringIO()
+    # --cluster names a file that does not exist: the empty input is said first, the cluster never read
+    code = run("kubectl cardquota", ["check", "-f", str(tmp_path / "empty.yaml"), "--cluster",
+                                     str(tmp_path / "missing.yaml")], stdout=out, stderr=err)
+    assert (code, out.getvalue()) == (2, "")
+    assert err.getvalue() == (f"kubectl cardquota: error: no objects passed to check (no object in "
+                              f"{tmp_path / 'empty.yaml'})\n")
+
+
+def test_the_table_shows_the_suggestion_under_the_allowed_row(tmp_path: Path) -> None:
+    path = write(tmp_path / "x.yaml", manifest("scheduling.volcano.sh/v1beta1", "Queues"))
+    code, out, _ = check("-f", path, "-o", "table")
+    assert code == 0
+    assert out.splitlines()[:3] == [
+        "ALLOWED  Queues ns/x  ok",
+        "         warning: kind Queues is not a kind of scheduling.volcano.sh (did you",
+        "           mean Queue?): not checked"]
