@@ -12,6 +12,7 @@ import jsonpatch
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, completed, given_name, is_generated
+from cardquota.core.policies.common import CLUSTER_RULES, skipped_rule
 from cardquota.core.snapshot import kind_of
 from cardquota.core.verdict import PatchOperation, Verdict
 from cardquota.loader import Document
@@ -144,3 +145,16 @@ class CheckResult:
             "violations": verdict["violations"],
             "source": self.document.source,
         }
+
+
+def skipped_notes(results: Sequence[CheckResult], *, complete: bool) -> list[str]:
+    """Every rule skipped for want of the cluster, each said once for the run (``not checked without --cluster:
+    …``; the table leaves them out of the objects' warnings, the JSON keeps them as the webhook says them): the
+    rules that skip without a word (:data:`~cardquota.core.policies.common.CLUSTER_RULES`) for the kinds checked,
+    when the snapshot is not complete, then those the verdicts said (the same parent queue for many children:
+    once)."""
+    checked = {(result.identity[0], result.kind) for result in results}
+    rules = [rule.what for rule in CLUSTER_RULES if not complete and rule.kinds & checked]
+    said = (skipped_rule(warning) for result in results for warning in result.verdict.warnings)
+    return [f"not checked without --cluster: {what}"
+            for what in dict.fromkeys([*rules, *(what for what in said if what is not None)])]

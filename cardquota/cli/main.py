@@ -25,6 +25,7 @@ from cardquota.cli.check import (
     apply_patch,
     identity,
     in_namespace,
+    skipped_notes,
     stored_as,
     to_admit,
     validate,
@@ -273,7 +274,8 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
 def _add_output(parser: argparse.ArgumentParser, *, wide: bool = True) -> None:
     formats = [f.value for f in OutputFormat if wide or f is not OutputFormat.WIDE]
     parser.add_argument("-o", "--output", choices=formats, default=None,
-                        help="table (fits 80 columns)" + (", wide (every column, however wide)" if wide else "")
+                        help="table (fits the terminal's width; 80 columns when not a terminal)"
+                        + (", wide (every column, however wide)" if wide else "")
                         + ", json or yaml (default: table on a terminal, json otherwise)")
 
 
@@ -393,6 +395,9 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         card_aware_schedulers=frozenset(args.schedulers) if args.schedulers else DEFAULT_CARD_AWARE_SCHEDULERS,
         scheduler_configmap=args.scheduler_configmap,
     )
+    documents = load_paths(args.files)
+    if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
+        raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
     ledger = Ledger()
     existing: dict[Identity, Manifest] = {}
     if args.cluster:
@@ -412,7 +417,7 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(no_nodes + "\n")
     results: list[CheckResult] = []
     default_namespace = getattr(args, "namespace", None)  # kubectl cardquota check -n NAMESPACE
-    for document in load_paths(args.files):
+    for document in documents:
         if default_namespace:
             document = Document(in_namespace(document.manifest, default_namespace), document.source)
         key, manifest, old = to_admit(document.manifest, existing)
@@ -422,8 +427,10 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _located(Document(admitted, document.source), ledger.upsert)
             existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
+    for note in skipped_notes(results, complete=ledger.snapshot.complete):
+        err.write(f"warning: {note}\n")
     _write(args, out, [result.as_json() for result in results],
-           lambda wide: output.check_table(results, color=_use_color(out)))
+           lambda wide: output.check_table(results, color=_use_color(out), width=output.width_of(out)))
     return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED
 
 

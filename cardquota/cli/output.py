@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import textwrap
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, TextIO
@@ -16,6 +17,7 @@ from cardquota.cli.check import CheckResult
 from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_warnings, unlabelled_accelerators
 from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
 from cardquota.core.objects import CPU_MEMORY, Node
+from cardquota.core.policies.common import skipped_rule
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
 
@@ -39,11 +41,17 @@ class OutputFormat(StrEnum):
 
 
 WIDTH = 80
-"""What a table (``-o table``) and explain's text fit, unless the terminal says it is wider."""
+"""What a table (``-o table``) and explain's text fit when the output is not a terminal."""
+MIN_WIDTH = 40
+"""The narrowest a table is made to fit (a narrower terminal gets this many columns)."""
 SEPARATOR = "  "
 MIN_ELIDED = 16
 """A name column is never cut below this many characters to make a table fit."""
 ELLIPSIS = "…"
+HEAD = 4
+"""Characters a cut name keeps before the cut when its start is all it shares with the others (``NVID…``)."""
+INDENT = "  "
+"""Before a row's folded columns, and a check's message, on the lines under the row."""
 
 
 def write_json(document: Any, out: TextIO) -> None:
@@ -56,9 +64,10 @@ def write_yaml(document: Any, out: TextIO) -> None:
 
 
 def width_of(out: TextIO) -> int:
-    """The columns a table or text may take: the terminal's (at least :data:`WIDTH`), else :data:`WIDTH`."""
+    """The columns a table or text may take: on a terminal, its width (``COLUMNS`` first, as
+    :func:`shutil.get_terminal_size` reads it; at least :data:`MIN_WIDTH`); else :data:`WIDTH`."""
     if out.isatty():
-        return max(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
+        return max(MIN_WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns)
     return WIDTH
 
 
@@ -67,51 +76,139 @@ Paint = Callable[[int, int, str], str]
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint: Paint | None = None, *,
-                 width: int | None = None, elide: Collection[int] = ()) -> str:
+                 width: int | None = None, elide: Collection[int] = (), notes: Sequence[str] = ()) -> str:
     """Columns left-aligned, separated by two spaces; ``paint`` colours data cells after the widths are measured,
-    so colour never shifts a column. With ``width``, a table wider than that has its ``elide`` columns (names) cut
-    in the middle (``NVIDIA-A100-S…g.10gb-mixed``), widest first and never below :data:`MIN_ELIDED`, until it fits;
-    ``-o wide`` passes no width and shows every name whole."""
+    so colour never shifts a column. ``-o wide`` passes no ``width`` and shows every cell whole. With ``width``,
+    a table wider than that has its ``elide`` columns (names) cut, widest first and never below
+    :data:`MIN_ELIDED`, keeping what tells the names apart (:func:`fit_names`); if it is still too wide, the
+    columns that do not fit are folded under each row (``INQUEUE=0  PENDING=2``, indented, wrapped), so no line
+    is wider than ``width`` (from :data:`MIN_WIDTH` up). ``notes`` (one per row, empty for none: why a pod was not
+    placed) go under their row, indented and wrapped to ``width``."""
     cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
     widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
+    shown = len(headers)
     if width is not None:
         _fit(cells, widths, width, elide)
+        shown = _shown_columns(widths, width)
+        if shown == 1 and widths[0] > width:  # (a first column that is no name: cut all the same)
+            _cut(cells, widths, 0, width)
     lines = []
     for index, row in enumerate(cells):
-        padded = [cell.ljust(size) for cell, size in zip(row, widths, strict=True)]
+        padded = [cell.ljust(size) for cell, size in zip(row[:shown], widths, strict=False)]
         if paint is not None and index > 0:
             padded = [paint(index - 1, column, text) for column, text in enumerate(padded)]
         lines.append(SEPARATOR.join(padded).rstrip())
+        if shown < len(headers) and index > 0 and width is not None:
+            folded = SEPARATOR.join(f"{cells[0][column]}={row[column]}" for column in range(shown, len(headers)))
+            lines.extend(wrapped(INDENT + folded, width, break_long_words=True))
+        note = notes[index - 1] if 0 < index <= len(notes) else ""
+        if note:
+            lines.extend(wrapped(INDENT + note, width or len(INDENT) + len(note), break_long_words=width is not None))
     return "\n".join(lines) + "\n"
 
 
+def _total(widths: Sequence[int]) -> int:
+    return sum(widths) + len(SEPARATOR) * (len(widths) - 1)
+
+
 def _fit(cells: list[list[str]], widths: list[int], width: int, elide: Collection[int]) -> None:
-    while (over := sum(widths) + len(SEPARATOR) * (len(widths) - 1) - width) > 0:
-        candidates = [column for column in elide if widths[column] > max(MIN_ELIDED, len(cells[0][column]))]
+    target = list(widths)
+    while (over := _total(target) - width) > 0:
+        candidates = [column for column in elide if target[column] > max(MIN_ELIDED, len(cells[0][column]))]
         if not candidates:
-            return
-        column = max(candidates, key=lambda index: widths[index])
-        widths[column] = max(MIN_ELIDED, len(cells[0][column]), widths[column] - over)
-        for row in cells[1:]:
-            row[column] = elided(row[column], widths[column])
+            break
+        column = max(candidates, key=lambda index: target[index])  # the widest, down to the next widest: shared
+        floor = max(MIN_ELIDED, len(cells[0][column]))
+        next_widest = max((target[index] for index in candidates if index != column), default=floor)
+        target[column] -= min(over, target[column] - floor, max(1, target[column] - next_widest))
+    for column in elide:
+        if target[column] < widths[column]:
+            _cut(cells, widths, column, target[column])
+
+
+def _cut(cells: list[list[str]], widths: list[int], column: int, size: int) -> None:
+    fitted = fit_names([row[column] for row in cells[1:]], size)
+    for row in cells[1:]:
+        row[column] = fitted[row[column]]
+    widths[column] = max(len(row[column]) for row in cells)
+
+
+def _shown_columns(widths: Sequence[int], width: int) -> int:
+    """How many leading columns fit in ``width`` (at least one); the rest are folded under each row."""
+    shown = len(widths)
+    while shown > 1 and _total(widths[:shown]) > width:
+        shown -= 1
+    return shown
+
+
+def fit_names(names: Sequence[str], size: int) -> dict[str, str]:
+    """Each of ``names`` (one table column) as shown in ``size`` characters: whole when it fits, else with one run
+    of characters replaced by :data:`ELLIPSIS`. The run cut is where the column's names are alike: in the start
+    they all share (a vendor prefix, after :data:`HEAD` characters) or the end they all share, never in between
+    when it can be helped, so what tells two names apart stays (``NVIDIA-A100-SXM4-40GB/mig-3g.20gb`` and
+    ``…-80GB/mig-3g.40gb`` keep their memory size and MIG profile); with no other name, the start goes. Two
+    distinct names never show the same (the next best cut is taken)."""
+    distinct = list(dict.fromkeys(names))
+    if all(len(name) <= size for name in distinct):
+        return {name: name for name in distinct}
+    prefix = _shared_start(distinct) if len(distinct) > 1 else len(distinct[0])  # alone: all of it is alike
+    suffix = _shared_start([name[::-1] for name in distinct]) if len(distinct) > 1 else 0
+    taken = {name for name in distinct if len(name) <= size}
+    fitted = {name: name for name in taken}
+    for name in distinct:
+        if name in fitted:
+            continue
+        fitted[name] = _cut_name(name, size, prefix, min(suffix, len(name) - prefix), taken)
+        taken.add(fitted[name])
+    return fitted
+
+
+def _shared_start(names: Sequence[str]) -> int:
+    """How many leading characters all of ``names`` have in common."""
+    first, last = min(names), max(names)  # (what the first and last in order share, all share)
+    shared = min(len(first), len(last))
+    return next((index for index, (a, b) in enumerate(zip(first[:shared], last[:shared], strict=True)) if a != b),
+                shared)
+
+
+def _cut_name(name: str, size: int, prefix: int, suffix: int, taken: Collection[str]) -> str:
+    removed = len(name) - max(size, 1) + 1
+    differing = (prefix, len(name) - suffix) if len(name) - suffix > prefix else (len(name), len(name))
+
+    preferred = min(HEAD, (size - 1) // 2, max(0, differing[0] - removed))  # (a cut start keeps its first letters)
+
+    def cost(start: int) -> tuple[int, int]:
+        lost = max(0, min(start + removed, differing[1]) - max(start, differing[0]))
+        return lost, abs(start - preferred)
+
+    # The cut losing nothing that differs, nearest the preferred start, when there is one (most names: no sort).
+    first = (preferred if differing[0] >= removed else differing[1] if len(name) - differing[1] >= removed
+             else None)
+    def others() -> Iterator[int]:  # (sorted only when needed)
+        yield from sorted(range(len(name) - removed + 1), key=cost)
+
+    for start in itertools.chain([first] if first is not None else [], others()):
+        cut = name[:start] + ELLIPSIS + name[start + removed:]
+        if cut not in taken:
+            return cut
+    return name  # (only when more names than cuts: never for a column of MIN_ELIDED characters or more)
 
 
 def elided(text: str, size: int) -> str:
-    """``text`` cut to ``size`` characters in the middle (both ends of a card or node name tell them apart)."""
-    if len(text) <= size:
-        return text
-    head = (size - 1) // 2
-    return text[:head] + ELLIPSIS + text[len(text) - (size - 1 - head):]
+    """``text`` alone cut to ``size`` characters (see :func:`fit_names`)."""
+    return fit_names([text], size)[text]
 
 
-def wrapped(line: str, width: int) -> list[str]:
+def wrapped(line: str, width: int, *, break_long_words: bool = False) -> list[str]:
     """A line of text wrapped at word boundaries to ``width`` columns; continuation lines are indented under its
-    text (after its leading spaces and a ``- `` bullet). Words longer than a line are left whole."""
+    text (after its leading spaces and a ``- `` bullet). Words longer than a line are left whole, unless
+    ``break_long_words`` (tables, which must fit)."""
     body = line.lstrip(" ")
     indent = len(line) - len(body)
     hanging = indent + (2 if body.startswith("- ") else 0)
     return textwrap.wrap(body, width=max(width, hanging + 20), initial_indent=" " * indent,
-                         subsequent_indent=" " * hanging, break_long_words=False, break_on_hyphens=False) or [line]
+                         subsequent_indent=" " * hanging, break_long_words=break_long_words,
+                         break_on_hyphens=False) or [line]
 
 
 # ------------------------------------------------------------------------------------------------ discover
@@ -302,36 +399,52 @@ def _with_reasons(headers: list[str], rows: Sequence[Sequence[object]], reasons:
                   width: int) -> str:
     if wide:
         return render_table([*headers, "REASON"], [[*row, reason] for row, reason in zip(rows, reasons, strict=True)])
-    table = render_table(headers, rows, width=width, elide=range(len(headers))).splitlines()
-    lines = [table[0]]
-    for line, reason in zip(table[1:], reasons, strict=True):
-        lines.append(line)
-        if reason:
-            lines.extend(wrapped(f"  {reason}", width))
-    return "\n".join(lines) + "\n"
+    return render_table(headers, rows, width=width, elide=range(len(headers)), notes=reasons)
 
 
 # --------------------------------------------------------------------------------------------------- check
 
-def check_table(results: Sequence[CheckResult], *, color: bool) -> str:
-    """One line per document (ALLOWED/DENIED, the object, the message), warnings and patches indented below."""
+STATUS_WIDTH = len("ALLOWED") + len(SEPARATOR)
+"""Where a check's object starts, and how far its message, warnings and patches are indented under it."""
+
+
+def check_table(results: Sequence[CheckResult], *, color: bool, width: int = WIDTH) -> str:
+    """One line per document (ALLOWED/DENIED, the object, the message), fitting ``width``: objects' names cut
+    as a table's are (:func:`fit_names`), a message too long for the line wrapped under it, indented; then each
+    warning and patch, indented and wrapped."""
     def paint(text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if color else text
 
+    indent = " " * STATUS_WIDTH
+    names = fit_names([_object_name(result) for result in results], max(MIN_ELIDED, width - STATUS_WIDTH))
+    column = max((len(name) for name in names.values()), default=0)
     lines = []
-    width = max((len(_object_name(result)) for result in results), default=0)
     for result in results:
         verdict = result.verdict
         status = paint("ALLOWED", _GREEN) if verdict.allowed else paint("DENIED ", _RED)
         message = verdict.message if not verdict.allowed else ("mutated" if verdict.patch else "ok")
-        lines.append(f"{status}  {_object_name(result).ljust(width)}  {message}".rstrip())
+        name = names[_object_name(result)]
+        if STATUS_WIDTH + column + len(SEPARATOR) + len(message) <= width:
+            lines.append(f"{status}{SEPARATOR}{name.ljust(column)}{SEPARATOR}{message}".rstrip())
+        else:
+            lines.append(f"{status}{SEPARATOR}{name}")
+            lines.extend(_wrap(message, width, indent, indent))
         for warning in verdict.warnings:
-            lines.append(f"         {paint('warning:', _YELLOW)} {warning}")
+            if skipped_rule(warning) is not None:
+                continue  # said once for the run, on stderr (check.skipped_notes)
+            said = _wrap(f"warning: {warning}", width, indent, indent + "  ")
+            lines.extend([said[0].replace("warning:", paint("warning:", _YELLOW), 1), *said[1:]])
         for op in verdict.patch:
-            lines.append(f"         patch: {op['op']} {op['path']}")
+            lines.extend(_wrap(f"patch: {op['op']} {op['path']}", width, indent, indent + "  "))
     allowed = sum(1 for result in results if result.verdict.allowed)
     lines.append(f"\n{allowed} allowed, {len(results) - allowed} denied")
     return "\n".join(lines) + "\n"
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` wrapped to ``width`` after ``first`` (then ``rest``) indentation, long words broken to fit."""
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest, break_long_words=True,
+                         break_on_hyphens=False) or [first.rstrip()]
 
 
 def _object_name(result: CheckResult) -> str:

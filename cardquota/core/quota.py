@@ -56,6 +56,29 @@ _CACHED_TEXT = 4096
 time, so hostile texts cannot fill the caches."""
 
 
+EXPECTED_FORM = '(expected {"<card type>": <cards>, ...})'
+"""What a card annotation must look like, said after every error reading its JSON."""
+
+
+def json_error(error: json.JSONDecodeError) -> str:
+    """The one-line message for a card annotation the JSON parser refused: what is wrong, where (line and column,
+    as the parser counts them, from 1) and the form expected. A comma before ``}`` or ``]`` is called a trailing
+    comma: Python before 3.13 reports it as a missing property name or value (``json.decoder``'s ``JSONObject``
+    and ``JSONArray``), 3.13 as "Illegal trailing comma" at the comma itself."""
+    text, position = error.doc, error.pos
+    before = text[:position].rstrip()
+    after = text[position + 1:].lstrip() if text[position:position + 1] == "," else ""
+    if (before.endswith(",") and text[position:position + 1] in ("}", "]")) or after[:1] in ("}", "]"):
+        what = "a trailing comma"
+        if not after:  # reported after the comma: point at the comma itself
+            position = len(before) - 1
+    else:
+        what = error.msg[:1].lower() + error.msg[1:]
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    return f"is not valid JSON: {what} at line {line}, column {column} {EXPECTED_FORM}"
+
+
 @dataclass(frozen=True)
 class CardAmounts:
     """A parsed card-amount annotation: card type (or ``A|B``) → whole cards, in the order written.
@@ -99,8 +122,9 @@ def parse_card_amounts(
     except RecursionError:
         return _denied(invalid(path, "is not valid JSON: nested too deeply"))
     except ValueError as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else "a number too large to read"
-        return _denied(invalid(path, f"is not valid JSON: {reason}"))
+        if isinstance(error, json.JSONDecodeError):
+            return _denied(invalid(path, json_error(error)))
+        return _denied(invalid(path, f"is not valid JSON: a number too large to read {EXPECTED_FORM}"))
     if not isinstance(pairs, _Pairs):
         return _denied(invalid(path, f"must be a JSON object of card type to number of cards, such as {example}"))
     values: dict[str, int] = {}

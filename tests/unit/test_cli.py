@@ -206,7 +206,8 @@ def test_invalid_card_quota_warns_and_gives_empty_quota(tmp_path):
     result = cardquota("usage", "-f", path, "-o", "json")
     assert result.code == 0
     assert result.err == ('warning: Queue broken: metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: '
-                          "Expecting property name enclosed in double quotes (ignored)\n")
+                          "expecting property name enclosed in double quotes at line 1, column 2 "
+                          '(expected {"<card type>": <cards>, ...}) (ignored)\n')
     assert result.json()["queues"]["broken"] == {"quota": {}, "allocated": {}, "inqueue": {}, "pending": {}}
     assert result.json()["queues"]["ok"]["quota"] == {"A": 1}
 

@@ -199,7 +199,8 @@ def test_usage_warns_about_an_unreadable_quota_as_cardquota_usage_does(tmp_path:
     assert run("cardquota", ["usage", "--cluster", str(cluster), "-o", "json"], stdout=io.StringIO(),
                stderr=err) == 0
     expected = ('warning: Queue broken: metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: '
-                "Expecting property name enclosed in double quotes (ignored)\n")
+                "expecting property name enclosed in double quotes at line 1, column 2 "
+                '(expected {"<card type>": <cards>, ...}) (ignored)\n')
     assert err.getvalue() == expected
     code, _, plugin_err = plugin("usage", "--cluster", str(cluster), "-o", "table", "--watch", "--interval", "0",
                                  "--refreshes", "2")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,13 +69,13 @@ def test_names_too_long_for_80_columns_are_cut_in_the_middle_and_wide_keeps_them
     assert "…" not in wide
 
 
-def test_render_table_cuts_only_the_named_columns_and_never_below_the_minimum() -> None:
+def test_render_table_cuts_only_the_named_columns_and_folds_what_still_does_not_fit() -> None:
     rows = [["a" * 50, "b" * 50, 12345]]
-    table = render_table(["X", "Y", "N"], rows, width=60, elide=(1,))
-    assert table.splitlines()[1].startswith("a" * 50 + "  ")
-    assert table.splitlines()[1].endswith("12345")
-    assert "…" in table.splitlines()[1]
-    assert elided("abcdefghij", 5) == "ab…ij"
+    table = render_table(["X", "Y", "N"], rows, width=60, elide=(1,)).splitlines()
+    assert table[1] == "a" * 50  # not a name column: whole; the others do not fit beside it
+    assert table[2] == "  Y=" + "b" * 4 + "…" + "b" * 11 + "  N=12345"  # under the row: the name cut, the number whole
+    assert max(map(len, table)) <= 60
+    assert elided("abcdefghij", 5) == "ab…ij"  # alone, a short cut keeps both ends
     assert elided("abc", 5) == "abc"
 
 
@@ -87,3 +88,117 @@ def test_explain_wraps_at_word_boundaries_under_its_bullet() -> None:
     assert wrapped("  - alpha beta gamma delta epsilon", 24) == ["  - alpha beta gamma", "    delta epsilon"]
     assert wrapped("  https://example.com/a-very-long-word-that-is-not-broken", 20) == [
         "  https://example.com/a-very-long-word-that-is-not-broken"]
+
+
+# ------------------------------------------------------------------------------------ any width, any names
+
+from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from cardquota.cli.check import CheckResult  # noqa: E402
+from cardquota.cli.output import MIN_ELIDED, check_table, fit_names  # noqa: E402
+from cardquota.core.verdict import PatchOperation, Verdict  # noqa: E402
+from cardquota.loader import Document  # noqa: E402
+
+cell_text = st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp")), max_size=120)
+name_text = st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp", "Zs")), min_size=1, max_size=80)
+widths = st.integers(40, 200)
+
+
+@settings(max_examples=200)
+@given(st.data(), widths)
+def test_no_table_line_is_wider_than_the_width(data: st.DataObject, width: int) -> None:
+    columns = data.draw(st.integers(1, 10))
+    headers = data.draw(st.lists(st.from_regex(r"[A-Z][A-Z-]{0,11}", fullmatch=True), min_size=columns,
+                                 max_size=columns))
+    rows = data.draw(st.lists(st.lists(st.one_of(cell_text, st.integers(-(2**63), 2**63)), min_size=columns,
+                                       max_size=columns), max_size=8))
+    elide = data.draw(st.sets(st.integers(0, columns - 1)))
+    table = render_table(headers, rows, width=width, elide=elide)
+    assert widest(table) <= width, table
+
+
+@settings(max_examples=300)
+@given(st.lists(name_text, min_size=1, max_size=12, unique=True), st.integers(MIN_ELIDED, 80))
+@example(["NVIDIA-A100-SXM4-40GB/mig-1g.10gb-mixed", "NVIDIA-A100-SXM4-80GB/mig-1g.10gb-mixed"], MIN_ELIDED)
+def test_two_distinct_names_never_show_the_same(names: list[str], size: int) -> None:
+    fitted = fit_names(names, size)
+    assert len(set(fitted.values())) == len(names)
+    assert all(len(shown) <= size for shown in fitted.values())
+    assert all(fitted[name] == name for name in names if len(name) <= size)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(name_text, st.booleans(), cell_text, st.lists(cell_text, max_size=2),
+                          st.lists(name_text, max_size=2)), min_size=1, max_size=6), widths)
+def test_no_check_table_line_is_wider_than_the_width(documents: list[tuple[str, bool, str, list[str], list[str]]],
+                                                     width: int) -> None:
+    results = [CheckResult(Document({}, "in.yaml"), ("", "Queue", "", name),
+                           Verdict(allowed, "" if allowed else message or "x", (), tuple(warnings),
+                                   tuple(PatchOperation(op="add", path=path) for path in paths)))
+               for name, allowed, message, warnings, paths in documents]
+    assert widest(check_table(results, color=False, width=width)) <= width
+
+
+# --------------------------------------------------------------------------------------- the commands
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+ANSI = re.compile(r"\033\[[0-9;]*m")
+
+
+def test_check_table_fits_80_columns_with_messages_wrapped_under_their_row() -> None:
+    """The bundled bad examples' messages made lines of up to 407 characters."""
+    bad = str(REPO / "examples" / "check" / "bad.yaml")
+    table = output("cardquota", "check", "-f", bad, "--cluster", CLUSTER, "-o", "table")
+    assert widest(table) <= 80
+    lines = table.splitlines()
+    row = next(index for index, line in enumerate(lines) if line.startswith("DENIED   Job team-a/too-big"))
+    under = " ".join(line.strip() for line in lines[row + 1:row + 3])
+    assert lines[row + 1].startswith(" " * 9)
+    assert "requests 12 NVIDIA-A100 but queue team-a allows at most 10: it can never run" in under
+
+
+@pytest.mark.parametrize("columns", [40, 57, 100])
+def test_tables_fit_the_terminal_s_width(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))  # read first by shutil.get_terminal_size
+    bad = str(REPO / "examples" / "check" / "bad.yaml")
+    for prog, argv in [("cardquota", ["check", "-f", bad, "--cluster", CLUSTER]),
+                       ("cardquota", ["usage", "--cluster", CLUSTER]),
+                       ("kubectl cardquota", ["nodes", "--cluster", CLUSTER]),
+                       ("cardquota", ["simulate", "--cluster", CLUSTER, "-f", WORKLOAD])]:
+        out = Terminal()
+        run(prog, [*argv, "-o", "table"], stdout=out, stderr=io.StringIO())
+        assert widest(ANSI.sub("", out.getvalue())) <= columns, (prog, argv)
+
+
+def mig_node(name: str, product: str, profiles: dict[str, int]) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        "nvidia.com/gpu.product": product, "nvidia.com/mig.strategy": "mixed"}},
+        "status": {"allocatable": {f"nvidia.com/mig-{profile}": str(count) for profile, count in profiles.items()}}}
+
+
+@pytest.mark.parametrize("command", [["kubectl cardquota", "nodes"], ["kubectl cardquota", "usage"]])
+def test_cut_card_names_keep_the_memory_size_and_mig_profile_that_tell_them_apart(tmp_path: Path,
+                                                                                 command: list[str]) -> None:
+    """``NVIDIA-A100-SXM4-40GB/mi…`` was cut exactly where a 40 GB MIG slice differs from an 80 GB one."""
+    nodes = [mig_node("gpu-node-with-a-long-name-in-rack-17", "NVIDIA-A100-SXM4-40GB", {"1g.5gb": 7, "3g.20gb": 2}),
+             mig_node("gpu-node-with-a-long-name-in-rack-18", "NVIDIA-A100-SXM4-80GB", {"1g.10gb": 7, "3g.40gb": 2})]
+    cards = ["NVIDIA-A100-SXM4-40GB/mig-1g.5gb-mixed", "NVIDIA-A100-SXM4-40GB/mig-3g.20gb-mixed",
+             "NVIDIA-A100-SXM4-80GB/mig-1g.10gb-mixed", "NVIDIA-A100-SXM4-80GB/mig-3g.40gb-mixed"]
+    queues = [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+               "metadata": {"name": f"research-team-{index}", "annotations": {
+                   "volcano.sh/card.quota": json.dumps(dict.fromkeys(cards, 123456))}}}
+              for index in range(2)]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([*nodes, *queues]))
+    table = output(command[0], command[1], "--cluster", str(path), "-o", "table")
+    assert widest(table) <= 80
+    assert "…" in table
+    card_column = [line.split()[1] for line in table.splitlines()[1:] if line.startswith(("gpu-", "resear"))]
+    for card in cards:
+        memory, profile = card.split("/")[0][-4:], card.split("/mig-")[1].split("-")[0]
+        assert any(memory in shown and profile in shown for shown in card_column), (card, table)

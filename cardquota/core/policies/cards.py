@@ -16,6 +16,7 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.jsontypes import MAPPING_TYPES
+from cardquota.core.policies.common import skipped
 from cardquota.core.quota import card_alternatives, clipped, quota_allows
 from cardquota.core.resources import card_requests, is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
@@ -240,8 +241,7 @@ def _request_against_queue(request: Mapping[str, int], queue_name: str, snapshot
         if snapshot.complete:
             violations.append(not_found(QUEUE_PATH, f"queue {shown(queue_name)} does not exist"))
         else:
-            warnings.append(f"card.request against queue {shown(queue_name)}'s quota not checked: the queue is not "
-                            "in the snapshot (pass --cluster with it)")
+            warnings.append(skipped(f"card.request against queue {shown(queue_name)}'s quota"))
         return violations, warnings
     quota = record.quota.values
     if not quota:

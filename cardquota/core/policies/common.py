@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cardquota.core.errors import InputError
@@ -14,6 +15,7 @@ from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
 from cardquota.core.violations import Violation, invalid, same_value, value_at
+from cardquota.core.workloads import TEMPLATE_PATHS
 
 View = TypeVar("View")
 
@@ -37,9 +39,43 @@ def annotations_of(manifest: object) -> Mapping[Any, Any]:
     return annotations if isinstance(annotations, MAPPING_TYPES) else {}
 
 
+SKIPPED = f"not checked: {NO_CLUSTER} (pass --cluster, or wait for the webhook's first full list)"
+
+
 def skipped(what: str) -> str:
     """The warning for a rule that needs the whole cluster, evaluated without it."""
-    return f"{what} not checked: {NO_CLUSTER} (pass --cluster, or wait for the webhook's first full list)"
+    return f"{what} {SKIPPED}"
+
+
+def skipped_rule(warning: str) -> str | None:
+    """What a verdict's warning says was skipped for want of the cluster (``what`` of :func:`skipped`), or None
+    for any other warning."""
+    return warning.removesuffix(" " + SKIPPED) if warning.endswith(" " + SKIPPED) else None
+
+
+@dataclass(frozen=True)
+class ClusterRule:
+    """A rule that is only evaluated on a complete snapshot and otherwise skipped without a word per object: the
+    CLI says once per run that it was skipped, for the kinds it concerns (rules that name what they skip per
+    object use :func:`skipped`)."""
+
+    what: str
+    kinds: frozenset[tuple[str, str]]
+    """(API group, kind) of the objects it judges."""
+
+
+CARD_KINDS = frozenset({("scheduling.volcano.sh", "Queue"), ("scheduling.volcano.sh", "PodGroup"),
+                        ("batch.volcano.sh", "Job"), ("batch.volcano.sh", "CronJob"), ("", "Pod")})
+CLUSTER_RULES = (
+    ClusterRule("card types no node offers", CARD_KINDS),
+    ClusterRule("top-level queues' card quotas above the cards the nodes offer",
+                frozenset({("scheduling.volcano.sh", "Queue")})),
+    ClusterRule("a card workload's replicas against its queue's quota", frozenset(TEMPLATE_PATHS)),
+    ClusterRule("a HorizontalPodAutoscaler's maxReplicas against its workload's queue quota",
+                frozenset({("autoscaling", "HorizontalPodAutoscaler")})),
+)
+"""Every rule skipped silently on an incomplete snapshot: :func:`cards.unknown_type_warnings`,
+``queue._overcommit_warnings``, ``workload.admit`` (replicas) and ``workload.admit_hpa``."""
 
 
 UNCHANGED_NOTE = "already so before this update, so not denied"

@@ -24,3 +24,8 @@ POLICIES: dict[tuple[str, str], Admit] = {
     **dict.fromkeys(TEMPLATE_PATHS, workload_policy.admit),
     ("autoscaling", "HorizontalPodAutoscaler"): workload_policy.admit_hpa,
 }
+
+CHECKED_KINDS: dict[str, frozenset[str]] = {
+    group: frozenset(kind for kind_group, kind in POLICIES if kind_group == group) for group, _ in POLICIES
+}
+"""The kinds a policy admits, by API group."""

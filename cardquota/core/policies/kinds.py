@@ -1,0 +1,77 @@
+"""Kinds no policy admits that are most likely typos: ``kind: Queues`` in ``scheduling.volcano.sh/v1beta1`` would be
+refused by the API server, yet an offline ``check`` allowed it as an object no rule concerns.
+
+- In one of Volcano's API groups, every kind Volcano does not define is warned about, with the closest kind of that
+  group when one is close ("did you mean Queue?"), else the group's kinds; an API group under ``volcano.sh`` that
+  Volcano does not define is warned about with the closest group.
+- In another group of a kind cardquota checks (core ``v1``, ``apps``, ``batch``, ``autoscaling``), a kind the group
+  does not define is warned about only when it is close to a kind cardquota checks there (``Pods``, ``Deploymnet``):
+  other kinds are the API server's business.
+- Lists of a known kind (``QueueList``) are known. Nothing here denies: the API server refuses unknown kinds itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from cardquota.core.violations import shown
+
+VOLCANO_KINDS: dict[str, frozenset[str]] = {
+    "scheduling.volcano.sh": frozenset({"Queue", "PodGroup"}),
+    "batch.volcano.sh": frozenset({"Job", "CronJob"}),
+    "bus.volcano.sh": frozenset({"Command"}),
+    "flow.volcano.sh": frozenset({"JobFlow", "JobTemplate"}),
+    "nodeinfo.volcano.sh": frozenset({"Numatopology"}),
+    "topology.volcano.sh": frozenset({"HyperNode"}),
+    "shard.volcano.sh": frozenset({"NodeShard"}),
+    "config.volcano.sh": frozenset({"ColocationConfiguration"}),
+}
+"""Volcano's API groups and their kinds, as its CRDs define them (volcano v1.15.1 and master ed72c7c8:
+``config/crd/volcano/bases/*.yaml`` and ``config/crd/jobflow/bases/*.yaml``, ``spec.group`` and ``spec.names.kind``)."""
+
+VOLCANO_DOMAIN = "volcano.sh"
+
+UPSTREAM_KINDS: dict[str, frozenset[str]] = {
+    "": frozenset({"Binding", "ComponentStatus", "ConfigMap", "Endpoints", "Event", "LimitRange", "Namespace", "Node",
+                   "PersistentVolume", "PersistentVolumeClaim", "Pod", "PodTemplate", "ReplicationController",
+                   "ResourceQuota", "Secret", "Service", "ServiceAccount", "List"}),
+    "apps": frozenset({"ControllerRevision", "DaemonSet", "Deployment", "ReplicaSet", "StatefulSet"}),
+    "batch": frozenset({"Job", "CronJob"}),
+    "autoscaling": frozenset({"HorizontalPodAutoscaler", "Scale"}),
+}
+"""The kinds of the Kubernetes API groups that hold a kind cardquota checks (k8s.io/api v0.34: ``core/v1``,
+``apps/v1``, ``batch/v1``, ``autoscaling/v2``, each ``register.go``'s ``addKnownTypes``; lists left out)."""
+
+CLOSE = 0.75
+"""How alike (difflib's ratio, case ignored) a kind must be to a known one to be suggested, or, outside Volcano's
+groups, to be warned about at all (as card type suggestions: :data:`~cardquota.core.snapshot.CLOSEST_CUTOFF`)."""
+MAX_COMPARED = 100
+"""Kinds and groups longer than this are not compared (difflib is quadratic; a real kind is a short identifier)."""
+
+
+def unknown_kind_warning(group: str, kind: str, checked: frozenset[str]) -> str | None:
+    """The warning for ``kind`` in API ``group`` (``checked``: the kinds of that group a policy admits), or None
+    when the kind is known or nothing suggests a typo."""
+    if not kind or kind in checked:
+        return None
+    volcano = group == VOLCANO_DOMAIN or group.endswith("." + VOLCANO_DOMAIN)
+    if volcano and group not in VOLCANO_KINDS:
+        return (f"API group {shown(group)} is not one of Volcano's{_did_you_mean(group, VOLCANO_KINDS)}: "
+                f"{shown(kind)} not checked")
+    known = VOLCANO_KINDS.get(group) if volcano else UPSTREAM_KINDS.get(group)
+    if known is None or kind in known or kind.removesuffix("List") in known:
+        return None
+    where = f"{shown(group)}" if group else "the core API group (v1)"
+    if volcano:
+        suggestion = _did_you_mean(kind, known) or f" (its kinds: {', '.join(sorted(known))})"
+        return f"kind {shown(kind)} is not a kind of {where}{suggestion}: not checked"
+    suggestion = _did_you_mean(kind, checked)
+    return f"kind {shown(kind)} is not a kind of {where}{suggestion}: not checked" if suggestion else None
+
+
+def _did_you_mean(name: str, choices: frozenset[str] | dict[str, frozenset[str]]) -> str:
+    if len(name) > MAX_COMPARED:
+        return ""
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=CLOSE)
+    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
