@@ -28,6 +28,7 @@ from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
+from cardquota.operator.settings import read_count, read_seconds
 
 EXIT_OK, EXIT_BLOCKED = 0, 1
 T = TypeVar("T")
@@ -220,6 +221,24 @@ def refuse_unused_namespace_options(args: argparse.Namespace, command: str) -> N
             raise InputError(f"{spelled} does nothing here{f': {why}' if why else ''}; leave it out", where=command)
 
 
+def option_value(read: Callable[[str], T], expected: str) -> Callable[[str], T]:
+    """An argparse ``type`` reading an option's value with ``read``, refusing what it refuses in one line that says
+    what was expected (``argument --limit: '0': expected a whole number, 1 or more``; exit 2 as any usage error)."""
+
+    def parse(text: str) -> T:
+        try:
+            return read(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+
+    parse.__name__ = expected  # (argparse names the type by it in some messages)
+    return parse
+
+
+ROW_COUNT = option_value(read_count, "a whole number, 1 or more")
+SECONDS = option_value(read_seconds, "a number of seconds, 0 or more")
+
+
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # commands: argparse's subparsers
     """The plugin's commands, added to the ``kubectl cardquota`` parser's subcommands."""
 
@@ -229,9 +248,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
                        help="table (fits 80 columns), wide (adds FREE, USED and a bar), json or yaml (default: table "
                        "on a terminal, json otherwise)")
-    usage.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    usage.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
-    usage.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
+    usage.add_argument("--interval", type=SECONDS, default=2.0, help="seconds between refreshes with --watch")
     usage.add_argument("--refreshes", type=int, default=0, help=argparse.SUPPRESS)
     usage.set_defaults(command=usage_command, namespace_options=())
 
@@ -244,7 +263,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     nodes.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
                        help="table (fits 80 columns), wide (every column), json or yaml (default: table on a "
                        "terminal, json otherwise)")
-    nodes.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    nodes.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
     nodes.set_defaults(command=nodes_command, namespace_options=())
 
     explain_parser = commands.add_parser(
@@ -293,6 +312,10 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             output.write_json(output.usage_json(usage), out)
         elif fmt == "yaml":
             output.write_yaml(output.usage_json(usage), out)
+        elif not usage:
+            if output.NO_RESOURCES not in warned:  # (once with --watch)
+                warned.add(output.NO_RESOURCES)
+                err.write(output.NO_RESOURCES + "\n")
         else:
             out.write(output.usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err,
                                          width=output.width_of(out)))
@@ -320,6 +343,8 @@ def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         output.write_json(document, out)
     elif fmt == "yaml":
         output.write_yaml(document, out)
+    elif not records:  # nothing matches -l (or no Node at all)
+        err.write(output.NO_RESOURCES + "\n")
     else:
         out.write(nodes_table(cards, used, limit=args.limit, err=err, wide=fmt == "wide",
                               width=output.width_of(out)))

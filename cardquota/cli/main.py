@@ -331,7 +331,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = SchedulerConfig.from_manifests([document.manifest for document in documents], DEFAULT_SCHEDULER_CONFIGMAP)
     usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
     _write(args, out, output.usage_json(usage),
-           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)))
+           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)),
+           empty=(not usage, err))
     return EXIT_OK
 
 
@@ -498,14 +499,18 @@ def _unique(documents: list[Document], kinds: set[Kind], err: TextIO) -> list[Do
     return list(seen.values())
 
 
-def _write(args: argparse.Namespace, out: TextIO, document: object, table: Callable[[bool], str]) -> None:
+def _write(args: argparse.Namespace, out: TextIO, document: object, table: Callable[[bool], str], *,
+           empty: tuple[bool, TextIO] | None = None) -> None:
     """The command's result as ``-o`` asks: its JSON document (or the same as YAML), or its table (``wide`` or
-    not)."""
+    not); ``empty`` (whether the table has no row, and stderr): :data:`~cardquota.cli.output.NO_RESOURCES` on
+    stderr rather than bare headers."""
     chosen = _format(args, out)
     if chosen is OutputFormat.JSON:
         output.write_json(document, out)
     elif chosen is OutputFormat.YAML:
         output.write_yaml(document, out)
+    elif empty is not None and empty[0]:
+        empty[1].write(output.NO_RESOURCES + "\n")
     else:
         out.write(table(chosen is OutputFormat.WIDE))
 
