@@ -20,9 +20,9 @@ from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
-from cardquota.core.explain import Explanation, explain
+from cardquota.core.explain import Explanation, explain, job_podgroups
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest
+from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
@@ -118,26 +118,21 @@ class Cluster:
         namespace = ((chosen or {}).get("context") or {}).get("namespace")
         return namespace if isinstance(namespace, str) and namespace else "default"
 
-    def target(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest]) -> Manifest:
-        """The object to explain; ``namespace`` None looks in every namespace (``-A``)."""
-        if self.live and namespace is not None:
-            from cardquota.kube import read_namespaced
-
-            found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
-            if found is None:
-                raise InputError(f"{kind} {namespace}/{name} not found{ELSEWHERE}")
-            return found
-        candidates = list(objects)
-        if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
-            from cardquota.kube import list_namespaced_kind
-
-            candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
-        wanted = _EXPLAINABLE[kind]
-        matches = [m for m in candidates
-                   if _group_kind(m) == wanted
-                   and (m.get("metadata") or {}).get("name") == name
-                   and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
+    def target(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest],
+               err: TextIO) -> Manifest:
+        """The object to explain; ``namespace`` None looks in every namespace (``-A``). A Volcano Job that is not
+        there (a dump of nodes, queues, podgroups and pods has none) is explained by the PodGroup the job controller
+        made for it, and its pods (:func:`~cardquota.core.explain.job_podgroups`), saying so on ``err``."""
+        matches = self._matches(kind, namespace, name, objects)
         where = "" if self.live else f" in {', '.join(self.files)}"
+        if not matches and kind == "job":
+            matches = job_podgroups(objects, namespace, name)
+            if len(matches) == 1:
+                group_namespace, group = namespaced_key(matches[0])
+                job = name if namespace is None else f"{namespace}/{name}"
+                err.write(f"note: no Volcano Job {job}{where or ' in the cluster'}: explaining the PodGroup its job "
+                          f"controller made, {group_namespace}/{group}, and its pods\n")
+            where += " (nor a PodGroup owned by a Volcano Job of that name)"
         if not matches and namespace is None:
             raise InputError(f"{kind} {name} not found in any namespace{where}")
         if not matches:
@@ -146,6 +141,24 @@ class Cluster:
             namespaces = ", ".join(sorted(str((m.get("metadata") or {}).get("namespace")) for m in matches))
             raise InputError(f"{kind} {name} is in several namespaces ({namespaces}): choose one with -n")
         return matches[0]
+
+    def _matches(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest]) -> list[Manifest]:
+        """The objects of ``kind`` named ``name`` (in ``namespace``; None: any)."""
+        if self.live and namespace is not None:
+            from cardquota.kube import read_namespaced
+
+            found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
+            return [found] if found is not None else []
+        candidates = list(objects)
+        if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
+            from cardquota.kube import list_namespaced_kind
+
+            candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
+        wanted = _EXPLAINABLE[kind]
+        return [m for m in candidates
+                if _group_kind(m) == wanted
+                and (m.get("metadata") or {}).get("name") == name
+                and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
 
 
 IN_CLUSTER_VARIABLE = "KUBERNETES_SERVICE_HOST"
@@ -374,7 +387,7 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if submitted and named is None:
             raise InputError(f"{TARGET_KINDS[kind.lower()]} {namespace or '(any namespace)'}/{name} not found in "
                              f"{', '.join(args.files)}", where="explain")
-        targets.append(named or (cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects),
+        targets.append(named or (cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects, err),
                                  args.target))
     else:
         targets.extend((document.manifest, document.source) for document in submitted
