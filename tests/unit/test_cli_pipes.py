@@ -21,7 +21,7 @@ from cardquota.cli.main import EXIT_CLOSED_PIPE
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = str(REPO / "examples" / "cluster.yaml")
-NODES = 2_500
+NODES = 2_000
 """Enough nodes and queues that every output below is more than twice a pipe's 64 KiB buffer."""
 
 
@@ -49,11 +49,9 @@ def started(entry: str, argv: list[str], *, unbuffered: bool = False) -> subproc
 
 COMMANDS = [
     ("main", ["discover", "-f", "{nodes}", "-o", "json"]),
-    ("main", ["discover", "-f", "{nodes}", "-o", "yaml"]),
     ("main", ["discover", "-f", "{nodes}", "-o", "wide"]),
     ("main", ["usage", "--cluster", "{nodes}", "-o", "table"]),
     ("kubectl_main", ["nodes", "--cluster", "{nodes}", "-o", "table"]),
-    ("kubectl_main", ["nodes", "--cluster", "{nodes}", "-o", "json"]),
     ("kubectl_main", ["usage", "--cluster", "{nodes}", "-o", "yaml"]),
 ]
 
@@ -63,7 +61,7 @@ def test_a_pipe_closed_mid_stream_ends_quietly_with_141(entry: str, argv: list[s
     assert_quiet_141(started(entry, [word.format(nodes=many_nodes) for word in argv]))
 
 
-@pytest.mark.parametrize("output", ["wide", "json"])
+@pytest.mark.parametrize("output", ["wide", "yaml"])
 def test_unbuffered_a_pipe_closed_mid_stream_is_seen(output: str, many_nodes: str) -> None:
     """Unbuffered, one write of a whole table was cut short without an error: exit 0, the rest lost unsaid."""
     assert_quiet_141(started("main", ["discover", "-f", many_nodes, "-o", output], unbuffered=True))
