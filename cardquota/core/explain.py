@@ -393,11 +393,12 @@ def job_podgroups(cluster: Sequence[Manifest], namespace: str | None, job: str) 
     without the Job: those it owns, else the one its pods name.
 
     The controller creates a Job's PodGroup named ``<job>-<job uid>`` with the Job as its controller ownerReference
-    (``createOrUpdatePodGroup``; ``getPodGroupByJob`` still finds one named ``<job>``, made before v1.5), and
-    annotates each pod it creates with ``volcano.sh/job-name`` and ``scheduling.k8s.io/group-name`` naming that
-    PodGroup (``createJobPod``): pkg/controllers/job/job_controller_actions.go and job_controller_util.go, Volcano
-    v1.15.1. The owner must be a ``batch.volcano.sh`` Job: Volcano's podgroup controller gives the PodGroup it makes
-    for other pods their own owners (``newPGOwnerReferences``), a Kubernetes ``batch/v1`` Job among them."""
+    (``createOrUpdatePodGroup``; v1.4 named it ``<job>``, with the same owner, and ``getPodGroupByJob`` still reads
+    that name), and annotates each pod it creates with ``volcano.sh/job-name`` and ``scheduling.k8s.io/group-name``
+    naming that PodGroup (``createJobPod``): pkg/controllers/job/job_controller_actions.go and
+    job_controller_util.go, Volcano v1.15.1 (v1.4.0 for the older name). The owner must be a ``batch.volcano.sh``
+    Job: Volcano's podgroup controller gives the PodGroup it makes for other pods their own owners
+    (``newPGOwnerReferences``), a Kubernetes ``batch/v1`` Job among them."""
     groups = [m for m in cluster if kind_of(m) is Kind.PODGROUP
               and (namespace is None or namespaced_key(m)[0] == namespace)]
     owned = [m for m in groups if _owned_by_job(m, job)]
