@@ -20,14 +20,15 @@ from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
-from cardquota.core.explain import Explanation, explain
+from cardquota.core.explain import Explanation, explain, job_podgroups
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest
+from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
+from cardquota.operator.settings import read_count, read_seconds
 
 EXIT_OK, EXIT_BLOCKED = 0, 1
 T = TypeVar("T")
@@ -117,26 +118,21 @@ class Cluster:
         namespace = ((chosen or {}).get("context") or {}).get("namespace")
         return namespace if isinstance(namespace, str) and namespace else "default"
 
-    def target(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest]) -> Manifest:
-        """The object to explain; ``namespace`` None looks in every namespace (``-A``)."""
-        if self.live and namespace is not None:
-            from cardquota.kube import read_namespaced
-
-            found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
-            if found is None:
-                raise InputError(f"{kind} {namespace}/{name} not found{ELSEWHERE}")
-            return found
-        candidates = list(objects)
-        if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
-            from cardquota.kube import list_namespaced_kind
-
-            candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
-        wanted = _EXPLAINABLE[kind]
-        matches = [m for m in candidates
-                   if _group_kind(m) == wanted
-                   and (m.get("metadata") or {}).get("name") == name
-                   and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
+    def target(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest],
+               err: TextIO) -> Manifest:
+        """The object to explain; ``namespace`` None looks in every namespace (``-A``). A Volcano Job that is not
+        there (a dump of nodes, queues, podgroups and pods has none) is explained by the PodGroup the job controller
+        made for it, and its pods (:func:`~cardquota.core.explain.job_podgroups`), saying so on ``err``."""
+        matches = self._matches(kind, namespace, name, objects)
         where = "" if self.live else f" in {', '.join(self.files)}"
+        if not matches and kind == "job":
+            matches = job_podgroups(objects, namespace, name)
+            if len(matches) == 1:
+                group_namespace, group = namespaced_key(matches[0])
+                job = name if namespace is None else f"{namespace}/{name}"
+                err.write(f"note: no Volcano Job {job}{where or ' in the cluster'}: explaining the PodGroup its job "
+                          f"controller made, {group_namespace}/{group}, and its pods\n")
+            where += " (nor a PodGroup owned by a Volcano Job of that name)"
         if not matches and namespace is None:
             raise InputError(f"{kind} {name} not found in any namespace{where}")
         if not matches:
@@ -145,6 +141,24 @@ class Cluster:
             namespaces = ", ".join(sorted(str((m.get("metadata") or {}).get("namespace")) for m in matches))
             raise InputError(f"{kind} {name} is in several namespaces ({namespaces}): choose one with -n")
         return matches[0]
+
+    def _matches(self, kind: str, namespace: str | None, name: str, objects: Sequence[Manifest]) -> list[Manifest]:
+        """The objects of ``kind`` named ``name`` (in ``namespace``; None: any)."""
+        if self.live and namespace is not None:
+            from cardquota.kube import read_namespaced
+
+            found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
+            return [found] if found is not None else []
+        candidates = list(objects)
+        if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
+            from cardquota.kube import list_namespaced_kind
+
+            candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
+        wanted = _EXPLAINABLE[kind]
+        return [m for m in candidates
+                if _group_kind(m) == wanted
+                and (m.get("metadata") or {}).get("name") == name
+                and (namespace is None or ((m.get("metadata") or {}).get("namespace") or "default") == namespace)]
 
 
 IN_CLUSTER_VARIABLE = "KUBERNETES_SERVICE_HOST"
@@ -220,6 +234,24 @@ def refuse_unused_namespace_options(args: argparse.Namespace, command: str) -> N
             raise InputError(f"{spelled} does nothing here{f': {why}' if why else ''}; leave it out", where=command)
 
 
+def option_value(read: Callable[[str], T], expected: str) -> Callable[[str], T]:
+    """An argparse ``type`` reading an option's value with ``read``, refusing what it refuses in one line that says
+    what was expected (``argument --limit: '0': expected a whole number, 1 or more``; exit 2 as any usage error)."""
+
+    def parse(text: str) -> T:
+        try:
+            return read(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+
+    parse.__name__ = expected  # (argparse names the type by it in some messages)
+    return parse
+
+
+ROW_COUNT = option_value(read_count, "a whole number, 1 or more")
+SECONDS = option_value(read_seconds, "a number of seconds, 0 or more")
+
+
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # commands: argparse's subparsers
     """The plugin's commands, added to the ``kubectl cardquota`` parser's subcommands."""
 
@@ -229,9 +261,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
                        help="table (fits 80 columns), wide (adds FREE, USED and a bar), json or yaml (default: table "
                        "on a terminal, json otherwise)")
-    usage.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    usage.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
-    usage.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes with --watch")
+    usage.add_argument("--interval", type=SECONDS, default=2.0, help="seconds between refreshes with --watch")
     usage.add_argument("--refreshes", type=int, default=0, help=argparse.SUPPRESS)
     usage.set_defaults(command=usage_command, namespace_options=())
 
@@ -244,7 +276,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     nodes.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
                        help="table (fits 80 columns), wide (every column), json or yaml (default: table on a "
                        "terminal, json otherwise)")
-    nodes.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    nodes.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
     nodes.set_defaults(command=nodes_command, namespace_options=())
 
     explain_parser = commands.add_parser(
@@ -293,6 +325,10 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             output.write_json(output.usage_json(usage), out)
         elif fmt == "yaml":
             output.write_yaml(output.usage_json(usage), out)
+        elif not usage:
+            if output.NO_RESOURCES not in warned:  # (once with --watch)
+                warned.add(output.NO_RESOURCES)
+                err.write(output.NO_RESOURCES + "\n")
         else:
             out.write(output.usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err,
                                          width=output.width_of(out)))
@@ -320,6 +356,8 @@ def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         output.write_json(document, out)
     elif fmt == "yaml":
         output.write_yaml(document, out)
+    elif not records:  # nothing matches -l (or no Node at all)
+        err.write(output.NO_RESOURCES + "\n")
     else:
         out.write(nodes_table(cards, used, limit=args.limit, err=err, wide=fmt == "wide",
                               width=output.width_of(out)))
@@ -349,7 +387,7 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if submitted and named is None:
             raise InputError(f"{TARGET_KINDS[kind.lower()]} {namespace or '(any namespace)'}/{name} not found in "
                              f"{', '.join(args.files)}", where="explain")
-        targets.append(named or (cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects),
+        targets.append(named or (cluster.target(TARGET_KINDS[kind.lower()], namespace, name, objects, err),
                                  args.target))
     else:
         targets.extend((document.manifest, document.source) for document in submitted

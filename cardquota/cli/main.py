@@ -1,7 +1,8 @@
 """Entry points of the ``cardquota`` and ``kubectl-cardquota`` commands.
 
 Exit codes: 0 success; 1 ``check`` denied an object; 2 unreadable input or bad usage (one line on stderr, never a
-traceback); 3 an internal error (one line; set ``CARDQUOTA_DEBUG=1`` for the traceback).
+traceback); 3 an internal error (one line; set ``CARDQUOTA_DEBUG=1`` for the traceback); 141 the reader of the output
+went away (``… | head -1``): nothing more is written, not even a message (:data:`EXIT_CLOSED_PIPE`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import contextlib
 import difflib
 import functools
+import io
 import os
 import re
 import sys
@@ -52,6 +54,12 @@ EXIT_OK = 0
 EXIT_DENIED = 1
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
+EXIT_CLOSED_PIPE = 141
+"""The output's reader closed it (``cardquota usage -o json | head -1``): a quiet exit with 128 + SIGPIPE, the status
+kubectl and coreutils end with there (a Go program writing to a closed stdout or stderr dies of SIGPIPE:
+``epipecheck`` in Go's ``src/os/file_unix.go``; ``head``/``seq`` keep SIGPIPE's default action), so a shell sees the
+same 141 and ``set -o pipefail`` treats a cut-off cardquota as it treats a cut-off kubectl. Not 0: ``check``'s verdict
+(1 denied) was never read, and a gate must not read a cut-off run as a pass."""
 
 T = TypeVar("T")
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
@@ -67,8 +75,19 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
 
 def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         stderr: TextIO | None = None) -> int:
-    out = _tolerant(stdout if stdout is not None else sys.stdout)
+    out = _tolerant(stdout if stdout is not None else _buffered_stdout())
     err = _tolerant(stderr if stderr is not None else sys.stderr)
+    try:
+        code = _run(prog, argv, out, err)
+        out.flush()  # here, not at interpreter exit, where a closed pipe would print "Exception ignored …"
+        err.flush()
+        return code
+    except BrokenPipeError:  # from any command, any format, the help, or the flush above
+        _discard_closed([fd for fd, given in ((1, stdout), (2, stderr)) if given is None])
+        return EXIT_CLOSED_PIPE
+
+
+def _run(prog: str, argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
     parser = build_kubectl_parser(prog, out, err) if prog == KUBECTL_PROG else build_parser(prog, out, err)
     try:
         args, extras = parser.parse_known_args(argv)
@@ -92,8 +111,7 @@ def run(prog: str, argv: Sequence[str] | None = None, stdout: TextIO | None = No
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        _silence_stdout()
-        return EXIT_INTERNAL
+        raise  # (an OSError: not an internal error) run() ends quietly
     except Exception as error:
         if os.environ.get("CARDQUOTA_DEBUG"):
             traceback.print_exc(file=err)
@@ -315,7 +333,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = SchedulerConfig.from_manifests([document.manifest for document in documents], DEFAULT_SCHEDULER_CONFIGMAP)
     usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
     _write(args, out, output.usage_json(usage),
-           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)))
+           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)),
+           empty=(not usage, err))
     return EXIT_OK
 
 
@@ -487,14 +506,18 @@ def _unique(documents: list[Document], kinds: set[Kind], err: TextIO) -> list[Do
     return list(seen.values())
 
 
-def _write(args: argparse.Namespace, out: TextIO, document: object, table: Callable[[bool], str]) -> None:
+def _write(args: argparse.Namespace, out: TextIO, document: object, table: Callable[[bool], str], *,
+           empty: tuple[bool, TextIO] | None = None) -> None:
     """The command's result as ``-o`` asks: its JSON document (or the same as YAML), or its table (``wide`` or
-    not)."""
+    not); ``empty`` (whether the table has no row, and stderr): :data:`~cardquota.cli.output.NO_RESOURCES` on
+    stderr rather than bare headers."""
     chosen = _format(args, out)
     if chosen is OutputFormat.JSON:
         output.write_json(document, out)
     elif chosen is OutputFormat.YAML:
         output.write_yaml(document, out)
+    elif empty is not None and empty[0]:
+        empty[1].write(output.NO_RESOURCES + "\n")
     else:
         out.write(table(chosen is OutputFormat.WIDE))
 
@@ -514,12 +537,31 @@ def _tolerant(stream: TextIO) -> TextIO:
     return stream
 
 
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+def _buffered_stdout() -> TextIO:
+    """``sys.stdout``, buffered even when Python runs unbuffered (``PYTHONUNBUFFERED=1``, as the image sets): there,
+    a text write larger than the pipe's buffer whose reader goes away is cut short with no error (the text layer
+    ignores its unbuffered file's short write: ``sys.stdout.write`` of 800,000 characters returned 800,000 when 65,536
+    bytes reached the pipe), so the output would be lost silently and the closed pipe never seen. A buffered writer
+    writes the rest, and the closed pipe raises. The file descriptor stays open when this object goes."""
+    stream = sys.stdout
+    if isinstance(getattr(stream, "buffer", None), io.RawIOBase):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return open(stream.fileno(), "w", encoding=stream.encoding, errors="backslashreplace",
+                        closefd=False)
+    return stream
+
+
+def _discard_closed(descriptors: Sequence[int]) -> None:
+    """After a closed pipe: the process's own stdout and stderr (``descriptors``; not the streams a caller passed
+    in) are pointed at /dev/null, so the text still buffered for them is dropped at exit instead of failing again
+    there (the "Note on SIGPIPE" in the documentation of Python's ``signal`` module)."""
+    for descriptor in descriptors:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, descriptor)
+            os.close(devnull)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -293,6 +293,14 @@ def no_nodes_warning(ledger: Ledger, files: Sequence[str], consequence: str) -> 
     return f"warning: {found} in {where}: {consequence}"
 
 
+NO_RESOURCES = "No resources found"
+"""Said on stderr, instead of a table of bare headers, when a table would have no row (nothing matches ``nodes -l``,
+no Queue): ``kubectl get``'s words for cluster-scoped kinds, on the same stream (``GetOptions.Run`` in
+kubernetes/kubectl ``pkg/cmd/get/get.go``: written when the human-readable printer wrote nothing). ``-o json``/``-o
+yaml`` print their document with nothing in it and say nothing, as ``kubectl get -o json`` prints an empty List
+(``printGeneric``, same file)."""
+
+
 _RED, _YELLOW, _GREEN, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
 BAR_WIDTH = 20
 USAGE_HEADERS = ["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING"]

@@ -346,8 +346,8 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     after it; the pods labelled ``volcano.sh/job-name``), else as it will make them, from its task templates."""
     metadata = job.get("metadata") if isinstance(job.get("metadata"), MAPPING_TYPES) else {}
     namespace, name = str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name", ""))
-    existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP and namespaced_key(m)[0] == namespace
-                           and (namespaced_key(m)[1] == name or _owned_by_job(m, name))), None)
+    existing_group = next(iter(job_podgroups(cluster, namespace, name)), None) or next(
+        (m for m in cluster if kind_of(m) is Kind.PODGROUP and namespaced_key(m) == (namespace, name)), None)
     group_name = namespaced_key(existing_group)[1] if existing_group is not None else name
     existing_pods = [m for m in cluster if kind_of(m) is Kind.POD and namespaced_key(m)[0] == namespace
                      and (_marks(m).get(keys.GROUP_NAME) == group_name or _marks(m).get(JOB_NAME) == name)]
@@ -388,13 +388,35 @@ def session_group(group: Manifest) -> Manifest:
     return {**group, "status": {**(group.get("status") or {}), "phase": "Inqueue"}}
 
 
+def job_podgroups(cluster: Sequence[Manifest], namespace: str | None, job: str) -> list[Manifest]:
+    """The PodGroups Volcano's job controller made for the Volcano Job ``job`` in ``namespace`` (None: any), read
+    without the Job: those it owns, else the one its pods name.
+
+    The controller creates a Job's PodGroup named ``<job>-<job uid>`` with the Job as its controller ownerReference
+    (``createOrUpdatePodGroup``; v1.4 named it ``<job>``, with the same owner, and ``getPodGroupByJob`` still reads
+    that name), and annotates each pod it creates with ``volcano.sh/job-name`` and ``scheduling.k8s.io/group-name``
+    naming that PodGroup (``createJobPod``): pkg/controllers/job/job_controller_actions.go and
+    job_controller_util.go, Volcano v1.15.1 (v1.4.0 for the older name). The owner must be a ``batch.volcano.sh``
+    Job: Volcano's podgroup controller gives the PodGroup it makes for other pods their own owners
+    (``newPGOwnerReferences``), a Kubernetes ``batch/v1`` Job among them."""
+    groups = [m for m in cluster if kind_of(m) is Kind.PODGROUP
+              and (namespace is None or namespaced_key(m)[0] == namespace)]
+    owned = [m for m in groups if _owned_by_job(m, job)]
+    if owned:
+        return owned
+    named = {(namespaced_key(m)[0], str(_marks(m).get(keys.GROUP_NAME))) for m in cluster
+             if kind_of(m) is Kind.POD and _marks(m).get(JOB_NAME) == job
+             and (namespace is None or namespaced_key(m)[0] == namespace)}
+    return [m for m in groups if namespaced_key(m) in named]
+
+
 def _owned_by_job(manifest: Manifest, job: str) -> bool:
     metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
     owners = (metadata or {}).get("ownerReferences")
     if not isinstance(owners, list):
         return False
     return any(isinstance(owner, MAPPING_TYPES) and owner.get("kind") == "Job" and owner.get("name") == job
-               for owner in owners)
+               and str(owner.get("apiVersion", "")).startswith("batch.volcano.sh/") for owner in owners)
 
 
 def _marks(manifest: Manifest) -> dict[str, object]:

@@ -89,3 +89,19 @@ async def test_unknown_objects_and_check_against_the_live_cluster(volcano_kmock:
     (result,) = json.loads(text)
     assert result["allowed"] is False
     assert "NVIDIA-A100" in result["message"]
+
+
+async def test_explain_job_falls_back_to_the_podgroup_its_controller_made(volcano_kmock: Any, tmp_path: Path) -> None:
+    """No Job readable by that name (deleted, its PodGroup and pods left behind): the PodGroup the job controller
+    made for it (owner: the Volcano Job) is explained, with one line saying so."""
+    seed(volcano_kmock)
+    group = podgroup("gone-5f0c1a52", namespace="ml", queue="team-a", phase="Pending", request={A100: 5})
+    group["metadata"]["ownerReferences"] = [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                                             "name": "gone", "uid": "5f0c1a52", "controller": True}]
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/podgroups", "ml", "gone-5f0c1a52"] = group
+    config = kubeconfig(tmp_path, str(volcano_kmock.url))
+    code, text, err = await plugin("explain", "job/gone", "-n", "ml", "--kubeconfig", config)
+    assert code == 1
+    assert err == ("note: no Volcano Job ml/gone in the cluster: explaining the PodGroup its job controller made, "
+                   "ml/gone-5f0c1a52, and its pods\n")
+    assert text.startswith("PodGroup ml/gone-5f0c1a52:\n")
