@@ -80,7 +80,7 @@ def assert_quiet_141(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.mark.parametrize(("entry", "argv"), [
     ("main", ["--help"]),
-    ("main", ["check", "-f", str(REPO / "examples" / "check" / "good.yaml"), "-o", "json"]),
+    ("main", ["check", "-f", str(REPO / "examples" / "check" / "good.yaml"), "--cluster", CLUSTER, "-o", "json"]),
     ("kubectl_main", ["explain", "job/training-job", "-n", "team-a", "--cluster", CLUSTER,
                       "--cluster", str(REPO / "examples" / "check" / "good.yaml"), "-o", "yaml"]),
 ], ids=["help", "check json", "explain yaml"])
