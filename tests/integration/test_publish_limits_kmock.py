@@ -67,6 +67,16 @@ async def publishing(kmock: Any) -> AsyncIterator[tuple[ClusterCache, Publisher]
             await task
 
 
+async def pending_becomes(kmock: Any, name: str, expected: dict[str, int]) -> dict[str, str]:
+    """The Queue's annotations once its published ``card.pending`` reads ``expected``."""
+    async def published() -> bool:
+        pending = (await annotations_of(kmock, name)).get(keys.CARD_PENDING)
+        return pending is not None and json.loads(pending) == expected
+
+    await eventually(published)
+    return await annotations_of(kmock, name)
+
+
 async def queue_events(kmock: Any, name: str) -> list[dict[str, Any]]:
     _, listing = await call(kmock, "GET", "/api/v1/namespaces/default/events")
     return [item for item in listing.get("items", [])
@@ -99,12 +109,7 @@ async def test_usage_outgrowing_the_limit_is_published_summarised_not_left_stale
                                      queue="team-a"))
         cache.apply("ADDED", pod("fits", namespace="ml", card=A100, gpus=1, queue="team-a"))
 
-        async def summarised() -> bool:
-            pending = (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_PENDING)
-            return pending is not None and json.loads(pending) == {A100: 1, "(2 more)": 2}
-
-        await eventually(summarised)
-        annotations = await annotations_of(volcano_kmock, "team-a")
+        annotations = await pending_becomes(volcano_kmock, "team-a", {A100: 1, "(2 more)": 2})
         assert annotations_size(annotations) <= LIMIT
         assert published_amounts(annotations, keys.CARD_PENDING) == {"(2 more)": 2, A100: 1}
         assert publisher.stats.summarised >= 1
@@ -136,12 +141,7 @@ async def test_a_patch_refused_as_too_large_is_replaced_by_one_that_fits(volcano
         cache.apply("ADDED", pod("big", namespace="ml", card=long_card_name(0, 90), gpus=1, queue="team-a"))
         cache.apply("ADDED", pod("fits", namespace="ml", card=A100, gpus=1, queue="team-a"))
 
-        async def fitted() -> bool:
-            pending = (await annotations_of(volcano_kmock, "team-a")).get(keys.CARD_PENDING)
-            return pending is not None and json.loads(pending) == {A100: 1, "(1 more)": 1}
-
-        await eventually(fitted)
-        annotations = await annotations_of(volcano_kmock, "team-a")
+        annotations = await pending_becomes(volcano_kmock, "team-a", {A100: 1, "(1 more)": 1})
         assert annotations["example.com/notes"] == user  # the user's own annotation kept whole
         assert annotations_size(annotations) <= LIMIT
         assert publisher.stats.refused_too_large == 1

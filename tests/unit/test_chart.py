@@ -33,6 +33,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
+from object_walk import WEBHOOK_KINDS, strings, webhooks
 from unit.test_validate_manifests import EXPECTED_UNKNOWN, OLDEST, VERSIONS, validate_strict
 from webhook_conditions import Decision, configuration_documents, decide
 
@@ -47,7 +48,6 @@ KUBECTL = shutil.which("kubectl")
 NAMESPACE = "cardquota-system"
 RELEASE = "cardquota"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 # The allow-list: what the chart renders that the overlays do not, and why. Helm's labels of what it manages
 # (app.kubernetes.io/managed-by, instance; helm.sh/chart), on the objects' metadata only, never on pod templates
@@ -116,23 +116,6 @@ def containers(objects: Objects) -> Iterator[dict[str, Any]]:
 
 def env(container: dict[str, Any]) -> dict[str, Any]:
     return {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
-
-
-def webhooks(objects: Objects) -> Iterator[dict[str, Any]]:
-    for obj in objects:
-        if obj["kind"] in WEBHOOK_KINDS:
-            yield from obj["webhooks"]
-
-
-def strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings(item)
 
 
 # ------------------------------------------------------------------------------------------ chart and package

@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from builders import container, pod, podgroup
 from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client
+from object_walk import walk
 from volcano_crds import patched_crd
 
 from cardquota.core.ledger import Ledger
@@ -84,16 +85,6 @@ def _webhooks(kind: str) -> list[dict[str, Any]]:
 
 ALL_WEBHOOKS = [*_webhooks("ValidatingWebhookConfiguration"), *_webhooks("MutatingWebhookConfiguration")]
 CONTAINER = _one("Deployment")["spec"]["template"]["spec"]["containers"][0]
-
-
-def _walk(value: Any) -> Iterator[Any]:
-    yield value
-    if isinstance(value, Mapping):
-        for item in value.values():
-            yield from _walk(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _walk(item)
 
 
 # ----------------------------------------------------------------------------------------------- every file
@@ -608,8 +599,8 @@ def _exported_metric_names() -> set[str]:
 def test_every_dashboard_expression_names_an_exported_metric() -> None:
     dashboard = json.loads((MANIFESTS / "components" / "grafana" / "dashboard.json").read_text())
     exported = _exported_metric_names()
-    expressions = [value["expr"] for value in _walk(dashboard) if isinstance(value, Mapping) and "expr" in value]
-    queries = [value for value in _walk(dashboard["templating"]) if isinstance(value, str)
+    expressions = [value["expr"] for value in walk(dashboard) if isinstance(value, Mapping) and "expr" in value]
+    queries = [value for value in walk(dashboard["templating"]) if isinstance(value, str)
                and value.startswith("label_values(")]
     assert expressions
     assert queries
@@ -627,7 +618,7 @@ def test_every_dashboard_expression_names_an_exported_metric() -> None:
 def test_queue_gauges_are_never_summed_across_replicas() -> None:
     """Every replica exports the queue gauges from its own cache: summing them would multiply the usage."""
     dashboard = json.loads((MANIFESTS / "components" / "grafana" / "dashboard.json").read_text())
-    for value in _walk(dashboard):
+    for value in walk(dashboard):
         if isinstance(value, Mapping) and "expr" in value and "_queue_card_" in value["expr"]:
             assert "sum" not in value["expr"], value["expr"]
 

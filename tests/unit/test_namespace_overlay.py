@@ -16,19 +16,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from object_walk import strings, webhooks
 
 from cardquota.core.doctor import NAMESPACE_TRANSFORMER, OWN_WRITES_CONDITION, other_namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
 OVERLAYS = ["dev", "production", "dev-extender"]
-WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders overlays)")
 
@@ -49,27 +48,10 @@ def manifests(tmp_path: Path) -> Path:
     return copy
 
 
-def webhooks(rendered: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for obj in rendered:
-        if obj["kind"] in WEBHOOK_KINDS:
-            yield from obj["webhooks"]
-
-
 def strangers(rendered: list[dict[str, Any]], namespace: str) -> list[str]:
     """Each webhook that takes another namespace than ``namespace`` for cardquota's own (the doctor's check)."""
     return [f"{webhook['name']}: {found}" for webhook in webhooks(rendered)
             if (found := other_namespaces(webhook, namespace))]
-
-
-def strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings(item)
 
 
 def assert_all_in(rendered: list[dict[str, Any]], namespace: str) -> None:
