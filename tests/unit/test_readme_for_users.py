@@ -33,7 +33,7 @@ def test_every_markdown_file_named_is_in_the_repository() -> None:
 
 def test_the_license_is_the_one_pyproject_declares() -> None:
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"]
-    assert declared == {"text": "Apache-2.0"}
+    assert declared == "Apache-2.0"  # an SPDX expression (PEP 639)
     license_text = (REPO / "LICENSE").read_bytes()
     assert hashlib.sha256(license_text).hexdigest() == APACHE_2_0_SHA256
     assert license_text.lstrip().startswith(b"Apache License\n")
