@@ -4,8 +4,8 @@
 #   docker build --build-arg PYTHON_VERSION=3.12 -t cardquota:dev .
 #   docker build --build-arg COMPILE=0 -t cardquota:dev .   # the interpreted core only (no C compiler needed)
 #
-# Two stages: the first builds the wheel — by default with the core compiled by mypyc (setup.py; the README's
-# "Compiled core" says what that buys), which needs gcc and mypy there and nowhere else — and the second installs
+# Two stages: the first builds the wheel — by default with the core compiled by mypyc (setup.py; docs/development.md,
+# "Compiled core", says what that buys), which needs gcc and mypy there and nowhere else — and the second installs
 # only that wheel and its dependencies, at the versions constraints.txt pins (`make constraints`), into a slim Python
 # base, so that two builds of one commit get the same packages. The image runs as a non-root user with no
 # writable path but /tmp (mount an emptyDir there with a read-only root filesystem, as manifests/base does).

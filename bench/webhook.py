@@ -12,7 +12,7 @@ grows with the body) and ``realistic`` (~5.5 KB: the CREATE of a Volcano job's w
 it, with env, probes, volumes, tolerations and managedFields; its plain half the same pod without a card). The
 no-op server parses the review and answers ``allowed: true`` with the uid.
 
-Whether the core runs compiled (``make compiled``; see the README's "Compiled core") or interpreted is printed:
+Whether the core runs compiled (``make compiled``; see docs/development.md, "Compiled core") or interpreted is printed:
 ``PYTHONPATH=build/compiled/tree python bench/webhook.py`` measures the compiled build ``make test-compiled``
 left there. Both servers get the same GC treatment: collector on, their start-up heap frozen
 (``gc.freeze``, as ``ClusterCache.load`` does once the cache is loaded).

@@ -147,8 +147,8 @@ class LogFormat(StrEnum):
 
 
 class Role(StrEnum):
-    """What one ``cardquota operator`` process does (README, "At scale: the webhooks and the controllers in two
-    Deployments")."""
+    """What one ``cardquota operator`` process does (docs/scale.md, "At scale: the webhooks and the controllers in
+    two Deployments")."""
 
     ALL = "all"
     """The admission server and the controllers, over one cache of every cached kind, pods included."""

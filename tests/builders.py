@@ -139,7 +139,7 @@ def ascend_node(name: str, chip: str = "910B3", npus: int = 8, *, product: str |
     """An Ascend NPU node as its device plugin leaves it: ``accelerator=huawei-Ascend910`` (the DaemonSet's
     nodeSelector the administrator writes, Ascend/ascend-device-plugin ``build/ascendplugin-910.yaml``),
     ``node.kubernetes.io/npu.chip.name`` (Ascend/mind-cluster v26.1.0 ``ChipNameLabel``) and
-    ``huawei.com/Ascend910``; ``product``: also the ``huawei.com/npu.product`` label the README recommends."""
+    ``huawei.com/Ascend910``; ``product``: also the ``huawei.com/npu.product`` label docs/cards.md recommends."""
     labels = {"accelerator": "huawei-Ascend910", "node.kubernetes.io/npu.chip.name": chip,
               "servertype": "Ascend910B-20"}
     if product is not None:

@@ -259,8 +259,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                                 description="Per queue and card type: quota, allocated, inqueue, pending, free.")
     usage.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
     usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
-                       help="table (fits 80 columns), wide (adds FREE, USED and a bar), json or yaml (default: table "
-                       "on a terminal, json otherwise)")
+                       help="table (fits the terminal's width), wide (adds FREE, USED and a bar), json or yaml "
+                       "(default: table on a terminal, json otherwise)")
     usage.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
     usage.add_argument("--interval", type=SECONDS, default=2.0, help="seconds between refreshes with --watch")
@@ -274,8 +274,8 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                        help="only nodes whose labels match, as kubectl -l: key=value, key!=value, key in (a,b), "
                        "key notin (a,b), key, !key, key>N, key<N; comma-separated, all must hold")
     nodes.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
-                       help="table (fits 80 columns), wide (every column), json or yaml (default: table on a "
-                       "terminal, json otherwise)")
+                       help="table (fits the terminal's width), wide (every column), json or yaml (default: table "
+                       "on a terminal, json otherwise)")
     nodes.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
     nodes.set_defaults(command=nodes_command, namespace_options=())
 

@@ -23,7 +23,7 @@ from cardquota.core.scheduling.simulate import Simulation
 
 NONE = "-"
 
-CARD_TYPES_SECTION = "README: Card types discovered from a node"
+CARD_TYPES_SECTION = "docs/cards.md: Card types discovered from a node"
 SHOWN_NODES = 10
 """Unlabelled nodes ``discover`` names one by one before "and N more"."""
 NO_NODES_IN_USAGE = ("no card type is known, so bound pods' cards count under their volcano.sh/card.name as written "

@@ -481,7 +481,7 @@ def unlabelled_accelerators(node: Node, card_resources: Container[str] = ()) -> 
 
 
 NPU_PRODUCT_LABEL = "huawei.com/npu.product"
-"""The product label the README recommends for Ascend NPUs (whose device plugin writes none)."""
+"""The product label docs/cards.md recommends for Ascend NPUs (whose device plugin writes none)."""
 
 
 def product_label(resource: str) -> str:

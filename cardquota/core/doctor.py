@@ -60,20 +60,23 @@ CHECKS = (VOLCANO, CRD_ADDITIONS, WEBHOOKS, OPERATOR, SCHEDULER, NODES, QUEUES)
 """The checks, in the order they run and print."""
 
 OLDEST_VOLCANO = (1, 13)
-"""The oldest Volcano release cardquota supports (README, Versions)."""
+"""The oldest Volcano release cardquota supports (docs/versions.md)."""
 VOLCANO_INSTALL = ("install Volcano v1.13 or later, e.g. kubectl apply -f https://raw.githubusercontent.com/"
                    "volcano-sh/volcano/v1.15.1/installer/volcano-development.yaml (or: make volcano)")
 SCHEDULER_LABEL = ("app", "volcano-scheduler")
 """The label Volcano's installer puts on its scheduler Deployment."""
 SCHEDULER_DEPLOYMENT = ("volcano-system", "volcano-scheduler")
-DEPLOY = "kubectl apply -k manifests/overlays/production (or the overlay you deployed)"
+DEPLOY = ("kubectl apply -k manifests/overlays/production (or the overlay you deployed) with your image set in it "
+          "first (kustomize edit set image cardquota=REGISTRY/cardquota:TAG; with the Helm chart: image.repository)")
+"""The fix for a missing or broken installation: the overlays name an image that is never pulled
+(registry.invalid) until the user sets theirs (docs/install.md, "2. The image")."""
 CERT_RENEW_DAYS = 30
 """The operator renews the serving certificate this many days before it expires (runtime/tls.py RENEW_BEFORE)."""
 SHOWN = 10
 """Names listed in one line or as details before "and N more"."""
 DETAIL_LIMIT = 400
 """Characters of one detail line (a violation, a node's missing labels) before it is clipped."""
-CARD_TYPES_SECTION = "README: Card types discovered from a node"
+CARD_TYPES_SECTION = "docs/cards.md: Card types discovered from a node"
 
 ADDITION_WORDING = WORDING
 """What ``kubectl cardquota crd status`` says of each state (the same words)."""
@@ -406,7 +409,7 @@ def check_webhooks(configurations: Mapping[str, Read], secret: Read, target: Tar
                 details=_some([*without, *elsewhere, *strangers]),
                 fix=("the operator sets each caBundle at start and every minute: is it running? "
                      f"kubectl -n {target.namespace} get pods; {operator_logs}") if without else
-                f"re-apply the manifests ({DEPLOY}; an overlay that sets namespace: lists "
+                f"re-apply the manifests: {DEPLOY} (an overlay that sets namespace: lists "
                 f"{NAMESPACE_TRANSFORMER} under transformers:), or point doctor at your install with -n/--service"))
         else:
             results.append(Result(WEBHOOKS, Status.OK, f"{what}: {len(webhooks)} webhook{_s(webhooks)}, each with "
@@ -689,7 +692,7 @@ def check_scheduler(configmap: Read, target: Target, *, nodes: Listing = (), que
     return results
 
 
-MERGE_COMMAND = "kubectl cardquota scheduler-conf | kubectl apply -f - (README: Volcano configuration)"
+MERGE_COMMAND = "kubectl cardquota scheduler-conf | kubectl apply -f - (docs/scheduler-configuration.md)"
 """Prints the live scheduler ConfigMap with the extender's stanza merged in (the user's plugins kept)."""
 
 

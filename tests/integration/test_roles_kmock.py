@@ -1,4 +1,4 @@
-"""``cardquota operator --role webhook`` and ``--role controller`` (two Deployments, README "Deploying at scale")
+"""``cardquota operator --role webhook`` and ``--role controller`` (two Deployments, docs/scale.md)
 against kmock: the webhook process lists and watches no pod and writes nothing, the controller serves no admission,
 and together they answer as one ``--role all`` process does — the controller counts the pods and publishes each
 queue's usage, the webhook warns from what was published."""

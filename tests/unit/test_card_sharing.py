@@ -275,7 +275,7 @@ def test_discover_warns_of_the_npu_node_with_its_own_label_and_of_each_shared_ty
     assert lines[0] == (
         "warning: Node ascend910b-01: 8 huawei.com/Ascend910 allocatable, no huawei.com/<type>.product label (e.g. "
         "huawei.com/npu.product=Ascend-910B3): the node offers no card type; label it: kubectl label node "
-        "ascend910b-01 huawei.com/npu.product=Ascend-910B3 (README: Card types discovered from a node)")
+        "ascend910b-01 huawei.com/npu.product=Ascend-910B3 (docs/cards.md: Card types discovered from a node)")
     assert "nvidia" not in lines[0]
     shared = [line.split(" counts ")[0] for line in lines[1:]]
     assert shared == ["warning: card type NVIDIA-A100-SXM4-80GB", "warning: card type NVIDIA-A100-SXM4-80GB-SHARED",

@@ -110,7 +110,7 @@ def test_discover_of_a_file_without_nodes_is_empty(tmp_path):
 UNLABELLED_EXAMPLE_WARNING = (
     "warning: Node gpu-unlabeled-01: 2 nvidia.com/gpu allocatable, no nvidia.com/<type>.product label (e.g. "
     "nvidia.com/gpu.product=<product>): the node offers no card type; label it: kubectl label node gpu-unlabeled-01 "
-    "nvidia.com/gpu.product=<product> (README: Card types discovered from a node)\n")
+    "nvidia.com/gpu.product=<product> (docs/cards.md: Card types discovered from a node)\n")
 """What ``discover`` says of the bundled example (as ``doctor`` does): its one GPU node without a product label."""
 
 
@@ -633,7 +633,7 @@ def test_console_script_reports_bad_stdin_in_one_line():
 
 def test_a_cluster_without_nodes_is_warned_about(tmp_path):
     """Issue 18 item 13: a ``--cluster``/``-f`` file without Nodes was accepted silently by discover, check (against
-    the README: rules that need the nodes are skipped with a warning) and usage."""
+    docs/cli.md: rules that need the nodes are skipped with a warning) and usage."""
     path = write(tmp_path / "c.yaml", queue("team-a", {"NVIDIA-A100": 2}),
                  pod("p", queue="team-a", card="NVIDIA-A100", gpus=1))
     discovered = cardquota("discover", "-f", path, "-o", "json")

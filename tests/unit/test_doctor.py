@@ -1071,7 +1071,9 @@ def test_offline_broken_installation_exits_1_with_fixes(tmp_path: Path) -> None:
     lines = text.splitlines()
     failed = lines.index("✗ MutatingWebhookConfiguration cardquota-mutating is not registered: nothing is checked at "
                          "admission")
-    assert lines[failed + 1] == "    → kubectl apply -k manifests/overlays/production (or the overlay you deployed)"
+    assert lines[failed + 1] == ("    → kubectl apply -k manifests/overlays/production (or the overlay you deployed) "
+                                 "with your image set in it first (kustomize edit set image "
+                                 "cardquota=REGISTRY/cardquota:TAG; with the Helm chart: image.repository)")
     assert ("✗ no leader: Lease cardquota-system/cardquota-controller does not exist, so no replica publishes usage or "
             "events") in lines
     assert lines[-1] == "✗ 2 failed, 11 ok"

@@ -149,8 +149,6 @@ def test_check_reads_a_deployment_and_then_its_hpa_in_one_file(tmp_path: Path) -
                                       "need 3 NVIDIA-A100, queue cr-queue1 allows 1"]
 
 
-@pytest.mark.xfail(strict=True, reason="the documented block predates check's table fitting 80 columns: the new "
-                   "block is in docs-pending/clicheck.md; drop this mark when the documentation shows it")
 def test_the_readme_example_is_what_check_prints() -> None:
     repo = Path(__file__).resolve().parents[3]
     block = section("Workloads whose pods come later").split("```console\n", 1)[1].split("```", 1)[0]
