@@ -76,6 +76,13 @@ WATCH_FAILING = Gauge("cardquota_watch_failing", "1 while the list or watch of a
                       ["kind"], registry=REGISTRY)
 
 
+def backoff(failures: int, error: BaseException) -> float:
+    """The wait after ``failures`` failures in a row so far, the last ``error``: the next step of
+    :data:`BACKOFF_SECONDS` (its last once past the end), or the ``Retry-After`` the API server sent when longer
+    (``kube.retry_wait``)."""
+    return retry_wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)], error)
+
+
 class Watch(Protocol):
     """A started watch (kube.WatchStream): its events, read on a thread, and close() from any thread."""
 
@@ -159,7 +166,7 @@ class Reflector:
                     listed = False
                     self.listing = None
                     continue
-                delay = retry_wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)], error)
+                delay = backoff(failures, error)
                 failures += 1
                 if self.failing_since is None:
                     self.failing_since = self.clock()

@@ -13,8 +13,8 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from cardquota.kube import CACHED_RESOURCES, KubeError, list_all_async, retry_wait
-from cardquota.operator.reflector import BACKOFF_SECONDS, Reflector, claim_reflectors, resource_reflector
+from cardquota.kube import CACHED_RESOURCES, KubeError, list_all_async
+from cardquota.operator.reflector import Reflector, backoff, claim_reflectors, resource_reflector
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED
 
@@ -91,7 +91,7 @@ async def first_list(api: client.ApiClient, stop: asyncio.Event | None,
         try:
             return await list_all_async(api, LISTED_AT_START)
         except KubeError as error:
-            delay = retry_wait(BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)], error)
+            delay = backoff(failures, error)
             failures += 1
             kinds = ", ".join(resource[2] for resource in LISTED_AT_START)
             log.warning("listing %s failed (%s): again in %.1f s", kinds, error, delay)
