@@ -307,12 +307,9 @@ class Publisher:
             if await self._off_loop(patch_annotations, self.api, path, changes):
                 self._written.setdefault(key, {}).update(changes)
                 self.stats.patches[key] = self.stats.patches.get(key, 0) + 1
-        except Invalid as error:
-            if annotations_too_long(str(error)):
-                return True
-            self.stats.patch_errors += 1
-            log.warning("annotating %s %s failed: %s", kind, name, error)
         except KubeError as error:
+            if isinstance(error, Invalid) and annotations_too_long(str(error)):
+                return True
             self.stats.patch_errors += 1
             log.warning("annotating %s %s failed: %s", kind, name, error)
         return False
