@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 
+from cardquota.core.snapshot import CLOSEST_CUTOFF
 from cardquota.core.violations import shown
 
 VOLCANO_KINDS: dict[str, frozenset[str]] = {
@@ -42,9 +43,6 @@ UPSTREAM_KINDS: dict[str, frozenset[str]] = {
 """The kinds of the Kubernetes API groups that hold a kind cardquota checks (k8s.io/api v0.34: ``core/v1``,
 ``apps/v1``, ``batch/v1``, ``autoscaling/v2``, each ``register.go``'s ``addKnownTypes``; lists left out)."""
 
-CLOSE = 0.75
-"""How alike (difflib's ratio, case ignored) a kind must be to a known one to be suggested, or, outside Volcano's
-groups, to be warned about at all (as card type suggestions: :data:`~cardquota.core.snapshot.CLOSEST_CUTOFF`)."""
 MAX_COMPARED = 100
 """Kinds and groups longer than this are not compared (difflib is quadratic; a real kind is a short identifier)."""
 
@@ -73,5 +71,6 @@ def _did_you_mean(name: str, choices: frozenset[str] | dict[str, frozenset[str]]
     if len(name) > MAX_COMPARED:
         return ""
     by_lower = {choice.lower(): choice for choice in choices}
-    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=CLOSE)
+    # as alike as a card type suggested for a typo, case ignored (outside Volcano's groups: whether to warn at all)
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=CLOSEST_CUTOFF)
     return f" (did you mean {by_lower[close[0]]}?)" if close else ""
