@@ -593,7 +593,7 @@ def list_pages(api: client.ApiClient, path: str, api_version: str, kind: str, pr
                 raise
             log.info("%s: the continue token expired mid-list (%s): listing the rest in one unpaginated request",
                      path, error)
-            progress.unpaginated = True
+            progress.unpaginated, progress.token = True, ""
             break
         metadata = listing.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
