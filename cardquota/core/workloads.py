@@ -67,28 +67,42 @@ def count_of(value: object, default: int) -> int:
     return default
 
 
+def task_min_available(task: Mapping[str, Any]) -> int:
+    """A Volcano Job task's ``minAvailable`` as Volcano defaults it: as written when set; unset, from a partition
+    policy that sets ``minPartitions`` (``minPartitions * partitionSize``), otherwise the task's replicas
+    (pkg/webhooks/admission/jobs/mutate/mutate_job.go, ``mutateSpec``, and the job controller's
+    ``getMinTaskMember`` in pkg/controllers/job/job_controller_actions.go, v1.15.1)."""
+    replicas = count_of(task.get("replicas"), 0)
+    if task.get("minAvailable") is None:
+        policy = task.get("partitionPolicy")
+        policy = policy if isinstance(policy, MAPPING_TYPES) else {}
+        partitions, size = count_of(policy.get("minPartitions"), 0), count_of(policy.get("partitionSize"), 0)
+        return partitions * size if partitions and size else replicas
+    return count_of(task.get("minAvailable"), replicas)
+
+
 def job_min_available(spec: Mapping[str, Any], tasks: Sequence[Mapping[str, Any]]) -> int:
     """A Volcano Job's ``spec.minAvailable``. Unset or 0, Volcano's job mutating webhook sets it to the tasks' own
-    ``minAvailable`` added up, a task's replicas where it sets none (pkg/webhooks/admission/jobs/mutate/
-    mutate_job.go, ``patchDefaultMinAvailable``, v1.8 to v1.15) — at least 1 here. That webhook's configuration
-    sorts after cardquota's, so cardquota's Job mutation sees the Job before Volcano has defaulted it."""
+    ``minAvailable`` added up (:func:`task_min_available`) (pkg/webhooks/admission/jobs/mutate/mutate_job.go,
+    ``patchDefaultMinAvailable``, v1.8 to v1.15) — at least 1 here. That webhook's configuration sorts after
+    cardquota's, so cardquota's Job mutation sees the Job before Volcano has defaulted it."""
     written = count_of(spec.get("minAvailable"), 0)
     if written:
         return written
-    return sum(count_of(task.get("minAvailable"), count_of(task.get("replicas"), 0)) for task in tasks) or 1
+    return sum(task_min_available(task) for task in tasks) or 1
 
 
 def gang_pod_counts(tasks: Sequence[Mapping[str, Any]], min_available: int) -> list[int]:
     """How many pods of each task a Volcano Job's gang holds — the pods its job controller adds up into the
     PodGroup's ``spec.minResources`` (``calcPGMinResources``), what the job needs to be enqueued: when
-    ``minAvailable`` is below the tasks' own ``minAvailable`` (default: their replicas) added up, the first
+    ``minAvailable`` is below the tasks' own ``minAvailable`` (:func:`task_min_available`) added up, the first
     ``minAvailable`` pods in task order; otherwise each task's ``minAvailable`` pods, then the other replicas in task
     order until ``minAvailable`` pods are counted. (Volcano orders tasks by priority class first; offline, the
     classes' values are unknown and the tasks keep their order.) One count per task, in order."""
     shapes = []
     for task in tasks:
         replicas = count_of(task.get("replicas"), 0)
-        shapes.append((replicas, min(count_of(task.get("minAvailable"), replicas), replicas)))
+        shapes.append((replicas, min(task_min_available(task), replicas)))
     counts = [0] * len(shapes)
     left = min_available
     if min_available < sum(task_minimum for _, task_minimum in shapes):

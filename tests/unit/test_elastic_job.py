@@ -104,6 +104,11 @@ def test_the_derived_request_is_the_gang_as_volcano_counts_min_resources() -> No
     two_tasks = [worker(4, name="a", min_available=1), worker(6, cards=2, name="b", min_available=2)]
     assert request_of(elastic_job(tasks=two_tasks, min_available=3)) == (True, '{"NVIDIA-A100":5}')  # 1 + 2 x 2
     assert request_of(elastic_job(20, 17), quota=16) == (False, None)  # the gang itself never fits
+    # A partition policy that sets minPartitions is the task's minimum when it writes none (Volcano v1.15.1
+    # mutate_job.go mutateSpec): 16 replicas in 8 partitions of 2, 3 partitions needed -> 6 pods of 2 cards.
+    partitioned = worker(16, cards=2)
+    partitioned["partitionPolicy"] = {"totalPartitions": 8, "partitionSize": 2, "minPartitions": 3}
+    assert request_of(elastic_job(tasks=[partitioned], min_available=None)) == (True, '{"NVIDIA-A100":12}')
 
 
 def test_affinity_typos_are_warned_about_on_task_templates() -> None:
