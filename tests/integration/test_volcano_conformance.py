@@ -318,7 +318,8 @@ async def test_5_a_type_named_twice_gets_no_double_ceiling(cluster_kmock: Any) -
 
 async def test_6_a_podgroup_without_card_request_is_judged_by_its_pods_cards(cluster_kmock: Any) -> None:
     """Volcano's controller makes one PodGroup per plain pod (``buildPodGroupFromPod``: ``minMember`` 1,
-    ``minResources`` the pod's requests, no card annotation). Quota A100=1 already held: it stays Pending."""
+    ``minResources`` the pod's requests, no card annotation when it has no owner to inherit one from). Quota
+    A100=1 already held: it stays Pending."""
     async with start(cluster_kmock) as cluster:
         await cluster.add(gpu_node("a100-1", A100, 8), team("team-a", {A100: 1}),
                           *job("held", request={A100: 1}))
