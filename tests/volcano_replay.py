@@ -39,7 +39,9 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
   written Inqueue, one with ``minMember`` tasks allocated is Running). A pipelined task that was not committed is
   Pending again next session.
 * Backfill — ``pkg/scheduler/actions/backfill/backfill.go``: only BestEffort tasks (no requests) of non-pending
-  jobs, placed on the first node the predicates pass, committed at once.
+  jobs, placed on the first node the predicates pass through ``Session.Allocate`` (pkg/scheduler/framework/
+  session.go), not a statement: ``AllocateFunc`` is called but its error is not read (nothing is rolled back),
+  and the task is dispatched at once.
 
 Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
 ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
@@ -428,8 +430,9 @@ class VolcanoReplay:
                 return max(gradient, key=lambda name: (scores.get(name, 0.0), -gradient.index(name)))
         return None
 
-    async def statement_allocate(self, task: Task, node: str, status: int) -> bool:
-        """``Statement.Allocate``/``Pipeline``: the task on the node, ``AllocateFunc``; an error rolls it back."""
+    async def statement_allocate(self, task: Task, node: str, status: int, *, rollback: bool = True) -> bool:
+        """``Statement.Allocate``/``Pipeline``: the task on the node, ``AllocateFunc``; an error rolls it back
+        (``rollback`` False: ``Session.Allocate``, which does not read the error)."""
         task.status, task.node = status, node
         if status == ALLOCATED:
             task.pod = copy.deepcopy(task.pod)
@@ -438,7 +441,7 @@ class VolcanoReplay:
         if not self.interested(task):
             return True
         answer = await self.send("allocateFunc", {"task": task.info()})
-        if answer.get("errorMessage"):
+        if answer.get("errorMessage") and rollback:
             await self.unallocate(task)
             return False
         return True
@@ -460,7 +463,8 @@ class VolcanoReplay:
                 continue
             for task in [t for t in job.tasks if t.status == PENDING and not requests(t.pod)]:
                 for node in sorted(self.nodes):
-                    if await self.predicate(task, node) and await self.statement_allocate(task, node, ALLOCATED):
+                    if await self.predicate(task, node) and await self.statement_allocate(task, node, ALLOCATED,
+                                                                                           rollback=False):
                         self.committed.append(task)
                         placements.append(Placement(task.name, node, "allocated"))
                         break
