@@ -60,7 +60,7 @@ from typing import Any
 
 import aiohttp
 from polling import eventually
-from volcano_payloads import ALLOCATED, PENDING, PIPELINED, job_info, node_info, queue_info, task_info
+from volcano_payloads import ALLOCATED, PENDING, PIPELINED, RUNNING, job_info, node_info, queue_info, task_info
 
 from cardquota.core.scheduling.extender import Extender
 
@@ -286,7 +286,7 @@ class VolcanoReplay:
             group = (pod["metadata"].get("annotations") or {}).get("scheduling.k8s.io/group-name", "")
             task = Task(pod, f"{namespace}/{group}", node=pod["spec"].get("nodeName", ""))
             if task.node:
-                task.status = 32  # Running (api.Running)
+                task.status = RUNNING
                 self.node_tasks.setdefault(task.node, []).append(task)
             if task.job in self.jobs:
                 self.jobs[task.job].tasks.append(task)
@@ -472,14 +472,17 @@ class VolcanoReplay:
 
     async def close_session(self) -> None:
         """``onSessionClose``, then what Volcano's cache writes: committed tasks bound (and running), PodGroups
-        enqueued → Inqueue, with ``minMember`` tasks bound → Running; the extender's watch is awaited."""
+        enqueued → Inqueue, with ``minMember`` tasks bound → Running; the extender's watch is awaited. Tasks bound
+        in this session are Binding when the phase is written, which ``ScheduledStatus`` does not count
+        (pkg/scheduler/api/helpers.go; ``getPodGroupPhase`` in framework/session.go, v1.15.1): their job turns
+        Running in the next session."""
         await self.send("onSessionClose", {})
         for task in self.committed:
             namespace = task.pod["metadata"]["namespace"]
             await self.api("PATCH", f"/api/v1/namespaces/{namespace}/pods/{task.name}",
                            {"spec": {"nodeName": task.node}, "status": {"phase": "Running"}})
         for job in self.jobs.values():
-            bound = sum(bool(t.pod["spec"].get("nodeName")) or t in self.committed for t in job.tasks)
+            bound = sum(t.status == RUNNING for t in job.tasks)
             phase = "Running" if bound >= job.min_available and job.tasks else job.phase
             if phase == "Running" or job.key in self.enqueued:
                 namespace, name = job.key.split("/", 1)
