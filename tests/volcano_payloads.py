@@ -25,7 +25,9 @@ def node_info(node: dict[str, Any], pods: list[dict[str, Any]] = ()) -> dict[str
     name = node["metadata"]["name"]
     return {"Name": name, "Node": copy.deepcopy(node), "State": {"Phase": 1},
             "Idle": {"MilliCPU": 64000, "Memory": 0, "ScalarResources": {}},
-            "Tasks": {f"uid-{pod['metadata']['name']}": task_info(pod, node=name) for pod in pods},
+            # keyed by namespace/name (``PodKey``, NodeInfo.AddTask, pkg/scheduler/api/node_info.go, v1.15.1)
+            "Tasks": {f"{pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}":
+                      task_info(pod, node=name) for pod in pods},
             "Generation": 1}
 
 

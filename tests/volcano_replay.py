@@ -39,7 +39,9 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
   written Inqueue, one with ``minMember`` tasks allocated is Running). A pipelined task that was not committed is
   Pending again next session.
 * Backfill — ``pkg/scheduler/actions/backfill/backfill.go``: only BestEffort tasks (no requests) of non-pending
-  jobs, placed on the first node the predicates pass, committed at once.
+  jobs, placed on the first node the predicates pass through ``Session.Allocate`` (pkg/scheduler/framework/
+  session.go), not a statement: ``AllocateFunc`` is called but its error is not read (nothing is rolled back),
+  and the task is dispatched at once.
 
 Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
 ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
@@ -58,7 +60,7 @@ from typing import Any
 
 import aiohttp
 from polling import eventually
-from volcano_payloads import ALLOCATED, PENDING, PIPELINED, job_info, node_info, queue_info, task_info
+from volcano_payloads import ALLOCATED, PENDING, PIPELINED, RUNNING, job_info, node_info, queue_info, task_info
 
 from cardquota.core.scheduling.extender import Extender
 
@@ -284,7 +286,7 @@ class VolcanoReplay:
             group = (pod["metadata"].get("annotations") or {}).get("scheduling.k8s.io/group-name", "")
             task = Task(pod, f"{namespace}/{group}", node=pod["spec"].get("nodeName", ""))
             if task.node:
-                task.status = 32  # Running (api.Running)
+                task.status = RUNNING
                 self.node_tasks.setdefault(task.node, []).append(task)
             if task.job in self.jobs:
                 self.jobs[task.job].tasks.append(task)
@@ -428,8 +430,9 @@ class VolcanoReplay:
                 return max(gradient, key=lambda name: (scores.get(name, 0.0), -gradient.index(name)))
         return None
 
-    async def statement_allocate(self, task: Task, node: str, status: int) -> bool:
-        """``Statement.Allocate``/``Pipeline``: the task on the node, ``AllocateFunc``; an error rolls it back."""
+    async def statement_allocate(self, task: Task, node: str, status: int, *, rollback: bool = True) -> bool:
+        """``Statement.Allocate``/``Pipeline``: the task on the node, ``AllocateFunc``; an error rolls it back
+        (``rollback`` False: ``Session.Allocate``, which does not read the error)."""
         task.status, task.node = status, node
         if status == ALLOCATED:
             task.pod = copy.deepcopy(task.pod)
@@ -438,7 +441,7 @@ class VolcanoReplay:
         if not self.interested(task):
             return True
         answer = await self.send("allocateFunc", {"task": task.info()})
-        if answer.get("errorMessage"):
+        if answer.get("errorMessage") and rollback:
             await self.unallocate(task)
             return False
         return True
@@ -460,7 +463,8 @@ class VolcanoReplay:
                 continue
             for task in [t for t in job.tasks if t.status == PENDING and not requests(t.pod)]:
                 for node in sorted(self.nodes):
-                    if await self.predicate(task, node) and await self.statement_allocate(task, node, ALLOCATED):
+                    if await self.predicate(task, node) and await self.statement_allocate(task, node, ALLOCATED,
+                                                                                           rollback=False):
                         self.committed.append(task)
                         placements.append(Placement(task.name, node, "allocated"))
                         break
@@ -468,14 +472,17 @@ class VolcanoReplay:
 
     async def close_session(self) -> None:
         """``onSessionClose``, then what Volcano's cache writes: committed tasks bound (and running), PodGroups
-        enqueued → Inqueue, with ``minMember`` tasks bound → Running; the extender's watch is awaited."""
+        enqueued → Inqueue, with ``minMember`` tasks bound → Running; the extender's watch is awaited. Tasks bound
+        in this session are Binding when the phase is written, which ``ScheduledStatus`` does not count
+        (pkg/scheduler/api/helpers.go; ``getPodGroupPhase`` in framework/session.go, v1.15.1): their job turns
+        Running in the next session."""
         await self.send("onSessionClose", {})
         for task in self.committed:
             namespace = task.pod["metadata"]["namespace"]
             await self.api("PATCH", f"/api/v1/namespaces/{namespace}/pods/{task.name}",
                            {"spec": {"nodeName": task.node}, "status": {"phase": "Running"}})
         for job in self.jobs.values():
-            bound = sum(bool(t.pod["spec"].get("nodeName")) or t in self.committed for t in job.tasks)
+            bound = sum(t.status == RUNNING for t in job.tasks)
             phase = "Running" if bound >= job.min_available and job.tasks else job.phase
             if phase == "Running" or job.key in self.enqueued:
                 namespace, name = job.key.split("/", 1)

@@ -434,12 +434,14 @@ def _marks(manifest: Manifest) -> dict[str, object]:
 
 
 def _queue_source(pod: Pod, session: Session) -> str:
+    """Where the pod's queue comes from (the order of :meth:`~cardquota.core.snapshot.ClusterSnapshot.queue_of`)."""
+    where = f"its PodGroup {pod.group_key[0]}/{pod.group_key[1]}" if pod.group_key is not None else None
+    if where is not None and pod.group_key in session.ledger.snapshot.podgroups:
+        return f"from {where}"
     if pod.queue_annotation:
-        return f"its annotation {keys.QUEUE_NAME}"
-    if pod.group_key is not None:
-        known = pod.group_key in session.ledger.snapshot.podgroups
-        where = f"its PodGroup {pod.group_key[0]}/{pod.group_key[1]}"
-        return f"from {where}" if known else f"the default queue, until {where} exists"
+        return f"its annotation {keys.QUEUE_NAME}" + (f", until {where} exists" if where is not None else "")
+    if where is not None:
+        return f"the default queue, until {where} exists"
     return "the default queue: it names none"
 
 

@@ -4,8 +4,10 @@ waits for (pending).
 Rules (capacity-card-design.md):
 
 * **quota** — the Queue's ``volcano.sh/card.quota``.
-* a pod's **queue** — annotation ``scheduling.volcano.sh/queue-name``, else its PodGroup's ``spec.queue``
-  (PodGroup named by ``scheduling.k8s.io/group-name`` in the pod's namespace), else ``default``.
+* a pod's **queue** — its PodGroup's ``spec.queue`` (PodGroup named by ``scheduling.k8s.io/group-name`` in the
+  pod's namespace) once that exists, as Volcano's scheduler charges a task to its job's queue; else annotation
+  ``scheduling.volcano.sh/queue-name`` (what Volcano's controller gives the pod's PodGroup); else ``default``
+  (:meth:`~cardquota.core.snapshot.ClusterSnapshot.queue_of`).
 * **allocated**, **inqueue**, **pending** — what each pod and PodGroup charges its queue in cards, as
   :mod:`cardquota.core.usage` defines it (bound pods: the card types their nodes offer; Inqueue PodGroups: their
   card.request minus what their pods hold; unbound pods: their card resources, keyed by card.name as written).

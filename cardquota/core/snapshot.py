@@ -357,11 +357,18 @@ class ClusterSnapshot:
         return self._catalog
 
     def queue_of(self, pod: Pod) -> str:
-        """A pod's queue: ``scheduling.volcano.sh/queue-name``, else its PodGroup's ``spec.queue``, else default."""
-        if pod.queue_annotation:
-            return pod.queue_annotation
+        """A pod's queue: its PodGroup's ``spec.queue`` once that PodGroup exists, else
+        ``scheduling.volcano.sh/queue-name``, else default.
+
+        Volcano's scheduler charges a task to its job's queue, the PodGroup's ``spec.queue`` (``JobInfo.Queue``,
+        pkg/scheduler/api/job_info.go; the capacity-card plugin's ``taskJob.Queue``), and never reads the pod's
+        queue-name annotation: only the PodGroup controller does, to build the PodGroup of a pod that has none
+        (``buildPodGroupFromPod``, pkg/controllers/podgroup/pg_controller_handler.go, v1.15.1 and master), so
+        before that PodGroup exists the annotation says where the pod will go."""
         group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
-        return group.queue if group is not None else keys.DEFAULT_QUEUE
+        if group is not None:
+            return group.queue
+        return pod.queue_annotation or keys.DEFAULT_QUEUE
 
     def children_of(self, queue: str) -> list[QueueRecord]:
         return [record for record in self.queues.values() if record.queue.parent == queue]

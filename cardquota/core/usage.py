@@ -117,8 +117,10 @@ def job_card_request(request: Mapping[str, int], holdings: Mapping[tuple[str | N
                      pending: Mapping[str, int]) -> Mapping[str, int]:
     """The cards a job asks for at enqueue: its ``volcano.sh/card.request`` (``request``, parsed); without one, its
     pods' — what its bound pods hold (by card type, ``holdings``) and what its other pods wait for (by card name,
-    ``pending``). Volcano creates a PodGroup without card.request for a Deployment's or a plain pod
-    (``buildPodGroupFromPod`` in pkg/controllers/podgroup, v1.15.1), and the seed defers to the pods' requests
+    ``pending``). Volcano's controller gives a plain pod, and the pods of a ReplicaSet, StatefulSet, DaemonSet or
+    batch Job, one PodGroup per controlling owner (``podgroup-<owner uid>``: ``GeneratePodgroupName``), with a
+    card.request only when the owner carries one (its ``volcano.sh/`` annotations are inherited,
+    ``buildPodGroupFromPod`` in pkg/controllers/podgroup, v1.15.1), and the seed defers to the pods' requests
     ("If Pods have already been created, ``volcano.sh/card.request`` will not take effect"). Where both exist the
     seed's plugin (``NewJobInfo`` at 61a5f00) takes the pods' even while the job controller is still creating them,
     so a job of 8 with 2 pods created reserves 2; the card.request is kept here until its pods hold it."""

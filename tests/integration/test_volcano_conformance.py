@@ -201,10 +201,13 @@ async def seed(cluster: Cluster) -> None:
     placements = await cluster.replay.cycle()
     assert sorted(p.how for p in placements) == ["allocated"] * 8
     assert (on(placements, "a100"), on(placements, "h100")) == (5, 3)
-    assert await cluster.phase("train") == "Running"
+    # Still Inqueue: its tasks are Binding when the session writes the phase, and ScheduledStatus counts only
+    # Running, Bound, Failed and Succeeded (pkg/scheduler/api/helpers.go, getPodGroupPhase, v1.15.1).
+    assert await cluster.phase("train") == "Inqueue"
     # The next session sees the binds through the watch: nothing left to place, nothing more admitted.
     await cluster.add(*job("more", pods=1, card=A100, request={A100: 1}))
     assert await cluster.replay.cycle() == []
+    assert await cluster.phase("train") == "Running"
     assert await cluster.phase("more") == "Pending"
 
 
@@ -318,7 +321,8 @@ async def test_5_a_type_named_twice_gets_no_double_ceiling(cluster_kmock: Any) -
 
 async def test_6_a_podgroup_without_card_request_is_judged_by_its_pods_cards(cluster_kmock: Any) -> None:
     """Volcano's controller makes one PodGroup per plain pod (``buildPodGroupFromPod``: ``minMember`` 1,
-    ``minResources`` the pod's requests, no card annotation). Quota A100=1 already held: it stays Pending."""
+    ``minResources`` the pod's requests, no card annotation when it has no owner to inherit one from). Quota
+    A100=1 already held: it stays Pending."""
     async with start(cluster_kmock) as cluster:
         await cluster.add(gpu_node("a100-1", A100, 8), team("team-a", {A100: 1}),
                           *job("held", request={A100: 1}))

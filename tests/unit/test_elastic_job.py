@@ -111,6 +111,22 @@ def test_the_derived_request_is_the_gang_as_volcano_counts_min_resources() -> No
     assert request_of(elastic_job(tasks=[partitioned], min_available=None)) == (True, '{"NVIDIA-A100":12}')
 
 
+def test_a_task_without_replicas_has_no_pods() -> None:
+    """A task that writes no ``replicas`` has none: ``TaskSpec.Replicas`` is an int32 with no default in Volcano's
+    Job CRD or its mutating webhook (staging/src/volcano.sh/apis/pkg/apis/batch/v1alpha1/job.go; mutate_job.go
+    ``createPatch``; ``validateJobCreate`` in admit_job.go adds it up as 0, v1.15.1), so the job controller
+    creates no pod of it and the Job's cards are the other task's: no "all pods" warning about it."""
+    bare = worker(1, name="bare")
+    del bare["replicas"]
+    job = elastic_job(tasks=[worker(2, name="a"), bare], min_available=None)
+    ledger = Ledger.build([gpu_node("gpu-0", A100, 8), queue("team-a", {A100: 2})])
+    ledger.snapshot.complete = True
+    verdict = admit(job, None, ledger.snapshot, PolicyConfig())
+    assert verdict.allowed, verdict.message
+    assert [op["value"] for op in verdict.patch] == [{"volcano.sh/card.request": '{"NVIDIA-A100":2}'}]
+    assert verdict.warnings == ()
+
+
 def test_affinity_typos_are_warned_about_on_task_templates() -> None:
     """Item 6: the Pod policy's affinity-typo warning, at the task template's path."""
     job = elastic_job()

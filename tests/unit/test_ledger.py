@@ -64,7 +64,13 @@ def test_every_queue_object_is_listed_and_so_is_a_queue_charged_without_one() ->
 @pytest.mark.parametrize(
     ("objects", "expected_queue"),
     [
-        ([pod("p", queue="direct", group="pg"), podgroup("pg", queue="via-group")], "direct"),
+        # Volcano's scheduler charges a task to its job's queue, the PodGroup's spec.queue (JobInfo.Queue,
+        # pkg/scheduler/api/job_info.go, v1.15.1 and master); the pod's scheduling.volcano.sh/queue-name is read only
+        # by the PodGroup controller to build a PodGroup for a pod without one (buildPodGroupFromPod,
+        # pkg/controllers/podgroup/pg_controller_handler.go): once the PodGroup exists, its queue wins.
+        ([pod("p", queue="direct", group="pg"), podgroup("pg", queue="via-group")], "via-group"),
+        ([pod("p", queue="direct", group="missing")], "direct"),
+        ([pod("p", queue="direct", group="pg"), podgroup("pg", namespace="elsewhere", queue="via-group")], "direct"),
         ([pod("p", group="pg"), podgroup("pg", queue="via-group")], "via-group"),
         ([pod("p", group="pg"), podgroup("pg", queue=None)], "default"),
         ([pod("p", group="pg"), podgroup("pg", namespace="elsewhere", queue="via-group")], "default"),

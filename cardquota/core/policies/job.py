@@ -134,7 +134,9 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
         if violation is not None:
             violations.append(violation)
             continue
-        replicas = task.get("replicas", 1)
+        replicas = task.get("replicas")
+        if replicas is None:  # none written (or null, pruned by the API server): Volcano's TaskSpec.Replicas is 0
+            replicas = 0
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             violations.append(invalid(path.child("replicas"), "must be a non-negative integer"))
             continue

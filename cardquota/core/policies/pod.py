@@ -5,8 +5,8 @@ A card pod (``volcano.sh/card.name``):
 * the name is one type or ``A|B|…`` alternatives, no empty one;
 * the pod requests the card type's resource, and the alternatives share one resource;
 * the pod uses a card-aware scheduler (``spec.schedulerName`` in :attr:`PolicyConfig.card_aware_schedulers`);
-* its queue (``scheduling.volcano.sh/queue-name``, else its PodGroup's, else ``default``) has quota for at least
-  one alternative;
+* its queue (its PodGroup's once that exists, else ``scheduling.volcano.sh/queue-name``, else ``default``) has
+  quota for at least one alternative;
 * mutation on create: a required node-affinity term ``<vendor>/<type>.product In [products]`` added to every
   term the pod already has (terms are ORed, so adding it to each keeps the user's intent), and for alternatives
   preferred terms weighted by their order (100, 50, 25, …) — idempotent: a pod that has them gets no patch, so the

@@ -14,6 +14,13 @@ checked as their designs define them:
   ``predicate.MGPUMaxContainersPerCard`` whole number ≥ 1.
 
 A number may be written as a YAML number or a string (``2.0`` or ``"2.0"``), a bool as ``true`` or ``"true"``.
+
+What makes Volcano's scheduler refuse the whole configuration — it then logs the error and keeps running the one it
+had, at start its built-in default without the ``extender`` (``loadSchedulerConf`` in pkg/scheduler/scheduler.go,
+``UnmarshalSchedulerConf`` in pkg/scheduler/util.go, v1.15.1 and master) — is refused here too: an action it does
+not have (:data:`VOLCANO_ACTIONS`), a plugin switch (``enablePredicate``, ``enableJobEnqueued``…) that is not a YAML
+bool (a ``*bool`` read by gopkg.in/yaml.v2, which takes no string or number for it), and ``drf`` with
+``enableHierarchy: true`` beside ``proportion`` in one tier.
 A configuration that enables the ``extender`` plugin and is otherwise valid is allowed with a warning for each place
 where work would pass the rules unchecked (:mod:`cardquota.core.schedconf.extender`): a card resource some node
 offers that ``managedResources`` leaves out, crossquota or a queue's cpu/memory capability that ``managedResources``
@@ -52,6 +59,7 @@ from cardquota.core.violations import (
     Violation,
     forbidden,
     invalid,
+    not_supported,
     required,
     shown,
     type_name,
@@ -69,6 +77,23 @@ CONFLICTS_WITH_CAPACITY_CARD = ("capacity", "proportion")
 """Plugins that manage queue capacity themselves: enabling one beside capacity-card makes two plugins disagree."""
 
 RESOURCE_NAME_EXAMPLES = "a resource name (such as cpu, memory or nvidia.com/gpu)"
+
+VOLCANO_ACTIONS = ("allocate", "backfill", "enqueue", "gangpreempt", "gangreclaim", "preempt", "reclaim", "shuffle")
+"""The actions Volcano's scheduler registers (pkg/scheduler/actions/factory.go, v1.15.1 and master); a name it does
+not find, compared exactly after trimming spaces (``framework.GetAction``), fails the whole configuration."""
+PLUGIN_SWITCHES = (
+    "enableJobOrder", "enableHierarchy", "enableJobReady", "enableJobPipelined", "enableTaskOrder",
+    "enablePreemptable", "enableReclaimable", "enablePreemptive", "enableQueueOrder", "EnabledClusterOrder",
+    "enabledClusterOrder", "enablePredicate", "enableBestNode", "enableNodeOrder", "enableTargetJob",
+    "enableReservedNodes", "enableJobEnqueued", "enabledVictim", "enableJobStarving", "enabledOverused",
+    "enabledAllocatable", "enabledHyperNodeOrder", "enabledSubJobReady", "enabledSubJobPipelined",
+    "enabledSubJobOrder", "enabledHyperNodeGradient",
+)
+"""A plugin entry's switches: the ``*bool`` fields of ``PluginOption`` (pkg/scheduler/conf/scheduler_conf.go; the
+cluster-order one is spelt ``EnabledClusterOrder`` on v1.15.1, ``enabledClusterOrder`` on master)."""
+YAML_11_SHORT_BOOLS = ("y", "Y", "n", "N")
+"""Plain scalars yaml.v2 reads as bools (YAML 1.1) where PyYAML reads strings: let through (quoted, Volcano would
+refuse them; the two cannot be told apart once loaded)."""
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -144,6 +169,11 @@ def _actions_violations(conf: Mapping[Any, Any]) -> list[Violation]:
         return [required(path, f"must name at least one action, {example}")]
     if any(not action.strip() for action in actions.split(",")):
         return [invalid(path, f"{written(actions)} has an empty action name (a stray comma?)")]
+    unknown = [action.strip() for action in actions.split(",") if action.strip() not in VOLCANO_ACTIONS]
+    if unknown:
+        return [not_supported(path, f"names {', '.join(map(shown, unknown))}, which Volcano's scheduler does not "
+                                    f"have (it would refuse this configuration and keep the one it runs); its "
+                                    f"actions are {', '.join(VOLCANO_ACTIONS)}")]
     return []
 
 
@@ -174,8 +204,23 @@ def _tiers_violations(conf: Mapping[Any, Any]) -> list[Violation]:
             name = _plugin_violations(plugin, plugin_path, violations)
             if name is not None:
                 plugins.append((name, plugin_path))
+        violations.extend(_hierarchy_conflicts(tier_plugins, tier_path))
     violations.extend(_conflicts(plugins))
     return violations
+
+
+def _hierarchy_conflicts(tier_plugins: list[Any], tier_path: FieldPath) -> list[Violation]:
+    """``drf`` with ``enableHierarchy: true`` and ``proportion`` in one tier: Volcano refuses the configuration
+    ("proportion and drf with hierarchy enabled conflicts", ``UnmarshalSchedulerConf``, pkg/scheduler/util.go)."""
+    named = [(index, plugin) for index, plugin in enumerate(tier_plugins) if isinstance(plugin, MAPPING_TYPES)]
+    hierarchy = next((index for index, plugin in named
+                      if plugin.get("name") == "drf" and plugin.get("enableHierarchy") is True), None)
+    if hierarchy is None:
+        return []
+    return [forbidden(tier_path.child("plugins").index(index).child("name"),
+                      f"proportion conflicts with drf's enableHierarchy in the same tier (plugins[{hierarchy}]): "
+                      "Volcano's scheduler would refuse this configuration and keep the one it runs")
+            for index, plugin in named if plugin.get("name") == "proportion"]
 
 
 def _plugin_violations(plugin: object, path: FieldPath, violations: list[Violation]) -> str | None:
@@ -192,6 +237,12 @@ def _plugin_violations(plugin: object, path: FieldPath, violations: list[Violati
         violations.append(invalid(path.child("name"),
                                   f"must be a plugin name (a non-empty string), not {written(name)}"))
         return None
+    for switch in PLUGIN_SWITCHES:
+        value = plugin.get(switch)
+        if value is not None and not isinstance(value, bool) and value not in YAML_11_SHORT_BOOLS:
+            violations.append(invalid(path.child(switch),
+                                      f"must be true or false unquoted, not {written(value)}: Volcano's scheduler "
+                                      "would refuse this configuration and keep the one it runs"))
     arguments = plugin.get("arguments")
     if arguments is None:
         return name

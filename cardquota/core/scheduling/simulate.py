@@ -97,7 +97,8 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
             pod_metadata = _map(template.get("metadata"))
             pod_spec = dict(_map(template.get("spec")))
             pod_spec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
-            task_name = task.get("name") or f"task{task_index}"
+            # unnamed: Volcano's Job mutation names it "default<index>" (mutate_job.go mutateSpec, v1.15.1)
+            task_name = task.get("name") or f"default{task_index}"
             for index in range(_count(task.get("replicas"), 0)):
                 annotations = {**_map(pod_metadata.get("annotations")), keys.GROUP_NAME: name}
                 expanded.append({"apiVersion": "v1", "kind": "Pod",

@@ -390,9 +390,14 @@ def test_queue_must_have_quota_for_one_alternative() -> None:
 
 
 def test_pod_queue_comes_from_its_podgroup() -> None:
+    """Volcano schedules a pod in its PodGroup's queue whatever its own scheduling.volcano.sh/queue-name says
+    (``JobInfo.Queue`` is the PodGroup's ``spec.queue``, pkg/scheduler/api/job_info.go, v1.15.1; the annotation is
+    read only by ``buildPodGroupFromPod`` in pkg/controllers/podgroup/pg_controller_handler.go to build a missing
+    PodGroup): naming a queue with quota does not lift the PodGroup's queue's lack of one."""
     snapshot = cluster(team_a(), queue("cpu-only"), podgroup("pg", queue="cpu-only"))
     denied_at(check(pod("p", card=A100, gpus=1, group="pg"), snapshot), (CARD_NAME, Reason.INVALID))
-    assert check(pod("p", card=A100, gpus=1, group="pg", queue="team-a"), snapshot).allowed
+    denied_at(check(pod("p", card=A100, gpus=1, group="pg", queue="team-a"), snapshot), (CARD_NAME, Reason.INVALID))
+    assert check(pod("p", card=A100, gpus=1, group="not-yet", queue="team-a"), snapshot).allowed
 
 
 @pytest.mark.parametrize(("card", "reason"), [("", Reason.REQUIRED), (f"{A100}||{H100}", Reason.INVALID),

@@ -277,6 +277,45 @@ def test_structure(conf: str, expected: Expected) -> None:
     assert_found(run(configmap(conf)), expected)
 
 
+# What Volcano's scheduler refuses to load (it logs the error and keeps the configuration it runs — at start its
+# built-in default, without the extender): ``UnmarshalSchedulerConf`` in pkg/scheduler/util.go and
+# ``loadSchedulerConf`` in pkg/scheduler/scheduler.go, v1.15.1 and master ed72c7c8.
+@pytest.mark.parametrize(("conf", "expected"), [
+    # an action the scheduler does not register (pkg/scheduler/actions/factory.go): "failed to find Action"
+    pytest.param("actions: 'enqueue, alocate'\ntiers: []",
+                 [(f"{CONF}.actions", Reason.NOT_SUPPORTED,
+                   "names alocate, which Volcano's scheduler does not have (it would refuse this configuration and "
+                   "keep the one it runs); its actions are allocate, backfill, enqueue, gangpreempt, gangreclaim, "
+                   "preempt, reclaim, shuffle")],
+                 id="unknown-action"),
+    pytest.param("actions: 'Allocate'\ntiers: []", [(f"{CONF}.actions", Reason.NOT_SUPPORTED, None)],
+                 id="action-names-are-exact"),
+    pytest.param("actions: ' enqueue ,allocate,backfill,preempt,reclaim,shuffle,gangpreempt,gangreclaim'\n"
+                 "tiers: []", [], id="every-registered-action"),
+    # a plugin switch is a *bool read by gopkg.in/yaml.v2 (PluginOption, pkg/scheduler/conf/scheduler_conf.go):
+    # a string or a number there is a type error for the whole document
+    pytest.param("actions: enqueue\ntiers: [{plugins: [{name: extender, enableJobEnqueued: 'false'}]}]",
+                 [(f"{CONF}.tiers[0].plugins[0].enableJobEnqueued", Reason.INVALID,
+                   'must be true or false unquoted, not "false": Volcano\'s scheduler would refuse this '
+                   "configuration and keep the one it runs")],
+                 id="switch-quoted"),
+    pytest.param("actions: enqueue\ntiers: [{plugins: [{name: gang, enablePredicate: 0}]}]",
+                 [(f"{CONF}.tiers[0].plugins[0].enablePredicate", Reason.INVALID, None)], id="switch-number"),
+    pytest.param("actions: enqueue\ntiers: [{plugins: [{name: gang, enablePreemptable: no, enableJobOrder: true,"
+                 " enablePredicate: null, enableNodeOrder: y}]}]", [], id="switches-as-yaml-v2-reads-them"),
+    # drf with enableHierarchy beside proportion in one tier: "proportion and drf with hierarchy enabled conflicts"
+    pytest.param("actions: enqueue\ntiers: [{plugins: [{name: drf, enableHierarchy: true}, {name: proportion}]}]",
+                 [(f"{CONF}.tiers[0].plugins[1].name", Reason.FORBIDDEN,
+                   "proportion conflicts with drf's enableHierarchy in the same tier (plugins[0]): Volcano's "
+                   "scheduler would refuse this configuration and keep the one it runs")],
+                 id="hdrf-and-proportion"),
+    pytest.param("actions: enqueue\ntiers: [{plugins: [{name: drf, enableHierarchy: true}]}, "
+                 "{plugins: [{name: proportion}]}]", [], id="hdrf-and-proportion-in-two-tiers"),
+])
+def test_what_volcano_would_not_load(conf: str, expected: Expected) -> None:
+    assert_found(run(configmap(conf)), expected)
+
+
 def _arg_path(tier: int, index: int, argument: str) -> str:
     return f'{CONF}.tiers[{tier}].plugins[{index}].arguments["{argument}"]'
 

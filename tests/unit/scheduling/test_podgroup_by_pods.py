@@ -1,10 +1,13 @@
 """A PodGroup without ``volcano.sh/card.request`` is judged by its pods' cards, and a Running elastic job keeps what
 its waiting pods need reserved — as Volcano and the seed count them.
 
-* Volcano creates one PodGroup per Deployment pod or plain pod (``buildPodGroupFromPod`` in
-  pkg/controllers/podgroup/pg_controller_handler.go, v1.15.1): ``minResources`` are the pod's requests, no card
-  annotation. The seed: "If Pods have already been created, volcano.sh/card.request will not take effect, deferring
-  to the actual resources requested by Pods" (its plugin's ``NewJobInfo`` at 61a5f00).
+* Volcano creates one PodGroup per plain pod, or per controlling owner of a Deployment's (ReplicaSet's) pods
+  (``podgroup-<owner uid>``, ``GeneratePodgroupName`` in staging/src/volcano.sh/apis/pkg/apis/helpers; and
+  ``buildPodGroupFromPod`` in pkg/controllers/podgroup/pg_controller_handler.go, v1.15.1): ``minMember`` from the
+  owner's ``scheduling.volcano.sh/group-min-member`` (else 1), ``minResources`` that many times the pod's requests,
+  and a card annotation only when the owner carries one (``volcano.sh/`` annotations are inherited). The seed:
+  "If Pods have already been created, volcano.sh/card.request will not take effect, deferring to the actual
+  resources requested by Pods" (its plugin's ``NewJobInfo`` at 61a5f00).
 * The seed's plugin (``buildQueueAttrByJob`` at 61a5f00) adds ``GetInqueueResource`` — ``minResources`` minus what
   is allocated, ``minResources`` being the pods' requests once they exist — to its queue's inqueue for a Running
   PodGroup with ``minResources``: the cards its pods still wait for.

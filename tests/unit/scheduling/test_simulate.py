@@ -49,6 +49,16 @@ def test_example_1_four_a100_tasks_on_two_nodes_of_four() -> None:
     assert result.queues["team-a"]["allocated"] == {A100: 4}
 
 
+def test_an_unnamed_task_is_named_as_volcano_names_it() -> None:
+    """Volcano's Job mutation names an unnamed task ``default<index>`` (``DefaultTaskSpec`` "default",
+    staging/src/volcano.sh/apis/pkg/apis/batch/v1alpha1/labels.go; ``mutateSpec`` in mutate_job.go, v1.15.1) and its
+    pods are ``<job>-<task>-<index>`` (``MakePodName``): the names simulate reports are the pods' real names."""
+    job = volcano_job("training", A100, 2, request={A100: 2}, queue_name="team-a", min_available=2)
+    del job["spec"]["tasks"][0]["name"]
+    result = simulate([gpu_node("a1", A100, 4), queue("team-a", {A100: 2})], [job], UNLIMITED)
+    assert sorted(result.placements) == ["ml/training-default0-0", "ml/training-default0-1"]
+
+
 def test_example_2_multi_card_prefers_a100_then_takes_h100_when_its_quota_is_spent() -> None:
     cluster = [gpu_node("a1", A100, 8), gpu_node("h1", H100, 8), queue("team-a", {A100: 2, H100: 4})]
     result = simulate(cluster, [volcano_job("flex", f"{A100}|{H100}", 4, request={f"{A100}|{H100}": 4},
