@@ -67,16 +67,17 @@ class Cluster:
             self._api = _kube(lambda: api_client(kubeconfig=self.kubeconfig, context=self.context))
         return self._api
 
-    def objects(self, *, workloads: bool = False) -> list[Manifest]:
+    def objects(self, *, workloads: bool = False, namespaces: bool = False) -> list[Manifest]:
         """Nodes, Queues, PodGroups and Pods — and, with ``workloads``, the Deployments, StatefulSets and ReplicaSets
-        an HPA can scale, when this user may list them (offline: whatever the files hold)."""
+        an HPA can scale, with ``namespaces`` the Namespaces, when this user may list them (offline: whatever the
+        files hold)."""
         if not self.live:
             documents = load_paths(self.files)
             validate(documents)
             return [document.manifest for document in documents]
-        from cardquota.kube import CARD_RESOURCES, WORKLOAD_RESOURCES, list_all
+        from cardquota.kube import CARD_RESOURCES, NAMESPACE_RESOURCES, WORKLOAD_RESOURCES, list_all
 
-        optional = WORKLOAD_RESOURCES if workloads else ()
+        optional = (*(WORKLOAD_RESOURCES if workloads else ()), *(NAMESPACE_RESOURCES if namespaces else ()))
         return _kube(lambda: list(list_all(self.api(), CARD_RESOURCES, optional=optional)))
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
@@ -446,7 +447,8 @@ def _named_in(documents: Sequence[Document], kind: str, namespace: str | None, n
 def live_check_documents(args: argparse.Namespace) -> list[Document]:
     """``kubectl cardquota check``: the live cluster's objects as the snapshot the manifests are checked against."""
     cluster = _cluster(args)
-    return [Document(manifest, "cluster") for manifest in cluster.objects(workloads=True)]
+    return [Document(manifest, "cluster")
+            for manifest in cluster.objects(workloads=True, namespaces=args.map_namespace_queues)]
 
 
 # --------------------------------------------------------------------------------------------------- formatting

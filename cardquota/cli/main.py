@@ -46,7 +46,15 @@ from cardquota.core.policies.config import (
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.scheduling.simulate import simulate
-from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
+from cardquota.core.snapshot import (
+    ClusterSnapshot,
+    Kind,
+    describe,
+    kind_of,
+    node_record,
+    object_key,
+    podgroup_as_created,
+)
 from cardquota.loader import Document, load_paths
 
 KUBECTL_PROG = "kubectl cardquota"
@@ -190,6 +198,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        f"{', '.join(sorted(DEFAULT_CARD_AWARE_SCHEDULERS))})")
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
+    add_namespace_queues_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command)
 
@@ -284,9 +293,18 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
                        help="a scheduler that enforces card quotas (repeatable; default: volcano)")
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
+    add_namespace_queues_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
     return parser
+
+
+def add_namespace_queues_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--map-namespace-queues", action="store_true",
+                        help="the cluster's Volcano maps namespaces to queues (its PodGroup mutation webhook or "
+                        "policy is on): a PodGroup-to-be with queue default in a namespace annotated "
+                        "scheduling.volcano.sh/queue-name goes to that queue (the Namespaces are read from the "
+                        "cluster)")
 
 
 def _add_output(parser: argparse.ArgumentParser, *, wide: bool = True) -> None:
@@ -413,11 +431,12 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = PolicyConfig(
         card_aware_schedulers=frozenset(args.schedulers) if args.schedulers else DEFAULT_CARD_AWARE_SCHEDULERS,
         scheduler_configmap=args.scheduler_configmap,
+        map_namespace_queues=args.map_namespace_queues,
     )
     documents = load_paths(args.files)
     if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
         raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
-    ledger = Ledger()
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=config.map_namespace_queues))
     existing: dict[Identity, Manifest] = {}
     if args.cluster:
         cluster = load_paths(args.cluster)
@@ -442,7 +461,10 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         key, manifest, old = to_admit(document.manifest, existing)
         verdict = admit(manifest, old, ledger.snapshot, config)
         if verdict.allowed:
-            stored, admitted = stored_as(apply_patch(manifest, verdict.patch), existing)
+            admitted = apply_patch(manifest, verdict.patch)
+            if old is None:  # (Volcano's PodGroup mutation, when the namespace maps to a queue)
+                admitted = podgroup_as_created(admitted, ledger.snapshot)
+            stored, admitted = stored_as(admitted, existing)
             _located(Document(admitted, document.source), ledger.upsert)
             existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
