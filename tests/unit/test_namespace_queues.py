@@ -11,11 +11,13 @@ Job's queue, ``default`` when unset: ``patchDefaultQueue``, pkg/webhooks/admissi
 
 from __future__ import annotations
 
+import argparse
 import copy
 import io
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 from builders import gpu_node, pod, podgroup, queue
@@ -25,6 +27,12 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.kube import NAMESPACE_RESOURCES
+from cardquota.operator import watch
+from cardquota.operator.settings import ENV_MAP_NAMESPACE_QUEUES, add_arguments, from_arguments
+from cardquota.runtime.cache import ClusterCache
+
+REPO = Path(__file__).resolve().parents[2]
 
 A100 = "NVIDIA-A100"
 QUEUE_NAME = "scheduling.volcano.sh/queue-name"
@@ -195,3 +203,52 @@ def test_check_stores_a_created_podgroup_in_the_namespace_s_queue_for_its_pods(t
                 card_pod("ml", group="pg")]
     code, out, _ = check(tmp_path, workload, "--map-namespace-queues")
     assert code == 0, out
+
+
+# ----------------------------------------------------------------------------------------------- operator
+
+
+def test_the_operator_s_setting_reaches_the_policies_from_its_option_or_variable() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert from_arguments(parser.parse_args([]), {}).policy.map_namespace_queues is False
+    assert from_arguments(parser.parse_args([]), {ENV_MAP_NAMESPACE_QUEUES: "1"}).policy.map_namespace_queues
+    assert from_arguments(parser.parse_args(["--map-namespace-queues"]), {}).policy.map_namespace_queues
+
+
+@pytest.mark.parametrize("namespaces", [False, True])
+async def test_namespaces_are_listed_and_watched_only_with_the_mapping_on(namespaces: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[tuple[str, ...]] = []
+
+    async def list_all_async(api: Any, resources: Any) -> list[Any]:
+        listed.extend(resource[1] for resource in resources)
+        return []
+
+    monkeypatch.setattr(watch, "list_all_async", list_all_async)
+    assert await watch.first_list(object(), None, namespaces=namespaces) == []
+    registry = kopf.OperatorRegistry()
+    watch.register(registry, ClusterCache(), namespaces=namespaces)
+    watched = {(handler.selector.group, handler.selector.any_name)
+               for handler in registry._watching.get_all_handlers()}
+    assert (("namespaces" in listed), (("", "namespaces") in watched)) == (namespaces, namespaces)
+    assert "queues" in listed
+
+
+def test_a_namespace_event_reaches_the_ledger_through_the_cache() -> None:
+    cache = ClusterCache(ledger=Ledger(ClusterSnapshot(map_namespace_queues=True)))
+    cache.load(copy.deepcopy([*CLUSTER, pod("p", namespace="ml", card=A100, gpus=1)]))
+    assert cache.ledger.usage("team-a").pending == {A100: 1}
+    assert cache.apply("MODIFIED", namespace("ml", "team-b"))
+    assert (cache.ledger.usage("team-a").pending, cache.ledger.usage("team-b").pending) == ({}, {A100: 1})
+    assert cache.apply("DELETED", namespace("ml", "team-b"))
+    assert cache.ledger.usage("default").pending == {A100: 1}
+
+
+def test_the_component_grants_exactly_the_namespaces_the_operator_lists() -> None:
+    component = yaml.safe_load((REPO / "manifests" / "components" / "namespace-queues" / "kustomization.yaml")
+                               .read_text())
+    granted = [yaml.safe_load(patch["patch"])[0]["value"] for patch in component["patches"]
+               if patch["target"]["kind"] == "ClusterRole"]
+    assert granted == [{"apiGroups": [""], "resources": [plural for _, plural, _, _ in NAMESPACE_RESOURCES],
+                        "verbs": ["list", "watch"]}]
