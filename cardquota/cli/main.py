@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import functools
 import io
@@ -24,6 +25,7 @@ from cardquota.cli import output
 from cardquota.cli.check import (
     CheckResult,
     Identity,
+    add_namespace_queues_option,
     apply_patch,
     identity,
     in_namespace,
@@ -178,6 +180,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        help="a cluster snapshot: Nodes, Queues, PodGroups and Pods (file, directory or -); "
                        "repeatable")
     usage.add_argument("-f", dest="files", action="append", help=argparse.SUPPRESS)  # an alias older scripts use
+    add_namespace_queues_option(usage)
     _add_output(usage)
     usage.set_defaults(command=usage_command)
 
@@ -220,6 +223,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           "cluster or workload holds it and not the extender's conf (ConfigMap "
                           f"{EXTENDER_CONFIGMAP}, read first, as the extender does) (default: %(default)s; "
                           "otherwise the plugins' defaults, crossquota and mGPU off)")
+    add_namespace_queues_option(simulate)
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
@@ -299,14 +303,6 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     return parser
 
 
-def add_namespace_queues_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--map-namespace-queues", action="store_true",
-                        help="the cluster's Volcano maps namespaces to queues (its PodGroup mutation webhook or "
-                        "policy is on): a PodGroup-to-be with queue default in a namespace annotated "
-                        "scheduling.volcano.sh/queue-name goes to that queue (the Namespaces are read from the "
-                        "cluster)")
-
-
 def _add_output(parser: argparse.ArgumentParser, *, wide: bool = True) -> None:
     formats = [f.value for f in OutputFormat if wide or f is not OutputFormat.WIDE]
     parser.add_argument("-o", "--output", choices=formats, default=None,
@@ -338,7 +334,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.files:
         raise InputError("name the cluster to read: --cluster FILE (a file, a directory or - for stdin)",
                          where="usage")
-    ledger = Ledger()
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=args.map_namespace_queues))
     documents = load_paths(args.files)
     for document in _unique(documents, set(Kind), err):
         _located(document, ledger.upsert)
@@ -358,7 +354,6 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
-    import dataclasses
     import logging
     import time
 
@@ -480,7 +475,8 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     workload = load_paths(args.files)
     validate([*cluster, *workload])
     manifests = [document.manifest for document in [*cluster, *workload]]
-    config = SchedulerConfig.from_manifests(manifests, args.scheduler_configmap)
+    config = dataclasses.replace(SchedulerConfig.from_manifests(manifests, args.scheduler_configmap),
+                                 map_namespace_queues=args.map_namespace_queues)
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config)
     _write(args, out, result.as_json(),
            lambda wide: output.simulation_table(result, wide=wide, width=output.width_of(out)))

@@ -412,6 +412,20 @@ def namespace_queue(manifest: Manifest) -> tuple[str, str | None]:
     return meta.name, meta.annotations.get(keys.QUEUE_NAME) or None
 
 
+def namespaces_snapshot(manifests: Iterable[Manifest], *, map_namespace_queues: bool) -> ClusterSnapshot:
+    """A snapshot of the Namespaces among ``manifests`` only: what :func:`podgroup_as_created` reads, for the
+    PodGroups a replay creates before its session is built."""
+    snapshot = ClusterSnapshot(map_namespace_queues=map_namespace_queues)
+    for manifest in manifests:
+        if kind_of(manifest) is Kind.NAMESPACE:
+            name, queue = namespace_queue(manifest)
+            if queue is not None:
+                snapshot.namespace_queues[name] = queue
+            else:
+                snapshot.namespace_queues.pop(name, None)
+    return snapshot
+
+
 def podgroup_as_created(manifest: Manifest, snapshot: ClusterSnapshot) -> Manifest:
     """A PodGroup being created as Volcano's PodGroup mutation stores it (:meth:`ClusterSnapshot.volcano_queue`):
     ``spec.queue`` set to the namespace's queue where it maps; any other object, or one it leaves as it is,
