@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import copy
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,41 @@ def test_the_component_grants_exactly_the_namespaces_the_operator_lists() -> Non
                if patch["target"]["kind"] == "ClusterRole"]
     assert granted == [{"apiGroups": [""], "resources": [plural for _, plural, _, _ in NAMESPACE_RESOURCES],
                         "verbs": ["list", "watch"]}]
+
+
+# ------------------------------------------------------------------------------------------ simulate, explain
+
+
+def with_capability(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A Queue with cpu/memory capability (the capacity-card plugin allocates no cpu in a queue without one)."""
+    if manifest["kind"] != "Queue":
+        return manifest
+    return {**manifest, "spec": {**manifest["spec"], "capability": {"cpu": "64", "memory": "256Gi"}}}
+
+
+def replay(tmp_path: Path, command: list[str], workload: list[dict[str, Any]], *flags: str) -> tuple[int, Any]:
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([with_capability(m) for m in CLUSTER]))
+    (tmp_path / "workload.yaml").write_text(yaml.safe_dump_all(workload))
+    out, err = io.StringIO(), io.StringIO()
+    code = run(command[0], [*command[1:], "--cluster", str(tmp_path / "cluster.yaml"), "-f",
+                            str(tmp_path / "workload.yaml"), "-o", "json", *flags], stdout=out, stderr=err)
+    return code, json.loads(out.getvalue()) if out.getvalue() else err.getvalue()
+
+
+@pytest.mark.parametrize("workload", [[vcjob("ml")], [card_pod("ml")],
+                                      [podgroup("pg", namespace="ml", phase="Pending", request={A100: 1}),
+                                       card_pod("ml", group="pg")]],
+                         ids=["Volcano Job", "pod without PodGroup", "PodGroup and its pod"])
+def test_simulate_runs_the_workload_in_the_namespace_s_queue(tmp_path: Path, workload: list[dict[str, Any]]) -> None:
+    code, result = replay(tmp_path, ["cardquota", "simulate"], workload, "--map-namespace-queues")
+    assert code == 0, result
+    assert result["queues"]["team-a"]["allocated"][A100] >= 1
+    code, result = replay(tmp_path, ["cardquota", "simulate"], workload)
+    assert code == 1
+    assert result["queues"]["team-a"]["allocated"].get(A100, 0) == 0
+
+
+def test_explain_says_the_pod_s_queue_is_its_namespace_s(tmp_path: Path) -> None:
+    code, result = replay(tmp_path, ["kubectl cardquota", "explain"], [card_pod("ml")], "--map-namespace-queues")
+    assert code == 0, result
+    assert any("team-a" in fact and "its namespace ml's annotation" in fact for fact in result[0]["facts"]), result
