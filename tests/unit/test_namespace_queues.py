@@ -24,6 +24,7 @@ import yaml
 from builders import gpu_node, pod, podgroup, queue
 
 from cardquota.cli.main import run
+from cardquota.core.doctor import Status, Unreadable, check_namespace_queues
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
@@ -291,3 +292,25 @@ def test_explain_says_the_pod_s_queue_is_its_namespace_s(tmp_path: Path) -> None
     code, result = replay(tmp_path, ["kubectl cardquota", "explain"], [card_pod("ml")], "--map-namespace-queues")
     assert code == 0, result
     assert any("team-a" in fact and "its namespace ml's annotation" in fact for fact in result[0]["facts"]), result
+
+
+def _operator(env: list[dict[str, str]] | None = None, args: list[str] | None = None) -> dict[str, Any]:
+    return {"spec": {"template": {"spec": {"containers": [{"name": "operator", "env": env or [],
+                                                            "args": args or []}]}}}}
+
+
+ON = [{"name": "CARDQUOTA_MAP_NAMESPACE_QUEUES", "value": "1"}]
+
+
+@pytest.mark.parametrize(("webhook", "policy", "operator", "expected"), [
+    (Unreadable("not allowed (HTTP 403)"), None, _operator(ON), [Status.UNKNOWN]),
+    (Unreadable("not allowed (HTTP 403)"), None, _operator(), []),  # off, as most clusters: nothing to tell
+    (Unreadable("not allowed (HTTP 403)"), {"metadata": {}}, _operator(ON), [Status.OK]),
+    ({"metadata": {}}, None, _operator(args=["--map-namespace-queues"]), [Status.OK]),
+    ({"metadata": {}}, None, _operator([{"name": "CARDQUOTA_MAP_NAMESPACE_QUEUES", "value": "0"}]), [Status.WARN]),
+    ({"metadata": {}}, None, Unreadable("not allowed (HTTP 403)"), []),  # the Operator check says it
+    (None, None, _operator(), []),
+])
+def test_doctor_compares_volcano_s_mapping_with_the_operator_s(webhook: Any, policy: Any, operator: Any,
+                                                               expected: list[Status]) -> None:
+    assert [result.status for result in check_namespace_queues(webhook, policy, operator)] == expected
