@@ -441,8 +441,7 @@ def _queue_source(pod: Pod, session: Session) -> str:
     if where is not None and pod.group_key in session.ledger.snapshot.podgroups:
         return f"from {where}"
     until = f", until {where} exists" if where is not None else ""
-    snapshot = session.ledger.snapshot
-    if snapshot.volcano_queue(pod.queue_annotation, pod.key[0]) != (pod.queue_annotation or keys.DEFAULT_QUEUE):
+    if session.ledger.snapshot.pod_queue_from_namespace(pod):
         return f"its namespace {pod.key[0]}'s annotation {keys.QUEUE_NAME}{until}"
     if pod.queue_annotation:
         return f"its annotation {keys.QUEUE_NAME}{until}"

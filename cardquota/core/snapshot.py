@@ -378,10 +378,19 @@ class ClusterSnapshot:
         ``default`` when unset: ``patchDefaultQueue``), a plain pod's (``buildPodGroupFromPod``,
         pkg/controllers/podgroup/pg_controller_handler.go: the pod's queue-name annotation, else ``default``).
         A PodGroup that exists keeps its ``spec.queue``."""
-        queue = written or keys.DEFAULT_QUEUE
-        if queue == keys.DEFAULT_QUEUE and self.map_namespace_queues:
-            return self.namespace_queues.get(namespace, queue)
-        return queue
+        if self.maps_to_namespace_queue(written, namespace):
+            return self.namespace_queues[namespace]
+        return written or keys.DEFAULT_QUEUE
+
+    def maps_to_namespace_queue(self, written: str | None, namespace: str) -> bool:
+        """Whether :meth:`volcano_queue` gives the namespace's queue for ``written`` (for messages saying so)."""
+        return (written or keys.DEFAULT_QUEUE) == keys.DEFAULT_QUEUE and self.map_namespace_queues \
+            and namespace in self.namespace_queues
+
+    def pod_queue_from_namespace(self, pod: Pod) -> bool:
+        """Whether :meth:`queue_of` gives the pod its namespace's queue (it has no PodGroup yet)."""
+        group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
+        return group is None and self.maps_to_namespace_queue(pod.queue_annotation, pod.key[0])
 
     def queue_of(self, pod: Pod) -> str:
         """A pod's queue: its PodGroup's ``spec.queue`` once that PodGroup exists, else the queue its PodGroup-to-be

@@ -314,3 +314,12 @@ ON = [{"name": "CARDQUOTA_MAP_NAMESPACE_QUEUES", "value": "1"}]
 def test_doctor_compares_volcano_s_mapping_with_the_operator_s(webhook: Any, policy: Any, operator: Any,
                                                                expected: list[Status]) -> None:
     assert [result.status for result in check_namespace_queues(webhook, policy, operator)] == expected
+
+
+def test_a_denial_says_the_queue_is_the_namespace_s() -> None:
+    ledger = Ledger.build(copy.deepcopy([*CLUSTER, namespace("ml", "team-c")]), map_namespace_queues=True)
+    ledger.snapshot.complete = True
+    verdict = admit(card_pod("ml"), None, ledger.snapshot, PolicyConfig(map_namespace_queues=True))
+    assert not verdict.allowed
+    assert verdict.message == ('metadata.annotations["scheduling.volcano.sh/queue-name"]: queue team-c (namespace '
+                               "ml's scheduling.volcano.sh/queue-name) does not exist")
