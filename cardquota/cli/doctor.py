@@ -36,6 +36,7 @@ from cardquota.core.doctor import (
     TrustCheck,
     Unreadable,
     label_selector,
+    maps_namespace_queues,
     overall,
     pod_selector,
     run_checks,
@@ -248,7 +249,9 @@ def fetch_live(api: Any, target: Target, now: float) -> Installation:
         now=now, trust=verifier(now), controller_deployment=controller_deployment, controller_pods=controller_pods,
         extender_conf=get(f"/api/v1{namespace}/configmaps/{EXTENDER_CONFIGMAP}"),
         volcano_podgroup_webhook=get(f"{ADMISSION_API}/mutatingwebhookconfigurations/{VOLCANO_PODGROUP_WEBHOOK}"),
-        volcano_podgroup_policy=_admission_policy(get))
+        volcano_podgroup_policy=_admission_policy(get),
+        namespaces=_read(functools.partial(list_objects, api, "/api/v1/namespaces", "v1", "Namespace"))
+        if isinstance(operator_deployment, Mapping) and maps_namespace_queues(operator_deployment) else ())
 
 
 MUTATING_POLICY_VERSIONS = ("v1", "v1beta1", "v1alpha1")
@@ -346,4 +349,5 @@ def fetch_files(files: Sequence[str], target: Target, now: float) -> Installatio
                                                                 target.controller_deployment),
         controller_pods=every(Kind.POD), extender_conf=one("ConfigMap", target.namespace, EXTENDER_CONFIGMAP),
         volcano_podgroup_webhook=one("MutatingWebhookConfiguration", "", VOLCANO_PODGROUP_WEBHOOK),
-        volcano_podgroup_policy=one("MutatingAdmissionPolicy", "", VOLCANO_PODGROUP_POLICY))
+        volcano_podgroup_policy=one("MutatingAdmissionPolicy", "", VOLCANO_PODGROUP_POLICY),
+        namespaces=every(Kind.NAMESPACE))

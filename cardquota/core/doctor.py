@@ -199,6 +199,9 @@ class Installation:
     """MutatingWebhookConfiguration :data:`VOLCANO_PODGROUP_WEBHOOK`."""
     volcano_podgroup_policy: Read = None
     """MutatingAdmissionPolicy :data:`VOLCANO_PODGROUP_POLICY`."""
+    namespaces: Listing = ()
+    """The Namespaces, read when the operator maps namespaces to queues (:func:`maps_namespace_queues`): its
+    published usage counts pods without a PodGroup in their namespace's queue."""
 
 
 def _object(value: object) -> Read:
@@ -223,6 +226,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
     configurations = {kind: _object(c) for kind, c in installation.webhook_configurations.items()}
     nodes, queues = _objects(installation.nodes), _objects(installation.queues)
     podgroups, pods = _objects(installation.podgroups), _objects(installation.pods)
+    operator = _object(installation.operator_deployment)
+    mapping = isinstance(operator, Mapping) and maps_namespace_queues(operator)
     checks: list[tuple[str, Callable[[], list[Result]]]] = [
         (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))
                   + check_namespace_queues(_object(installation.volcano_podgroup_webhook),
@@ -238,7 +243,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
                                             queues=queues, extender_conf=_object(installation.extender_conf))),
         (NODES, lambda: check_nodes(nodes)),
-        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target)),
+        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target,
+                                      namespaces=_objects(installation.namespaces) if mapping else None)),
     ]
     results: list[Result] = []
     for name, check in checks:
@@ -285,7 +291,7 @@ def check_namespace_queues(webhook: Read, policy: Read, operator: Read) -> list[
     Deployment cannot be read (the Operator check says so)."""
     if not isinstance(operator, Mapping):
         return []
-    follows = _maps_namespace_queues(operator)
+    follows = maps_namespace_queues(operator)
     found = [what for what, read in ((f"MutatingWebhookConfiguration {VOLCANO_PODGROUP_WEBHOOK}", webhook),
                                      (f"MutatingAdmissionPolicy {VOLCANO_PODGROUP_POLICY}", policy))
              if isinstance(read, Mapping)]
@@ -313,7 +319,7 @@ def check_namespace_queues(webhook: Read, policy: Read, operator: Read) -> list[
     return []
 
 
-def _maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:
+def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:
     """Whether the operator Deployment's first container is told Volcano maps namespaces to queues."""
     template = _map(_map(deployment.get("spec")).get("template"))
     containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
@@ -877,12 +883,17 @@ def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
 
 
 def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
-                 target: Target) -> list[Result]:
-    for listing, what in ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods")):
+                 target: Target, *, namespaces: Listing | None = None) -> list[Result]:
+    """``namespaces``: when the operator maps namespaces to queues, the Namespaces (the usage is then computed as it
+    computes it); None when it does not."""
+    listings = ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods"),
+                *(((namespaces, "Namespaces"),) if namespaces is not None else ()))
+    for listing, what in listings:
         if isinstance(listing, Unreadable):
             return [_cannot_tell(QUEUES, f"the published usage is current ({what} unreadable)", listing)]
-    ledger, unreadable = _ledger([manifest for listing in (nodes, queues, podgroups, pods)
-                                  if not isinstance(listing, Unreadable) for manifest in listing])
+    ledger, unreadable = _ledger([manifest for listing, _ in listings
+                                  if not isinstance(listing, Unreadable) for manifest in listing],
+                                 map_namespace_queues=namespaces is not None)
     results: list[Result] = []
     bad_queues = [line for line in unreadable if line.startswith("Queue ")]
     if bad_queues:
@@ -942,13 +953,13 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
     return results
 
 
-def _ledger(manifests: Sequence[Manifest]) -> tuple[Ledger, list[str]]:
+def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False) -> tuple[Ledger, list[str]]:
     """The ledger as ``kubectl cardquota usage`` builds it; malformed objects are left out and described."""
     try:
-        return Ledger.build(manifests), []
+        return Ledger.build(manifests, map_namespace_queues=map_namespace_queues), []
     except InputError:
         pass
-    ledger = Ledger()
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=map_namespace_queues))
     unreadable: list[str] = []
     for manifest in manifests:
         try:

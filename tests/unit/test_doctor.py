@@ -1217,3 +1217,23 @@ def test_offline_doctor_says_when_volcano_and_cardquota_disagree_on_namespace_qu
         assert lines[0].startswith(mark)
     if mark == "!":
         assert "→ set CARDQUOTA_MAP_NAMESPACE_QUEUES=1" in text or "→ remove CARDQUOTA_MAP_NAMESPACE_QUEUES" in text
+
+
+def test_the_usage_is_computed_as_the_operator_does_when_it_maps_namespaces_to_queues() -> None:
+    """With CARDQUOTA_MAP_NAMESPACE_QUEUES the operator charges a pending pod without a PodGroup to its namespace's
+    queue; the doctor reads the Namespaces and computes the same, not a difference."""
+    queues, podgroups, pods = workload()
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "serving", "annotations": {"scheduling.volcano.sh/queue-name": "team-b"}}}
+    pods.append(pod("serve", namespace="serving", card=A100, gpus=1))
+    ledger = Ledger.build([*nodes(), *queues, *podgroups, *pods, namespace], map_namespace_queues=True)
+    assert ledger.usage("team-b").pending == {A100: 1}
+    shown = [copy.deepcopy(q) for q in queues]
+    for manifest in shown:
+        manifest["metadata"].setdefault("annotations", {}).update(
+            queue_annotations(ledger.usage(manifest["metadata"]["name"])))
+    assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target(), namespaces=[namespace])) == \
+        [QUEUES_OK]
+    assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target()))[0][0] == "warn"
+    assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target(), namespaces=FORBIDDEN)) == [
+        ("unknown", f"cannot tell the published usage is current (Namespaces unreadable): {FORBIDDEN.reason}")]
