@@ -114,10 +114,10 @@ async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event
     """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the reflectors synced
     one after the other (then the cache is complete and ``started`` set), then Kopf's watches, logged in as ``api``
     is (:func:`connection_info`); without ``pods``, no pod is listed or watched (a webhook-only process: no policy
-    reads pods from the cache); with ``namespaces``, Namespaces are listed and watched too; with ``claims``, reflectors for
-    DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
-    added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags) and
-    the claims' to ``claim_watches`` (to tell whether claims can be read at all)."""
+    reads pods from the cache); with ``namespaces``, Namespaces are listed and watched too; with ``claims``,
+    reflectors for DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks
+    started are added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind
+    lags) and the claims' to ``claim_watches`` (to tell whether claims can be read at all)."""
     registry = kopf.OperatorRegistry()
     register(registry, cache, namespaces=namespaces)
 
