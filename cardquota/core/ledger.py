@@ -6,8 +6,10 @@ Rules (capacity-card-design.md):
 * **quota** — the Queue's ``volcano.sh/card.quota``.
 * a pod's **queue** — its PodGroup's ``spec.queue`` (PodGroup named by ``scheduling.k8s.io/group-name`` in the
   pod's namespace) once that exists, as Volcano's scheduler charges a task to its job's queue; else annotation
-  ``scheduling.volcano.sh/queue-name`` (what Volcano's controller gives the pod's PodGroup); else ``default``
-  (:meth:`~cardquota.core.snapshot.ClusterSnapshot.queue_of`).
+  ``scheduling.volcano.sh/queue-name`` (what Volcano's controller gives the pod's PodGroup); else ``default`` — which
+  is the namespace's queue when Volcano maps namespaces to queues
+  (:meth:`~cardquota.core.snapshot.ClusterSnapshot.queue_of`,
+  :meth:`~cardquota.core.snapshot.ClusterSnapshot.volcano_queue`).
 * **allocated**, **inqueue**, **pending** — what each pod and PodGroup charges its queue in cards, as
   :mod:`cardquota.core.usage` defines it (bound pods: the card types their nodes offer; Inqueue PodGroups: their
   card.request minus what their pods hold; unbound pods: their card resources, keyed by card.name as written).
@@ -270,7 +272,8 @@ class Ledger:
 
     @classmethod
     def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False) -> Ledger:
-        """A ledger over a full list of objects (kinds other than Node, Queue, PodGroup and Pod are ignored).
+        """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup and Pod, and the
+        workloads the HPA rule reads, are ignored).
 
         The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
