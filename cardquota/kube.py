@@ -40,6 +40,9 @@ WORKLOAD_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
 )
 """The workloads an HorizontalPodAutoscaler can scale (their pod template, for the HPA rule)."""
 CACHED_RESOURCES = CARD_RESOURCES + WORKLOAD_RESOURCES
+NAMESPACE_RESOURCES: tuple[tuple[str, str, str, str], ...] = (("/api/v1", "namespaces", "Namespace", "v1"),)
+"""Namespaces, for their ``scheduling.volcano.sh/queue-name`` annotation, when Volcano maps namespaces to queues
+(:attr:`~cardquota.core.policies.config.PolicyConfig.map_namespace_queues`)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from aiohttp import web
 from kubernetes.client import ApiClient
 
 from cardquota.core.ledger import Ledger
+from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher, plugin_arguments
@@ -78,7 +79,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     ``started`` is set once the cluster snapshot has loaded, and ``on_listening`` gets the port the admission server
     bound (useful with port 0)."""
     role = settings.role
-    cache = ClusterCache(ledger=Ledger(published_usage=not role.follows_pods))
+    cache = ClusterCache(ledger=Ledger(ClusterSnapshot(map_namespace_queues=settings.map_namespace_queues),
+                                       published_usage=not role.follows_pods))
     api = api_client(connection)
     tasks: list[asyncio.Task[None]] = []
     runners: list[web.AppRunner] = []
@@ -103,7 +105,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         tasks.append(asyncio.create_task(CrdDriftCheck(api, cache, is_leader=leads).run()))
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,
                                         settings.metrics_port, settings.limits))
-        await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods)
+        await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods,
+                     namespaces=settings.map_namespace_queues)
     finally:
         for task in tasks:
             task.cancel()

@@ -46,6 +46,7 @@ ENV_HOST = "CARDQUOTA_HOST"
 ENV_WEBHOOK_PORT = "CARDQUOTA_WEBHOOK_PORT_NUMBER"
 ENV_SCHEDULERS = "CARDQUOTA_SCHEDULERS"
 ENV_SCHEDULER_CONFIGMAP = "CARDQUOTA_SCHEDULER_CONFIGMAP"
+ENV_MAP_NAMESPACE_QUEUES = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
 ENV_FAILURE_MODES = "CARDQUOTA_FAILURE_MODES"
 ENV_TLS_SECRET = "CARDQUOTA_TLS_SECRET"
 ENV_DEPLOYMENT = "CARDQUOTA_DEPLOYMENT"
@@ -179,6 +180,8 @@ class Settings:
     port: int = 9443
     schedulers: frozenset[str] = DEFAULT_CARD_AWARE_SCHEDULERS
     scheduler_configmap: str = DEFAULT_SCHEDULER_CONFIGMAP
+    map_namespace_queues: bool = False
+    """:attr:`PolicyConfig.map_namespace_queues`; when on, the cache also follows Namespaces."""
     failure_modes: Mapping[str, FailureMode] = field(default_factory=dict)
     """Per kind, overriding the kind's own default (fail-open for Pod and Node, fail-closed for the others)."""
     tls_secret: str = "cardquota-webhook-tls"
@@ -216,7 +219,8 @@ class Settings:
 
     @property
     def policy(self) -> PolicyConfig:
-        return PolicyConfig(card_aware_schedulers=self.schedulers, scheduler_configmap=self.scheduler_configmap)
+        return PolicyConfig(card_aware_schedulers=self.schedulers, scheduler_configmap=self.scheduler_configmap,
+                            map_namespace_queues=self.map_namespace_queues)
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-configmap", help=f"name of the Volcano scheduler ConfigMap (env "
                         f"{ENV_SCHEDULER_CONFIGMAP}; default {defaults.scheduler_configmap}; the schedulerconfig "
                         "webhook's matchCondition in manifests/base/webhooks.yaml names it too: patch it alike)")
+    parser.add_argument("--map-namespace-queues", action="store_true", default=None,
+                        help="the cluster's Volcano maps namespaces to queues (its PodGroup mutation webhook or "
+                        "policy is on): a PodGroup-to-be with queue default is checked against its namespace's "
+                        "scheduling.volcano.sh/queue-name, and Namespaces are watched (needs list/watch on "
+                        f"namespaces; env {ENV_MAP_NAMESPACE_QUEUES}=1; default off)")
     parser.add_argument("--failure-mode", "--failure-modes", dest="failure_modes", action="append", default=[],
                         metavar="KIND=MODE",
                         help="open or closed per kind when cardquota cannot check, repeatable (env "
@@ -367,6 +376,8 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,
         scheduler_configmap=_chosen_text(args.scheduler_configmap, env, ENV_SCHEDULER_CONFIGMAP,
                                          defaults.scheduler_configmap),
+        map_namespace_queues=_chosen(args.map_namespace_queues, env, ENV_MAP_NAMESPACE_QUEUES, read_flag, "1 or 0",
+                                     defaults.map_namespace_queues),
         failure_modes=modes,
         tls_secret=_chosen_text(args.tls_secret, env, ENV_TLS_SECRET, defaults.tls_secret),
         deployment=_chosen_text(args.deployment, env, ENV_DEPLOYMENT, defaults.deployment),

@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from cardquota.kube import CACHED_RESOURCES, KubeError, list_all_async
+from cardquota.kube import CACHED_RESOURCES, NAMESPACE_RESOURCES, KubeError, list_all_async
 from cardquota.operator.reflector import Reflector, backoff, claim_reflectors, resource_reflector
 from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED
@@ -28,9 +28,15 @@ LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2]
 """Listed once at start-up, then kept current by Kopf."""
 
 
-def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
-    """Handlers for the low-cardinality kinds (queues, Deployments, StatefulSets); each feeds its events to
-    ``cache``. The others are the reflectors' (:data:`REFLECTED_KINDS`)."""
+def listed_at_start(*, namespaces: bool = False) -> tuple[tuple[str, str, str, str], ...]:
+    """:data:`LISTED_AT_START`, with Namespaces when Volcano maps them to queues (their queue-name annotation:
+    :attr:`~cardquota.core.policies.config.PolicyConfig.map_namespace_queues`)."""
+    return (*LISTED_AT_START, *(NAMESPACE_RESOURCES if namespaces else ()))
+
+
+def register(registry: kopf.OperatorRegistry, cache: ClusterCache, *, namespaces: bool = False) -> None:
+    """Handlers for the low-cardinality kinds (queues, Deployments, StatefulSets; Namespaces with ``namespaces``);
+    each feeds its events to ``cache``. The others are the reflectors' (:data:`REFLECTED_KINDS`)."""
 
     def feed(kind: str, api_version: str) -> Any:
         # async, so Kopf runs it on the event loop (a plain function would run on Kopf's executor threads): the cache
@@ -43,8 +49,8 @@ def register(registry: kopf.OperatorRegistry, cache: ClusterCache) -> None:
         handler.__name__ = f"{kind.lower()}_event"
         return handler
 
-    for _, plural, kind, api_version in LISTED_AT_START:
-        group, _, version = api_version.rpartition("/")  # (none of these is in the core group)
+    for _, plural, kind, api_version in listed_at_start(namespaces=namespaces):
+        group, _, version = api_version.rpartition("/")  # ("" for the core group: Namespaces)
         kopf.on.event(group, version, plural, registry=registry, id=f"{kind.lower()}_event")(feed(kind, api_version))
 
 
@@ -81,19 +87,21 @@ async def synced(reflector: Reflector, task: asyncio.Task[None]) -> None:
 
 
 async def first_list(api: client.ApiClient, stop: asyncio.Event | None,
-                     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> list[Mapping[str, Any]] | None:
+                     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *, namespaces: bool = False
+                     ) -> list[Mapping[str, Any]] | None:
     """The kinds listed at start, tried until the API server answers, with the reflectors' backoff (and at least the
     ``Retry-After`` it asks for), each failure logged: an API server down or refusing at start leaves the process
     serving what it can (degraded, not ready), as client-go's reflectors keep listing, instead of ending in an
     error. None once ``stop`` is set."""
     failures = 0
+    resources = listed_at_start(namespaces=namespaces)
     while stop is None or not stop.is_set():
         try:
-            return await list_all_async(api, LISTED_AT_START)
+            return await list_all_async(api, resources)
         except KubeError as error:
             delay = backoff(failures, error)
             failures += 1
-            kinds = ", ".join(resource[2] for resource in LISTED_AT_START)
+            kinds = ", ".join(resource[2] for resource in resources)
             log.warning("listing %s failed (%s): again in %.1f s", kinds, error, delay)
             await sleep(delay)
     return None
@@ -102,21 +110,21 @@ async def first_list(api: client.ApiClient, stop: asyncio.Event | None,
 async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event | None,
                  tasks: list[asyncio.Task[None]], *, claims: bool = False, started: asyncio.Event | None = None,
                  reflectors: list[Reflector] | None = None, pods: bool = True,
-                 claim_watches: list[Reflector] | None = None) -> None:
+                 claim_watches: list[Reflector] | None = None, namespaces: bool = False) -> None:
     """Fill ``cache`` and keep it current until ``stop``: the low-cardinality kinds listed, the reflectors synced
     one after the other (then the cache is complete and ``started`` set), then Kopf's watches, logged in as ``api``
     is (:func:`connection_info`); without ``pods``, no pod is listed or watched (a webhook-only process: no policy
-    reads pods from the cache); with ``claims``, reflectors for
-    DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks started are
-    added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind lags) and
-    the claims' to ``claim_watches`` (to tell whether claims can be read at all)."""
+    reads pods from the cache); with ``namespaces``, Namespaces are listed and watched too; with ``claims``,
+    reflectors for DRA ResourceClaims and templates too (not waited for: a cluster without DRA serves none). Tasks
+    started are added to ``tasks`` for the caller to cancel, the reflectors to ``reflectors`` (to tell whether a kind
+    lags) and the claims' to ``claim_watches`` (to tell whether claims can be read at all)."""
     registry = kopf.OperatorRegistry()
-    register(registry, cache)
+    register(registry, cache, namespaces=namespaces)
 
     @kopf.on.login(registry=registry, id="login")
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(api)
-    listed = await first_list(api, stop)
+    listed = await first_list(api, stop, namespaces=namespaces)
     if listed is None:
         return  # stopped before the API server answered
     cache.load(listed, complete=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,16 @@ def to_admit(manifest: Manifest, existing: Mapping[Identity, Manifest]) -> tuple
     old = None if is_generated(key[3]) else existing.get(key)
     new = completed(manifest) if old is None else applied(manifest, old)
     return key, new, old
+
+
+def add_namespace_queues_option(parser: argparse.ArgumentParser) -> None:
+    """``--map-namespace-queues`` (:attr:`~cardquota.core.policies.config.PolicyConfig.map_namespace_queues`), for
+    every command that resolves a queue Volcano has yet to store."""
+    parser.add_argument("--map-namespace-queues", action="store_true",
+                        help="the cluster's Volcano maps namespaces to queues (its PodGroup mutation webhook or "
+                        "policy is on): a PodGroup-to-be with queue default in a namespace annotated "
+                        "scheduling.volcano.sh/queue-name goes to that queue (the Namespaces are read from the "
+                        "cluster)")
 
 
 def stored_as(admitted: Manifest, existing: Mapping[Identity, Manifest]) -> tuple[Identity, Manifest]:

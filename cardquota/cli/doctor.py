@@ -24,6 +24,8 @@ from typing import Any, TextIO, TypeVar
 from cardquota.cli import output
 from cardquota.core import crd_additions
 from cardquota.core.doctor import (
+    VOLCANO_PODGROUP_POLICY,
+    VOLCANO_PODGROUP_WEBHOOK,
     Installation,
     Listing,
     Read,
@@ -34,6 +36,7 @@ from cardquota.core.doctor import (
     TrustCheck,
     Unreadable,
     label_selector,
+    maps_namespace_queues,
     overall,
     pod_selector,
     run_checks,
@@ -244,7 +247,29 @@ def fetch_live(api: Any, target: Target, now: float) -> Installation:
                                 f"{target.scheduler_configmap}"),
         nodes=listings["nodes"], queues=listings["queues"], podgroups=listings["podgroups"], pods=listings["pods"],
         now=now, trust=verifier(now), controller_deployment=controller_deployment, controller_pods=controller_pods,
-        extender_conf=get(f"/api/v1{namespace}/configmaps/{EXTENDER_CONFIGMAP}"))
+        extender_conf=get(f"/api/v1{namespace}/configmaps/{EXTENDER_CONFIGMAP}"),
+        volcano_podgroup_webhook=get(f"{ADMISSION_API}/mutatingwebhookconfigurations/{VOLCANO_PODGROUP_WEBHOOK}"),
+        volcano_podgroup_policy=_admission_policy(get),
+        namespaces=_read(functools.partial(list_objects, api, "/api/v1/namespaces", "v1", "Namespace"))
+        if isinstance(operator_deployment, Mapping) and maps_namespace_queues(operator_deployment) else ())
+
+
+MUTATING_POLICY_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+"""The versions a MutatingAdmissionPolicy is read through, newest first (v1alpha1 from Kubernetes 1.32, v1beta1
+from 1.34; Volcano's chart writes v1beta1)."""
+
+
+def _admission_policy(get: Callable[[str], Read]) -> Read:
+    """Volcano's MutatingAdmissionPolicy, through the first version that answers (a version not served: not found)."""
+    unreadable: Read = None
+    for version in MUTATING_POLICY_VERSIONS:
+        found = get(f"/apis/admissionregistration.k8s.io/{version}/mutatingadmissionpolicies/"
+                    f"{VOLCANO_PODGROUP_POLICY}")
+        if isinstance(found, Mapping):
+            return found
+        if isinstance(found, Unreadable) and unreadable is None:
+            unreadable = found
+    return unreadable
 
 
 def _scheduler_deployments(api: Any) -> Listing:
@@ -322,4 +347,7 @@ def fetch_files(files: Sequence[str], target: Target, now: float) -> Installatio
         nodes=every(Kind.NODE), queues=every(Kind.QUEUE), podgroups=every(Kind.PODGROUP), pods=every(Kind.POD),
         now=now, trust=verifier(now), controller_deployment=one("Deployment", target.namespace,
                                                                 target.controller_deployment),
-        controller_pods=every(Kind.POD), extender_conf=one("ConfigMap", target.namespace, EXTENDER_CONFIGMAP))
+        controller_pods=every(Kind.POD), extender_conf=one("ConfigMap", target.namespace, EXTENDER_CONFIGMAP),
+        volcano_podgroup_webhook=one("MutatingWebhookConfiguration", "", VOLCANO_PODGROUP_WEBHOOK),
+        volcano_podgroup_policy=one("MutatingAdmissionPolicy", "", VOLCANO_PODGROUP_POLICY),
+        namespaces=every(Kind.NAMESPACE))

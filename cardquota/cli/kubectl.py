@@ -8,6 +8,7 @@ explain engine, the admission policies — exactly as the controllers and webhoo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
 from cardquota.cli import crd, doctor, output, schedconf
-from cardquota.cli.check import in_namespace, validate
+from cardquota.cli.check import add_namespace_queues_option, in_namespace, validate
 from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
@@ -67,16 +68,17 @@ class Cluster:
             self._api = _kube(lambda: api_client(kubeconfig=self.kubeconfig, context=self.context))
         return self._api
 
-    def objects(self, *, workloads: bool = False) -> list[Manifest]:
+    def objects(self, *, workloads: bool = False, namespaces: bool = False) -> list[Manifest]:
         """Nodes, Queues, PodGroups and Pods — and, with ``workloads``, the Deployments, StatefulSets and ReplicaSets
-        an HPA can scale, when this user may list them (offline: whatever the files hold)."""
+        an HPA can scale, with ``namespaces`` the Namespaces, when this user may list them (offline: whatever the
+        files hold)."""
         if not self.live:
             documents = load_paths(self.files)
             validate(documents)
             return [document.manifest for document in documents]
-        from cardquota.kube import CARD_RESOURCES, WORKLOAD_RESOURCES, list_all
+        from cardquota.kube import CARD_RESOURCES, NAMESPACE_RESOURCES, WORKLOAD_RESOURCES, list_all
 
-        optional = WORKLOAD_RESOURCES if workloads else ()
+        optional = (*(WORKLOAD_RESOURCES if workloads else ()), *(NAMESPACE_RESOURCES if namespaces else ()))
         return _kube(lambda: list(list_all(self.api(), CARD_RESOURCES, optional=optional)))
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
@@ -265,6 +267,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
     usage.add_argument("--interval", type=SECONDS, default=2.0, help="seconds between refreshes with --watch")
     usage.add_argument("--refreshes", type=int, default=0, help=argparse.SUPPRESS)
+    add_namespace_queues_option(usage)
     usage.set_defaults(command=usage_command, namespace_options=())
 
     nodes = commands.add_parser("nodes", parents=[common], help="the card types each node offers and uses",
@@ -288,6 +291,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     explain_parser.add_argument("-f", "--filename", dest="files", action="append", default=[], metavar="FILE",
                                 help="explain these objects as if they were submitted now")
     explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    add_namespace_queues_option(explain_parser)
     explain_parser.set_defaults(command=explain_command, namespace_options=("-n", "-A"))
 
     crd.add_command(commands, common)
@@ -303,8 +307,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     refreshes = 0
     warned: set[str] = set()
     while True:
-        objects = cluster.objects()
-        ledger = Ledger.build(objects)
+        objects = cluster.objects(namespaces=args.map_namespace_queues)
+        ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues)
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
         # cpu/memory capability (the only queues whose usage shows them).
         unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())
@@ -366,7 +370,7 @@ def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
-    objects = cluster.objects()
+    objects = cluster.objects(namespaces=args.map_namespace_queues)
     submitted = load_paths(args.files) if args.files else []
     if submitted:
         validate(submitted)
@@ -376,7 +380,7 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         replaced = {_object_identity(document.manifest) for document in submitted}
         objects = [m for m in objects if _object_identity(m) not in replaced]
         objects.extend(document.manifest for document in submitted)
-    config = cluster.scheduler_config(objects, err)
+    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues)
     targets: list[tuple[Manifest, str]] = []
     if args.target:
         kind, _, name = args.target.partition("/")
@@ -446,7 +450,8 @@ def _named_in(documents: Sequence[Document], kind: str, namespace: str | None, n
 def live_check_documents(args: argparse.Namespace) -> list[Document]:
     """``kubectl cardquota check``: the live cluster's objects as the snapshot the manifests are checked against."""
     cluster = _cluster(args)
-    return [Document(manifest, "cluster") for manifest in cluster.objects(workloads=True)]
+    return [Document(manifest, "cluster")
+            for manifest in cluster.objects(workloads=True, namespaces=args.map_namespace_queues)]
 
 
 # --------------------------------------------------------------------------------------------------- formatting

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import functools
 import io
@@ -24,6 +25,7 @@ from cardquota.cli import output
 from cardquota.cli.check import (
     CheckResult,
     Identity,
+    add_namespace_queues_option,
     apply_patch,
     identity,
     in_namespace,
@@ -46,7 +48,15 @@ from cardquota.core.policies.config import (
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.core.scheduling.simulate import simulate
-from cardquota.core.snapshot import Kind, describe, kind_of, node_record, object_key
+from cardquota.core.snapshot import (
+    ClusterSnapshot,
+    Kind,
+    describe,
+    kind_of,
+    node_record,
+    object_key,
+    podgroup_as_created,
+)
 from cardquota.loader import Document, load_paths
 
 KUBECTL_PROG = "kubectl cardquota"
@@ -170,6 +180,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        help="a cluster snapshot: Nodes, Queues, PodGroups and Pods (file, directory or -); "
                        "repeatable")
     usage.add_argument("-f", dest="files", action="append", help=argparse.SUPPRESS)  # an alias older scripts use
+    add_namespace_queues_option(usage)
     _add_output(usage)
     usage.set_defaults(command=usage_command)
 
@@ -190,6 +201,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        f"{', '.join(sorted(DEFAULT_CARD_AWARE_SCHEDULERS))})")
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
+    add_namespace_queues_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command)
 
@@ -211,6 +223,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           "cluster or workload holds it and not the extender's conf (ConfigMap "
                           f"{EXTENDER_CONFIGMAP}, read first, as the extender does) (default: %(default)s; "
                           "otherwise the plugins' defaults, crossquota and mGPU off)")
+    add_namespace_queues_option(simulate)
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
@@ -284,6 +297,7 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
                        help="a scheduler that enforces card quotas (repeatable; default: volcano)")
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
+    add_namespace_queues_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
     return parser
@@ -320,7 +334,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.files:
         raise InputError("name the cluster to read: --cluster FILE (a file, a directory or - for stdin)",
                          where="usage")
-    ledger = Ledger()
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=args.map_namespace_queues))
     documents = load_paths(args.files)
     for document in _unique(documents, set(Kind), err):
         _located(document, ledger.upsert)
@@ -340,7 +354,6 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
-    import dataclasses
     import logging
     import time
 
@@ -413,11 +426,12 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = PolicyConfig(
         card_aware_schedulers=frozenset(args.schedulers) if args.schedulers else DEFAULT_CARD_AWARE_SCHEDULERS,
         scheduler_configmap=args.scheduler_configmap,
+        map_namespace_queues=args.map_namespace_queues,
     )
     documents = load_paths(args.files)
     if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
         raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
-    ledger = Ledger()
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=config.map_namespace_queues))
     existing: dict[Identity, Manifest] = {}
     if args.cluster:
         cluster = load_paths(args.cluster)
@@ -442,7 +456,10 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         key, manifest, old = to_admit(document.manifest, existing)
         verdict = admit(manifest, old, ledger.snapshot, config)
         if verdict.allowed:
-            stored, admitted = stored_as(apply_patch(manifest, verdict.patch), existing)
+            admitted = apply_patch(manifest, verdict.patch)
+            if old is None:  # (Volcano's PodGroup mutation, when the namespace maps to a queue)
+                admitted = podgroup_as_created(admitted, ledger.snapshot)
+            stored, admitted = stored_as(admitted, existing)
             _located(Document(admitted, document.source), ledger.upsert)
             existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
@@ -458,7 +475,8 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     workload = load_paths(args.files)
     validate([*cluster, *workload])
     manifests = [document.manifest for document in [*cluster, *workload]]
-    config = SchedulerConfig.from_manifests(manifests, args.scheduler_configmap)
+    config = dataclasses.replace(SchedulerConfig.from_manifests(manifests, args.scheduler_configmap),
+                                 map_namespace_queues=args.map_namespace_queues)
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config)
     _write(args, out, result.as_json(),
            lambda wide: output.simulation_table(result, wide=wide, width=output.width_of(out)))

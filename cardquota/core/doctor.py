@@ -78,6 +78,15 @@ DETAIL_LIMIT = 400
 """Characters of one detail line (a violation, a node's missing labels) before it is clipped."""
 CARD_TYPES_SECTION = "docs/cards.md: Card types discovered from a node"
 
+VOLCANO_PODGROUP_WEBHOOK = "volcano-admission-service-podgroups-mutate"
+"""The MutatingWebhookConfiguration of Volcano's ``/podgroups/mutate`` webhook (installer/helm/chart/volcano/templates/
+webhooks.yaml, v1.15.1; rendered when ``custom.enabled_admissions`` names it: by default up to v1.11)."""
+VOLCANO_PODGROUP_POLICY = "volcano-podgroup-mutation-policy"
+"""Volcano's MutatingAdmissionPolicy doing the same (installer/helm/chart/volcano/policy/podgroups-mutating.yaml,
+v1.12+, ``custom.map_enable``)."""
+MAP_NAMESPACE_QUEUES_ENV = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
+"""The operator's variable for :attr:`PolicyConfig.map_namespace_queues` (operator/settings.py)."""
+
 ADDITION_WORDING = WORDING
 """What ``kubectl cardquota crd status`` says of each state (the same words)."""
 
@@ -186,6 +195,13 @@ class Installation:
     extender_conf: Read = None
     """The extender's conf (ConfigMap ``cardquota-extender-conf`` in cardquota's namespace): None when the extender
     is not installed."""
+    volcano_podgroup_webhook: Read = None
+    """MutatingWebhookConfiguration :data:`VOLCANO_PODGROUP_WEBHOOK`."""
+    volcano_podgroup_policy: Read = None
+    """MutatingAdmissionPolicy :data:`VOLCANO_PODGROUP_POLICY`."""
+    namespaces: Listing = ()
+    """The Namespaces, read when the operator maps namespaces to queues (:func:`maps_namespace_queues`): its
+    published usage counts pods without a PodGroup in their namespace's queue."""
 
 
 def _object(value: object) -> Read:
@@ -210,8 +226,13 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
     configurations = {kind: _object(c) for kind, c in installation.webhook_configurations.items()}
     nodes, queues = _objects(installation.nodes), _objects(installation.queues)
     podgroups, pods = _objects(installation.podgroups), _objects(installation.pods)
+    operator = _object(installation.operator_deployment)
+    mapping = isinstance(operator, Mapping) and maps_namespace_queues(operator)
     checks: list[tuple[str, Callable[[], list[Result]]]] = [
-        (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))),
+        (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))
+                  + check_namespace_queues(_object(installation.volcano_podgroup_webhook),
+                                           _object(installation.volcano_podgroup_policy),
+                                           _object(installation.operator_deployment))),
         (CRD_ADDITIONS, lambda: check_crd_additions(crds)),
         (WEBHOOKS, lambda: check_webhooks(configurations, _object(installation.tls_secret), target,
                                           installation.trust)),
@@ -222,7 +243,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
                                             queues=queues, extender_conf=_object(installation.extender_conf))),
         (NODES, lambda: check_nodes(nodes)),
-        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target)),
+        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target,
+                                      namespaces=_objects(installation.namespaces) if mapping else None)),
     ]
     results: list[Result] = []
     for name, check in checks:
@@ -260,6 +282,55 @@ def check_volcano(crds: Mapping[str, Read], scheduler_deployments: Listing) -> l
         results.append(Result(VOLCANO, Status.OK, f"Volcano's CRDs are installed: {', '.join(CRD_NAMES)}"))
     results.append(_volcano_version(scheduler_deployments))
     return results
+
+
+def check_namespace_queues(webhook: Read, policy: Read, operator: Read) -> list[Result]:
+    """Whether Volcano maps namespaces to queues (its PodGroup mutation: :data:`VOLCANO_PODGROUP_WEBHOOK` or
+    :data:`VOLCANO_PODGROUP_POLICY` exists) as cardquota's operator is told (``CARDQUOTA_MAP_NAMESPACE_QUEUES``, or
+    ``--map-namespace-queues``, on its container). Nothing is said when neither maps, nor when the operator's
+    Deployment cannot be read (the Operator check says so)."""
+    if not isinstance(operator, Mapping):
+        return []
+    follows = maps_namespace_queues(operator)
+    found = [what for what, read in ((f"MutatingWebhookConfiguration {VOLCANO_PODGROUP_WEBHOOK}", webhook),
+                                     (f"MutatingAdmissionPolicy {VOLCANO_PODGROUP_POLICY}", policy))
+             if isinstance(read, Mapping)]
+    unreadable = next((read for read in (webhook, policy) if isinstance(read, Unreadable)), None)
+    if not found and unreadable is not None:
+        return [_cannot_tell(VOLCANO, "whether Volcano maps namespaces to queues", unreadable)] if follows else []
+    if found and follows:
+        return [Result(VOLCANO, Status.OK, f"Volcano maps namespaces to queues ({', '.join(found)}) and cardquota "
+                       "follows it")]
+    if found:
+        return [Result(VOLCANO, Status.WARN, f"Volcano maps namespaces to queues ({', '.join(found)}) but cardquota "
+                       "does not: a card pod, Volcano Job or workload with no queue in a namespace annotated "
+                       "scheduling.volcano.sh/queue-name is checked and counted against queue default, not the "
+                       "namespace's (docs/admission.md: A namespace's queue)",
+                       fix=f"set {MAP_NAMESPACE_QUEUES_ENV}=1 on the operator: the kustomize component "
+                       "components/namespace-queues, or the Helm chart's --set mapNamespaceQueues=true")]
+    if follows:
+        return [Result(VOLCANO, Status.WARN, "cardquota maps namespaces to queues but Volcano does not (no "
+                       f"MutatingWebhookConfiguration {VOLCANO_PODGROUP_WEBHOOK}, no MutatingAdmissionPolicy "
+                       f"{VOLCANO_PODGROUP_POLICY}): PodGroups with no queue in an annotated namespace go to queue "
+                       "default, which cardquota does not check them against",
+                       fix=f"remove {MAP_NAMESPACE_QUEUES_ENV} from the operator (Helm: mapNamespaceQueues=false), or "
+                       "turn Volcano's mapping on (its chart: custom.map_enable=true, or /podgroups/mutate in "
+                       "custom.enabled_admissions)")]
+    return []
+
+
+def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:
+    """Whether the operator Deployment's first container is told Volcano maps namespaces to queues."""
+    template = _map(_map(deployment.get("spec")).get("template"))
+    containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
+    if not containers:
+        return False
+    container = containers[0]
+    if "--map-namespace-queues" in [str(arg) for arg in _list(container.get("args"))]:
+        return True
+    values = [item.get("value") for item in _list(container.get("env"))
+              if isinstance(item, MAPPING_TYPES) and item.get("name") == MAP_NAMESPACE_QUEUES_ENV]
+    return bool(values) and str(values[-1]).lower() in ("1", "true")
 
 
 def _volcano_version(deployments: Listing) -> Result:
@@ -812,12 +883,17 @@ def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
 
 
 def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
-                 target: Target) -> list[Result]:
-    for listing, what in ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods")):
+                 target: Target, *, namespaces: Listing | None = None) -> list[Result]:
+    """``namespaces``: when the operator maps namespaces to queues, the Namespaces (the usage is then computed as it
+    computes it); None when it does not."""
+    listings = ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods"),
+                *(((namespaces, "Namespaces"),) if namespaces is not None else ()))
+    for listing, what in listings:
         if isinstance(listing, Unreadable):
             return [_cannot_tell(QUEUES, f"the published usage is current ({what} unreadable)", listing)]
-    ledger, unreadable = _ledger([manifest for listing in (nodes, queues, podgroups, pods)
-                                  if not isinstance(listing, Unreadable) for manifest in listing])
+    ledger, unreadable = _ledger([manifest for listing, _ in listings
+                                  if not isinstance(listing, Unreadable) for manifest in listing],
+                                 map_namespace_queues=namespaces is not None)
     results: list[Result] = []
     bad_queues = [line for line in unreadable if line.startswith("Queue ")]
     if bad_queues:
@@ -877,13 +953,13 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
     return results
 
 
-def _ledger(manifests: Sequence[Manifest]) -> tuple[Ledger, list[str]]:
+def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False) -> tuple[Ledger, list[str]]:
     """The ledger as ``kubectl cardquota usage`` builds it; malformed objects are left out and described."""
     try:
-        return Ledger.build(manifests), []
+        return Ledger.build(manifests, map_namespace_queues=map_namespace_queues), []
     except InputError:
         pass
-    ledger = Ledger()
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=map_namespace_queues))
     unreadable: list[str] = []
     for manifest in manifests:
         try:

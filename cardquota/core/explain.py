@@ -31,7 +31,7 @@ from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.scheduling.simulate import expand_volcano_jobs
-from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
 
 DEFAULT_SCHEDULER = "default-scheduler"
 JOB_NAME = "volcano.sh/job-name"
@@ -352,7 +352,9 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     existing_pods = [m for m in cluster if kind_of(m) is Kind.POD and namespaced_key(m)[0] == namespace
                      and (_marks(m).get(keys.GROUP_NAME) == group_name or _marks(m).get(JOB_NAME) == name)]
     expanded = expand_volcano_jobs([job])
-    group = existing_group or next(m for m in expanded if kind_of(m) is Kind.PODGROUP)
+    mapping = config is not None and config.map_namespace_queues
+    group = existing_group or podgroup_as_created(next(m for m in expanded if kind_of(m) is Kind.PODGROUP),
+                                                  namespaces_snapshot(cluster, map_namespace_queues=mapping))
     pods = existing_pods or [m for m in expanded if kind_of(m) is Kind.POD]
     own = {(m.get("kind"), namespaced_key(m)) for m in (group, *pods)}
     others = [m for m in cluster if (m.get("kind"), namespaced_key(m)) not in own]
@@ -438,8 +440,11 @@ def _queue_source(pod: Pod, session: Session) -> str:
     where = f"its PodGroup {pod.group_key[0]}/{pod.group_key[1]}" if pod.group_key is not None else None
     if where is not None and pod.group_key in session.ledger.snapshot.podgroups:
         return f"from {where}"
+    until = f", until {where} exists" if where is not None else ""
+    if session.ledger.snapshot.pod_queue_from_namespace(pod):
+        return f"its namespace {pod.key[0]}'s annotation {keys.QUEUE_NAME}{until}"
     if pod.queue_annotation:
-        return f"its annotation {keys.QUEUE_NAME}" + (f", until {where} exists" if where is not None else "")
+        return f"its annotation {keys.QUEUE_NAME}{until}"
     if where is not None:
         return f"the default queue, until {where} exists"
     return "the default queue: it names none"

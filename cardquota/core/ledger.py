@@ -6,8 +6,10 @@ Rules (capacity-card-design.md):
 * **quota** — the Queue's ``volcano.sh/card.quota``.
 * a pod's **queue** — its PodGroup's ``spec.queue`` (PodGroup named by ``scheduling.k8s.io/group-name`` in the
   pod's namespace) once that exists, as Volcano's scheduler charges a task to its job's queue; else annotation
-  ``scheduling.volcano.sh/queue-name`` (what Volcano's controller gives the pod's PodGroup); else ``default``
-  (:meth:`~cardquota.core.snapshot.ClusterSnapshot.queue_of`).
+  ``scheduling.volcano.sh/queue-name`` (what Volcano's controller gives the pod's PodGroup); else ``default`` — which
+  is the namespace's queue when Volcano maps namespaces to queues
+  (:meth:`~cardquota.core.snapshot.ClusterSnapshot.queue_of`,
+  :meth:`~cardquota.core.snapshot.ClusterSnapshot.volcano_queue`).
 * **allocated**, **inqueue**, **pending** — what each pod and PodGroup charges its queue in cards, as
   :mod:`cardquota.core.usage` defines it (bound pods: the card types their nodes offer; Inqueue PodGroups: their
   card.request minus what their pods hold; unbound pods: their card resources, keyed by card.name as written).
@@ -56,6 +58,7 @@ from cardquota.core.snapshot import (
     NodeRecord,
     QueueRecord,
     kind_of,
+    namespace_queue,
     node_record,
     object_key,
     queue_record,
@@ -75,7 +78,7 @@ from cardquota.core.workloads import template_only, workload_key
 
 WAITING_PHASES = frozenset({"", "Pending"})
 """PodGroup phases before the scheduler's enqueue decision (the PodGroups whose events say why they wait)."""
-BUILD_ORDER = (Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
+BUILD_ORDER = (Kind.NAMESPACE, Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
 IndexKey = TypeVar("IndexKey", str, ObjectKey)
 KeySet = dict[ObjectKey, None]
 """A set of object keys kept as a dict's keys: per member about half a set's memory at the sizes of a job's pods
@@ -268,14 +271,15 @@ class Ledger:
     # ----------------------------------------------------------------------------------------------- building
 
     @classmethod
-    def build(cls, manifests: Iterable[Manifest]) -> Ledger:
-        """A ledger over a full list of objects (kinds other than Node, Queue, PodGroup and Pod are ignored).
+    def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False) -> Ledger:
+        """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup and Pod, and the
+        workloads the HPA rule reads, are ignored).
 
         The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
-        Its :attr:`changes` start empty.
+        Its :attr:`changes` start empty. ``map_namespace_queues``: see :attr:`ClusterSnapshot.map_namespace_queues`.
         """
-        ledger = cls()
+        ledger = cls(ClusterSnapshot(map_namespace_queues=map_namespace_queues))
         forget_shared(SHARED_CHARGES, SHARED_CARDS, _POD_CPU_MEMORY, _HOLDING_SLOTS)
         with _cyclic_collector_paused():
             by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
@@ -287,6 +291,8 @@ class Ledger:
                     ledger.upsert(manifest)  # a workload: kept for the HPA rule, as upsert would
             ledger._deferred_groups = set()
             try:
+                for manifest in by_kind[Kind.NAMESPACE]:
+                    ledger.upsert_namespace(*namespace_queue(manifest))
                 for manifest in by_kind[Kind.NODE]:
                     ledger.upsert_node(node_record(manifest))
                 for manifest in by_kind[Kind.QUEUE]:
@@ -320,6 +326,8 @@ class Ledger:
             self.upsert_podgroup(PodGroup.from_manifest(manifest))
         elif kind is Kind.POD:
             self._upsert_pod(Pod.from_manifest(manifest, cached=True))
+        elif kind is Kind.NAMESPACE:
+            self.upsert_namespace(*namespace_queue(manifest))
 
     def delete(self, manifest: Manifest) -> None:
         """Apply a DELETED object (only its kind and identity are read)."""
@@ -335,6 +343,8 @@ class Ledger:
             self.delete_queue(key[1])
         elif kind is Kind.PODGROUP:
             self.delete_podgroup(key)
+        elif kind is Kind.NAMESPACE:
+            self.upsert_namespace(key[1], None)
         else:
             self.delete_pod(key)
 
@@ -367,6 +377,22 @@ class Ledger:
     def delete_queue(self, name: str) -> None:
         self.snapshot.queues.pop(name, None)
         self.changes.forget_queue(name)
+
+    def upsert_namespace(self, name: str, queue: str | None) -> None:
+        """A Namespace's queue-name annotation (None: unset, or the namespace deleted). The pods of the namespace
+        without a PodGroup yet are charged again (their PodGroup-to-be's queue may follow the namespace's:
+        :meth:`~cardquota.core.snapshot.ClusterSnapshot.volcano_queue`); namespaces change rarely, so those pods are
+        found by a scan rather than an index."""
+        queues = self.snapshot.namespace_queues
+        if queues.get(name) == queue:
+            return
+        if queue is None:
+            del queues[name]
+        else:
+            queues[name] = queue
+        podgroups = self.snapshot.podgroups
+        self._recharge_pods([key for key, pod in self.snapshot.pods.items()
+                             if key[0] == name and (pod.group_key is None or pod.group_key not in podgroups)])
 
     def upsert_podgroup(self, group: PodGroup) -> None:
         previous = self.snapshot.podgroups.get(group.key)

@@ -31,6 +31,7 @@ class Kind(StrEnum):
     QUEUE = "Queue"
     PODGROUP = "PodGroup"
     POD = "Pod"
+    NAMESPACE = "Namespace"
 
 
 NAMESPACED_KINDS = frozenset({Kind.POD, Kind.PODGROUP})
@@ -48,7 +49,7 @@ def kind_of(manifest: Manifest) -> Kind | None:
 @functools.lru_cache(maxsize=256)
 def _accounted_kind(api_version: str, kind: str) -> Kind | None:
     """(Cached: a list or a watch stream repeats a handful of apiVersion/kind pairs.)"""
-    if kind in (Kind.NODE, Kind.POD) and api_version == "v1":
+    if kind in (Kind.NODE, Kind.POD, Kind.NAMESPACE) and api_version == "v1":
         return Kind(kind)
     if kind in (Kind.QUEUE, Kind.PODGROUP) and api_version.rpartition("/")[0] == VOLCANO_SCHEDULING_GROUP:
         return Kind(kind)
@@ -329,6 +330,12 @@ class ClusterSnapshot:
     workloads: dict[WorkloadKey, Manifest] = field(default_factory=dict)
     """Deployments, StatefulSets, ReplicaSets, DaemonSets, Jobs and CronJobs as written (for the HPA rule)."""
     complete: bool = False
+    namespace_queues: dict[str, str] = field(default_factory=dict)
+    """Each Namespace's ``scheduling.volcano.sh/queue-name`` annotation (namespaces without one are absent)."""
+    map_namespace_queues: bool = False
+    """Whether the cluster's Volcano maps a namespace to its queue (:attr:`PolicyConfig.map_namespace_queues
+    <cardquota.core.policies.config.PolicyConfig.map_namespace_queues>`, copied here by whoever builds the snapshot
+    from the settings): :meth:`volcano_queue` reads it."""
     queue_crd_missing: tuple[str, ...] = ()
     """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as
     the operator's drift check last found them; empty when all are there or nobody looked (the CLI offline)."""
@@ -356,9 +363,38 @@ class ClusterSnapshot:
             self._catalog = CardCatalog.of(record.cards for record in self.nodes.values())
         return self._catalog
 
+    def volcano_queue(self, written: str | None, namespace: str) -> str:
+        """The queue Volcano stores on a PodGroup created in ``namespace`` with ``written`` as its ``spec.queue``
+        (None or empty: unset, which the PodGroup CRD defaults to ``default``): ``written``, except that ``default``
+        becomes the namespace's ``scheduling.volcano.sh/queue-name`` annotation when :attr:`map_namespace_queues`
+        is on and the namespace has one.
+
+        Volcano's PodGroup mutation does this on CREATE only: the ``/podgroups/mutate`` webhook
+        (``createPodGroupPatch``, pkg/webhooks/admission/podgroups/mutate/mutate_podgroup.go, v1.15.1; enabled by
+        default in the Helm chart up to v1.11, ``custom.enabled_admissions``) or, from v1.12, the
+        MutatingAdmissionPolicy ``volcano-podgroup-mutation-policy``
+        (installer/helm/chart/volcano/policy/podgroups-mutating.yaml, value ``custom.map_enable``, default off).
+        Every PodGroup-to-be goes through it: a Volcano Job's (the job controller creates it with the Job's queue,
+        ``default`` when unset: ``patchDefaultQueue``), a plain pod's (``buildPodGroupFromPod``,
+        pkg/controllers/podgroup/pg_controller_handler.go: the pod's queue-name annotation, else ``default``).
+        A PodGroup that exists keeps its ``spec.queue``."""
+        if self.maps_to_namespace_queue(written, namespace):
+            return self.namespace_queues[namespace]
+        return written or keys.DEFAULT_QUEUE
+
+    def maps_to_namespace_queue(self, written: str | None, namespace: str) -> bool:
+        """Whether :meth:`volcano_queue` gives the namespace's queue for ``written`` (for messages saying so)."""
+        return (written or keys.DEFAULT_QUEUE) == keys.DEFAULT_QUEUE and self.map_namespace_queues \
+            and namespace in self.namespace_queues
+
+    def pod_queue_from_namespace(self, pod: Pod) -> bool:
+        """Whether :meth:`queue_of` gives the pod its namespace's queue (it has no PodGroup yet)."""
+        group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
+        return group is None and self.maps_to_namespace_queue(pod.queue_annotation, pod.key[0])
+
     def queue_of(self, pod: Pod) -> str:
-        """A pod's queue: its PodGroup's ``spec.queue`` once that PodGroup exists, else
-        ``scheduling.volcano.sh/queue-name``, else default.
+        """A pod's queue: its PodGroup's ``spec.queue`` once that PodGroup exists, else the queue its PodGroup-to-be
+        will get (:meth:`volcano_queue` of ``scheduling.volcano.sh/queue-name``, else default).
 
         Volcano's scheduler charges a task to its job's queue, the PodGroup's ``spec.queue`` (``JobInfo.Queue``,
         pkg/scheduler/api/job_info.go; the capacity-card plugin's ``taskJob.Queue``), and never reads the pod's
@@ -368,7 +404,7 @@ class ClusterSnapshot:
         group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
         if group is not None:
             return group.queue
-        return pod.queue_annotation or keys.DEFAULT_QUEUE
+        return self.volcano_queue(pod.queue_annotation, pod.key[0])
 
     def children_of(self, queue: str) -> list[QueueRecord]:
         return [record for record in self.queues.values() if record.queue.parent == queue]
@@ -377,6 +413,44 @@ class ClusterSnapshot:
 def node_record(manifest: Manifest) -> NodeRecord:
     node = Node.from_manifest(manifest)
     return NodeRecord(node=node, cards=discover_card_types(node))
+
+
+def namespace_queue(manifest: Manifest) -> tuple[str, str | None]:
+    """A Namespace's name and its ``scheduling.volcano.sh/queue-name`` annotation (None when unset or empty)."""
+    meta = read_meta(manifest, namespaced=False)
+    return meta.name, meta.annotations.get(keys.QUEUE_NAME) or None
+
+
+def namespaces_snapshot(manifests: Iterable[Manifest], *, map_namespace_queues: bool) -> ClusterSnapshot:
+    """A snapshot of the Namespaces among ``manifests`` only: what :func:`podgroup_as_created` reads, for the
+    PodGroups a replay creates before its session is built."""
+    snapshot = ClusterSnapshot(map_namespace_queues=map_namespace_queues)
+    for manifest in manifests:
+        if kind_of(manifest) is Kind.NAMESPACE:
+            name, queue = namespace_queue(manifest)
+            if queue is not None:
+                snapshot.namespace_queues[name] = queue
+            else:
+                snapshot.namespace_queues.pop(name, None)
+    return snapshot
+
+
+def podgroup_as_created(manifest: Manifest, snapshot: ClusterSnapshot) -> Manifest:
+    """A PodGroup being created as Volcano's PodGroup mutation stores it (:meth:`ClusterSnapshot.volcano_queue`):
+    ``spec.queue`` set to the namespace's queue where it maps; any other object, or one it leaves as it is,
+    unchanged (not copied)."""
+    spec = manifest.get("spec")
+    metadata = manifest.get("metadata")
+    if kind_of(manifest) is not Kind.PODGROUP or not isinstance(metadata, Mapping):
+        return manifest
+    written = spec.get("queue") if isinstance(spec, Mapping) else None
+    if written is not None and not isinstance(written, str):
+        return manifest
+    namespace = metadata.get("namespace")
+    queue = snapshot.volcano_queue(written, namespace if isinstance(namespace, str) else "")
+    if queue == (written or keys.DEFAULT_QUEUE):
+        return manifest
+    return {**manifest, "spec": {**(spec if isinstance(spec, Mapping) else {}), "queue": queue}}
 
 
 def queue_record(manifest: Manifest) -> QueueRecord:

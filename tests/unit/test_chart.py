@@ -192,6 +192,18 @@ def _check_log_format(objects: Objects) -> None:
     assert _pod(objects)["containers"][0]["args"] == ["--log-format=text"]
 
 
+def _check_namespace_queues(objects: Objects) -> None:
+    """Both Deployments follow Namespaces' queues and both accounts may list and watch them
+    (components/namespace-queues); the extender reads no namespace."""
+    for name in ("cardquota", "cardquota-controller"):
+        assert env(_pod(objects, name)["containers"][0])["CARDQUOTA_MAP_NAMESPACE_QUEUES"] == "1"
+        rules = one(objects, "ClusterRole", name)["rules"]
+        assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in rules
+    assert "CARDQUOTA_MAP_NAMESPACE_QUEUES" not in env(_pod(objects, "cardquota-extender")["containers"][0])
+    extender_rules = one(objects, "ClusterRole", "cardquota-extender")["rules"]
+    assert all("namespaces" not in rule["resources"] for rule in extender_rules)
+
+
 def _check_resources(objects: Objects) -> None:
     """Helm merges a map of values into the defaults (a key set to null drops one)."""
     assert _pod(objects)["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"},
@@ -326,6 +338,8 @@ OPTIONS: dict[str, tuple[dict[str, Any], Callable[[Objects], None]]] = {
                "separateController": {"enabled": True}, "extender": {"enabled": True}}, _check_image),
     "replicas": ({"replicas": 3, "separateController": {"enabled": True, "replicas": 4}}, _check_replicas),
     "logFormat": ({"logFormat": "text"}, _check_log_format),
+    "mapNamespaceQueues": ({"mapNamespaceQueues": True, "separateController": {"enabled": True},
+                            "extender": {"enabled": True}}, _check_namespace_queues),
     "resources": ({"resources": {"requests": {"cpu": "1"}, "limits": {"memory": "3Gi"}},
                    "separateController": {"enabled": True, "resources": {"requests": {"cpu": "2", "memory": None},
                                                                           "limits": {"memory": "8Gi"}}},
@@ -544,6 +558,11 @@ OWN_OVERLAYS: dict[str, tuple[str, list[str], dict[str, Any]]] = {
                              {"namespace": {"create": True, "name": "gpu-admin"},
                               "separateController": {"enabled": True}, "extender": {"enabled": True},
                               "serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}),
+    "namespace-queues": (NAMESPACE, ["separate-controller", "namespace-queues"],
+                         {"namespace": {"create": True}, "separateController": {"enabled": True},
+                          "mapNamespaceQueues": True}),
+    "namespace-queues-elsewhere": ("gpu-admin", ["namespace-queues"],
+                                   {"namespace": {"create": True, "name": "gpu-admin"}, "mapNamespaceQueues": True}),
 }
 
 

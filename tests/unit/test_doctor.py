@@ -1171,3 +1171,69 @@ def test_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:
     code, _, err = plugin("doctor", "--kubeconfig", str(tmp_path / "missing"))
     assert code == 2
     assert f"--kubeconfig {tmp_path / 'missing'}: no such file" in err  # issue 18 item 14
+
+
+def _volcano_podgroup_mutation(kind: str) -> Manifest:
+    """Volcano's PodGroup mutation as its Helm chart installs it (v1.15.1: templates/webhooks.yaml when
+    custom.enabled_admissions names /podgroups/mutate; policy/podgroups-mutating.yaml with custom.map_enable)."""
+    if kind == "MutatingWebhookConfiguration":
+        return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                "metadata": {"name": "volcano-admission-service-podgroups-mutate"},
+                "webhooks": [{"name": "mutatepodgroup.volcano.sh", "admissionReviewVersions": ["v1"],
+                              "sideEffects": "None", "clientConfig": {"service": {
+                                  "name": "volcano-admission-service", "namespace": "volcano-system",
+                                  "path": "/podgroups/mutate"}}}]}
+    return {"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": kind,
+            "metadata": {"name": "volcano-podgroup-mutation-policy"}, "spec": {"failurePolicy": "Fail"}}
+
+
+@pytest.mark.parametrize(("volcano", "cardquota", "mark", "words"), [
+    ("MutatingWebhookConfiguration", False, "!", "Volcano maps namespaces to queues (MutatingWebhookConfiguration "
+     "volcano-admission-service-podgroups-mutate) but cardquota does not"),
+    ("MutatingAdmissionPolicy", False, "!", "Volcano maps namespaces to queues (MutatingAdmissionPolicy "
+     "volcano-podgroup-mutation-policy) but cardquota does not"),
+    ("MutatingAdmissionPolicy", True, "✓", "and cardquota follows it"),
+    (None, True, "!", "cardquota maps namespaces to queues but Volcano does not"),
+    (None, False, None, "namespaces to queues"),
+])
+def test_offline_doctor_says_when_volcano_and_cardquota_disagree_on_namespace_queues(
+        tmp_path: Path, volcano: str | None, cardquota: bool, mark: str | None, words: str) -> None:
+    import time
+
+    objects = installation_objects(time.time())
+    if volcano is not None:
+        objects.append(_volcano_podgroup_mutation(volcano))
+    if cardquota:
+        deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "cardquota")
+        deployment["spec"]["template"]["spec"]["containers"][0].setdefault("env", []).append(
+            {"name": "CARDQUOTA_MAP_NAMESPACE_QUEUES", "value": "1"})
+    code, text, _ = plugin("doctor", "--cluster", dump(tmp_path / "c.yaml", objects))
+    assert code == 0
+    lines = [line for line in text.splitlines() if words in line]
+    if mark is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1
+        assert lines[0].startswith(mark)
+    if mark == "!":
+        assert "→ set CARDQUOTA_MAP_NAMESPACE_QUEUES=1" in text or "→ remove CARDQUOTA_MAP_NAMESPACE_QUEUES" in text
+
+
+def test_the_usage_is_computed_as_the_operator_does_when_it_maps_namespaces_to_queues() -> None:
+    """With CARDQUOTA_MAP_NAMESPACE_QUEUES the operator charges a pending pod without a PodGroup to its namespace's
+    queue; the doctor reads the Namespaces and computes the same, not a difference."""
+    queues, podgroups, pods = workload()
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "serving", "annotations": {"scheduling.volcano.sh/queue-name": "team-b"}}}
+    pods.append(pod("serve", namespace="serving", card=A100, gpus=1))
+    ledger = Ledger.build([*nodes(), *queues, *podgroups, *pods, namespace], map_namespace_queues=True)
+    assert ledger.usage("team-b").pending == {A100: 1}
+    shown = [copy.deepcopy(q) for q in queues]
+    for manifest in shown:
+        manifest["metadata"].setdefault("annotations", {}).update(
+            queue_annotations(ledger.usage(manifest["metadata"]["name"])))
+    assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target(), namespaces=[namespace])) == \
+        [QUEUES_OK]
+    assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target()))[0][0] == "warn"
+    assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target(), namespaces=FORBIDDEN)) == [
+        ("unknown", f"cannot tell the published usage is current (Namespaces unreadable): {FORBIDDEN.reason}")]

@@ -32,6 +32,13 @@ class PolicyConfig:
     """``spec.schedulerName`` values that honour card quotas; a card pod with another scheduler is denied."""
     scheduler_configmap: str = DEFAULT_SCHEDULER_CONFIGMAP
     """The name of the Volcano scheduler ConfigMap; other ConfigMaps are not examined."""
+    map_namespace_queues: bool = False
+    """Whether the cluster's Volcano maps a namespace to a queue: a PodGroup created with queue ``default`` in a
+    namespace annotated ``scheduling.volcano.sh/queue-name: Q`` is stored with queue Q (Volcano's PodGroup
+    mutation; off by default, as in Volcano's Helm chart since v1.12). Every queue a PodGroup-to-be is checked
+    against follows it (:meth:`ClusterSnapshot.volcano_queue
+    <cardquota.core.snapshot.ClusterSnapshot.volcano_queue>`, which reads the copy the snapshot's builder gives it:
+    :attr:`ClusterSnapshot.map_namespace_queues <cardquota.core.snapshot.ClusterSnapshot.map_namespace_queues>`)."""
 
 
 Admit = Callable[["Manifest", "Manifest | None", "ClusterSnapshot", PolicyConfig], "Verdict"]

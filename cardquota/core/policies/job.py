@@ -45,7 +45,7 @@ from cardquota.core.workloads import gang_pod_counts, job_min_available
 
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
-    header = read_request_header(manifest)
+    header = read_request_header(manifest, snapshot, created=True)  # the job controller creates its PodGroup
     if isinstance(header, Verdict):
         return header
     too_many = job_tasks_violation(manifest)

@@ -124,14 +124,17 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
     warnings = unknown_type_warnings(alternatives, snapshot)
     queue_name = snapshot.queue_of(pod)
     record = snapshot.queues.get(queue_name)
+    queue = shown(queue_name)
+    if snapshot.pod_queue_from_namespace(pod):  # (the queue Volcano's PodGroup mutation will give it)
+        queue += f" (namespace {shown(pod.key[0])}'s {keys.QUEUE_NAME})"
     if record is None:
         if snapshot.complete:
-            violations.append(not_found(ANNOTATIONS.key(keys.QUEUE_NAME), f"queue {shown(queue_name)} does not exist"))
+            violations.append(not_found(ANNOTATIONS.key(keys.QUEUE_NAME), f"queue {queue} does not exist"))
         else:
-            warnings.append(skipped(f"quota of queue {shown(queue_name)} for {shown(card_name)}"))
+            warnings.append(skipped(f"quota of queue {queue} for {shown(card_name)}"))
     elif not any(card in record.quota.values for card in alternatives):
         which = shown(card_name) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
-        violations.append(invalid(CARD_NAME_PATH, f"queue {shown(queue_name)} has no quota for {which}"))
+        violations.append(invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}"))
     return violations, warnings
 
 

@@ -29,12 +29,17 @@ class RequestHeader:
     violations: list[Violation]
 
 
-def read_request_header(manifest: Manifest) -> RequestHeader | Verdict:
-    """The header, or the denial when the object's metadata cannot be read at all."""
+def read_request_header(manifest: Manifest, snapshot: ClusterSnapshot, *, created: bool) -> RequestHeader | Verdict:
+    """The header, or the denial when the object's metadata cannot be read at all. ``created``: the PodGroup is
+    yet to be created (a PodGroup's CREATE, any Volcano Job's), so its queue is the one Volcano will store
+    (:meth:`ClusterSnapshot.volcano_queue`: ``default`` may become the namespace's queue); a PodGroup that exists
+    keeps its ``spec.queue``."""
     meta, violations = read_view(lambda m: read_meta(m, namespaced=True), manifest)
     if meta is None:
         return decide(violations)
     queue_name, queue_violations = spec_queue(manifest)
+    if created and not queue_violations:
+        queue_name = snapshot.volcano_queue(queue_name, meta.namespace)
     request = card_request(meta.annotations)
     return RequestHeader(meta, queue_name, not queue_violations, request,
                          [*violations, *queue_violations, *request.violations])
@@ -42,7 +47,9 @@ def read_request_header(manifest: Manifest) -> RequestHeader | Verdict:
 
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
-    header = read_request_header(manifest)
+    # (a validating webhook sees a PodGroup after Volcano's mutation, which leaves no mapped ``default``: resolving
+    # it again changes nothing; offline, ``check`` sees it as written)
+    header = read_request_header(manifest, snapshot, created=old is None)
     if isinstance(header, Verdict):
         return header
     warnings: list[str] = []

@@ -138,7 +138,8 @@ def card_template(template: Mapping[str, Any], namespace: str, snapshot: Cluster
     if per_pod <= 0:
         return None
     queue = annotations.get(keys.QUEUE_NAME)
-    return CardTemplate(card_name, per_pod, queue if isinstance(queue, str) and queue else keys.DEFAULT_QUEUE)
+    written = queue if isinstance(queue, str) else None
+    return CardTemplate(card_name, per_pod, snapshot.volcano_queue(written, namespace))
 
 
 def pods_that_fit(card: CardTemplate, snapshot: ClusterSnapshot) -> int | None:

@@ -57,6 +57,10 @@ class SchedulerConfig:
     scheduler_names: frozenset[str] = frozenset({"volcano"})
     """Pods of these schedulers placed in the session count against their queue's cpu/memory/DRA quota even without
     a PodGroup (Volcano's controller gives them one before they are scheduled)."""
+    map_namespace_queues: bool = False
+    """Whether Volcano maps namespaces to queues (:attr:`ClusterSnapshot.map_namespace_queues
+    <cardquota.core.snapshot.ClusterSnapshot.map_namespace_queues>`): the PodGroups a replay creates, and pods
+    without one yet, follow their namespace's queue."""
 
     @classmethod
     def from_conf(cls, text: str) -> SchedulerConfig:
@@ -172,7 +176,7 @@ class Session:
             elif manifest.get("kind") == "ResourceClaimTemplate":
                 self.claim_templates[(namespace, name)] = dra.claim_amounts(
                     ((manifest.get("spec") or {}).get("spec")) or {})
-        self.ledger = Ledger.build(accounted)
+        self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues)
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}

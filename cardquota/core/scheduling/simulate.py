@@ -24,7 +24,7 @@ from cardquota.core.objects import Manifest, ObjectKey, PodGroup, effective_requ
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
-from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
 from cardquota.core.workloads import count_of, gang_pod_counts, job_min_available
 
 VOLCANO_JOB_API = "batch.volcano.sh/"
@@ -136,8 +136,11 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
         for m in workload
             if m.get("kind") == "Job" and str(m.get("apiVersion", "")).startswith(VOLCANO_JOB_API)}
     workload = expand_volcano_jobs(workload)
-    groups = [m for m in workload if kind_of(m) is Kind.PODGROUP]
-    session = Session([*cluster, *groups], config)
+    mapping = config is not None and config.map_namespace_queues
+    namespaces = namespaces_snapshot([*cluster, *workload], map_namespace_queues=mapping)
+    # created now: stored as Volcano's PodGroup mutation stores them
+    groups = [podgroup_as_created(m, namespaces) for m in workload if kind_of(m) is Kind.PODGROUP]
+    session = Session([*cluster, *(m for m in workload if kind_of(m) is Kind.NAMESPACE), *groups], config)
     later = [m for m in workload if kind_of(m) is Kind.POD and _job_pod(m, jobs)]
     pods: list[ObjectKey] = [session.add_pending(m) for m in workload
                              if kind_of(m) is Kind.POD and not _job_pod(m, jobs)]
