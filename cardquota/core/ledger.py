@@ -383,13 +383,8 @@ class Ledger:
         without a PodGroup yet are charged again (their PodGroup-to-be's queue may follow the namespace's:
         :meth:`~cardquota.core.snapshot.ClusterSnapshot.volcano_queue`); namespaces change rarely, so those pods are
         found by a scan rather than an index."""
-        queues = self.snapshot.namespace_queues
-        if queues.get(name) == queue:
+        if not self.snapshot.set_namespace_queue(name, queue):
             return
-        if queue is None:
-            del queues[name]
-        else:
-            queues[name] = queue
         podgroups = self.snapshot.podgroups
         self._recharge_pods([key for key, pod in self.snapshot.pods.items()
                              if key[0] == name and (pod.group_key is None or pod.group_key not in podgroups)])

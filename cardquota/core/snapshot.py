@@ -382,6 +382,17 @@ class ClusterSnapshot:
             return self.namespace_queues[namespace]
         return written or keys.DEFAULT_QUEUE
 
+    def set_namespace_queue(self, name: str, queue: str | None) -> bool:
+        """Record a Namespace's ``scheduling.volcano.sh/queue-name`` annotation (None: unset, or the namespace
+        deleted); whether that changed what the snapshot held."""
+        if self.namespace_queues.get(name) == queue:
+            return False
+        if queue is None:
+            del self.namespace_queues[name]
+        else:
+            self.namespace_queues[name] = queue
+        return True
+
     def maps_to_namespace_queue(self, written: str | None, namespace: str) -> bool:
         """Whether :meth:`volcano_queue` gives the namespace's queue for ``written`` (for messages saying so)."""
         return (written or keys.DEFAULT_QUEUE) == keys.DEFAULT_QUEUE and self.map_namespace_queues \
@@ -427,11 +438,7 @@ def namespaces_snapshot(manifests: Iterable[Manifest], *, map_namespace_queues: 
     snapshot = ClusterSnapshot(map_namespace_queues=map_namespace_queues)
     for manifest in manifests:
         if kind_of(manifest) is Kind.NAMESPACE:
-            name, queue = namespace_queue(manifest)
-            if queue is not None:
-                snapshot.namespace_queues[name] = queue
-            else:
-                snapshot.namespace_queues.pop(name, None)
+            snapshot.set_namespace_queue(*namespace_queue(manifest))
     return snapshot
 
 
