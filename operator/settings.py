@@ -33,6 +33,9 @@ from cardquota.core.policies.config import (
     FailureMode,
     PolicyConfig,
 )
+from cardquota.core.policies.config import (
+    read_flag as read_flag_value,
+)
 from cardquota.runtime.limits import ServerLimits
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")
@@ -111,10 +114,10 @@ def read_positive_seconds(text: str) -> float:
 
 
 def read_flag(text: str) -> bool:
-    flags = {"1": True, "true": True, "0": False, "false": False}
-    if text.lower() not in flags:
+    flag = read_flag_value(text)
+    if flag is None:
         raise ValueError(text)
-    return flags[text.lower()]
+    return flag
 
 
 def read_names(text: str) -> list[str]:

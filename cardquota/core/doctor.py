@@ -35,7 +35,7 @@ from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest
 from cardquota.core.policies import schedconf
-from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.config import PolicyConfig, read_flag
 from cardquota.core.publish import QUEUE_ANNOTATIONS, bounded_queue_annotations, queue_budget
 from cardquota.core.schedconf.extender import (
     PluginEntry,
@@ -330,7 +330,7 @@ def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:
         return True
     values = [item.get("value") for item in _list(container.get("env"))
               if isinstance(item, MAPPING_TYPES) and item.get("name") == MAP_NAMESPACE_QUEUES_ENV]
-    return bool(values) and str(values[-1]).lower() in ("1", "true")
+    return bool(values) and read_flag(str(values[-1])) is True
 
 
 def _volcano_version(deployments: Listing) -> Result:

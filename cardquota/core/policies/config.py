@@ -12,6 +12,16 @@ if TYPE_CHECKING:
     from cardquota.core.snapshot import ClusterSnapshot
     from cardquota.core.verdict import Verdict
 
+FLAG_VALUES = {"1": True, "true": True, "0": False, "false": False}
+"""How an on/off setting is written in an environment variable (any case): the operator reads its variables so, and
+``doctor`` reads them back from the operator's Deployment the same way."""
+
+
+def read_flag(text: str) -> bool | None:
+    """An on/off setting as written (:data:`FLAG_VALUES`); None for anything else."""
+    return FLAG_VALUES.get(text.lower())
+
+
 DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({"volcano"})
 DEFAULT_SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
 
