@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes import client
@@ -151,4 +153,12 @@ async def follow(cache: ClusterCache, api: client.ApiClient, stop: asyncio.Event
     kopf_settings.posting.enabled = False
     kopf_settings.scanning.disabled = True  # the resources are fixed: no CRD or namespace watch (no RBAC for it)
     await kopf.operator(registry=registry, settings=kopf_settings, clusterwide=True, standalone=True,
-                        stop_flag=stop)
+                        stop_flag=stop, identity=cast(Any, process_identity()))
+
+
+def process_identity() -> str:
+    """What Kopf calls this process (standalone: only its logs use it): the pod's name. Without one Kopf asks
+    ``getpass.getuser()``, which raises for a user id with no passwd entry — a pod whose ``runAsUser`` the image
+    does not list, as OpenShift's restricted SCC assigns per namespace (found when the host kubelet of
+    ``make e2e-local`` ran the Deployment as uid 65532 on a root filesystem without that user)."""
+    return os.environ.get("HOSTNAME") or socket.gethostname()

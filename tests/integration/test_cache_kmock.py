@@ -113,3 +113,40 @@ async def test_following_with_only_a_kubeconfig_logs_kopf_in_as_the_client_is(vo
         for task in tasks:
             task.cancel()
         await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)
+
+
+async def test_following_works_for_a_user_id_with_no_passwd_entry(volcano_kmock: Any, tmp_path: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod may run as a uid its image does not list (OpenShift's restricted SCC picks one per namespace; the host
+    kubelet of ``make e2e-local`` ran the shipped Deployment's 65532 on a root without it): ``getpass.getuser()``
+    then raises KeyError. Kopf asks it for its identity unless given one, and the operator crash-looped right after
+    its cache had loaded; it now names itself after the pod (HOSTNAME)."""
+    import getpass
+
+    from kubeconfigs import write_kubeconfig
+
+    from cardquota.operator.watch import follow
+
+    def no_passwd_entry() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
+    monkeypatch.setenv("HOSTNAME", "cardquota-7d76bc7df-l7vvm")
+    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    cache = ClusterCache()
+    stop, started = asyncio.Event(), asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=15)
+        url = f"{str(volcano_kmock.url).rstrip('/')}/apis/{QUEUES}"
+        async with aiohttp.ClientSession() as session, session.post(
+                url, json=queue("team-p", {"NVIDIA-A100": 8})) as response:
+            assert response.status < 300, await response.text()
+        await eventually(lambda: "team-p" in cache.ledger.snapshot.queues)  # Kopf is up and handling events
+        assert not following.done()
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)
