@@ -22,7 +22,7 @@ VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCA
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
-	dist constraints krew cluster-check
+	dist constraints krew cluster-check control-plane control-plane-pin e2e-local
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -189,6 +189,23 @@ undeploy: ## remove cardquota; Volcano, its CRDs and every queue stay ('kubectl 
 # KUBECONFIG alone is refused), print what they will change first, and put it all back (tests/e2e/README.md).
 e2e: $(VENV)/.stamp-test ## end-to-end tests on a throw-away kind cluster (or CARDQUOTA_E2E_CONTEXT=<context>, restored after)
 	CARDQUOTA_E2E=1 $(BIN)/pytest tests/e2e -v $(PYTEST_ARGS)
+
+# The local control plane (tests/e2e/local): etcd, kube-apiserver, kube-controller-manager, kubectl, Volcano and kwok
+# built from their Go modules at the versions of tests/e2e/local/versions.env, once per machine, into a folder of
+# CONTROL_PLANE_CACHE named after those pins (outside the repository; a later build with the same pins returns at once).
+CONTROL_PLANE_CACHE ?= $(HOME)/.cache/cardquota/control-plane
+CONTROL_PLANE = $(PYTHON) tests/e2e/local/build.py
+control-plane: ## build the local control plane's binaries from their Go modules (needs Go; once per machine)
+	@$(CONTROL_PLANE) build --cache $(CONTROL_PLANE_CACHE)
+
+control-plane-pin: ## after editing tests/e2e/local/versions.env: rewrite the components' go.mod/go.sum (asks the module proxy)
+	@$(CONTROL_PLANE) pin
+
+# The end-to-end tests against that control plane on this machine, in namespaces of the run's own (network, mount,
+# PID: nothing outlives it), with Volcano and cardquota installed as the README says (tests/e2e/local/run.py).
+e2e-local: $(VENV)/.stamp-test control-plane ## end-to-end tests against a real API server, Volcano and kwok nodes on this machine (root; no Docker)
+	@$(BIN)/python tests/e2e/local/run.py --control-plane "$$($(CONTROL_PLANE) where --cache $(CONTROL_PLANE_CACHE))" \
+		-- $(BIN)/pytest tests/e2e -v -p no:xdist $(PYTEST_ARGS)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .hypothesis .pytest_cache .ruff_cache build dist *.egg-info

@@ -71,8 +71,15 @@ def until(probe: Callable[[], T | None], *, timeout: float = 120, every: float =
         time.sleep(every)
 
 
-def gpu_node_name(kubectl: Kubectl) -> str:
-    """The node the suite makes look like a GPU node (the last one listed; kind's only node)."""
+NODE_VARIABLE = "CARDQUOTA_E2E_NODE"
+"""Names the node the suite makes look like a GPU node (``make e2e-local`` names one of kwok's)."""
+
+
+def gpu_node_name(kubectl: Kubectl, environ: Mapping[str, str] = os.environ) -> str:
+    """The node the suite makes look like a GPU node: the one :data:`NODE_VARIABLE` names, else the last one listed
+    (kind's only node)."""
+    if environ.get(NODE_VARIABLE):
+        return environ[NODE_VARIABLE]
     name: str = json.loads(kubectl.run("get", "nodes", "-o", "json").stdout)["items"][-1]["metadata"]["name"]
     return name
 

@@ -81,7 +81,9 @@ def test_kubectl_get_queue_shows_card_quota_and_usage(kubectl: Kubectl) -> None:
         return lines if len(lines) == 2 and f"{A100} 0/4" in lines[1] else None
 
     header, line = until(row, what="the CARD-USAGE column")
-    assert header.split()[:3] == ["NAME", "CARD-QUOTA", "CARD-USAGE"]
+    # Appended after Volcano's own columns (its Queue CRD has PARENT since v1.14): nothing of Volcano's is replaced.
+    assert header.split()[0] == "NAME"
+    assert header.split()[-2:] == ["CARD-QUOTA", "CARD-USAGE"]
     assert '{"NVIDIA-A100":4}' in line
 
 
@@ -99,7 +101,10 @@ def test_a_card_pod_gets_node_affinity_and_usage_moves_when_it_binds(
 ) -> None:
     kubectl.apply(queue(QUEUE, {A100: 4}))
     manifest = pod("trainer-0", namespace=namespace, card=A100, queue=QUEUE, gpus=1)
-    manifest["spec"]["schedulerName"] = "volcano"  # no Volcano here: the pod waits until the test binds it
+    manifest["spec"]["schedulerName"] = "volcano"
+    # Volcano runs here: a node selector no node matches keeps it from placing the pod, which waits (pending) until
+    # the test binds it (a Binding is not held to the pod's node selector or affinity).
+    manifest["spec"]["nodeSelector"] = {"cardquota.io/e2e-held": "true"}
     manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.10"
     manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m"}  # room on a 2-CPU kind node
     kubectl.apply(manifest)
