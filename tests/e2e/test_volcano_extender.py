@@ -14,6 +14,8 @@ from builders import gpu_labels, queue
 from e2e.cluster import Kubectl, apply_over, fake_gpus, gpu_node_name, replace_scheduler_config, until
 from e2e.undo import UndoLog
 
+from cardquota.core.scheduling.capacity_card import insufficient
+
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "cardquota-e2e-volcano"
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
@@ -41,15 +43,14 @@ def volcano(kubectl: Kubectl, module_undo: UndoLog) -> Iterator[str]:
     kubectl.apply(team)
     yield node
     kubectl.run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=120s")
-    kubectl.run("delete", "queue", "e2e-volcano", "--ignore-not-found")
+    kubectl.run("delete", "queue", "e2e-volcano", "e2e-volcano-a100", "--ignore-not-found")
 
 
-def _job(name: str, replicas: int) -> dict[str, Any]:
-    card = f"{H100}|{A100}"
+def _job(name: str, replicas: int, card: str = f"{H100}|{A100}", queue_name: str = "e2e-volcano") -> dict[str, Any]:
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": name, "namespace": NAMESPACE,
                          "annotations": {"volcano.sh/card.request": json.dumps({card: replicas})}},
-            "spec": {"schedulerName": "volcano", "queue": "e2e-volcano", "minAvailable": replicas,
+            "spec": {"schedulerName": "volcano", "queue": queue_name, "minAvailable": replicas,
                      "tasks": [{"name": "worker", "replicas": replicas, "template": {
                          "metadata": {"annotations": {"volcano.sh/card.name": card}},
                          "spec": {"restartPolicy": "Never", "containers": [{
@@ -74,6 +75,37 @@ def test_a_multi_card_job_runs_within_the_queue_quota_and_a_bigger_one_waits(kub
     kubectl.apply(_job("waits", 2))
     until(lambda: True if len(_pods(kubectl, "volcano.sh/job-name=waits")) == 2 else None, what="pods created")
     assert all(not p["spec"].get("nodeName") for p in _pods(kubectl, "volcano.sh/job-name=waits"))
+
+
+def _podgroup_of(kubectl: Kubectl, job: str) -> str | None:
+    groups = json.loads(kubectl.run("get", "podgroups", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    names = [g["metadata"]["name"] for g in groups
+             if any(o.get("name") == job for o in g["metadata"].get("ownerReferences") or [])]
+    return names[0] if names else None
+
+
+def test_a_job_over_its_queues_card_quota_waits_and_kubectl_describe_says_why(kubectl: Kubectl, volcano: str) -> None:
+    """Two A100 held by one job of a queue allowed two: the next one's PodGroup stays Pending (the extender refuses
+    to enqueue it, so Volcano creates none of its pods) and `kubectl describe` shows cardquota's event with the
+    seed's reason and wording (capacity-card-design.md, "Event reasons")."""
+    team = queue("e2e-volcano-a100", {A100: 2})
+    team["spec"]["capability"] = {"cpu": "10", "memory": "10Gi"}
+    kubectl.apply(team)
+    kubectl.apply(_job("holds", 2, A100, "e2e-volcano-a100"))
+    until(lambda: True if len([p for p in _pods(kubectl, "volcano.sh/job-name=holds")
+                                if p["spec"].get("nodeName")]) == 2 else None, what="both A100 held")
+    kubectl.apply(_job("over", 2, A100, "e2e-volcano-a100"))
+    group = until(lambda: _podgroup_of(kubectl, "over"), what="the PodGroup of the job over its quota")
+    expected = insufficient("e2e-volcano-a100", A100, 2, 4, 2)
+
+    def described() -> str | None:
+        text = kubectl.run("describe", "podgroup", group, "-n", NAMESPACE).stdout
+        return text if "InsufficientScalarQuota" in text else None
+
+    text = until(described, what=f"cardquota's event in kubectl describe podgroup {group}")
+    assert expected in " ".join(text.split()), text  # describe wraps long messages
+    assert kubectl.get("podgroup", group, NAMESPACE)["status"].get("phase") in ("Pending", None)
+    assert not _pods(kubectl, "volcano.sh/job-name=over")  # never enqueued: Volcano made none of its pods
 
 
 def test_an_mgpu_pod_gets_its_card_indexes_from_the_extender(kubectl: Kubectl, volcano: str) -> None:

@@ -177,8 +177,9 @@ def pin(versions: Mapping[str, str]) -> None:
 def digest(versions_file: Path = VERSIONS) -> str:
     """Names the cache folder: the pins (versions.env and every go.mod/go.sum) and the recipe."""
     hashed = hashlib.sha256(RECIPE.encode())
-    for path in [versions_file, *sorted(MODULES.glob("*/go.*"))]:
-        hashed.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes())
+    for name, path in [("versions.env", versions_file),
+                       *((p.relative_to(HERE).as_posix(), p) for p in sorted(MODULES.glob("*/go.*")))]:
+        hashed.update(name.encode() + b"\0" + path.read_bytes())
     return hashed.hexdigest()[:16]
 
 

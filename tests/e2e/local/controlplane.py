@@ -36,6 +36,12 @@ API_PORT = 6443
 ETCD_PORT = 2379
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTEXT = "cardquota-local"
+AUDITED_GROUPS = ("system:serviceaccounts:cardquota-system",)
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "userGroups": list(AUDITED_GROUPS)}, {"level": "None"}]}
+"""The API server's audit log holds every request of cardquota's service accounts (who, verb, resource, answer):
+what the RBAC test reads (the requests of everyone else are left out)."""
 
 
 @dataclass
@@ -122,6 +128,10 @@ class Layout:
         return self.state / "pki"
 
     @property
+    def audit_log(self) -> Path:
+        return self.state / "audit.log"
+
+    @property
     def admin_kubeconfig(self) -> Path:
         return self.state / "admin.kubeconfig"
 
@@ -191,6 +201,8 @@ class ControlPlane:
 
     def _apiserver(self) -> None:
         p = self.layout.pki
+        policy = self.layout.state / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         self.processes.start("kube-apiserver", [
             self.layout.tool("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
@@ -203,7 +215,9 @@ class ControlPlane:
             f"--service-account-key-file={p / 'sa.pub'}", f"--service-account-signing-key-file={p / 'sa.key'}",
             "--authorization-mode=Node,RBAC", f"--service-cluster-ip-range={SERVICE_RANGE}",
             "--enable-aggregator-routing=true", "--allow-privileged=true",
-            "--enable-admission-plugins=NodeRestriction", "--profiling=false", "--v=1"])
+            "--enable-admission-plugins=NodeRestriction", "--profiling=false", "--v=1",
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.layout.audit_log}", "--audit-log-format=json",
+            "--audit-log-mode=blocking"])
         self.wait_ready("/readyz", timeout=120)
 
     def wait_ready(self, path: str, timeout: float) -> None:

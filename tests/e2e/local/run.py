@@ -124,6 +124,7 @@ def inside(args: argparse.Namespace) -> int:
             env = {**os.environ, "KUBECONFIG": str(layout.admin_kubeconfig),
                    "CARDQUOTA_E2E_CONTEXT": controlplane.CONTEXT, "CARDQUOTA_E2E": "1",
                    "CARDQUOTA_E2E_LOCAL": str(state), "CARDQUOTA_E2E_NODE": GPU_NODE,
+                   "CARDQUOTA_E2E_AUDIT_LOG": str(layout.audit_log),
                    "PATH": f"{bin_dir}:{venv_bin}:{os.environ.get('PATH', '')}"}
             env.pop(INSIDE, None)
             code = subprocess.run(args.command or [str(venv_bin / "pytest"), "tests/e2e", "-v"], cwd=REPO,
