@@ -49,7 +49,7 @@ def test_the_downward_api_gives_the_pods_fields(path: str, value: str) -> None:
 
 
 def test_an_unsupported_field_is_said_not_guessed() -> None:
-    with pytest.raises(kubelet.PodError, match="metadata.generateName"):
+    with pytest.raises(kubelet.PodError, match=r"metadata\.generateName"):
         kubelet.field_value(POD, "metadata.generateName", "10.250.0.10")
 
 

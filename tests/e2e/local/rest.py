@@ -49,11 +49,13 @@ class Api:
         return connection
 
     def request(self, method: str, path: str, body: Any = None, *, query: Iterable[tuple[str, str]] = (),
-                content_type: str = "application/json") -> Any:
+                content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> Any:
+        """The answer's JSON (None when empty); :class:`ApiError` unless it is a 2xx. ``headers``: more to send
+        (``Impersonate-User``)."""
         query_text = urllib.parse.urlencode(list(query))
         target = f"{path}?{query_text}" if query_text else path
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(headers or {})}
         if data is not None:
             headers["Content-Type"] = content_type
         for attempt in (1, 2):
