@@ -75,6 +75,18 @@ NODE_VARIABLE = "CARDQUOTA_E2E_NODE"
 """Names the node the suite makes look like a GPU node (``make e2e-local`` names one of kwok's)."""
 
 
+def wait_admitting(kubectl: Kubectl, timeout: float = 120) -> None:
+    """Until a Queue with a card quota can be created (server-side dry run) through every webhook on its path —
+    Volcano's and cardquota's: a CRD changed a moment ago (``crd install``) restarts its storage in the API server,
+    and a webhook Deployment just rolled may have no ready endpoint yet; either refuses writes meanwhile."""
+    probe = json.dumps({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                        "metadata": {"name": "e2e-admitting", "annotations": {"volcano.sh/card.quota": '{"NVIDIA-A100": 1}'}},
+                        "spec": {"weight": 1}})
+    until(lambda: True if kubectl.run("create", "--dry-run=server", "-f", "-", stdin=probe,
+                                      check=False).returncode == 0 else None,
+          timeout=timeout, what="queue writes admitted by every webhook")
+
+
 def gpu_node_name(kubectl: Kubectl, environ: Mapping[str, str] = os.environ) -> str:
     """The node the suite makes look like a GPU node: the one :data:`NODE_VARIABLE` names, else the last one listed
     (kind's only node)."""

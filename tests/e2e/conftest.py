@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import Kubectl, gpu_node_name, reverse_spec_patch, until
+from e2e.cluster import Kubectl, gpu_node_name, reverse_spec_patch, until, wait_admitting
 from e2e.guard import (
     CONTEXT_VARIABLE,
     CreatedKind,
@@ -227,6 +227,7 @@ def kubectl(target: Target, undo_log: UndoLog, say: Callable[[str], None]) -> Ku
     kube.run("-n", "cardquota-system", "rollout", "status", "deployment/cardquota", "--timeout=180s")
     # Ready replicas serve; the webhook configurations get their caBundle once a replica has started.
     until(lambda: _ca_bundle_set(kube), what="the webhook configurations' caBundle")
+    wait_admitting(kube)
     return kube
 
 

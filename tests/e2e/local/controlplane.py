@@ -29,7 +29,10 @@ from e2e.local import pki
 
 BRIDGE = "cq0"
 HOST_IP = "10.250.0.1"
-"""The host's address on the pods' bridge: where pods reach the API server (KUBERNETES_SERVICE_HOST)."""
+"""The host's address on the pods' bridge (the node's: where the host kubelet's probes come from)."""
+API_IP = "10.250.0.2"
+"""The API server's address for pods (KUBERNETES_SERVICE_HOST), apart from the node's as a Service's is: a pod
+cut off from the API server (a route in its namespace) still answers probes."""
 POD_PREFIX = "10.250.0"
 SERVICE_RANGE = "10.96.0.0/16"
 API_PORT = 6443
@@ -112,6 +115,7 @@ def network() -> None:
     sh("ip", "link", "set", "lo", "up")
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{HOST_IP}/24", "dev", BRIDGE)
+    sh("ip", "addr", "add", f"{API_IP}/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
 
 
@@ -174,7 +178,7 @@ class ControlPlane:
         self.authority = ca = pki.Authority.create("cardquota-local-ca")
         (folder / "ca.crt").write_bytes(ca.pem)
         pki.write(folder, "apiserver", *ca.issue(
-            "kube-apiserver", server=True, ips=("127.0.0.1", HOST_IP, "10.96.0.1"),
+            "kube-apiserver", server=True, ips=("127.0.0.1", HOST_IP, API_IP, "10.96.0.1"),
             dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                  "kubernetes.default.svc.cluster.local")))
         pki.write(folder, "apiserver-kubelet-client", *ca.issue("kube-apiserver-kubelet-client",
@@ -206,7 +210,7 @@ class ControlPlane:
         self.processes.start("kube-apiserver", [
             self.layout.tool("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-            "--bind-address=0.0.0.0", f"--secure-port={API_PORT}", f"--advertise-address={HOST_IP}",
+            "--bind-address=0.0.0.0", f"--secure-port={API_PORT}", f"--advertise-address={API_IP}",
             f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
             f"--client-ca-file={p / 'ca.crt'}",
             f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.local.controlplane import API_PORT, BRIDGE, HOST_IP, POD_PREFIX, sh, stop
+from e2e.local.controlplane import API_IP, API_PORT, BRIDGE, HOST_IP, POD_PREFIX, sh, stop
 from e2e.local.rest import Api, ApiError
 
 NODE = "cardquota-host"
@@ -499,9 +499,9 @@ class HostKubelet:
                      image: Image) -> dict[str, str]:
         namespace = pod["metadata"]["namespace"]
         env = {"PATH": image.path, "HOSTNAME": pod["metadata"]["name"], "HOME": "/",
-               "KUBERNETES_SERVICE_HOST": HOST_IP, "KUBERNETES_SERVICE_PORT": str(API_PORT),
+               "KUBERNETES_SERVICE_HOST": API_IP, "KUBERNETES_SERVICE_PORT": str(API_PORT),
                "KUBERNETES_SERVICE_PORT_HTTPS": str(API_PORT),
-               "KUBERNETES_PORT": f"tcp://{HOST_IP}:{API_PORT}"}
+               "KUBERNETES_PORT": f"tcp://{API_IP}:{API_PORT}"}
         for source in container.get("envFrom") or []:
             prefix = source.get("prefix", "")
             if "configMapRef" in source:
