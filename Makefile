@@ -22,7 +22,7 @@ VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCA
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
-	dist constraints krew cluster-check control-plane control-plane-pin e2e-local
+	dist constraints krew cluster-check control-plane control-plane-pin e2e-local bench-control-plane
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -206,6 +206,12 @@ control-plane-pin: ## after editing tests/e2e/local/versions.env: rewrite the co
 e2e-local: $(VENV)/.stamp-test control-plane ## end-to-end tests against a real API server, Volcano and kwok nodes on this machine (root; no Docker)
 	@$(BIN)/python tests/e2e/local/run.py --control-plane "$$($(CONTROL_PLANE) where --cache $(CONTROL_PLANE_CACHE))" \
 		-- $(BIN)/pytest tests/e2e -v -p no:xdist $(PYTEST_ARGS)
+
+# Volcano's own cycle at cluster size (kwok nodes and pods), without and with cardquota's stanza (bench/volcano_cycle.py).
+BENCH_ARGS ?=
+bench-control-plane: $(VENV)/.stamp-test control-plane ## Volcano's cycle at 1,000 kwok nodes × 20 pods, without and with cardquota's stanza (root)
+	@$(BIN)/python tests/e2e/local/run.py --control-plane "$$($(CONTROL_PLANE) where --cache $(CONTROL_PLANE_CACHE))" \
+		--logs build/bench-control-plane -- $(BIN)/python bench/volcano_cycle.py $(BENCH_ARGS)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .hypothesis .pytest_cache .ruff_cache build dist *.egg-info
