@@ -79,9 +79,9 @@ def wait_admitting(kubectl: Kubectl, timeout: float = 120) -> None:
     """Until a Queue with a card quota can be created (server-side dry run) through every webhook on its path —
     Volcano's and cardquota's: a CRD changed a moment ago (``crd install``) restarts its storage in the API server,
     and a webhook Deployment just rolled may have no ready endpoint yet; either refuses writes meanwhile."""
+    quota = {"volcano.sh/card.quota": '{"NVIDIA-A100": 1}'}
     probe = json.dumps({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                        "metadata": {"name": "e2e-admitting", "annotations": {"volcano.sh/card.quota": '{"NVIDIA-A100": 1}'}},
-                        "spec": {"weight": 1}})
+                        "metadata": {"name": "e2e-admitting", "annotations": quota}, "spec": {"weight": 1}})
     until(lambda: True if kubectl.run("create", "--dry-run=server", "-f", "-", stdin=probe,
                                       check=False).returncode == 0 else None,
           timeout=timeout, what="queue writes admitted by every webhook")

@@ -199,6 +199,9 @@ class HostPod:
     started_at: str = ""
     terminated: tuple[int, str] | None = None
     stopping: bool = False
+    """Being stopped (the pod deleted): left to the thread stopping it."""
+    finished: bool = False
+    """Its container ended for good (Succeeded or Failed, reported): nothing runs, it waits to be deleted."""
     next_probe: float = 0.0
     restart_at: float = 0.0
     reported: str = ""
@@ -309,7 +312,7 @@ class HostKubelet:
             self._sync(uid, pod)
         for uid in list(self.pods):
             if uid not in pods and not self.pods[uid].stopping:
-                self._terminate(self.pods[uid], delete=False)
+                self._terminate(self.pods[uid], delete=False)  # gone without us (force-deleted): stop what runs
         if self._due("volumes", 5):
             for host_pod in list(self.pods.values()):
                 for volume in host_pod.volumes:
@@ -357,8 +360,9 @@ class HostKubelet:
     def _sync(self, uid: str, pod: dict[str, Any]) -> None:
         host_pod = self.pods.get(uid)
         if pod["metadata"].get("deletionTimestamp"):
-            if host_pod is None:
+            if host_pod is None or host_pod.finished:
                 self._delete(pod["metadata"]["namespace"], pod["metadata"]["name"], uid)
+                self._forget(host_pod)
             elif not host_pod.stopping:
                 self._terminate(host_pod, delete=True)
             return
@@ -374,7 +378,7 @@ class HostKubelet:
                 return
             self.pods[uid] = host_pod
             self._launch(host_pod)
-        if host_pod.stopping:
+        if host_pod.stopping or host_pod.finished:
             return
         self._watch_process(host_pod)
         self._probe(host_pod)
@@ -692,7 +696,7 @@ class HostKubelet:
         host_pod.reported = text
         if phase in ("Succeeded", "Failed"):
             self._cleanup(host_pod)
-            host_pod.stopping = True
+            host_pod.finished = True
 
     def _report_failed(self, pod: Mapping[str, Any], message: str) -> None:
         meta = pod["metadata"]
@@ -712,10 +716,14 @@ class HostKubelet:
             self._cleanup(host_pod)
             if delete:
                 self._delete(host_pod.namespace, host_pod.name, host_pod.uid)
-            self.pods.pop(host_pod.uid, None)
-            self.slots.discard(host_pod.slot)
+            self._forget(host_pod)
 
         threading.Thread(target=run, name=f"stop-{host_pod.name}", daemon=True).start()
+
+    def _forget(self, host_pod: HostPod | None) -> None:
+        if host_pod is not None:
+            self.pods.pop(host_pod.uid, None)
+            self.slots.discard(host_pod.slot)
 
     def _cleanup(self, host_pod: HostPod) -> None:
         with contextlib.suppress(RuntimeError):
