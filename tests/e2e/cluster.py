@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import jsonpatch
@@ -57,6 +60,16 @@ class Kubectl:
         result = self.run("get", kind, name, *where, "-o", "json", "--ignore-not-found")
         found: dict[str, Any] | None = json.loads(result.stdout) if result.stdout.strip() else None
         return found
+
+
+def cardquota_plugin(kubectl: Kubectl, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl cardquota ARGS`` (the plugin of this virtualenv) on the target's context."""
+    plugin = shutil.which("kubectl-cardquota", path=str(Path(sys.executable).parent)) or "kubectl-cardquota"
+    result = subprocess.run([plugin, *args, "--context", kubectl.target.context], env=kubectl.env,
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise AssertionError(f"kubectl cardquota {' '.join(args)} failed: {result.stderr.strip()}")
+    return result
 
 
 def until(probe: Callable[[], T | None], *, timeout: float = 120, every: float = 2, what: str = "") -> T:

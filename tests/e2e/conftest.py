@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import Kubectl, gpu_node_name, reverse_spec_patch, until, wait_admitting
+from e2e.cluster import Kubectl, cardquota_plugin, gpu_node_name, reverse_spec_patch, until, wait_admitting
 from e2e.guard import (
     CONTEXT_VARIABLE,
     CreatedKind,
@@ -199,8 +199,7 @@ def _install_crd_additions(kubectl: Kubectl, log: UndoLog) -> None:
                 kubectl.run("patch", "crd", name, "--type=json", "-p", json.dumps(ops))
 
     def apply() -> None:
-        plugin = shutil.which("kubectl-cardquota", path=str(Path(sys.executable).parent)) or "kubectl-cardquota"
-        _run([plugin, "crd", "install", "--context", kubectl.target.context], env=kubectl.env)
+        cardquota_plugin(kubectl, "crd", "install")
         after = _crd_specs(kubectl)
         for name in CRDS:
             reverse[name] = reverse_spec_patch(after[name], before[name])

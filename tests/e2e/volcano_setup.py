@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from builders import gpu_labels, queue
-from e2e.cluster import Kubectl, apply_over, fake_gpus, gpu_node_name, replace_scheduler_config, wait_admitting
+from e2e.cluster import (
+    Kubectl,
+    apply_over,
+    cardquota_plugin,
+    fake_gpus,
+    gpu_node_name,
+    replace_scheduler_config,
+    wait_admitting,
+)
 from e2e.undo import UndoLog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,20 +28,23 @@ A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 
 
 @pytest.fixture(scope="module")
-def volcano(kubectl: Kubectl, module_undo: UndoLog) -> Iterator[str]:
+def volcano(kubectl: Kubectl, module_undo: UndoLog, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Volcano (installed by the session fixture, the Makefile's pinned VOLCANO_VERSION; extender allocate/deallocate
-    and managedResources need v1.13+) with its scheduler configured with the extender, cardquota's extender
-    deployed, and the GPU node offering 4 A100 whole cards and 4 mGPU cards — every change recorded in the module's
-    undo log and put back when the module is done."""
+    and managedResources need v1.13+) with cardquota's extender deployed, the GPU node offering 4 A100 whole cards
+    and 4 mGPU cards, and the scheduler's configuration made as the README's install step 5 makes it (``kubectl
+    cardquota scheduler-conf``: the live configuration with the extender's entry merged in, its managedResources the
+    card resources the nodes offer) — every change recorded in the module's undo log and put back when the module is
+    done."""
     kubectl.run("-n", "volcano-system", "rollout", "status", "deployment/volcano-scheduler", "--timeout=300s")
     overlays = REPO / "manifests" / "overlays"
     apply_over(kubectl, module_undo, str(overlays / "dev-extender"), str(overlays / "dev"))
     kubectl.run("-n", "cardquota-system", "rollout", "status", "deployment/cardquota-extender", "--timeout=180s")
-    replace_scheduler_config(kubectl, module_undo,
-                             str(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml"))
     node = gpu_node_name(kubectl)
     fake_gpus(kubectl, module_undo, node, gpu_labels(A100, count=4, memory=81920), {
         "nvidia.com/gpu": "4", "vke.volcengine.com/mgpu-core": "400", "vke.volcengine.com/mgpu-memory": "98304"})
+    merged = tmp_path_factory.mktemp("scheduler") / "scheduler.yaml"
+    merged.write_text(cardquota_plugin(kubectl, "scheduler-conf").stdout)
+    replace_scheduler_config(kubectl, module_undo, str(merged))
     kubectl.run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=120s")
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     wait_admitting(kubectl)
