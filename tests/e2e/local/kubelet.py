@@ -66,9 +66,12 @@ class Image:
     user: int = 0
     workdir: str = "/"
     path: str = PATH
+    folders: tuple[Path, ...] = ()
+    """Host folders the image needs at the same path, bound read-only over the pod's own ``/tmp`` and ``/run`` (a
+    virtualenv and the checkout it was installed from may live under ``/tmp``, as a CI clone does)."""
 
 
-def images(bin_dir: Path, volcano: Path, venv_bin: Path) -> dict[str, Image]:
+def images(bin_dir: Path, volcano: Path, venv_bin: Path, checkout: Path) -> dict[str, Image]:
     """The images the host kubelet runs, by repository name (the last path element, no tag): Volcano's three
     (their Dockerfiles put the binary at the root, the webhook manager's also the admission-secret script and
     kubectl) and cardquota's (the Dockerfile: ``cardquota operator`` as uid 65532)."""
@@ -83,7 +86,8 @@ def images(bin_dir: Path, volcano: Path, venv_bin: Path) -> dict[str, Image]:
             "/gen-admission-secret.sh": volcano / "gen-admission-secret.sh",
             "/usr/local/bin/kubectl": bin_dir / "kubectl",
             "/bin/sh": Path("/bin/bash").resolve()}),
-        "cardquota": Image(("cardquota", "operator"), user=65532, workdir="/src", path=f"{venv_bin}:{PATH}"),
+        "cardquota": Image(("cardquota", "operator"), user=65532, workdir="/src", path=f"{venv_bin}:{PATH}",
+                           folders=(checkout, venv_bin.parent)),
     }
 
 
@@ -477,6 +481,8 @@ class HostKubelet:
             if read_only:
                 lines.append(f"mount -o remount,bind,ro {where}")
 
+        for folder in image.folders:
+            bind(folder, str(folder), read_only=True)
         for target, source in image.files.items():
             bind(source, target, read_only=True, is_file=True)
         bind(f / "hosts", "/etc/hosts", is_file=True)

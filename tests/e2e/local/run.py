@@ -114,7 +114,7 @@ def inside(args: argparse.Namespace) -> int:
         api = rest.admin(layout.pki, "127.0.0.1", controlplane.API_PORT)
         venv_bin = Path(sys.executable).parent
         host = kubelet.HostKubelet(api, state, args.logs,
-                                   kubelet.images(bin_dir, args.control_plane / "volcano", venv_bin))
+                                   kubelet.images(bin_dir, args.control_plane / "volcano", venv_bin, REPO))
         try:
             host.register()
             host.start()
