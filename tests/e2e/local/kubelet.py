@@ -67,8 +67,8 @@ class Image:
     workdir: str = "/"
     path: str = PATH
     folders: tuple[Path, ...] = ()
-    """Host folders the image needs at the same path, bound read-only over the pod's own ``/tmp`` and ``/run`` (a
-    virtualenv and the checkout it was installed from may live under ``/tmp``, as a CI clone does)."""
+    """Host folders the image needs at the same path, bound read-only over the pod's own ``/tmp``, ``/run`` and
+    volumes (a virtualenv and the checkout it was installed from may live under ``/tmp``, as a CI clone does)."""
 
 
 def images(bin_dir: Path, volcano: Path, venv_bin: Path, checkout: Path) -> dict[str, Image]:
@@ -481,8 +481,6 @@ class HostKubelet:
             if read_only:
                 lines.append(f"mount -o remount,bind,ro {where}")
 
-        for folder in image.folders:
-            bind(folder, str(folder), read_only=True)
         for target, source in image.files.items():
             bind(source, target, read_only=True, is_file=True)
         bind(f / "hosts", "/etc/hosts", is_file=True)
@@ -494,6 +492,8 @@ class HostKubelet:
             if volume.tmpfs:
                 lines.append(f"mount -t tmpfs -o mode=1777 {q(mount['name'])} {q(str(volume.folder))}")
             bind(source, mount["mountPath"], read_only=bool(mount.get("readOnly")), is_file=source.is_file())
+        for folder in image.folders:  # after the volumes: an emptyDir at /tmp must not hide a checkout under /tmp
+            bind(folder, str(folder), read_only=True)
         workdir = container.get("workingDir") or image.workdir
         lines.append(f"mkdir -p {q(str(root) + workdir)}")  # as a runtime does for a working folder not in the image
         if read_only:
