@@ -19,13 +19,14 @@ Usage: ``run.py --control-plane DIR [--logs DIR] [--nodes N] [-- command ...]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[2]
@@ -62,11 +63,12 @@ def _kubectl(layout: controlplane.Layout, *args: str, stdin: str | None = None) 
     return result.stdout
 
 
-def _wait(what: str, probe: object, timeout: float, check: object) -> None:
+def _wait(what: str, probe: Callable[[], bool], timeout: float, check: Callable[[], None]) -> None:
+    """Until ``probe`` holds; ``check`` (that every component still runs) each time before."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        check()  # type: ignore[operator]
-        if probe():  # type: ignore[operator]
+        check()
+        if probe():
             return
         time.sleep(1)
     raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
@@ -82,16 +84,12 @@ def _gpu_nodes(api: rest.Api, count: int) -> None:
     api.create("/api/v1/nodes", controlplane.kwok_node("kwok-cpu-0", {}, {}))
 
 
-def _install_volcano(layout: controlplane.Layout, volcano: Path, plane: controlplane.ControlPlane,
-                     host: kubelet.HostKubelet) -> None:
+def _install_volcano(layout: controlplane.Layout, volcano: Path, plane: controlplane.ControlPlane) -> None:
     """Volcano's installer manifest, applied as ``make volcano`` applies the release's, and its pods waited for."""
     _kubectl(layout, "apply", "--server-side", "-f", str(volcano / "volcano-development.yaml"))
-
-    def check() -> None:
-        plane.processes.check()
-
     for deployment in ("volcano-admission", "volcano-controllers", "volcano-scheduler"):
-        _wait(f"deployment volcano-system/{deployment}", lambda d=deployment: _available(layout, d), 300, check)
+        _wait(f"deployment volcano-system/{deployment}", functools.partial(_available, layout, deployment), 300,
+              plane.processes.check)
 
 
 def _available(layout: controlplane.Layout, deployment: str) -> bool:
@@ -119,7 +117,7 @@ def inside(args: argparse.Namespace) -> int:
             host.register()
             host.start()
             _gpu_nodes(api, args.nodes)
-            _install_volcano(layout, args.control_plane / "volcano", plane, host)
+            _install_volcano(layout, args.control_plane / "volcano", plane)
             print(f"[e2e-local] control plane and Volcano up in {time.monotonic() - started:.0f} s", flush=True)
             env = {**os.environ, "KUBECONFIG": str(layout.admin_kubeconfig),
                    "CARDQUOTA_E2E_CONTEXT": controlplane.CONTEXT, "CARDQUOTA_E2E": "1",
