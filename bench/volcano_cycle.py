@@ -119,10 +119,19 @@ def gang(name: str) -> dict[str, Any]:
 
 def scheduler_metrics(api: rest.Api) -> tuple[float, float]:
     """(sum, count) of Volcano's end-to-end session latency histogram, from the scheduler pod's metrics port."""
-    scheduler = api.get("/api/v1/namespaces/volcano-system/pods", labelSelector="app=volcano-scheduler")["items"]
-    ready = [p for p in scheduler if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
-    with urllib.request.urlopen(f"http://{ready[0]['status']['podIP']}:8080/metrics", timeout=10) as answer:
-        text = answer.read().decode()
+    deadline = time.monotonic() + 120
+    while True:  # the scheduler has no readiness probe: Running comes before its metrics port listens
+        scheduler = api.get("/api/v1/namespaces/volcano-system/pods", labelSelector="app=volcano-scheduler")["items"]
+        ready = [p for p in scheduler
+                 if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
+        try:
+            with urllib.request.urlopen(f"http://{ready[0]['status']['podIP']}:8080/metrics", timeout=10) as answer:
+                text = answer.read().decode()
+            break
+        except (OSError, IndexError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
     values = {}
     for key in ("sum", "count"):
         match = re.search(rf"^{LATENCY}_{key}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.MULTILINE)
