@@ -4,8 +4,10 @@ change verdicts (a Queue created in the API makes a PodGroup for it admissible).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -27,10 +29,6 @@ pytestmark = [pytest.mark.asyncio,
 
 QUEUES = "scheduling.volcano.sh/v1beta1/queues"
 PODGROUPS = "scheduling.volcano.sh/v1beta1/podgroups"
-
-
-
-
 
 
 def podgroup_review(queue_name: str) -> Any:
@@ -85,34 +83,46 @@ async def test_initial_list_then_watch_events_change_verdicts(volcano_kmock: Any
         await asyncio.wait_for(operator, timeout=15)
 
 
-async def test_following_with_only_a_kubeconfig_logs_kopf_in_as_the_client_is(volcano_kmock: Any,
-                                                                              tmp_path: Any) -> None:
-    """`cardquota operator` and `cardquota extender` reach the API through a kubeconfig (or the in-cluster account),
-    not a Connection: Kopf logs in from the same client configuration (watch.connection_info). Before, a plain
-    registry had no login handler and Kopf stopped with LoginError right after the cache had synced."""
+@contextlib.asynccontextmanager
+async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any) -> AsyncIterator[ClusterCache]:
+    """``follow`` (the cache, then Kopf) as `cardquota operator` runs it: through a kubeconfig, no Connection.
+    Yields the cache once it has synced; leaving stops Kopf and every task it started."""
     from kubeconfigs import write_kubeconfig
 
     from cardquota.operator.watch import follow
 
-    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(kmock.url), insecure=True))
     cache = ClusterCache()
     stop, started = asyncio.Event(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
     try:
         await asyncio.wait_for(started.wait(), timeout=15)
-        assert set(cache.ledger.snapshot.nodes) == {"a100-1"}
-        url = f"{str(volcano_kmock.url).rstrip('/')}/apis/{QUEUES}"
-        async with aiohttp.ClientSession() as session, session.post(
-                url, json=queue("team-k", {"NVIDIA-A100": 8})) as response:
-            assert response.status < 300, await response.text()
-        await eventually(lambda: "team-k" in cache.ledger.snapshot.queues)  # through Kopf's queue handler
-        assert not following.done()
+        yield cache
+        assert not following.done(), "follow ended on its own"
     finally:
         stop.set()
         for task in tasks:
             task.cancel()
         await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)
+
+
+async def create_queue_and_see_it(kmock: Any, cache: ClusterCache, name: str) -> None:
+    """Create a Queue in kmock and wait until Kopf's queue handler puts it in the cache."""
+    url = f"{str(kmock.url).rstrip('/')}/apis/{QUEUES}"
+    async with aiohttp.ClientSession() as session, session.post(url, json=queue(name, {"NVIDIA-A100": 8})) as response:
+        assert response.status < 300, await response.text()
+    await eventually(lambda: name in cache.ledger.snapshot.queues)
+
+
+async def test_following_with_only_a_kubeconfig_logs_kopf_in_as_the_client_is(volcano_kmock: Any,
+                                                                              tmp_path: Any) -> None:
+    """`cardquota operator` and `cardquota extender` reach the API through a kubeconfig (or the in-cluster account),
+    not a Connection: Kopf logs in from the same client configuration (watch.connection_info). Before, a plain
+    registry had no login handler and Kopf stopped with LoginError right after the cache had synced."""
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        assert set(cache.ledger.snapshot.nodes) == {"a100-1"}
+        await create_queue_and_see_it(volcano_kmock, cache, "team-k")
 
 
 async def test_following_works_for_a_user_id_with_no_passwd_entry(volcano_kmock: Any, tmp_path: Any,
@@ -123,30 +133,10 @@ async def test_following_works_for_a_user_id_with_no_passwd_entry(volcano_kmock:
     its cache had loaded; it now names itself after the pod (HOSTNAME)."""
     import getpass
 
-    from kubeconfigs import write_kubeconfig
-
-    from cardquota.operator.watch import follow
-
     def no_passwd_entry() -> str:
         raise KeyError("getpwuid(): uid not found: 65532")
 
     monkeypatch.setattr(getpass, "getuser", no_passwd_entry)
     monkeypatch.setenv("HOSTNAME", "cardquota-7d76bc7df-l7vvm")
-    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
-    cache = ClusterCache()
-    stop, started = asyncio.Event(), asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
-    try:
-        await asyncio.wait_for(started.wait(), timeout=15)
-        url = f"{str(volcano_kmock.url).rstrip('/')}/apis/{QUEUES}"
-        async with aiohttp.ClientSession() as session, session.post(
-                url, json=queue("team-p", {"NVIDIA-A100": 8})) as response:
-            assert response.status < 300, await response.text()
-        await eventually(lambda: "team-p" in cache.ledger.snapshot.queues)  # Kopf is up and handling events
-        assert not following.done()
-    finally:
-        stop.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        await create_queue_and_see_it(volcano_kmock, cache, "team-p")  # Kopf is up and handling events

@@ -515,10 +515,10 @@ class HostKubelet:
         for source in container.get("envFrom") or []:
             prefix = source.get("prefix", "")
             if "configMapRef" in source:
-                data = self._config_map(namespace, source["configMapRef"]["name"], source["configMapRef"])
+                data = self._data("configmaps", namespace, source["configMapRef"]["name"], source["configMapRef"])
                 env.update({prefix + k: v for k, v in data.items()})
             elif "secretRef" in source:
-                data = self._secret(namespace, source["secretRef"]["name"], source["secretRef"])
+                data = self._data("secrets", namespace, source["secretRef"]["name"], source["secretRef"])
                 env.update({prefix + k: base64.b64decode(v).decode() for k, v in data.items()})
         for variable in container.get("env") or []:
             name, source = variable["name"], variable.get("valueFrom")
@@ -528,31 +528,24 @@ class HostKubelet:
                 env[name] = field_value(pod, source["fieldRef"]["fieldPath"], ip)
             elif "configMapKeyRef" in source:
                 ref = source["configMapKeyRef"]
-                env[name] = self._config_map(namespace, ref["name"], ref).get(ref["key"], "")
+                env[name] = self._data("configmaps", namespace, ref["name"], ref).get(ref["key"], "")
             elif "secretKeyRef" in source:
                 ref = source["secretKeyRef"]
-                env[name] = base64.b64decode(self._secret(namespace, ref["name"], ref).get(ref["key"], "")).decode()
+                secret = self._data("secrets", namespace, ref["name"], ref)
+                env[name] = base64.b64decode(secret.get(ref["key"], "")).decode()
             else:
                 raise PodError(f"env {name}: only value, fieldRef, configMapKeyRef and secretKeyRef are supported")
         return env
 
-    def _config_map(self, namespace: str, name: str, ref: Mapping[str, Any]) -> dict[str, str]:
+    def _data(self, kind: str, namespace: str, name: str, ref: Mapping[str, Any]) -> dict[str, str]:
+        """The ``data`` of a ConfigMap or Secret (``kind``: configmaps, secrets); an optional one missing is empty."""
         try:
-            found: dict[str, str] = self.api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}").get("data") or {}
+            found: dict[str, str] = self.api.get(f"/api/v1/namespaces/{namespace}/{kind}/{name}").get("data") or {}
             return found
         except ApiError as error:
             if error.status == 404 and ref.get("optional"):
                 return {}
-            raise NotYet(f"configmap {namespace}/{name}: {error}") from None
-
-    def _secret(self, namespace: str, name: str, ref: Mapping[str, Any]) -> dict[str, str]:
-        try:
-            found: dict[str, str] = self.api.get(f"/api/v1/namespaces/{namespace}/secrets/{name}").get("data") or {}
-            return found
-        except ApiError as error:
-            if error.status == 404 and ref.get("optional"):
-                return {}
-            raise NotYet(f"secret {namespace}/{name}: {error}") from None
+            raise NotYet(f"{kind} {namespace}/{name}: {error}") from None
 
     def _volume(self, pod: Mapping[str, Any], volume: Mapping[str, Any], folder: Path, ip: str) -> Volume:
         folder.mkdir(parents=True)
@@ -581,7 +574,7 @@ class HostKubelet:
                 ref = source.get("configMap") or source["secret"]
                 is_secret = "secret" in source
                 name = ref.get("name") or ref.get("secretName")
-                data = self._secret(namespace, name, ref) if is_secret else self._config_map(namespace, name, ref)
+                data = self._data("secrets" if is_secret else "configmaps", namespace, name, ref)
                 decoded = {k: base64.b64decode(v) if is_secret else v.encode() for k, v in data.items()}
                 items = ref.get("items") or [{"key": k, "path": k} for k in decoded]
                 for item in items:
