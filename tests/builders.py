@@ -48,13 +48,13 @@ def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str |
 
 
 def podgroup(name: str, *, namespace: str = "default", queue: str | None = "default", phase: str = "Inqueue",
-             request: dict[str, int] | str | None = None) -> Manifest:
+             request: dict[str, int] | str | None = None, min_member: int = 1) -> Manifest:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if request is not None:
         metadata["annotations"] = {
             "volcano.sh/card.request": request if isinstance(request, str) else json.dumps(request)
         }
-    spec: dict[str, Any] = {"minMember": 1}
+    spec: dict[str, Any] = {"minMember": min_member}
     if queue is not None:
         spec["queue"] = queue
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": metadata,
@@ -77,8 +77,11 @@ def container(name: str = "main", *, requests: dict[str, Any] | None = None, lim
 def pod(name: str, *, namespace: str = "default", card: str | None = None, node_name: str | None = None,
         phase: str | None = None, group: str | None = None, queue: str | None = None,
         gpus: int | None = None, resource: str = "nvidia.com/gpu", containers: list[Manifest] | None = None,
-        init_containers: list[Manifest] | None = None, annotations: dict[str, str] | None = None) -> Manifest:
-    """A pod; ``gpus`` adds one container requesting that many of ``resource`` (as a limit, like most users)."""
+        init_containers: list[Manifest] | None = None, annotations: dict[str, str] | None = None,
+        gated: bool = False, priority: int | None = None, created: str | None = None, uid: str | None = None
+        ) -> Manifest:
+    """A pod; ``gpus`` adds one container requesting that many of ``resource`` (as a limit, like most users);
+    ``gated``: it carries cardquota's scheduling gate."""
     metadata_annotations = dict(annotations or {})
     if card is not None:
         metadata_annotations["volcano.sh/card.name"] = card
@@ -93,10 +96,19 @@ def pod(name: str, *, namespace: str = "default", card: str | None = None, node_
         spec["initContainers"] = init_containers
     if node_name is not None:
         spec["nodeName"] = node_name
+    if gated:
+        spec["schedulingGates"] = [{"name": "cardquota.io/card-quota"}]
+    if priority is not None:
+        spec["priority"] = priority
+    metadata: Manifest = {"name": name, "namespace": namespace, "annotations": metadata_annotations}
+    if created is not None:
+        metadata["creationTimestamp"] = created
+    if uid is not None:
+        metadata["uid"] = uid
     manifest: Manifest = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": metadata_annotations},
+        "metadata": metadata,
         "spec": spec,
         "status": {"phase": phase or ("Running" if node_name else "Pending")},
     }

@@ -56,3 +56,12 @@ SCORING_STRATEGY_ANNOTATION = "volcano.sh/crossquota-scoring-strategy"
 
 MOST_ALLOCATED = "most-allocated"
 LEAST_ALLOCATED = "least-allocated"
+
+# The card-quota gate (admission by scheduling gate): what the pod webhook adds and the controller's leader lifts.
+
+CARD_GATE = "cardquota.io/card-quota"
+"""The pod scheduling gate (``spec.schedulingGates[].name``) a card pod is created with; lifted when its cards fit
+its queue and every ancestor. Volcano skips a task carrying any gate in allocate, backfill, preempt and reclaim."""
+CARD_NAME_REQUESTED = "cardquota.io/card-name-requested"
+"""Pod annotation: the ``volcano.sh/card.name`` alternatives (``A|B``) as the pod was created with, kept when the
+gate is lifted and ``volcano.sh/card.name`` is narrowed to the alternative chosen."""

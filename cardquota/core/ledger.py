@@ -243,6 +243,11 @@ class Ledger:
     """PodGroups whose minResources name a resource other than cpu/memory: card jobs when nodes offer it as cards."""
     _waiting_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
     """Per queue, its PodGroups in a :data:`WAITING_PHASES` phase."""
+    _admitted: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per queue, the cards of its unbound card pods past cardquota's gate (or created without it), by card name
+    as written: with the allocated bucket, what the queue holds for the gate (:meth:`held_cards`)."""
+    _gated_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    """Per queue, its card pods waiting at cardquota's gate."""
     changes: ChangeLog = field(default_factory=ChangeLog, repr=False)
     """The queues, nodes, PodGroups and pods touched since the publisher last drained it."""
     published_usage: bool = False
@@ -530,16 +535,27 @@ class Ledger:
             self._waiting_by_queue.setdefault(group.queue, set()).add(group.key)
 
     def _index_pending(self, queue: str, key: ObjectKey, sign: int) -> None:
-        members = self._pending_by_queue.setdefault(queue, set())
-        if sign > 0:
-            members.add(key)
-        else:
-            members.discard(key)
-            if not members:
-                del self._pending_by_queue[queue]
+        _index_member(self._pending_by_queue, queue, key, sign)
 
     def group_charge(self, key: ObjectKey) -> Charge | None:
         return self._group_charges.get(key)
+
+    def held_cards(self, queue: str) -> dict[str, int]:
+        """What ``queue`` holds for cardquota's gate: the cards of its bound pods (by card type) and of its unbound
+        card pods past the gate (by card name as written, ``A|B`` included), from the watch alone. PodGroup
+        reservations (inqueue) are not counted: the gate admits pods, and a job's pods are what it holds."""
+        held = dict(self._totals.get(queue, {}).get(Bucket.ALLOCATED, {}))
+        for name, amount in self._admitted.get(queue, {}).items():
+            held[name] = held.get(name, 0) + amount
+        return held
+
+    def gated_pods(self) -> dict[str, set[ObjectKey]]:
+        """Per queue, its card pods waiting at cardquota's gate (the sets are the ledger's own: read, not kept)."""
+        return self._gated_by_queue
+
+    def group_pods(self, key: ObjectKey) -> Iterable[ObjectKey]:
+        """The pods naming PodGroup ``key``."""
+        return self._pods_by_group.get(key, ())
 
     # ----------------------------------------------------------------------------------------- recomputation
 
@@ -595,6 +611,10 @@ class Ledger:
         self._add_to_totals(charge, sign)
         if charge.bucket is Bucket.PENDING:
             self._index_pending(charge.queue, key, sign)
+            if charge.gated:
+                _index_member(self._gated_by_queue, charge.queue, key, sign)
+            else:
+                _add_amounts(self._admitted, charge.queue, charge.cards, sign)
             if charge.group is not None:
                 self._add_pending(charge, sign)
         elif charge.group is not None:
@@ -840,6 +860,27 @@ def _unindex(index: dict[IndexKey, KeySet], key: IndexKey, item: ObjectKey) -> N
         members.pop(item, None)
         if not members:
             del index[key]
+
+
+def _index_member(index: dict[str, set[ObjectKey]], key: str, item: ObjectKey, sign: int) -> None:
+    """Add (``sign`` > 0) or remove ``item`` from the set under ``key``, dropping an emptied set."""
+    if sign > 0:
+        index.setdefault(key, set()).add(item)
+    else:
+        _discard(index, key, item)
+
+
+def _add_amounts(amounts: dict[str, dict[str, int]], key: str, cards: Mapping[str, int], sign: int) -> None:
+    """Add (``sign`` 1) or take back (-1) ``cards`` under ``key``, dropping what reaches 0."""
+    totals = amounts.setdefault(key, {})
+    for card, amount in cards.items():
+        value = totals.get(card, 0) + sign * amount
+        if value:
+            totals[card] = value
+        else:
+            totals.pop(card, None)
+    if not totals:
+        del amounts[key]
 
 
 def _discard(index: dict[IndexKey, set[ObjectKey]], key: IndexKey, item: ObjectKey) -> None:

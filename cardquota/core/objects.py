@@ -228,6 +228,8 @@ class PodGroup:
     min_resources: Mapping[str, Fraction] = field(default_factory=lambda: NO_AMOUNTS)
     """``spec.minResources`` (what the job needs to start; Volcano's job controller sums its first
     ``minAvailable`` pods), unreadable amounts left out; empty when unset."""
+    min_member: int = 1
+    """``spec.minMember``: the pods that must be placed together (the gang); at least 1."""
 
     @property
     def key(self) -> ObjectKey:
@@ -243,13 +245,32 @@ class PodGroup:
             queue=_optional_string(spec.get("queue"), "spec.queue") or keys.DEFAULT_QUEUE,
             phase=_optional_string(status.get("phase"), "status.phase"),
             min_resources=readable_amounts(spec.get("minResources")),
+            min_member=_min_member(spec.get("minMember")),
         )
+
+
+def _min_member(value: object) -> int:
+    """``spec.minMember`` as the gang's size: the CRD makes it an int32 (Volcano treats 0 as 1, and so does this);
+    anything else reads as 1."""
+    return value if type(value) is int and value > 1 else 1
 
 
 CACHED_POD_ANNOTATIONS = (keys.CARD_NAME, keys.GROUP_NAME, keys.QUEUE_NAME, keys.SCORING_STRATEGY_ANNOTATION)
 """The pod annotations any rule reads from a pod the ledger holds (the card name, PodGroup and queue it is charged
 by; the crossquota scoring strategy the scheduling session scores it with). A cached view keeps only these, and no
 labels: nothing reads a held pod's labels (the admission policies read the incoming object itself)."""
+
+
+class GateState(NamedTuple):
+    """What a pod waiting at cardquota's scheduling gate (:data:`~cardquota.core.keys.CARD_GATE`) carries for the
+    gate's decisions: its gates (to lift one and keep the others), its order (priority, then creation)."""
+
+    gates: tuple[str, ...]
+    """Every ``spec.schedulingGates[].name``, in order (cardquota's among them)."""
+    priority: int
+    """``spec.priority`` (set by the API server from the priority class); 0 when unset."""
+    created: str
+    """``metadata.creationTimestamp`` (RFC 3339 in UTC: sorts as time)."""
 
 
 class Pod(NamedTuple):
@@ -284,6 +305,8 @@ class Pod(NamedTuple):
     that replaces its view whole."""
     resource_version: str = ""
     """``metadata.resourceVersion``; kept with :attr:`uid` only."""
+    gate: GateState | None = None
+    """Set while the pod carries cardquota's scheduling gate (only then: the other pods pay nothing for it)."""
 
     @property
     def meta(self) -> ObjectMeta:
@@ -293,7 +316,7 @@ class Pod(NamedTuple):
 
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
-           shared: bool = False, deleting: bool = False) -> Pod:
+           shared: bool = False, deleting: bool = False, gate: GateState | None = None) -> Pod:
         """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
         pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not kept (see
         :attr:`uid`)."""
@@ -321,6 +344,7 @@ class Pod(NamedTuple):
             deleting,
             uid,
             resource_version,
+            gate,
         ))
 
     @property
@@ -354,7 +378,9 @@ class Pod(NamedTuple):
             node_name, phase = _intern(node_name, node_name), _intern(phase, phase)
         metadata = manifest.get("metadata")
         deleting = bool(metadata.get("deletionTimestamp")) if isinstance(metadata, MAPPING_TYPES) else False
-        return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting)
+        gate = gate_state(spec, metadata) if spec.get("schedulingGates") else None
+        return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
+                      gate=gate)
 
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
@@ -368,7 +394,22 @@ class Pod(NamedTuple):
         meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
                           NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS), meta.uid, meta.resource_version)
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
-                      shared=True, deleting=self.deleting)
+                      shared=True, deleting=self.deleting, gate=self.gate)
+
+
+def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:
+    """The :class:`GateState` of a pod spec carrying cardquota's gate, else None."""
+    names = []
+    for index, gate in enumerate(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")):
+        name = _mapping(gate, f"spec.schedulingGates[{index}]").get("name")
+        names.append(_optional_string(name, f"spec.schedulingGates[{index}].name"))
+    if keys.CARD_GATE not in names:
+        return None
+    priority = spec.get("priority")
+    if priority is not None and (type(priority) is not int):
+        raise InputError(f"must be an integer, not {type_name(priority)}", where="spec.priority")
+    created = metadata.get("creationTimestamp") if isinstance(metadata, MAPPING_TYPES) else None
+    return GateState(tuple(names), priority or 0, created if isinstance(created, str) else "")
 
 
 MAX_SHARED = 1 << 16

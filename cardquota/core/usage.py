@@ -6,7 +6,8 @@ scheduling session and explain use (capacity-card-design.md).
 * A **bound** pod (``spec.nodeName`` set) that is not Succeeded/Failed holds, per requested resource, the card type
   its node offers for that resource (an ``A|B`` pod is charged to the type it landed on): *allocated*.
 * A pod that is **not bound** — or bound where the node is unknown or offers no card type for what it requests —
-  with a ``volcano.sh/card.name`` takes :func:`pending_cards` of it, keyed by the name as written: *pending*.
+  with a ``volcano.sh/card.name`` takes :func:`pending_cards` of it, keyed by the name as written: *pending*; an
+  unbound pod still at cardquota's scheduling gate is marked :attr:`Charge.gated` (it holds no quota yet).
 * A **pod template** (a Volcano Job's task, a workload's) takes :func:`pending_cards` per replica: what each of its
   pods will be charged while it waits.
 * A PodGroup in phase ``Inqueue`` reserves its ``volcano.sh/card.request`` minus what its pods already hold, keyed
@@ -51,6 +52,9 @@ class Charge(NamedTuple):
     """For a pod: its PodGroup, whose inqueue reservation its allocated cards count against."""
     card_name: str | None = None
     """For a pod: its ``volcano.sh/card.name`` as written (decides which card.request key it holds)."""
+    gated: bool = False
+    """For a pending pod: it waits at cardquota's scheduling gate (:mod:`cardquota.core.gate`), so it holds no
+    quota yet; a pending pod past the gate (or created without it) holds its cards from then on."""
 
 
 INQUEUE_PHASE = "Inqueue"
@@ -102,12 +106,13 @@ def pod_charge(pod: Pod, queue: str, node: NodeRecord | None, offered: Container
     if not cards:
         return None
     bucket = Bucket.ALLOCATED if pod.bound else Bucket.PENDING
+    gated = pod.gate is not None and not pod.bound
     if len(cards) == 1:  # the common pod: one card type, shared with the pods of its job
         [(card, amount)] = cards.items()
         amounts = SHARED_CARDS.get((card, amount)) or share(SHARED_CARDS, (card, amount), HashableCards(cards))
-        charge = Charge(queue, bucket, amounts, uses_cluster, pod.group_key, pod.card_name)
+        charge = Charge(queue, bucket, amounts, uses_cluster, pod.group_key, pod.card_name, gated)
         return SHARED_CHARGES.get(charge) or share(SHARED_CHARGES, charge, charge)
-    return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name)
+    return Charge(queue, bucket, cards, uses_cluster, pod.group_key, pod.card_name, gated)
 
 
 RUNNING_PHASE = "Running"

@@ -1,0 +1,402 @@
+"""Admission by scheduling gate: card pods are created gated, and the gate is lifted when their cards fit.
+
+The pod webhook adds :data:`~cardquota.core.keys.CARD_GATE` to every card pod it admits (:func:`gate_operations`).
+Volcano skips a task that carries any gate in allocate, backfill, preempt and reclaim (``calSchedulingGated`` in
+pkg/scheduler/api/job_info.go, and the ``task.SchGated`` checks in actions/allocate/allocate.go,
+actions/backfill/backfill.go, actions/preempt/preempt.go and actions/reclaim/reclaim.go, Volcano v1.14.1), and
+a gated pod is never marked Unschedulable, so autoscalers add no nodes for it. The controller's leader decides here,
+once per round over the ledger (:func:`gate_round`), which gated pods to let through:
+
+* **What a queue holds** is read from the watch alone: its bound card pods and its unbound card pods past the gate
+  (:meth:`~cardquota.core.ledger.Ledger.held_cards`), plus the lifts this leader has written and not yet seen come
+  back (``in_flight``). An unbound pod named ``A|B`` that is past the gate without having been narrowed (created
+  before the gate existed) is counted against every alternative: a count that can only delay, never over-admit.
+* **Fit**: the pod's cards fit its queue (a type missing from the queue's card.quota is 0) and every ancestor
+  (``spec.parent``) that has a card.quota (a type missing there is 0; an ancestor without card.quota limits
+  nothing), as :mod:`cardquota.core.policies.queue` reads a hierarchy.
+* **Gangs**: the pods of a PodGroup are let through together until ``minMember`` of them are past the gate (a gang
+  found half through after a restart is completed the same way); later pods of the group (elastic) one at a time,
+  never before the gang. A gang whose pods do not all exist yet waits for them.
+* **Alternatives**: a pod named ``A|B`` is given the first alternative, in the order written, that fits; among
+  those, one with free cards on the nodes is preferred. The lift narrows ``volcano.sh/card.name`` to it (the
+  alternatives are kept in :data:`~cardquota.core.keys.CARD_NAME_REQUESTED`) and the node affinity with it
+  (:func:`narrowed_affinity_operations`), so the pod can only land on, and is only charged for, that type.
+* **Order**: priority (highest first), then creation time, across all queues (siblings share their parent's
+  quota in that order). :class:`HeadOfLine` says whether a unit that does not fit holds back the later ones of its
+  queue (``StrictFIFO``) or not (``BestEffortFIFO``, the default: the next smaller gang may fit).
+
+The round is a pure function of the ledger: the controller writes its lifts (one JSON patch per pod, guarded by
+the pod's uid and its gates) and reads them back from the watch. A restart, a failed write or a lagging watch
+delays admission and never over-admits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from cardquota.core import keys
+from cardquota.core.jsontypes import MAPPING_TYPES
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import Manifest, ObjectKey, Pod
+from cardquota.core.quota import card_alternatives
+from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
+from cardquota.core.usage import Bucket, pod_charge
+from cardquota.core.verdict import PatchOperation, pointer
+
+MAX_DEPTH = 64
+"""Ancestors followed at most (a cycle of ``spec.parent`` stops here; Volcano refuses one)."""
+
+
+class HeadOfLine(StrEnum):
+    """What a unit (a gang or a pod) that does not fit does to the later ones of its queue."""
+
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    """Later units that fit go first (a small job is not held behind a big one)."""
+    STRICT_FIFO = "StrictFIFO"
+    """Later units wait until it has gone through (no starvation of big jobs)."""
+
+
+@dataclass(frozen=True)
+class Lift:
+    """One pod to let through the gate."""
+
+    pod: ObjectKey
+    uid: str
+    queue: str
+    card_type: str
+    """The card type it is let through for (one alternative of its card.name)."""
+    cards: int
+    card_name: str
+    """Its ``volcano.sh/card.name`` as written."""
+    gates: tuple[str, ...]
+    """Its gates now (the patch tests them: a pod changed meanwhile is judged again, not patched)."""
+
+    @property
+    def narrows(self) -> bool:
+        """Whether the pod named alternatives: the lift then narrows its card.name and node affinity."""
+        return self.card_type != self.card_name
+
+    def operations(self) -> list[PatchOperation]:
+        """The JSON patch (RFC 6902) that lifts the gate: guarded by the pod's uid and gates; for alternatives, the
+        card.name narrowed (the node affinity is narrowed with :func:`narrowed_affinity_operations`, which needs
+        the pod's spec)."""
+        gates = [{"name": name} for name in self.gates]
+        operations = [
+            PatchOperation(op="test", path=pointer("metadata", "uid"), value=self.uid),
+            PatchOperation(op="test", path=pointer("spec", "schedulingGates"), value=gates),
+            PatchOperation(op="replace", path=pointer("spec", "schedulingGates"),
+                           value=[gate for gate in gates if gate["name"] != keys.CARD_GATE]),
+        ]
+        if self.narrows:
+            operations += [
+                PatchOperation(op="test", path=pointer("metadata", "annotations", keys.CARD_NAME),
+                               value=self.card_name),
+                PatchOperation(op="replace", path=pointer("metadata", "annotations", keys.CARD_NAME),
+                               value=self.card_type),
+                PatchOperation(op="add", path=pointer("metadata", "annotations", keys.CARD_NAME_REQUESTED),
+                               value=self.card_name),
+            ]
+        return operations
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A unit left at the gate this round, with why (the sentence events and ``explain`` give)."""
+
+    pods: tuple[ObjectKey, ...]
+    group: ObjectKey | None
+    queue: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GateRound:
+    lifts: list[Lift] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+
+
+@dataclass
+class _Unit:
+    queue: str
+    pods: list[Pod]
+    group: ObjectKey | None
+    priority: int
+    created: str
+    after_gang: bool = False
+    """An elastic pod of a group whose gang is judged in the same round: not before the gang."""
+    incomplete: tuple[int, int] | None = None
+    """For a gang not all of whose pods exist: (pods that do, its minMember)."""
+
+
+def gate_operations(manifest: Manifest) -> list[PatchOperation]:
+    """The patch that adds cardquota's gate to a pod being created (none when it has it already)."""
+    spec = manifest.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, MAPPING_TYPES) else None
+    if not gates:
+        return [PatchOperation(op="add", path=pointer("spec", "schedulingGates"), value=[{"name": keys.CARD_GATE}])]
+    if any(isinstance(gate, MAPPING_TYPES) and gate.get("name") == keys.CARD_GATE for gate in gates):
+        return []
+    return [PatchOperation(op="add", path="/spec/schedulingGates/-", value={"name": keys.CARD_GATE})]
+
+
+def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
+    """Whether a pod being created waits at the gate: an unbound card pod that its queue's card quota will charge
+    (the same charge the ledger counts: :func:`~cardquota.core.usage.pod_charge`). A pod created with
+    ``spec.nodeName`` skips every scheduler, and the API server refuses gates on it."""
+    if pod.bound or pod.card_name is None:
+        return False
+    charge = pod_charge(pod, snapshot.queue_of(pod), None, snapshot.catalog().resources)
+    return charge is not None and charge.bucket is Bucket.PENDING
+
+
+def narrowed_affinity_operations(manifest: Manifest, card_type: str, catalog: CardCatalog,
+                                 product_label: str) -> list[PatchOperation]:
+    """For a gated pod let through for ``card_type``: its required node affinity narrowed to that type's product,
+    by adding a requirement to each term — the only change Kubernetes allows to a gated pod's required terms
+    (KEP-3838, GA in 1.27: ``validatePodSchedulingGatesUpdate``/``ValidateNodeAffinityUpdate`` accept added
+    requirements while the pod has gates)."""
+    spec = manifest.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, MAPPING_TYPES) else None
+    node = affinity.get("nodeAffinity") if isinstance(affinity, MAPPING_TYPES) else None
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, MAPPING_TYPES) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, MAPPING_TYPES) else None
+    entry = catalog.get(card_type)
+    product = entry.product if entry is not None and entry.product else card_type
+    expression = {"key": product_label, "operator": "In", "values": [product]}
+    base = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(terms, list) or not terms:
+        if isinstance(node, MAPPING_TYPES) and required is not None:
+            return []  # (a shape the webhook did not write: left as it is)
+        value: dict[str, Any] = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+        if isinstance(node, MAPPING_TYPES):
+            return [PatchOperation(op="add", path=pointer(*base), value=value)]
+        if isinstance(affinity, MAPPING_TYPES):
+            return [PatchOperation(op="add", path=pointer(*base[:-1]),
+                                   value={"requiredDuringSchedulingIgnoredDuringExecution": value})]
+        return [PatchOperation(op="add", path=pointer(*base[:-2]),
+                               value={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": value}})]
+    operations = []
+    for index, term in enumerate(terms):
+        expressions = term.get("matchExpressions") if isinstance(term, MAPPING_TYPES) else None
+        if isinstance(expressions, list) and expression in expressions:
+            continue
+        if isinstance(expressions, list):
+            operations.append(PatchOperation(op="add", path=pointer(*base, "nodeSelectorTerms", str(index),
+                                                                     "matchExpressions") + "/-", value=expression))
+        else:
+            operations.append(PatchOperation(op="add", path=pointer(*base, "nodeSelectorTerms", str(index),
+                                                                     "matchExpressions"), value=[expression]))
+    return operations
+
+
+def ancestry(snapshot: ClusterSnapshot, queue: str) -> list[str]:
+    """``queue`` and its ancestors (``spec.parent``), nearest first; a cycle or an unknown parent ends it."""
+    chain = [queue]
+    record = snapshot.queues.get(queue)
+    while record is not None and record.queue.parent and len(chain) < MAX_DEPTH:
+        parent = record.queue.parent
+        if parent in chain:
+            break
+        chain.append(parent)
+        record = snapshot.queues.get(parent)
+    return chain
+
+
+class _Room:
+    """Cards held per (queue, card type), over each queue's subtree, with the limits that apply to them."""
+
+    def __init__(self, snapshot: ClusterSnapshot, held: Mapping[str, Mapping[str, int]]) -> None:
+        self.snapshot = snapshot
+        self.chains: dict[str, list[str]] = {}
+        self.subtree: dict[str, dict[str, int]] = {}
+        for queue, cards in held.items():
+            for name, amount in cards.items():
+                for card in card_alternatives(name):  # (A|B past the gate unnarrowed: counted against both)
+                    self.take(queue, card, amount)
+
+    def chain(self, queue: str) -> list[str]:
+        found = self.chains.get(queue)
+        if found is None:
+            found = self.chains[queue] = ancestry(self.snapshot, queue)
+        return found
+
+    def limit(self, queue: str, card: str, own: bool) -> int | None:
+        record = self.snapshot.queues.get(queue)
+        if own:
+            return record.quota.values.get(card, 0) if record is not None else 0
+        if record is None or not record.quota.present:
+            return None
+        return record.quota.values.get(card, 0)
+
+    def take(self, queue: str, card: str, amount: int) -> None:
+        for member in self.chain(queue):
+            cards = self.subtree.setdefault(member, {})
+            cards[card] = cards.get(card, 0) + amount
+
+    def short(self, queue: str, card: str, amount: int) -> tuple[str, int, int] | None:
+        """The first queue of the chain that has no room for ``amount`` more: (queue, free, limit); None if all do."""
+        for index, member in enumerate(self.chain(queue)):
+            limit = self.limit(member, card, own=index == 0)
+            if limit is None:
+                continue
+            used = self.subtree.get(member, {}).get(card, 0)
+            if used + amount > limit:
+                return member, max(0, limit - used), limit
+        return None
+
+
+def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
+               head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO) -> GateRound:
+    """Which gated pods to let through now, and why the others wait (see the module rules). ``ledger``: a
+    :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not yet seen back from the watch."""
+    snapshot = ledger.snapshot
+    flying = {lift.pod: lift for lift in in_flight}
+    gated = ledger.gated_pods()
+    held = {queue: ledger.held_cards(queue) for queue in set(gated) | set(ledger.queue_names())}
+    room = _Room(snapshot, held)
+    for lift in flying.values():
+        room.take(lift.queue, lift.card_type, lift.cards)
+    free = _free_cards(snapshot, held, flying.values())
+    units = _units(ledger, snapshot, gated, flying)
+    result = GateRound()
+    blocked: dict[str, str] = {}
+    failed_groups: set[ObjectKey] = set()
+    ahead: dict[str, int] = {}
+    for unit in units:
+        queue = unit.queue
+        before = ahead.get(queue, 0)
+        ahead[queue] = before + len(unit.pods)
+        keys_ = tuple(pod.key for pod in unit.pods)
+        if unit.after_gang and unit.group in failed_groups:
+            continue  # (said with its gang)
+        if queue in blocked:
+            result.waits.append(Wait(keys_, unit.group, queue, blocked[queue]))
+            continue
+        lifts, shortage = _fit(unit, room, free)
+        if lifts is None:
+            reason = f"waiting at the card-quota gate: {shortage}; {_pods(before)} ahead"
+            result.waits.append(Wait(keys_, unit.group, queue, reason))
+            if unit.group is not None:
+                failed_groups.add(unit.group)
+            if head_of_line is HeadOfLine.STRICT_FIFO:
+                blocked[queue] = f"waiting at the card-quota gate behind {_unit_name(unit)} (StrictFIFO)"
+            continue
+        result.lifts.extend(lifts)
+    return result
+
+
+def _pods(count: int) -> str:
+    return f"{count} pod{'' if count == 1 else 's'}"
+
+
+def _unit_name(unit: _Unit) -> str:
+    if unit.group is not None:
+        return f"podgroup {unit.group[0]}/{unit.group[1]}"
+    namespace, name = unit.pods[0].key
+    return f"pod {namespace}/{name}"
+
+
+def _free_cards(snapshot: ClusterSnapshot, held: Mapping[str, Mapping[str, int]],
+                flying: Iterable[Lift]) -> dict[str, int]:
+    """Per card type, the cards the nodes offer that no pod holds or has been let through for (an estimate, to
+    prefer an alternative that can be placed now)."""
+    free = {name: entry.total for name, entry in snapshot.catalog().entries.items()}
+    for cards in held.values():
+        for name, amount in cards.items():
+            if name in free:
+                free[name] -= amount
+    for lift in flying:
+        if lift.card_type in free:
+            free[lift.card_type] -= lift.cards
+    return free
+
+
+def _units(ledger: Ledger, snapshot: ClusterSnapshot, gated: Mapping[str, set[ObjectKey]],
+           flying: Mapping[ObjectKey, Lift]) -> list[_Unit]:
+    """The gated pods as units to judge, in order: gangs together, other pods alone."""
+    by_group: dict[ObjectKey, list[Pod]] = {}
+    units: list[_Unit] = []
+    for queue, members in gated.items():
+        for key in members:
+            pod = snapshot.pods.get(key)
+            if pod is None or pod.gate is None or key in flying:
+                continue
+            if pod.group_key is not None and pod.group_key in snapshot.podgroups:
+                by_group.setdefault(pod.group_key, []).append(pod)
+            else:
+                units.append(_unit(queue, [pod], None))
+    for group_key, pods in by_group.items():
+        pods.sort(key=_pod_order)
+        queue = snapshot.queue_of(pods[0])
+        group = snapshot.podgroups[group_key]
+        through = 0
+        for key in ledger.group_pods(group_key):
+            member = snapshot.pods.get(key)
+            if member is not None and not (member.terminated or member.releasing) and (
+                    member.gate is None or key in flying):
+                through += 1
+        need = max(0, group.min_member - through)
+        if need > len(pods):
+            units.append(_unit(queue, pods, group_key, incomplete=(through + len(pods), group.min_member)))
+            continue
+        if need:
+            units.append(_unit(queue, pods[:need], group_key))
+        units.extend(_unit(queue, [pod], group_key, after_gang=need > 0) for pod in pods[need:])
+    units.sort(key=lambda unit: (-unit.priority, unit.created, unit.queue, unit.pods[0].key))
+    return units
+
+
+def _pod_order(pod: Pod) -> tuple[int, str, ObjectKey]:
+    gate = pod.gate
+    assert gate is not None
+    return -gate.priority, gate.created, pod.key
+
+
+def _unit(queue: str, pods: Sequence[Pod], group: ObjectKey | None, *, after_gang: bool = False,
+          incomplete: tuple[int, int] | None = None) -> _Unit:
+    gates = [pod.gate for pod in pods if pod.gate is not None]
+    return _Unit(queue, list(pods), group, max(gate.priority for gate in gates), min(gate.created for gate in gates),
+                 after_gang, incomplete)
+
+
+def _fit(unit: _Unit, room: _Room, free: dict[str, int]) -> tuple[list[Lift] | None, str]:
+    """The lifts of a unit whose pods all fit (the room and the free cards taken), else None and why not."""
+    if unit.incomplete is not None:
+        exist, wanted = unit.incomplete
+        return None, (f"{exist} of the {wanted} pods of its gang ({_unit_name(unit)}'s minMember) exist; "
+                      "the gang goes through together")
+    taken: list[tuple[str, str, int]] = []
+    lifts: list[Lift] = []
+    shortage = ""
+    for pod in unit.pods:
+        card_name = pod.card_name or ""
+        charge = pod_charge(pod, unit.queue, None, room.snapshot.catalog().resources)
+        amount = sum(charge.cards.values()) if charge is not None else 0
+        fitting = []
+        for card in card_alternatives(card_name):
+            short = room.short(unit.queue, card, amount)
+            if short is None:
+                fitting.append(card)
+            elif not shortage:
+                shortage = _shortage(unit.queue, card, short)
+        if not fitting:
+            for queue, card, cards in taken:  # all or nothing
+                room.take(queue, card, -cards)
+                free[card] = free.get(card, 0) + cards
+            return None, shortage
+        choice = next((card for card in fitting if free.get(card, 0) >= amount), fitting[0])
+        room.take(unit.queue, choice, amount)
+        free[choice] = free.get(choice, 0) - amount
+        taken.append((unit.queue, choice, amount))
+        assert pod.gate is not None
+        lifts.append(Lift(pod.key, pod.uid, unit.queue, choice, amount, card_name, pod.gate.gates))
+    return lifts, ""
+
+
+def _shortage(queue: str, card: str, short: tuple[str, int, int]) -> str:
+    where, free, limit = short
+    named = f"queue {queue}" if where == queue else f"queue {queue} (parent {where})"
+    return f"{named} has {free} of {limit} {card} free"

@@ -1,0 +1,283 @@
+"""The card-quota gate's decisions: which gated pods go through, together or alone, for which card type, and why the
+others wait (cardquota.core.gate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import pytest
+from builders import gpu_node, pod, podgroup, queue
+
+from cardquota.core import keys
+from cardquota.core.gate import (
+    GateRound,
+    HeadOfLine,
+    Lift,
+    ancestry,
+    gate_operations,
+    gate_round,
+    narrowed_affinity_operations,
+    needs_gate,
+)
+from cardquota.core.ledger import Ledger
+from cardquota.core.objects import Pod
+
+A100 = "NVIDIA-A100"
+H100 = "NVIDIA-H100"
+NODES = [gpu_node("a100-1", A100, 8), gpu_node("h100-1", H100, 8)]
+T0 = "2026-12-07T10:00:00Z"
+
+
+def at(second: int) -> str:
+    return f"2026-12-07T10:00:{second:02d}Z"
+
+
+def gated(name: str, *, card: str = A100, gpus: int = 1, queue_name: str = "team", created: str = T0,
+          **fields: Any) -> dict[str, Any]:
+    return pod(name, namespace="ml", card=card, gpus=gpus, queue=queue_name, gated=True, created=created,
+               uid=f"uid-{name}", **fields)
+
+
+def decide(*manifests: dict[str, Any], in_flight: tuple[Lift, ...] = (),
+           head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO) -> GateRound:
+    return gate_round(Ledger.build([*NODES, *manifests]), in_flight, head_of_line)
+
+
+def lifted(result: GateRound) -> list[tuple[str, str]]:
+    return [(lift.pod[1], lift.card_type) for lift in result.lifts]
+
+
+def reasons(result: GateRound) -> dict[tuple[str, ...], str]:
+    return {tuple(key[1] for key in wait.pods): wait.reason for wait in result.waits}
+
+
+# ------------------------------------------------------------------------------------------------ one pod
+
+
+def test_a_gated_pod_whose_cards_fit_goes_through_with_a_patch_that_lifts_only_cardquotas_gate() -> None:
+    result = decide(queue("team", {A100: 4}), gated("p", gpus=2))
+    assert lifted(result) == [("p", A100)]
+    [lift] = result.lifts
+    manifest = gated("p", gpus=2)
+    manifest["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
+    lift = Lift(lift.pod, lift.uid, lift.queue, lift.card_type, lift.cards, lift.card_name,
+                ("example.com/other", keys.CARD_GATE))
+    patched = jsonpatch.apply_patch(manifest, list(lift.operations()))
+    assert patched["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert patched["metadata"]["annotations"][keys.CARD_NAME] == A100  # (one type: nothing narrowed)
+
+
+def test_the_lift_fails_on_a_pod_recreated_or_whose_gates_changed() -> None:
+    [lift] = decide(queue("team", {A100: 4}), gated("p")).lifts
+    operations = list(lift.operations())
+    recreated = gated("p")
+    recreated["metadata"]["uid"] = "uid-other"
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(recreated, operations)
+    lifted_already = gated("p")
+    lifted_already["spec"]["schedulingGates"] = []
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(lifted_already, operations)
+
+
+@pytest.mark.parametrize(("holders", "reason"), [
+    ([pod("run", namespace="ml", card=A100, gpus=4, queue="team", node_name="a100-1")],
+     "waiting at the card-quota gate: queue team has 0 of 4 NVIDIA-A100 free; 0 pods ahead"),
+    # an unbound pod past the gate holds its cards as a bound one does
+    ([pod("through", namespace="ml", card=A100, gpus=3, queue="team")],
+     "waiting at the card-quota gate: queue team has 1 of 4 NVIDIA-A100 free; 0 pods ahead"),
+])
+def test_a_pod_whose_cards_do_not_fit_waits_and_says_why(holders: list[dict[str, Any]], reason: str) -> None:
+    result = decide(queue("team", {A100: 4}), *holders, gated("p", gpus=2))
+    assert result.lifts == []
+    assert reasons(result) == {("p",): reason}
+
+
+def test_pods_that_hold_nothing_do_not_count_against_the_room() -> None:
+    result = decide(queue("team", {A100: 4}),
+                    pod("done", namespace="ml", card=A100, gpus=4, queue="team", node_name="a100-1",
+                        phase="Succeeded"),
+                    gated("p", gpus=4))
+    assert lifted(result) == [("p", A100)]
+
+
+def test_a_queue_without_quota_for_the_type_lets_nothing_through() -> None:
+    result = decide(queue("team", {H100: 4}), gated("p"))
+    assert reasons(result) == {("p",): "waiting at the card-quota gate: queue team has 0 of 0 NVIDIA-A100 free; "
+                                        "0 pods ahead"}
+
+
+def test_in_flight_lifts_hold_their_cards_until_the_watch_brings_them_back() -> None:
+    flying = Lift(("ml", "earlier"), "uid-earlier", "team", A100, 3, A100, (keys.CARD_GATE,))
+    result = decide(queue("team", {A100: 4}), gated("earlier", gpus=3), gated("p", gpus=2), in_flight=(flying,))
+    assert result.lifts == []  # (and "earlier" is not lifted twice)
+    assert reasons(result) == {("p",): "waiting at the card-quota gate: queue team has 1 of 4 NVIDIA-A100 free; "
+                                        "0 pods ahead"}
+
+
+# ---------------------------------------------------------------------------------------------- hierarchy
+
+
+def test_a_parents_quota_holds_for_its_children_together() -> None:
+    queues = [queue("org", {A100: 4}), queue("team-a", {A100: 4}, parent="org"), queue("team", {A100: 4}, parent="org")]
+    holder = pod("run", namespace="ml", card=A100, gpus=4, queue="team-a", node_name="a100-1")
+    result = decide(*queues, holder, gated("p"))
+    assert reasons(result) == {("p",): "waiting at the card-quota gate: queue team (parent org) has 0 of 4 NVIDIA-A100 "
+                                        "free; 0 pods ahead"}
+    assert lifted(decide(*queues, gated("p", gpus=4))) == [("p", A100)]
+
+
+def test_siblings_share_the_parent_in_priority_then_creation_order() -> None:
+    queues = [queue("org", {A100: 4}), queue("team-a", {A100: 4}, parent="org"), queue("team", {A100: 4}, parent="org")]
+    result = decide(*queues, gated("late", gpus=3, queue_name="team-a", created=at(5)),
+                    gated("early", gpus=3, created=at(1)), gated("urgent", gpus=1, created=at(9), priority=100))
+    assert lifted(result) == [("urgent", A100), ("early", A100)]
+    assert set(reasons(result)) == {("late",)}
+
+
+def test_an_ancestor_without_card_quota_limits_nothing_and_a_missing_type_there_is_zero() -> None:
+    free = decide(queue("org"), queue("team", {A100: 4}, parent="org"), gated("p", gpus=4))
+    assert lifted(free) == [("p", A100)]
+    zero = decide(queue("org", {H100: 4}), queue("team", {A100: 4}, parent="org"), gated("p"))
+    assert "queue team (parent org) has 0 of 0 NVIDIA-A100 free" in reasons(zero)[("p",)]
+
+
+def test_a_cycle_of_parents_ends() -> None:
+    ledger = Ledger.build([queue("a", {A100: 1}, parent="b"), queue("b", {A100: 1}, parent="a")])
+    assert ancestry(ledger.snapshot, "a") == ["a", "b"]
+
+
+# ---------------------------------------------------------------------------------------------------- gangs
+
+
+def gang(name: str, size: int, min_member: int, *, gpus: int = 1, through: int = 0) -> list[dict[str, Any]]:
+    members = [podgroup(name, namespace="ml", queue="team", min_member=min_member)]
+    for index in range(size):
+        member = gated(f"{name}-{index}", gpus=gpus, group=name, created=at(index))
+        if index < through:
+            del member["spec"]["schedulingGates"]
+        members.append(member)
+    return members
+
+
+def test_a_gang_goes_through_together_or_not_at_all() -> None:
+    assert len(decide(queue("team", {A100: 4}), *gang("job", 4, 4)).lifts) == 4
+    short = decide(queue("team", {A100: 3}), *gang("job", 4, 4))
+    assert short.lifts == []
+    assert reasons(short) == {tuple(f"job-{i}" for i in range(4)):
+                              "waiting at the card-quota gate: queue team has 0 of 3 NVIDIA-A100 free; 0 pods ahead"}
+
+
+def test_a_gang_whose_pods_do_not_all_exist_waits_for_them() -> None:
+    result = decide(queue("team", {A100: 8}), *gang("job", 3, 4))
+    assert result.lifts == []
+    assert "3 of the 4 pods of its gang (podgroup ml/job's minMember) exist" in reasons(result)[("job-0", "job-1",
+                                                                                                  "job-2")]
+
+
+def test_a_gang_found_half_through_is_completed() -> None:
+    result = decide(queue("team", {A100: 4}), *gang("job", 4, 4, through=2))
+    assert sorted(lifted(result)) == [("job-2", A100), ("job-3", A100)]
+
+
+def test_elastic_pods_beyond_the_gang_go_one_at_a_time_never_before_it() -> None:
+    result = decide(queue("team", {A100: 5}), *gang("job", 6, 4))
+    assert sorted(name for name, _ in lifted(result)) == ["job-0", "job-1", "job-2", "job-3", "job-4"]
+    assert set(reasons(result)) == {("job-5",)}
+    blocked = decide(queue("team", {A100: 3}), *gang("job", 6, 4))
+    assert blocked.lifts == []
+    assert set(reasons(blocked)) == {("job-0", "job-1", "job-2", "job-3")}  # the elastic pods wait with the gang
+
+
+@pytest.mark.parametrize(("head_of_line", "expected"), [
+    (HeadOfLine.BEST_EFFORT_FIFO, [("small", A100)]),
+    (HeadOfLine.STRICT_FIFO, []),
+])
+def test_head_of_line_policy(head_of_line: HeadOfLine, expected: list[tuple[str, str]]) -> None:
+    result = decide(queue("team", {A100: 3}), *gang("big", 4, 4), gated("small", created=at(30)),
+                    head_of_line=head_of_line)
+    assert lifted(result) == expected
+    if head_of_line is HeadOfLine.STRICT_FIFO:
+        assert reasons(result)[("small",)] == ("waiting at the card-quota gate behind podgroup ml/big (StrictFIFO)")
+    else:
+        assert "4 pods ahead" not in reasons(result)[tuple(f"big-{i}" for i in range(4))]
+
+
+def test_pods_ahead_are_counted_in_the_queues_order() -> None:
+    result = decide(queue("team", {A100: 1}), gated("a", created=at(1)), gated("b", created=at(2)),
+                    gated("c", created=at(3)))
+    assert lifted(result) == [("a", A100)]
+    assert reasons(result)[("c",)].endswith("; 2 pods ahead")
+
+
+# ---------------------------------------------------------------------------------------------- alternatives
+
+
+def test_alternatives_take_the_first_with_room_and_the_lift_narrows_the_card_name() -> None:
+    holder = pod("run", namespace="ml", card=A100, gpus=4, queue="team", node_name="a100-1")
+    result = decide(queue("team", {A100: 4, H100: 4}), holder, gated("p", card=f"{A100}|{H100}", gpus=2))
+    assert lifted(result) == [("p", H100)]
+    [lift] = result.lifts
+    patched = jsonpatch.apply_patch(gated("p", card=f"{A100}|{H100}", gpus=2),
+                                    list(lift.operations()))
+    assert patched["metadata"]["annotations"][keys.CARD_NAME] == H100
+    assert patched["metadata"]["annotations"][keys.CARD_NAME_REQUESTED] == f"{A100}|{H100}"
+
+
+def test_alternatives_prefer_one_with_free_cards_on_the_nodes() -> None:
+    filler = pod("other", namespace="x", card=A100, gpus=8, queue="other", node_name="a100-1")
+    result = decide(queue("other", {A100: 8}), queue("team", {A100: 4, H100: 4}), filler,
+                    gated("p", card=f"{A100}|{H100}", gpus=2))
+    assert lifted(result) == [("p", H100)]
+
+
+def test_an_alternatives_pod_past_the_gate_unnarrowed_counts_against_every_alternative() -> None:
+    old = pod("old", namespace="ml", card=f"{A100}|{H100}", gpus=4, queue="team")  # created before the gate
+    result = decide(queue("team", {A100: 4, H100: 4}), old, gated("p", card=H100))
+    assert result.lifts == []
+
+
+def test_narrowing_the_affinity_adds_a_requirement_to_every_term() -> None:
+    manifest = gated("p", card=f"{A100}|{H100}")
+    terms = [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100, H100]}]},
+             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+    manifest["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}
+    catalog = Ledger.build(NODES).snapshot.catalog()
+    operations = narrowed_affinity_operations(manifest, H100, catalog, "nvidia.com/gpu.product")
+    patched = jsonpatch.apply_patch(manifest, list(operations))
+    narrowed = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}
+    for term in patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]:
+        assert term["matchExpressions"][-1] == narrowed
+    assert narrowed_affinity_operations(patched, H100, catalog, "nvidia.com/gpu.product") == []
+    bare = jsonpatch.apply_patch(gated("q"), list(narrowed_affinity_operations(
+        gated("q"), H100, catalog, "nvidia.com/gpu.product")))
+    assert bare["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [narrowed]}]}
+
+
+# ------------------------------------------------------------------------------------------- at creation
+
+
+def test_the_gate_is_added_once() -> None:
+    manifest = pod("p", card=A100, gpus=1)
+    patched = jsonpatch.apply_patch(manifest, list(gate_operations(manifest)))
+    assert patched["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
+    assert gate_operations(patched) == []
+    other = pod("p", card=A100, gpus=1)
+    other["spec"]["schedulingGates"] = [{"name": "example.com/x"}]
+    patched = jsonpatch.apply_patch(other, list(gate_operations(other)))
+    assert patched["spec"]["schedulingGates"] == [{"name": "example.com/x"}, {"name": keys.CARD_GATE}]
+
+
+@pytest.mark.parametrize(("manifest", "expected"), [
+    (pod("p", card=A100, gpus=1), True),
+    (pod("p", gpus=1), False),  # no card.name: not a card pod
+    (pod("p", card=A100, gpus=1, node_name="a100-1"), False),  # created bound: no scheduler, and gates refused
+    (pod("p", card=A100, containers=[{"name": "c", "image": "x"}]), False),  # asks for no cards
+])
+def test_which_pods_are_gated(manifest: dict[str, Any], expected: bool) -> None:
+    ledger = Ledger.build(NODES)
+    assert needs_gate(Pod.from_manifest(manifest), ledger.snapshot) is expected
