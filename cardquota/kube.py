@@ -514,6 +514,13 @@ def patch_crd(api: client.ApiClient, name: str, operations: Sequence[Mapping[str
                     "application/json-patch+json")
 
 
+def patch_pod(api: client.ApiClient, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+    """Apply a JSON patch to a pod, once: not retried, as a retry after a lost answer would fail the patch's
+    ``test`` operations although the first attempt applied; the caller reads the pod back instead."""
+    _send(api, "PATCH", f"{pod_path(namespace, name)}?fieldManager={FIELD_MANAGER}", list(operations),
+          "application/json-patch+json")
+
+
 def read_object(api: client.ApiClient, path: str) -> Mapping[str, Any] | None:
     """GET the one object at ``path`` (e.g. ``/api/v1/namespaces/ns/secrets/name``), with retries; None when it does
     not exist."""

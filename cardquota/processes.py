@@ -20,6 +20,7 @@ from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher, plugin_arguments
 from cardquota.operator.crd_drift import CrdDriftCheck
+from cardquota.operator.gatekeeper import Gatekeeper
 from cardquota.operator.leader import LeaderElection
 from cardquota.operator.metrics import metrics_app
 from cardquota.operator.settings import LogFormat, Settings
@@ -101,6 +102,9 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
             publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads,
                                   capacity_card=arguments)
             tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
+            if settings.card_gate:
+                tasks.append(asyncio.create_task(Gatekeeper(cache, api, is_leader=leads,
+                                                            head_of_line=settings.gate_order).run()))
         # in every process: the policies read the drift check's finding
         tasks.append(asyncio.create_task(CrdDriftCheck(api, cache, is_leader=leads).run()))
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,

@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from cardquota.core.errors import InputError
+from cardquota.core.gate import HeadOfLine
 from cardquota.core.policies.config import (
     DEFAULT_CARD_AWARE_SCHEDULERS,
     DEFAULT_SCHEDULER_CONFIGMAP,
@@ -66,6 +67,8 @@ ENV_CONTROLLER_SERVICE_ACCOUNT = "CARDQUOTA_CONTROLLER_SERVICE_ACCOUNT"
 ENV_MAX_CONNECTIONS = "CARDQUOTA_MAX_CONNECTIONS"
 ENV_HANDSHAKE_TIMEOUT = "CARDQUOTA_HANDSHAKE_TIMEOUT"
 ENV_IDLE_TIMEOUT = "CARDQUOTA_IDLE_TIMEOUT"
+ENV_CARD_GATE = "CARDQUOTA_CARD_GATE"
+ENV_GATE_ORDER = "CARDQUOTA_GATE_ORDER"
 
 _SERVICE_LINK_NAME = re.compile(
     r"[A-Z][A-Z0-9_]*_(?:"
@@ -212,6 +215,12 @@ class Settings:
     to see the configuration change (its webhook configuration informer) and for every replica to reload."""
     limits: ServerLimits = field(default_factory=ServerLimits)
     """What a caller can hold on each port (the admission server's, the metrics one)."""
+    card_gate: bool = False
+    """Admission by scheduling gate: the pod webhook gates card pods, the controllers' leader lifts the gate when
+    their cards fit (:mod:`cardquota.core.gate`). The webhook and the controller must agree: a gate nobody lifts
+    holds its pod."""
+    gate_order: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO
+    """Whether a gang or pod that does not fit holds back the later ones of its queue (StrictFIFO) or not."""
 
     @property
     def own_users(self) -> frozenset[str]:
@@ -223,7 +232,7 @@ class Settings:
     @property
     def policy(self) -> PolicyConfig:
         return PolicyConfig(card_aware_schedulers=self.schedulers, scheduler_configmap=self.scheduler_configmap,
-                            map_namespace_queues=self.map_namespace_queues)
+                            map_namespace_queues=self.map_namespace_queues, card_gate=self.card_gate)
 
 
 @dataclass(frozen=True)
@@ -277,6 +286,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "policy is on): a PodGroup-to-be with queue default is checked against its namespace's "
                         "scheduling.volcano.sh/queue-name, and Namespaces are watched (needs list/watch on "
                         f"namespaces; env {ENV_MAP_NAMESPACE_QUEUES}=1; default off)")
+    parser.add_argument("--card-gate", action="store_true", default=None,
+                        help="admission by scheduling gate: card pods are created gated and the controllers' leader "
+                        "lifts the gate when their cards fit their queue and every ancestor (the webhook and the "
+                        f"controller both need it; env {ENV_CARD_GATE}=1; default off)")
+    parser.add_argument("--gate-order", choices=[order.value for order in HeadOfLine],
+                        help="a gang or pod that does not fit: later ones of its queue may go first (BestEffortFIFO) "
+                        f"or wait behind it (StrictFIFO) (env {ENV_GATE_ORDER}; default {defaults.gate_order})")
     parser.add_argument("--failure-mode", "--failure-modes", dest="failure_modes", action="append", default=[],
                         metavar="KIND=MODE",
                         help="open or closed per kind when cardquota cannot check, repeatable (env "
@@ -393,6 +409,10 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         cert_grace_period=_chosen(args.cert_grace_period, env, ENV_CERT_GRACE_PERIOD, read_seconds,
                                   "a number of seconds, 0 or more", defaults.cert_grace_period),
         limits=limits_from(args, env),
+        card_gate=_chosen(getattr(args, "card_gate", None), env, ENV_CARD_GATE, read_flag, "1 or 0",
+                          defaults.card_gate),
+        gate_order=HeadOfLine(_chosen(getattr(args, "gate_order", None), env, ENV_GATE_ORDER, HeadOfLine,
+                                      " or ".join(HeadOfLine), defaults.gate_order)),
     )
 
 

@@ -9,9 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from cardquota.kube import Connection
+from kubeconfigs import write_kubeconfig
+
+from cardquota.kube import Connection, api_client
 from cardquota.operator.settings import Settings
+from cardquota.operator.watch import follow
 from cardquota.processes import run
+from cardquota.runtime.cache import ClusterCache
 
 
 @contextlib.asynccontextmanager
@@ -33,3 +37,23 @@ async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", tok
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=15)
+
+
+@contextlib.asynccontextmanager
+async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any) -> AsyncIterator[ClusterCache]:
+    """``follow`` (the cache, then Kopf) as `cardquota operator` runs it: through a kubeconfig, no Connection.
+    Yields the cache once it has synced; leaving stops Kopf and every task it started."""
+    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(kmock.url), insecure=True))
+    cache = ClusterCache()
+    stop, started = asyncio.Event(), asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
+    try:
+        await asyncio.wait_for(started.wait(), timeout=15)
+        yield cache
+        assert not following.done(), "follow ended on its own"
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)

@@ -4,16 +4,15 @@ change verdicts (a Queue created in the API makes a PodGroup for it admissible).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import kopf
 import pytest
 from builders import podgroup, queue
+from operator_runs import following_through_a_kubeconfig
 from polling import eventually
 
 from cardquota.core.policies.config import PolicyConfig
@@ -81,30 +80,6 @@ async def test_initial_list_then_watch_events_change_verdicts(volcano_kmock: Any
     finally:
         stop.set()
         await asyncio.wait_for(operator, timeout=15)
-
-
-@contextlib.asynccontextmanager
-async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any) -> AsyncIterator[ClusterCache]:
-    """``follow`` (the cache, then Kopf) as `cardquota operator` runs it: through a kubeconfig, no Connection.
-    Yields the cache once it has synced; leaving stops Kopf and every task it started."""
-    from kubeconfigs import write_kubeconfig
-
-    from cardquota.operator.watch import follow
-
-    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(kmock.url), insecure=True))
-    cache = ClusterCache()
-    stop, started = asyncio.Event(), asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
-    try:
-        await asyncio.wait_for(started.wait(), timeout=15)
-        yield cache
-        assert not following.done(), "follow ended on its own"
-    finally:
-        stop.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait_for(asyncio.gather(following, *tasks, return_exceptions=True), timeout=15)
 
 
 async def create_queue_and_see_it(kmock: Any, cache: ClusterCache, name: str) -> None:

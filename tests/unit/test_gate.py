@@ -281,3 +281,20 @@ def test_the_gate_is_added_once() -> None:
 def test_which_pods_are_gated(manifest: dict[str, Any], expected: bool) -> None:
     ledger = Ledger.build(NODES)
     assert needs_gate(Pod.from_manifest(manifest), ledger.snapshot) is expected
+
+
+def test_the_pod_webhook_gates_a_card_pod_at_creation_only_when_the_gate_is_on() -> None:
+    from cardquota.cli.check import apply_patch
+    from cardquota.core.policies import pod as pod_policy
+    from cardquota.core.policies.config import PolicyConfig
+
+    snapshot = Ledger.build([*NODES, queue("team", {A100: 4})]).snapshot
+    snapshot.complete = True
+    manifest = pod("p", namespace="ml", card=A100, gpus=1, queue="team")
+    on = pod_policy.admit(manifest, None, snapshot, PolicyConfig(card_gate=True))
+    assert on.allowed
+    assert apply_patch(manifest, on.patch)["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
+    off = pod_policy.admit(manifest, None, snapshot, PolicyConfig())
+    assert "schedulingGates" not in apply_patch(manifest, off.patch)["spec"]
+    updated = pod_policy.admit(manifest, manifest, snapshot, PolicyConfig(card_gate=True))
+    assert not updated.patch  # an update is never gated: gates can only be removed once a pod exists

@@ -49,6 +49,10 @@ class PolicyConfig:
     against follows it (:meth:`ClusterSnapshot.volcano_queue
     <cardquota.core.snapshot.ClusterSnapshot.volcano_queue>`, which reads the copy the snapshot's builder gives it:
     :attr:`ClusterSnapshot.map_namespace_queues <cardquota.core.snapshot.ClusterSnapshot.map_namespace_queues>`)."""
+    card_gate: bool = False
+    """Admission by scheduling gate (:mod:`cardquota.core.gate`): a card pod is created with cardquota's scheduling
+    gate, which the controller's leader lifts when its cards fit. Off unless the controller that lifts it runs with
+    it too (a gate nobody lifts holds its pod for ever)."""
 
 
 Admit = Callable[["Manifest", "Manifest | None", "ClusterSnapshot", PolicyConfig], "Verdict"]

@@ -11,6 +11,8 @@ A card pod (``volcano.sh/card.name``):
   term the pod already has (terms are ORed, so adding it to each keeps the user's intent), and for alternatives
   preferred terms weighted by their order (100, 50, 25, …) — idempotent: a pod that has them gets no patch, so the
   webhook can be reinvoked after later mutations;
+* with :attr:`PolicyConfig.card_gate`, also on create: cardquota's scheduling gate, which the controller lifts
+  when the pod's cards fit its queue and every ancestor (:mod:`cardquota.core.gate`);
 * on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation, the crossquota scoring
   strategy or ``container-multiple-gpu`` changes: the others the rules read are in the immutable spec):
   ``card.name`` of a pod bound to a node cannot change (its cards are counted under the name it was bound with); the
@@ -27,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cardquota.core import keys
+from cardquota.core.gate import gate_operations, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, Pod
 from cardquota.core.policies.cards import (
@@ -87,6 +90,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         warnings.extend(card_warnings)
         if not card_violations and old is None:
             patch = _affinity_patch(manifest, pod.card_name, pod, snapshot.catalog())
+            if config.card_gate and needs_gate(pod, snapshot):
+                patch = [*patch, *gate_operations(manifest)]
     else:
         warnings.extend(_unnamed_card_warnings(pod, snapshot))
     return decide(violations, warnings, patch)

@@ -1,0 +1,169 @@
+"""The card-quota gate's keeper: as the controllers' leader, lifts cardquota's scheduling gate from the pods whose
+cards fit (the decision is :func:`cardquota.core.gate.gate_round`; this module only writes it and follows it).
+
+A lift is a JSON patch of the pod guarded by its uid and gates. Until the watch shows the pod past the gate (or
+gone), the lift is *in flight* and its cards count against its queue and every ancestor in the next rounds, so a
+lagging watch delays later admissions and never lets them through twice. A write whose answer is not a success
+(refused, timed out, reset) is settled by reading the pod back from the API server: still gated, the lift is
+dropped and judged again; past the gate, it stays in flight until the watch brings it. Nothing that holds cards
+lives only here: a restart or a new leader starts from what the API server and the watch say.
+
+A new leader waits one lease duration before its first lift, so that the lifts of the leader before it (which
+stopped writing when it stopped renewing the lease) have reached its watch; a watch lagging more than that behind a
+leader change is the one case this does not cover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round, narrowed_affinity_operations
+from cardquota.core.objects import ObjectKey, gate_state
+from cardquota.kube import KubeError, patch_pod, pod_path, read_object
+from cardquota.operator.leader import LEASE_SECONDS
+from cardquota.runtime.cache import ClusterCache
+
+log = logging.getLogger("cardquota.gate")
+DEFAULT_INTERVAL = 0.2
+"""Seconds between rounds (a round with no gated pod costs O(queues))."""
+WRITERS = 16
+"""Lifts written at once (each a PATCH on a thread)."""
+
+
+@dataclass
+class GateStats:
+    lifted: int = 0
+    """Lifts the API server accepted."""
+    refused: int = 0
+    """Lifts not applied (the pod changed, went, or the write failed and the pod was found still gated)."""
+    rounds: int = 0
+    waiting: int = 0
+    """Units left at the gate by the last round."""
+
+
+@dataclass
+class Flight:
+    lift: Lift
+    written: bool = False
+    """The API server accepted it: only the watch (or the pod's end) settles it now."""
+    unsettled: bool = False
+    """Its write failed and the pod could not be read back either: read back again next round."""
+
+
+@dataclass
+class Gatekeeper:
+    cache: ClusterCache
+    api: client.ApiClient
+    is_leader: Callable[[], bool] = lambda: True
+    head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO
+    interval: float = DEFAULT_INTERVAL
+    takeover_wait: float = float(LEASE_SECONDS)
+    clock: Callable[[], float] = time.monotonic
+    stats: GateStats = field(default_factory=GateStats)
+    in_flight: dict[ObjectKey, Flight] = field(default_factory=dict)
+    last_round: GateRound = field(default_factory=GateRound)
+    _leading_since: float | None = None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.round()
+            except Exception:  # a bad round must not stop the gate; the next one retries
+                log.exception("card-quota gate round failed; retrying")
+
+    async def round(self) -> GateRound | None:
+        """One round: settle what the watch has brought back, decide, write the lifts. None when not leading (or
+        not yet allowed to lift)."""
+        if not self.cache.ready or not self.is_leader():
+            self._leading_since = None
+            self.in_flight.clear()  # (another leader decides from the API server's state)
+            return None
+        now = self.clock()
+        if self._leading_since is None:
+            self._leading_since = now
+        if now - self._leading_since < self.takeover_wait:
+            return None
+        self._settle()
+        for flight in [flight for flight in self.in_flight.values() if flight.unsettled]:
+            await self._read_back(flight.lift, "an earlier write's outcome unknown")
+        decided = gate_round(self.cache.ledger, [flight.lift for flight in self.in_flight.values()],
+                             self.head_of_line)
+        self.stats.rounds += 1
+        self.stats.waiting = len(decided.waits)
+        self.last_round = decided
+        for lift in decided.lifts:
+            self.in_flight[lift.pod] = Flight(lift)
+        semaphore = asyncio.Semaphore(WRITERS)
+
+        async def write(lift: Lift) -> None:
+            async with semaphore:
+                await self._write(lift)
+
+        await asyncio.gather(*(write(lift) for lift in decided.lifts))
+        return decided
+
+    def _settle(self) -> None:
+        """Drop the lifts the watch has brought back: the pod is past the gate (the ledger counts it), recreated,
+        or gone."""
+        pods = self.cache.ledger.snapshot.pods
+        for key, flight in list(self.in_flight.items()):
+            pod = pods.get(key)
+            if pod is None or pod.gate is None or pod.uid != flight.lift.uid or pod.terminated:
+                del self.in_flight[key]
+
+    async def _write(self, lift: Lift) -> None:
+        namespace, name = lift.pod
+        try:
+            operations: list[Any] = list(lift.operations())
+            if lift.narrows:
+                operations += await asyncio.to_thread(self._narrowing, lift)
+            await asyncio.to_thread(patch_pod, self.api, namespace, name, operations)
+        except (KubeError, OSError) as error:
+            await self._read_back(lift, error)
+            return
+        flight = self.in_flight.get(lift.pod)
+        if flight is not None:
+            flight.written = True
+        self.stats.lifted += 1
+
+    def _narrowing(self, lift: Lift) -> list[Any]:
+        manifest = read_object(self.api, pod_path(*lift.pod))
+        if manifest is None:
+            raise KubeError(f"pod {lift.pod[0]}/{lift.pod[1]} is gone", 404)
+        catalog = self.cache.ledger.snapshot.catalog()
+        entry = catalog.get(lift.card_type)
+        label = entry.product_label if entry is not None and entry.product_label else "nvidia.com/gpu.product"
+        return list(narrowed_affinity_operations(manifest, lift.card_type, catalog, label))
+
+    async def _read_back(self, lift: Lift, error: BaseException | str) -> None:
+        """After a write that did not succeed: the pod as the API server has it decides whether the lift holds."""
+        try:
+            manifest = await asyncio.to_thread(read_object, self.api, pod_path(*lift.pod))
+        except (KubeError, OSError) as unread:
+            log.warning("lifting the gate of pod %s/%s: %s; reading it back: %s (kept in flight)", *lift.pod, error,
+                        unread)
+            flight = self.in_flight.get(lift.pod)
+            if flight is not None:
+                flight.unsettled = True  # its cards still count; read back again next round
+            return
+        if manifest is None or _still_gated(manifest, lift.uid):
+            self.in_flight.pop(lift.pod, None)
+            self.stats.refused += 1
+            log.info("gate of pod %s/%s not lifted (%s); judged again next round", *lift.pod, error)
+        # else: past the gate after all (the answer was lost): the watch brings it
+
+
+def _still_gated(manifest: Mapping[str, Any], uid: str) -> bool:
+    metadata = manifest.get("metadata") or {}
+    if metadata.get("uid") != uid:
+        return True  # another pod of that name: this lift never applied to it
+    spec = manifest.get("spec") or {}
+    return bool(spec.get("schedulingGates")) and gate_state(spec, metadata) is not None

@@ -1,0 +1,107 @@
+"""The card-quota gate's keeper against kmock: it lifts the gate of the pods whose cards fit (a JSON patch the API
+applies), leaves the others gated with why, and lets a waiting pod through once cards are released — every decision
+read back from the watch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+from builders import pod, queue
+from kubeconfigs import write_kubeconfig
+from operator_runs import following_through_a_kubeconfig
+from polling import eventually
+
+from cardquota.core import keys
+from cardquota.kube import api_client
+from cardquota.operator.gatekeeper import Gatekeeper
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+                  base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
+
+A100 = "NVIDIA-A100"
+PODS = "v1/pods"
+
+
+def gated(name: str, gpus: int, second: int) -> dict[str, Any]:
+    return pod(name, namespace="ml", card=A100, gpus=gpus, queue="team", gated=True,
+               created=f"2026-12-07T10:00:{second:02d}Z", uid=f"uid-{name}")
+
+
+def gates(kmock: Any, name: str) -> list[Any]:
+    return list(kmock.objects[PODS, "ml", name]["spec"].get("schedulingGates") or [])
+
+
+async def test_the_gate_is_lifted_for_what_fits_and_the_rest_waits_until_cards_are_released(
+        volcano_kmock: Any, tmp_path: Any) -> None:
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
+    for index, name in enumerate(("first", "second", "third")):
+        volcano_kmock.objects[PODS, "ml", name] = gated(name, 2, index)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        keeper = Gatekeeper(cache, api, takeover_wait=0)
+        decided = await keeper.round()
+        assert decided is not None
+        assert sorted(lift.pod[1] for lift in decided.lifts) == ["first", "second"]
+        assert gates(volcano_kmock, "first") == gates(volcano_kmock, "second") == []
+        assert gates(volcano_kmock, "third") == [{"name": keys.CARD_GATE}]
+        assert [wait.reason for wait in decided.waits] == [
+            "waiting at the card-quota gate: queue team has 0 of 4 NVIDIA-A100 free; 2 pods ahead"]
+
+        # The watch brings the lifts back: the ledger now counts them, and nothing is in flight any more.
+        await eventually(lambda: cache.ledger.snapshot.pods[("ml", "first")].gate is None
+                         and cache.ledger.snapshot.pods[("ml", "second")].gate is None)
+        again = await keeper.round()
+        assert again is not None
+        assert again.lifts == []
+        assert keeper.in_flight == {}
+        assert cache.ledger.held_cards("team") == {A100: 4}
+
+        url = f"{str(volcano_kmock.url).rstrip('/')}/api/v1/namespaces/ml/pods/first"
+        async with aiohttp.ClientSession() as session, session.delete(url) as response:
+            assert response.status < 300, await response.text()
+        await eventually(lambda: ("ml", "first") not in cache.ledger.snapshot.pods)
+        released = await keeper.round()
+        assert released is not None
+        assert [lift.pod[1] for lift in released.lifts] == ["third"]
+        assert gates(volcano_kmock, "third") == []
+        assert keeper.stats.lifted == 3
+
+
+async def test_a_lift_the_api_refuses_is_read_back_and_judged_again(volcano_kmock: Any, tmp_path: Any) -> None:
+    """The pod was recreated under the same name between the watch event and the write: the patch's uid test fails,
+    the keeper reads the pod back, finds it is not the one it judged, and drops the lift (its cards are free)."""
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
+    volcano_kmock.objects[PODS, "ml", "p"] = gated("p", 4, 0)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        keeper = Gatekeeper(cache, api, takeover_wait=0)
+        recreated = gated("p", 4, 0)
+        recreated["metadata"]["uid"] = "uid-recreated"
+        volcano_kmock.objects[PODS, "ml", "p"] = recreated  # (the watch has not brought it yet)
+        decided = await keeper.round()
+        assert decided is not None
+        assert [lift.uid for lift in decided.lifts] == ["uid-p"]
+        assert gates(volcano_kmock, "p") == [{"name": keys.CARD_GATE}]
+        assert keeper.stats.refused == 1
+        assert keeper.in_flight == {}
+
+
+async def test_nothing_is_lifted_while_not_leading_or_within_the_takeover_wait(volcano_kmock: Any,
+                                                                               tmp_path: Any) -> None:
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
+    volcano_kmock.objects[PODS, "ml", "p"] = gated("p", 1, 0)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        now = [100.0]
+        leading = [False]
+        keeper = Gatekeeper(cache, api, is_leader=lambda: leading[0], takeover_wait=15, clock=lambda: now[0])
+        assert await keeper.round() is None
+        leading[0] = True
+        assert await keeper.round() is None  # just elected: the former leader's lifts may still be on their way
+        now[0] += 15
+        decided = await keeper.round()
+        assert decided is not None
+        assert [lift.pod[1] for lift in decided.lifts] == ["p"]
