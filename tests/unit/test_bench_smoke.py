@@ -44,6 +44,15 @@ def test_ledger_bench_reports_both_ratios() -> None:
     assert lines[2].startswith("2. one pod event:")
 
 
+def test_gate_bench_reports_its_ratio() -> None:
+    result = subprocess.run([sys.executable, "bench/gate.py", "--pods", "400", "--nodes", "20", "--gangs", "4",
+                             "--repeats", "1"], cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "gate round, 32 gated pods in 4 gangs of 8, 20 queues, 20 nodes"
+    assert lines[1].startswith("  with 400 other pods: median ")
+    assert lines[3].startswith("  ratio ")
+
+
 def test_ratcheting_bench_reports_every_case() -> None:
     result = subprocess.run([sys.executable, "bench/ratcheting.py", "--tasks", "8", "--containers", "8", "--repeats",
                              "1"], cwd=REPO, capture_output=True, text=True, check=True, timeout=120)

@@ -137,9 +137,9 @@ class GateInterleavings(RuleBasedStateMachine):
                 current["spec"]["schedulingGates"] = [{"name": name} for name in lift.gates
                                                       if name != keys.CARD_GATE]
                 self._emit("upsert", current)
-            if result != "ok" or not applies:  # read back: the API's state decides
-                if current is None or not through(current) or current["metadata"]["uid"] != lift.uid:
-                    del self.in_flight[lift.pod]
+            read_back = result != "ok" or not applies  # the API's state decides
+            if read_back and (current is None or not through(current) or current["metadata"]["uid"] != lift.uid):
+                del self.in_flight[lift.pod]
 
     # ---------------------------------------------------------------------------------------------- properties
 
