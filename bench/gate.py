@@ -3,15 +3,16 @@
     python bench/gate.py [--pods 100000] [--nodes 5000] [--gangs 125] [--repeats 5]
 
 One round (:func:`cardquota.core.gate.gate_round`) over ``--gangs`` gangs of 8 gated one-card pods spread over 20
-queues, in a cluster of ``--nodes`` nodes and ``--pods`` other pods (bench/synthetic.py), against the same round
-with the same gated pods, nodes and queues and no other pod. The round reads the ledger's incremental totals, so its
-cost follows the gated pods and the queues, not the cluster: the target is a ratio near 1. Printed beside: the
-round's time per gated pod, and how many it let through.
+queues of their own with room for all of them, in a cluster of ``--nodes`` nodes and ``--pods`` other pods
+(bench/synthetic.py), against the same round with the same gated pods, nodes and queues and no other pod. The round
+reads the ledger's incremental totals, so its cost follows the gated pods and the queues, not the cluster: the
+target is a ratio near 1. Printed beside: the round's time per gated pod, and how many it let through.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -29,12 +30,17 @@ QUEUES = 20
 
 
 def gated_gangs(gangs: int) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
+    """The gangs, in queues of their own (``gate-q<n>``, room for all of them: both rounds let every pod through)."""
+    room = json.dumps(dict.fromkeys(synthetic.PRODUCTS, gangs * 8))
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+         "metadata": {"name": f"gate-q{index}", "annotations": {"volcano.sh/card.quota": room}}, "spec": {"weight": 1}}
+        for index in range(QUEUES)]
     for gang in range(gangs):
         name = f"gated-{gang}"
         objects.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
                         "metadata": {"name": name, "namespace": "ml"},
-                        "spec": {"queue": f"q{gang % QUEUES}", "minMember": 8}, "status": {"phase": "Inqueue"}})
+                        "spec": {"queue": f"gate-q{gang % QUEUES}", "minMember": 8}, "status": {"phase": "Inqueue"}})
         for member in range(8):
             objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
                 "name": f"{name}-{member}", "namespace": "ml", "uid": f"uid-{gang}-{member}",
