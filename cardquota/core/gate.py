@@ -129,6 +129,8 @@ class _Unit:
     """An elastic pod of a group whose gang is judged in the same round: not before the gang."""
     incomplete: tuple[int, int] | None = None
     """For a gang not all of whose pods exist: (pods that do, its minMember)."""
+    cards: dict[ObjectKey, int] = field(default_factory=dict)
+    """Per pod, the cards it waits for (its charge in the ledger)."""
 
 
 def gate_operations(manifest: Manifest) -> list[PatchOperation]:
@@ -345,6 +347,10 @@ def _units(ledger: Ledger, snapshot: ClusterSnapshot, gated: Mapping[str, set[Ob
         if need:
             units.append(_unit(queue, pods[:need], group_key))
         units.extend(_unit(queue, [pod], group_key, after_gang=need > 0) for pod in pods[need:])
+    for unit in units:
+        for pod in unit.pods:  # (every gated pod the ledger indexes has a pending charge)
+            charge = ledger.pod_charge(pod.key)
+            unit.cards[pod.key] = sum(charge.cards.values()) if charge is not None else 0
     units.sort(key=lambda unit: (-unit.priority, unit.created, unit.queue, unit.pods[0].key))
     return units
 
@@ -373,8 +379,7 @@ def _fit(unit: _Unit, room: _Room, free: dict[str, int]) -> tuple[list[Lift] | N
     shortage = ""
     for pod in unit.pods:
         card_name = pod.card_name or ""
-        charge = pod_charge(pod, unit.queue, None, room.snapshot.catalog().resources)
-        amount = sum(charge.cards.values()) if charge is not None else 0
+        amount = unit.cards[pod.key]
         fitting = []
         for card in card_alternatives(card_name):
             short = room.short(unit.queue, card, amount)
