@@ -57,7 +57,7 @@ from cardquota.kube import (
     queue_path,
     read_object,
 )
-from cardquota.operator.slicing import SLICE, Slicer
+from cardquota.operator.slicing import SLICE, Slicer, every
 from cardquota.runtime.cache import ClusterCache
 
 log = logging.getLogger("cardquota.controller")
@@ -140,12 +140,7 @@ class Publisher:
         """Per queue whose usage is published summarised, the reason last said about it and when."""
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.window)
-            try:
-                await self.flush()
-            except Exception:  # a bad round must not stop the controller; the next one retries
-                log.exception("publishing failed; retrying next window")
+        await every(self.window, self.flush, log, "publishing failed; retrying next window")
 
     async def flush(self) -> None:
         ledger = self.cache.ledger

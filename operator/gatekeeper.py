@@ -28,6 +28,7 @@ from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round, narrowe
 from cardquota.core.objects import ObjectKey, gate_state
 from cardquota.kube import KubeError, patch_pod, pod_path, read_object
 from cardquota.operator.leader import LEASE_SECONDS
+from cardquota.operator.slicing import every
 from cardquota.runtime.cache import ClusterCache
 
 log = logging.getLogger("cardquota.gate")
@@ -72,12 +73,7 @@ class Gatekeeper:
     _leading_since: float | None = None
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.round()
-            except Exception:  # a bad round must not stop the gate; the next one retries
-                log.exception("card-quota gate round failed; retrying")
+        await every(self.interval, self.round, log, "card-quota gate round failed; retrying")
 
     async def round(self) -> GateRound | None:
         """One round: settle what the watch has brought back, decide, write the lifts. None when not leading (or

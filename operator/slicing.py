@@ -1,11 +1,12 @@
 """Work on the event loop cut into slices of time, so that admissions arriving meanwhile wait at most one slice: the
-publisher's windows and the reflectors' lists and watch bursts."""
+publisher's windows and the reflectors' lists and watch bursts; and the loop that runs a controller's rounds."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 SLICE = 0.002
@@ -32,3 +33,14 @@ class Slicer:
             await asyncio.sleep(0)
             self.yields += 1
             self._started = self.clock()
+
+
+async def every(seconds: float, round_: Callable[[], Awaitable[object]], logger: logging.Logger, failed: str) -> None:
+    """Run ``round_`` every ``seconds``, for ever. A round that raises is logged (``failed``) and the next one
+    retries: a bad round must not stop the controller."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await round_()
+        except Exception:
+            logger.exception(failed)
