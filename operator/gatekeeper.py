@@ -134,10 +134,7 @@ class Gatekeeper:
         manifest = read_object(self.api, pod_path(*lift.pod))
         if manifest is None:
             raise KubeError(f"pod {lift.pod[0]}/{lift.pod[1]} is gone", 404)
-        catalog = self.cache.ledger.snapshot.catalog()
-        entry = catalog.get(lift.card_type)
-        label = entry.product_label if entry is not None and entry.product_label else "nvidia.com/gpu.product"
-        return list(narrowed_affinity_operations(manifest, lift.card_type, catalog, label))
+        return list(narrowed_affinity_operations(manifest, lift.card_type, self.cache.ledger.snapshot.catalog()))
 
     async def _read_back(self, lift: Lift, error: BaseException | str) -> None:
         """After a write that did not succeed: the pod as the API server has it decides whether the lift holds."""

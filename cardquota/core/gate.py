@@ -41,6 +41,7 @@ from cardquota.core import keys
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod
+from cardquota.core.policies.cards import card_product, product_label
 from cardquota.core.quota import card_alternatives
 from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
 from cardquota.core.usage import Bucket, pod_charge
@@ -154,20 +155,19 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     return charge is not None and charge.bucket is Bucket.PENDING
 
 
-def narrowed_affinity_operations(manifest: Manifest, card_type: str, catalog: CardCatalog,
-                                 product_label: str) -> list[PatchOperation]:
+def narrowed_affinity_operations(manifest: Manifest, card_type: str, catalog: CardCatalog) -> list[PatchOperation]:
     """For a gated pod let through for ``card_type``: its required node affinity narrowed to that type's product,
     by adding a requirement to each term — the only change Kubernetes allows to a gated pod's required terms
     (KEP-3838, GA in 1.27: ``validatePodSchedulingGatesUpdate``/``ValidateNodeAffinityUpdate`` accept added
-    requirements while the pod has gates)."""
+    requirements while the pod has gates). The label and product are the ones the pod webhook's affinity uses."""
     spec = manifest.get("spec")
     affinity = spec.get("affinity") if isinstance(spec, MAPPING_TYPES) else None
     node = affinity.get("nodeAffinity") if isinstance(affinity, MAPPING_TYPES) else None
     required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, MAPPING_TYPES) else None
     terms = required.get("nodeSelectorTerms") if isinstance(required, MAPPING_TYPES) else None
-    entry = catalog.get(card_type)
-    product = entry.product if entry is not None and entry.product else card_type
-    expression = {"key": product_label, "operator": "In", "values": [product]}
+    pod = Pod.from_manifest(manifest)
+    label = product_label(card_alternatives(pod.card_name or card_type), pod.requests, catalog)
+    expression = {"key": label, "operator": "In", "values": [card_product(card_type, catalog)]}
     base = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(terms, list) or not terms:
         if isinstance(node, MAPPING_TYPES) and required is not None:

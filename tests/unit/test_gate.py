@@ -245,15 +245,15 @@ def test_narrowing_the_affinity_adds_a_requirement_to_every_term() -> None:
     manifest["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": terms}}}
     catalog = Ledger.build(NODES).snapshot.catalog()
-    operations = narrowed_affinity_operations(manifest, H100, catalog, "nvidia.com/gpu.product")
+    operations = narrowed_affinity_operations(manifest, H100, catalog)
     patched = jsonpatch.apply_patch(manifest, list(operations))
     narrowed = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100]}
     for term in patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"]:
         assert term["matchExpressions"][-1] == narrowed
-    assert narrowed_affinity_operations(patched, H100, catalog, "nvidia.com/gpu.product") == []
+    assert narrowed_affinity_operations(patched, H100, catalog) == []
     bare = jsonpatch.apply_patch(gated("q"), list(narrowed_affinity_operations(
-        gated("q"), H100, catalog, "nvidia.com/gpu.product")))
+        gated("q"), H100, catalog)))
     assert bare["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
         "nodeSelectorTerms": [{"matchExpressions": [narrowed]}]}
 

@@ -94,6 +94,24 @@ def card_resources_requested(requests: Mapping[str, Fraction], catalog: CardCata
     return card_requests(requests, catalog.resources)
 
 
+def card_product(card_type: str, catalog: CardCatalog) -> str:
+    """The product label value of nodes offering ``card_type`` (what a card pod's node affinity asks for)."""
+    entry = catalog.get(card_type)
+    return entry.product if entry is not None and entry.product else card_type.split("/", 1)[0]
+
+
+def product_label(alternatives: tuple[str, ...], requests: Mapping[str, Fraction], catalog: CardCatalog) -> str:
+    """The node label naming the product (``nvidia.com/gpu.product``) for a pod asking for ``alternatives`` with
+    ``requests``: the first alternative's as discovered, else the vendor of the card resource it requests."""
+    for card in alternatives:
+        entry = catalog.get(card)
+        if entry is not None and entry.product_label:
+            return entry.product_label
+    requested = card_resources_requested(requests, catalog)
+    vendor = next((name.split("/", 1)[0] for name in sorted(requested)), "nvidia.com")
+    return f"{vendor}/gpu.product"
+
+
 def job_tasks_violation(manifest: Mapping[str, Any]) -> Violation | None:
     """A Volcano Job with more than :data:`MAX_JOB_TASKS` tasks."""
     spec = manifest.get("spec")

@@ -35,7 +35,8 @@ from cardquota.core.objects import Manifest, Pod
 from cardquota.core.policies.cards import (
     CARD_NAME_PATH,
     card_name_resource_violations,
-    card_resources_requested,
+    card_product,
+    product_label,
     unknown_type_warnings,
 )
 from cardquota.core.policies.common import ratcheting, read_view, skipped
@@ -162,8 +163,8 @@ def _unnamed_card_warnings(pod: Pod, snapshot: ClusterSnapshot) -> list[str]:
 
 def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardCatalog) -> list[PatchOperation]:
     alternatives = card_alternatives(card_name)
-    label = _product_label(alternatives, pod, catalog)
-    products = tuple(dict.fromkeys(_product(card, catalog) for card in alternatives))
+    label = product_label(alternatives, pod.requests, catalog)
+    products = tuple(dict.fromkeys(card_product(card, catalog) for card in alternatives))
     raw_spec = manifest.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, MAPPING_TYPES) else {}
     current = spec.get("affinity")
@@ -238,21 +239,6 @@ def _field(parent: Mapping[str, Any], key: str, default: object, merge: bool) ->
     if merge and isinstance(parent, dict):
         return parent.setdefault(key, default)
     return parent.get(key, default)
-
-
-def _product(card_type: str, catalog: CardCatalog) -> str:
-    entry = catalog.get(card_type)
-    return entry.product if entry is not None and entry.product else card_type.split("/", 1)[0]
-
-
-def _product_label(alternatives: tuple[str, ...], pod: Pod, catalog: CardCatalog) -> str:
-    for card in alternatives:
-        entry = catalog.get(card)
-        if entry is not None and entry.product_label:
-            return entry.product_label
-    requested = card_resources_requested(pod.requests, catalog)
-    vendor = next((name.split("/", 1)[0] for name in sorted(requested)), "nvidia.com")
-    return f"{vendor}/gpu.product"
 
 
 def affinity_typo_warnings(manifest: Manifest) -> list[str]:
