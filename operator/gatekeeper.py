@@ -24,8 +24,9 @@ from typing import Any
 
 from kubernetes import client
 
-from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round, narrowed_affinity_operations
+from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round
 from cardquota.core.objects import ObjectKey, gate_state
+from cardquota.core.policies.pod import narrowed_affinity_operations
 from cardquota.kube import KubeError, patch_pod, pod_path, read_object
 from cardquota.operator.leader import LEASE_SECONDS
 from cardquota.operator.slicing import every

@@ -20,7 +20,8 @@ once per round over the ledger (:func:`gate_round`), which gated pods to let thr
 * **Alternatives**: a pod named ``A|B`` is given the first alternative, in the order written, that fits; among
   those, one with free cards on the nodes is preferred. The lift narrows ``volcano.sh/card.name`` to it (the
   alternatives are kept in :data:`~cardquota.core.keys.CARD_NAME_REQUESTED`) and the node affinity with it
-  (:func:`narrowed_affinity_operations`), so the pod can only land on, and is only charged for, that type.
+  (:func:`cardquota.core.policies.pod.narrowed_affinity_operations`), so the pod can only land on, and is only
+  charged for, that type.
 * **Order**: priority (highest first), then creation time, across all queues (siblings share their parent's
   quota in that order). :class:`HeadOfLine` says whether a unit that does not fit holds back the later ones of its
   queue (``StrictFIFO``) or not (``BestEffortFIFO``, the default: the next smaller gang may fit).
@@ -35,15 +36,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod
-from cardquota.core.policies.cards import card_product, product_label
 from cardquota.core.quota import card_alternatives
-from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
+from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import Bucket, pod_charge
 from cardquota.core.verdict import PatchOperation, pointer
 
@@ -82,8 +81,8 @@ class Lift:
 
     def operations(self) -> list[PatchOperation]:
         """The JSON patch (RFC 6902) that lifts the gate: guarded by the pod's uid and gates; for alternatives, the
-        card.name narrowed (the node affinity is narrowed with :func:`narrowed_affinity_operations`, which needs
-        the pod's spec)."""
+        card.name narrowed (the node affinity is narrowed with
+        :func:`cardquota.core.policies.pod.narrowed_affinity_operations`, which needs the pod's spec)."""
         gates = [{"name": name} for name in self.gates]
         operations = [
             PatchOperation(op="test", path=pointer("metadata", "uid"), value=self.uid),
@@ -153,45 +152,6 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
         return False
     charge = pod_charge(pod, snapshot.queue_of(pod), None, snapshot.catalog().resources)
     return charge is not None and charge.bucket is Bucket.PENDING
-
-
-def narrowed_affinity_operations(manifest: Manifest, card_type: str, catalog: CardCatalog) -> list[PatchOperation]:
-    """For a gated pod let through for ``card_type``: its required node affinity narrowed to that type's product,
-    by adding a requirement to each term — the only change Kubernetes allows to a gated pod's required terms
-    (KEP-3838, GA in 1.27: ``validatePodSchedulingGatesUpdate``/``ValidateNodeAffinityUpdate`` accept added
-    requirements while the pod has gates). The label and product are the ones the pod webhook's affinity uses."""
-    spec = manifest.get("spec")
-    affinity = spec.get("affinity") if isinstance(spec, MAPPING_TYPES) else None
-    node = affinity.get("nodeAffinity") if isinstance(affinity, MAPPING_TYPES) else None
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node, MAPPING_TYPES) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, MAPPING_TYPES) else None
-    pod = Pod.from_manifest(manifest)
-    label = product_label(card_alternatives(pod.card_name or card_type), pod.requests, catalog)
-    expression = {"key": label, "operator": "In", "values": [card_product(card_type, catalog)]}
-    base = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-    if not isinstance(terms, list) or not terms:
-        if isinstance(node, MAPPING_TYPES) and required is not None:
-            return []  # (a shape the webhook did not write: left as it is)
-        value: dict[str, Any] = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
-        if isinstance(node, MAPPING_TYPES):
-            return [PatchOperation(op="add", path=pointer(*base), value=value)]
-        if isinstance(affinity, MAPPING_TYPES):
-            return [PatchOperation(op="add", path=pointer(*base[:-1]),
-                                   value={"requiredDuringSchedulingIgnoredDuringExecution": value})]
-        return [PatchOperation(op="add", path=pointer(*base[:-2]),
-                               value={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": value}})]
-    operations = []
-    for index, term in enumerate(terms):
-        expressions = term.get("matchExpressions") if isinstance(term, MAPPING_TYPES) else None
-        if isinstance(expressions, list) and expression in expressions:
-            continue
-        if isinstance(expressions, list):
-            operations.append(PatchOperation(op="add", path=pointer(*base, "nodeSelectorTerms", str(index),
-                                                                     "matchExpressions") + "/-", value=expression))
-        else:
-            operations.append(PatchOperation(op="add", path=pointer(*base, "nodeSelectorTerms", str(index),
-                                                                     "matchExpressions"), value=[expression]))
-    return operations
 
 
 def ancestry(snapshot: ClusterSnapshot, queue: str) -> list[str]:

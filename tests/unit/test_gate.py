@@ -17,11 +17,11 @@ from cardquota.core.gate import (
     ancestry,
     gate_operations,
     gate_round,
-    narrowed_affinity_operations,
     needs_gate,
 )
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Pod
+from cardquota.core.policies.pod import narrowed_affinity_operations
 
 A100 = "NVIDIA-A100"
 H100 = "NVIDIA-H100"

@@ -177,6 +177,14 @@ def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardC
     return [_affinity_operation(operation, copy.deepcopy(dict(current)), label, products)]
 
 
+def narrowed_affinity_operations(manifest: Manifest, card_type: str, catalog: CardCatalog) -> list[PatchOperation]:
+    """For a gated pod let through the card-quota gate for ``card_type`` (one of its alternatives): the product
+    requirement of that type added to every required node-affinity term, as the webhook adds it at creation — the
+    one change Kubernetes allows to a gated pod's required terms (KEP-3838, GA in 1.27: added requirements are
+    accepted while the pod has gates). None when the terms have it already."""
+    return _affinity_patch(manifest, card_type, Pod.from_manifest(manifest), catalog)
+
+
 def _affinity_operation(operation: str, affinity: dict[str, Any], label: str, products: tuple[str, ...]
                         ) -> PatchOperation:
     _product_terms(affinity, label, products, merge=True)
