@@ -5,10 +5,13 @@ expansion, the downward API, and the atomic writer of configMap/secret volumes â
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from e2e.local import kubelet
+from e2e.local import controlplane, kubelet
 
 
 @pytest.mark.parametrize(("reference", "name"), [
@@ -74,3 +77,37 @@ def test_a_volume_is_written_atomically_and_swapped_when_its_content_changes(tmp
     del content["extra/nested"]
     volume.sync()
     assert not (tmp_path / "extra").exists()  # a key that went away goes away
+
+
+_BRIDGE_CHURN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from e2e.local import controlplane
+controlplane.network()
+def mac():  # (not /sys/class/net: that shows the namespace /sys was mounted in)
+    return controlplane.sh("ip", "-o", "link", "show", controlplane.BRIDGE).split("link/ether ")[1].split()[0]
+seen = [mac()]
+for i in range(6):  # pods come: their veths join the bridge
+    controlplane.sh("ip", "link", "add", f"v{i}", "type", "veth", "peer", "name", f"p{i}")
+    controlplane.sh("ip", "link", "set", f"v{i}", "master", controlplane.BRIDGE, "up")
+    seen.append(mac())
+for i in range(6):  # and go
+    controlplane.sh("ip", "link", "del", f"v{i}")
+    seen.append(mac())
+print(" ".join(seen))
+"""
+
+
+def test_the_pods_bridge_keeps_one_hardware_address_while_pods_come_and_go() -> None:
+    """A bridge left to choose its address takes its lowest port's, so a pod's veth joining or leaving moved it, and
+    every other pod's neighbour entry for the host went stale: webhook calls timed out for seconds in CI. Run in a
+    network namespace of its own (needs root and ``unshare``)."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs unshare and ip")
+    tests = Path(__file__).resolve().parents[1]
+    result = subprocess.run(["unshare", "-n", sys.executable, "-c", _BRIDGE_CHURN, str(tests)],
+                            capture_output=True, text=True)
+    if result.returncode != 0 and ("Operation not permitted" in result.stderr or "unshare failed" in result.stderr):
+        pytest.skip(f"cannot make a network namespace here: {result.stderr.strip()[:200]}")
+    assert result.returncode == 0, result.stderr
+    assert set(result.stdout.split()) == {controlplane.BRIDGE_MAC}

@@ -33,6 +33,12 @@ HOST_IP = "10.250.0.1"
 API_IP = "10.250.0.2"
 """The API server's address for pods (KUBERNETES_SERVICE_HOST), apart from the node's as a Service's is: a pod
 cut off from the API server (a route in its namespace) still answers probes."""
+BRIDGE_MAC = "02:00:0a:fa:00:01"
+"""The bridge's own, fixed hardware address (locally administered). A bridge left to choose takes the lowest of its
+ports' addresses and changes it as pods' veths come and go; every pod's cached neighbour entry for the host then
+points at an address no port answers, and traffic between the pods and the host (the API server's webhook calls,
+the pods' API requests) stalls for seconds until the entry is probed again — a webhook call failing with "context
+deadline exceeded" and both replicas' Lease renewals landing together at the end of the stall."""
 POD_PREFIX = "10.250.0"
 SERVICE_RANGE = "10.96.0.0/16"
 API_PORT = 6443
@@ -113,7 +119,7 @@ def sh(*argv: str) -> str:
 def network() -> None:
     """Loopback up, and the pods' bridge with the host's address on it (in this run's own network namespace)."""
     sh("ip", "link", "set", "lo", "up")
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
     sh("ip", "addr", "add", f"{HOST_IP}/24", "dev", BRIDGE)
     sh("ip", "addr", "add", f"{API_IP}/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
