@@ -5,7 +5,8 @@ A lift is a JSON patch of the pod guarded by its uid and gates. Until the watch 
 gone), the lift is *in flight* and its cards count against its queue and every ancestor in the next rounds, so a
 lagging watch delays later admissions and never lets them through twice. A write whose answer is not a success
 (refused, timed out, reset) is settled by reading the pod back from the API server: still gated, the lift is
-dropped and judged again; past the gate, it stays in flight until the watch brings it. Nothing that holds cards
+dropped and judged again after a pause that doubles with each refusal in a row (:data:`RETRY_SECONDS`); past the
+gate, it stays in flight until the watch brings it. Nothing that holds cards
 lives only here: a restart or a new leader starts from what the API server and the watch say.
 
 A new leader waits one lease duration before its first lift, so that the lifts of the leader before it (which
@@ -37,6 +38,11 @@ DEFAULT_INTERVAL = 0.2
 """Seconds between rounds (a round with no gated pod costs O(queues))."""
 WRITERS = 16
 """Lifts written at once (each a PATCH on a thread)."""
+RETRY_SECONDS = 1.0
+"""After a refused lift, the pod is not lifted again for this long, doubled at each refusal in a row up to
+:data:`MAX_RETRY_SECONDS`: a write the API server keeps refusing (a missing permission, another webhook denying it)
+costs it one PATCH and one GET per pod every few seconds, not every round."""
+MAX_RETRY_SECONDS = 60.0
 
 
 @dataclass
@@ -45,6 +51,8 @@ class GateStats:
     """Lifts the API server accepted."""
     refused: int = 0
     """Lifts not applied (the pod changed, went, or the write failed and the pod was found still gated)."""
+    held_back: int = 0
+    """Lifts decided and not written: their pod's last lift was refused a moment ago (:data:`RETRY_SECONDS`)."""
     rounds: int = 0
     waiting: int = 0
     """Units left at the gate by the last round."""
@@ -71,6 +79,8 @@ class Gatekeeper:
     stats: GateStats = field(default_factory=GateStats)
     in_flight: dict[ObjectKey, Flight] = field(default_factory=dict)
     last_round: GateRound = field(default_factory=GateRound)
+    retry: dict[ObjectKey, tuple[float, int]] = field(default_factory=dict)
+    """Pods whose last lift was refused: (not before this clock reading, refusals in a row)."""
     _leading_since: float | None = None
 
     async def run(self) -> None:
@@ -96,7 +106,9 @@ class Gatekeeper:
         self.stats.rounds += 1
         self.stats.waiting = len(decided.waits)
         self.last_round = decided
-        for lift in decided.lifts:
+        lifts = [lift for lift in decided.lifts if self.retry.get(lift.pod, (now, 0))[0] <= now]
+        self.stats.held_back += len(decided.lifts) - len(lifts)  # (their room stays unused this round)
+        for lift in lifts:
             self.in_flight[lift.pod] = Flight(lift)
         semaphore = asyncio.Semaphore(WRITERS)
 
@@ -104,7 +116,7 @@ class Gatekeeper:
             async with semaphore:
                 await self._write(lift)
 
-        await asyncio.gather(*(write(lift) for lift in decided.lifts))
+        await asyncio.gather(*(write(lift) for lift in lifts))
         return decided
 
     def _settle(self) -> None:
@@ -115,6 +127,8 @@ class Gatekeeper:
             pod = pods.get(key)
             if pod is None or pod.gate is None or pod.uid != flight.lift.uid or pod.terminated:
                 del self.in_flight[key]
+        for key in [key for key in self.retry if (pod := pods.get(key)) is None or pod.gate is None]:
+            del self.retry[key]
 
     async def _write(self, lift: Lift) -> None:
         namespace, name = lift.pod
@@ -129,6 +143,7 @@ class Gatekeeper:
         flight = self.in_flight.get(lift.pod)
         if flight is not None:
             flight.written = True
+        self.retry.pop(lift.pod, None)
         self.stats.lifted += 1
 
     def _narrowing(self, lift: Lift) -> list[Any]:
@@ -151,7 +166,10 @@ class Gatekeeper:
         if manifest is None or _still_gated(manifest, lift.uid):
             self.in_flight.pop(lift.pod, None)
             self.stats.refused += 1
-            log.info("gate of pod %s/%s not lifted (%s); judged again next round", *lift.pod, error)
+            refusals = self.retry.get(lift.pod, (0.0, 0))[1] + 1
+            delay = min(RETRY_SECONDS * 2 ** (refusals - 1), MAX_RETRY_SECONDS)
+            self.retry[lift.pod] = (self.clock() + delay, refusals)
+            log.info("gate of pod %s/%s not lifted (%s); judged again in %.0f s", *lift.pod, error, delay)
         # else: past the gate after all (the answer was lost): the watch brings it
 
 

@@ -105,3 +105,35 @@ async def test_nothing_is_lifted_while_not_leading_or_within_the_takeover_wait(v
         decided = await keeper.round()
         assert decided is not None
         assert [lift.pod[1] for lift in decided.lifts] == ["p"]
+
+
+async def test_a_pod_whose_lift_keeps_being_refused_is_retried_after_a_growing_pause(volcano_kmock: Any,
+                                                                                     tmp_path: Any) -> None:
+    """Every PATCH of the pod fails: the keeper reads the pod back, finds it gated, and does not write it again for
+    1 s, then 2 s, … — not every 0.2 s round. (The refusal is the API server's own: this pod has no uid, so the
+    patch's uid test can never pass. A reaction such as ``kmock["patch", path] << 403`` would not do: kmock applies
+    an object-changing request to its store before any reaction answers it — kmock 0.8, ``_internal/k8s.py``
+    ``KubernetesEmulator._handle``.)"""
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
+    volcano_kmock.objects[PODS, "ml", "p"] = pod("p", namespace="ml", card=A100, gpus=1, queue="team", gated=True)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        now = [0.0]
+        keeper = Gatekeeper(cache, api, takeover_wait=0, clock=lambda: now[0])
+
+        def patches() -> int:
+            return sum(1 for request in volcano_kmock if str(request.method.value).upper() == "PATCH")
+
+        written = []
+        for _ in range(16):  # 3.2 s of rounds
+            decided = await keeper.round()
+            assert decided is not None
+            assert [lift.pod[1] for lift in decided.lifts] == ["p"]
+            written.append(patches())
+            now[0] += 0.2
+        # refused at 0 s (next try at 1 s), at 1 s (next at 3 s), at 3 s (next at 7 s)
+        assert written == [1] * 5 + [2] * 10 + [3], written
+        assert keeper.stats.refused == 3
+        assert keeper.stats.held_back == 13
+        assert gates(volcano_kmock, "p") == [{"name": keys.CARD_GATE}]
+        assert keeper.in_flight == {}
