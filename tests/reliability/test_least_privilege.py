@@ -42,12 +42,21 @@ A100 = "NVIDIA-A100"
 Rule = dict[str, Any]
 
 
-def rbac(path: str = "manifests/base/rbac.yaml") -> tuple[list[Rule], list[Rule]]:
-    """(the ClusterRole's rules, the Role's — none when the file has no Role) in one shipped file."""
-    documents = list(yaml.safe_load_all((REPO / path).read_text()))
-    (cluster_role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+def rbac(*paths: str) -> tuple[list[Rule], list[Rule]]:
+    """(the ClusterRoles' rules, the Role's — none when no file has a Role) in shipped files (default: the base's)."""
+    documents = [document for path in paths or ("manifests/base/rbac.yaml",)
+                 for document in yaml.safe_load_all((REPO / path).read_text())]
     roles = [d for d in documents if d["kind"] == "Role"]
-    return cluster_role["rules"], roles[0]["rules"] if roles else []
+    return ([rule for d in documents if d["kind"] == "ClusterRole" for rule in d["rules"]],
+            roles[0]["rules"] if roles else [])
+
+
+def gate_role() -> str:
+    """A file holding only the base's card-gate ClusterRole (components/separate-controller binds it to the
+    controllers' account)."""
+    documents = yaml.safe_load_all((REPO / "manifests/base/rbac.yaml").read_text())
+    (role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "cardquota-card-gate"]
+    return yaml.safe_dump(role)
 
 
 SPLIT = "manifests/components/separate-controller"
@@ -95,6 +104,10 @@ def cluster(kmock: Any) -> int:
     kmock.objects["v1/pods", "ml", "held"] = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a",
                                                  node_name="a100-1")
     kmock.objects["v1/pods", "ml", "waiting"] = pod("waiting", namespace="ml", card=A100, gpus=1, queue="team-a")
+    # a pod at the card-quota gate whose card fits: the leader lifts its gate (a patch)
+    kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-b"] = queue("team-b", {A100: 1})
+    kmock.objects["v1/pods", "ml", "gated"] = pod("gated", namespace="ml", card=A100, gpus=1, queue="team-b",
+                                                  gated=True, uid="uid-gated")
     return len(list(kmock))
 
 
@@ -140,9 +153,10 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
     await webhook_configurations(volcano_kmock)
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
-                                publish_window=0.1):
+                                publish_window=0.1, card_gate=True):
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
-                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
+                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
+                                      ("patch", "pods")), timeout=20)
     await renew_certificate(volcano_kmock)
     assert_exactly_granted(volcano_kmock, setup_requests, *rbac())
 
@@ -151,7 +165,7 @@ async def test_the_webhook_process_is_granted_exactly_what_it_calls(volcano_kmoc
     await webhook_configurations(volcano_kmock)
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
-                                role=Role.WEBHOOK):
+                                role=Role.WEBHOOK, card_gate=True):  # as shipped: it adds gates, never lifts them
         await eventually(lambda: made(volcano_kmock, ("patch", "mutatingwebhookconfigurations"),
                                       ("watch", "queues"), ("watch", "nodes")), timeout=20)
     await renew_certificate(volcano_kmock)
@@ -163,10 +177,13 @@ async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_k
     monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
-                                publish_window=0.1, role=Role.CONTROLLER):
+                                publish_window=0.1, role=Role.CONTROLLER, card_gate=True):
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
-                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues")), timeout=20)
-    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml"))
+                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
+                                      ("patch", "pods")), timeout=20)
+    gate = tmp_path / "gate-role.yaml"
+    gate.write_text(gate_role())
+    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml", str(gate)))
 
 
 EXTENDER = "manifests/components/extender/extender.yaml"

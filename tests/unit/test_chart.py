@@ -563,6 +563,10 @@ OWN_OVERLAYS: dict[str, tuple[str, list[str], dict[str, Any]]] = {
                           "mapNamespaceQueues": True}),
     "namespace-queues-elsewhere": ("gpu-admin", ["namespace-queues"],
                                    {"namespace": {"create": True, "name": "gpu-admin"}, "mapNamespaceQueues": True}),
+    "no-card-gate": (NAMESPACE, ["no-card-gate"], {"namespace": {"create": True}, "cardGate": {"enabled": False}}),
+    "separate-controller-no-card-gate": (NAMESPACE, ["separate-controller", "no-card-gate"],
+                                         {"namespace": {"create": True}, "separateController": {"enabled": True},
+                                          "cardGate": {"enabled": False}}),
 }
 
 

@@ -113,8 +113,8 @@ def test_namespaced_objects_live_in_the_operator_namespace() -> None:
 
 
 def _rules(kind: str) -> list[dict[str, Any]]:
-    rules: list[dict[str, Any]] = _one(kind)["rules"]
-    return rules
+    """The rules of every ``kind`` of the base (all bound to the operator's account: see the bindings' test)."""
+    return [rule for obj in BASE if obj["kind"] == kind for rule in obj["rules"]]
 
 
 def _grants(kind: str) -> dict[tuple[str, str, str], set[str]]:
@@ -149,6 +149,7 @@ def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
         group = "" if prefix == "/api/v1" else prefix.split("/")[2]
         expected[(group, plural, "")] = {"list", "watch"}
     expected[("", "nodes", "")].add("patch")  # volcano.sh/card.types
+    expected[("", "pods", "")].add("patch")  # the card-quota gate lifted (ClusterRole cardquota-card-gate)
     expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage
     expected[("", "events", "")] = {"create"}
     expected[("apiextensions.k8s.io", "customresourcedefinitions", "queues.scheduling.volcano.sh")] = {"get"}
@@ -175,10 +176,13 @@ def test_bindings_give_the_roles_to_the_deployment_service_account() -> None:
     account = _one("ServiceAccount")["metadata"]["name"]
     assert _one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == account
     for binding, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        obj = _one(binding)
-        assert obj["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role,
-                                  "name": _one(role)["metadata"]["name"]}
-        assert obj["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+        bindings = [obj for obj in BASE if obj["kind"] == binding]
+        roles = {obj["metadata"]["name"] for obj in BASE if obj["kind"] == role}
+        assert {obj["roleRef"]["name"] for obj in bindings} == roles  # every role bound, once
+        for obj in bindings:
+            assert obj["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io"
+            assert obj["roleRef"]["kind"] == role
+            assert obj["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
 
 
 # -------------------------------------------------------------------------------------------------- webhooks
@@ -226,7 +230,27 @@ def test_failure_policy_follows_the_kinds_failure_mode(hook: dict[str, Any]) -> 
     operations = set(hook["rules"][0]["operations"])
     decides = (validating and operations & {"CREATE", "UPDATE"}) or (not validating and kind.mutation_matters)
     mode = kind.failure_mode if decides else FailureMode.OPEN
+    if hook["name"] == GATED_MUTATION:
+        mode = FailureMode.CLOSED  # it adds the card-quota gate: see the next test
     assert hook["failurePolicy"] == {FailureMode.OPEN: "Ignore", FailureMode.CLOSED: "Fail"}[mode]
+
+
+GATED_MUTATION = "pods.mutate.cardquota.io"
+
+
+def test_the_card_pod_mutation_fails_closed_with_the_gate_and_open_without() -> None:
+    """The pod mutation adds the card-quota scheduling gate: a card pod it never saw would be placed unchecked, a
+    refused one is created again by its controller (docs/troubleshooting.md). components/no-card-gate puts it back
+    to Ignore, drops the gate's role and binding and the Deployments' CARDQUOTA_CARD_GATE."""
+    (hook,) = [hook for hook in _webhooks("MutatingWebhookConfiguration") if hook["name"] == GATED_MUTATION]
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["matchConditions"] == [{"name": "card-pods-only", "expression": (
+        "has(object.metadata.annotations) && 'volcano.sh/card.name' in object.metadata.annotations")}]
+    assert {"name": "CARDQUOTA_CARD_GATE", "value": "1"} in CONTAINER["env"]
+    component = _documents(MANIFESTS / "components" / "no-card-gate" / "kustomization.yaml")[0]
+    patched = [json.dumps(patch) for patch in component["patches"]]
+    assert any("failurePolicy" in text and "Ignore" in text and "/webhooks/2" in text for text in patched)
+    assert [hook["name"] for hook in _webhooks("MutatingWebhookConfiguration")][2] == GATED_MUTATION
 
 
 @pytest.mark.parametrize("hook", ALL_WEBHOOKS, ids=lambda hook: hook["name"])
@@ -895,7 +919,7 @@ def test_the_separate_controller_component_names_only_what_the_operator_reads() 
     (container,) = controller["spec"]["template"]["spec"]["containers"]
     env = {item["name"] for item in container["env"]}
     assert env == {"CARDQUOTA_ROLE", "CARDQUOTA_NAMESPACE", "CARDQUOTA_SERVICE_ACCOUNT",
-                   "CARDQUOTA_METRICS_PORT_NUMBER"}
+                   "CARDQUOTA_METRICS_PORT_NUMBER", "CARDQUOTA_CARD_GATE"}
     assert int(next(item["value"] for item in container["env"] if item["name"] == "CARDQUOTA_METRICS_PORT_NUMBER")) \
         == Settings().metrics_port == container["ports"][0]["containerPort"]
 
@@ -905,7 +929,9 @@ def test_the_split_roles_share_out_the_base_roles_without_a_wildcard() -> None:
     the webhooks keep no pod and no write but their certificate's (each grant used: tests/reliability/
     test_least_privilege.py runs each process against them)."""
     webhook = _documents(MANIFESTS / "components" / "separate-controller" / "webhook-rbac.yaml")
-    controller = [obj for obj in SEPARATE if obj["kind"] in ("ClusterRole", "Role")]
+    gate = [obj for obj in BASE if obj["kind"] == "ClusterRole" and obj["metadata"]["name"] == "cardquota-card-gate"]
+    controller = [*gate,  # the component binds the gate's role to the controllers' account instead (test_chart.py)
+                  *[obj for obj in SEPARATE if obj["kind"] in ("ClusterRole", "Role")]]
     base = [obj for obj in BASE if obj["kind"] in ("ClusterRole", "Role")]
     together = _grants_of(webhook)
     for key, verbs in _grants_of(controller).items():

@@ -79,3 +79,12 @@ log format of the processes that take --log-format.
 
 {{/* Where the operator reads a mounted certificate (cert-manager mode). */}}
 {{- define "cardquota.certDir" -}}/etc/cardquota/tls{{- end }}
+
+{{- /* components/no-card-gate: without cardGate.enabled, the container's CARDQUOTA_CARD_GATE goes. */ -}}
+{{- define "cardquota.cardGateEnv" -}}
+{{- if not .root.Values.cardGate.enabled -}}
+{{- $kept := list -}}
+{{- range .container.env }}{{ if ne .name "CARDQUOTA_CARD_GATE" }}{{ $kept = append $kept . }}{{ end }}{{ end -}}
+{{- $_ := set .container "env" $kept -}}
+{{- end -}}
+{{- end -}}
