@@ -7,6 +7,7 @@ check the wiring (API server → webhook → policy → answer), not a second co
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,11 +25,12 @@ from cardquota.core.snapshot import ClusterSnapshot
 A100 = "NVIDIA-A100"
 NAMESPACE = "cardquota-e2e"
 QUEUE = "e2e-team-a"
+SMALL_QUEUE = "e2e-team-one-card"
 
 
 def _clean(kubectl: Kubectl) -> None:
     kubectl.run("delete", "namespace", NAMESPACE, "--wait", "--ignore-not-found", "--timeout=120s")
-    kubectl.run("delete", "queue", QUEUE, "e2e-bad", "--ignore-not-found")
+    kubectl.run("delete", "queue", QUEUE, SMALL_QUEUE, "e2e-bad", "--ignore-not-found")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,9 +120,44 @@ def test_a_card_pod_gets_node_affinity_and_usage_moves_when_it_binds(
         return True if text is not None and json.loads(text) == wanted else None
 
     until(lambda: annotation("volcano.sh/card.pending", {A100: 1}), what="the pod counted as pending")
+    # The shipped manifests create card pods at cardquota's scheduling gate; the API server binds no gated pod
+    # ("pod trainer-0 has non-empty .spec.schedulingGates"), so the binding waits for the lift, as a scheduler does.
+    until(lambda: True if not kubectl.get("pod", "trainer-0", namespace)["spec"].get("schedulingGates") else None,
+          what="the card-quota gate lifted (the queue has room)")
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "trainer-0", "namespace": namespace},
                "target": {"apiVersion": "v1", "kind": "Node", "name": gpu_node}}
     kubectl.run("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/trainer-0/binding", "-f", "-",
                 stdin=json.dumps(binding))
     until(lambda: annotation("volcano.sh/card.allocated", {A100: 1}), what="the pod counted as allocated")
     until(lambda: annotation("volcano.sh/card.pending", {}), what="nothing pending any more")
+
+
+def _card_pod(name: str, namespace: str, queue_name: str) -> dict[str, Any]:
+    """A card pod that no scheduler places (a node selector nothing matches): what happens to it is the gate's."""
+    manifest = pod(name, namespace=namespace, card=A100, queue=queue_name, gpus=1)
+    manifest["spec"]["schedulerName"] = "volcano"
+    manifest["spec"]["nodeSelector"] = {"cardquota.io/e2e-held": "true"}
+    manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.10"
+    manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m"}
+    return manifest
+
+
+def test_a_card_pod_beyond_its_queues_quota_waits_at_the_gate_until_cards_are_released(
+    kubectl: Kubectl, namespace: str, gpu_node: str,
+) -> None:
+    """Through the real API server: the pod webhook creates card pods gated, the leader lifts the gate of the first
+    (its queue's one A100 is free) and keeps the second gated — Pending, never Unschedulable, so no autoscaler adds
+    a node for it — until the first is deleted."""
+    kubectl.apply(queue(SMALL_QUEUE, {A100: 1}))
+    kubectl.apply(_card_pod("first", namespace, SMALL_QUEUE))
+    until(lambda: True if not kubectl.get("pod", "first", namespace)["spec"].get("schedulingGates") else None,
+          what="the first pod's gate lifted")
+    kubectl.apply(_card_pod("second", namespace, SMALL_QUEUE))
+    time.sleep(3)  # fifteen of the leader's rounds
+    second = kubectl.get("pod", "second", namespace)
+    assert second["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
+    conditions = {c["type"]: c for c in second.get("status", {}).get("conditions") or []}
+    assert conditions.get("PodScheduled", {}).get("reason") == "SchedulingGated"  # (the API server's own)
+    kubectl.run("delete", "pod", "first", "-n", namespace, "--wait", "--timeout=60s", "--grace-period=0")
+    until(lambda: True if not kubectl.get("pod", "second", namespace)["spec"].get("schedulingGates") else None,
+          what="the second pod's gate lifted once the first's card was released")

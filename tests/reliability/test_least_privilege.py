@@ -104,10 +104,10 @@ def cluster(kmock: Any) -> int:
     kmock.objects["v1/pods", "ml", "held"] = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a",
                                                  node_name="a100-1")
     kmock.objects["v1/pods", "ml", "waiting"] = pod("waiting", namespace="ml", card=A100, gpus=1, queue="team-a")
-    # a pod at the card-quota gate whose card fits: the leader lifts its gate (a patch)
+    # a pod at the card-quota gate whose card fits: the leader reads it (to narrow its A|B request) and lifts its gate
     kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-b"] = queue("team-b", {A100: 1})
-    kmock.objects["v1/pods", "ml", "gated"] = pod("gated", namespace="ml", card=A100, gpus=1, queue="team-b",
-                                                  gated=True, uid="uid-gated")
+    kmock.objects["v1/pods", "ml", "gated"] = pod("gated", namespace="ml", card=f"{A100}|NVIDIA-H100", gpus=1,
+                                                  queue="team-b", gated=True, uid="uid-gated")
     return len(list(kmock))
 
 
@@ -156,7 +156,7 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
                                 publish_window=0.1, card_gate=True):
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
-                                      ("patch", "pods")), timeout=20)
+                                      ("get", "pods"), ("patch", "pods")), timeout=20)
     await renew_certificate(volcano_kmock)
     assert_exactly_granted(volcano_kmock, setup_requests, *rbac())
 
@@ -180,7 +180,7 @@ async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_k
                                 publish_window=0.1, role=Role.CONTROLLER, card_gate=True):
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
-                                      ("patch", "pods")), timeout=20)
+                                      ("get", "pods"), ("patch", "pods")), timeout=20)
     gate = tmp_path / "gate-role.yaml"
     gate.write_text(gate_role())
     assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml", str(gate)))

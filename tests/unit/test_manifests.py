@@ -149,7 +149,8 @@ def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
         group = "" if prefix == "/api/v1" else prefix.split("/")[2]
         expected[(group, plural, "")] = {"list", "watch"}
     expected[("", "nodes", "")].add("patch")  # volcano.sh/card.types
-    expected[("", "pods", "")].add("patch")  # the card-quota gate lifted (ClusterRole cardquota-card-gate)
+    expected[("", "pods", "")] |= {"get", "patch"}  # the card-quota gate (ClusterRole cardquota-card-gate): a pod
+    # read before its A|B request is narrowed, and the lift written
     expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage
     expected[("", "events", "")] = {"create"}
     expected[("apiextensions.k8s.io", "customresourcedefinitions", "queues.scheduling.volcano.sh")] = {"get"}
