@@ -25,13 +25,14 @@ from cardquota.core.schedconf.extender import (
     plugin_arguments,
     plugin_entries,
 )
-from cardquota.core.schedconf.fragment import EXTENDER_URL, extender_stanza, merged_conf
+from cardquota.core.schedconf.fragment import EXTENDER_URL, GatedStanza, extender_stanza, gated_stanza, merged_conf
 from cardquota.core.schedconf.reader import CONF_KEY, read_conf
 from cardquota.core.schedconf.source import arguments_text
 
 SCHEDULER_NAMESPACE = "volcano-system"
 PRINTS = ("configmap", "conf", "fragment", "managed-resources")
 MANAGED = ("auto", "offered", "all")
+GATE = ("on", "off")
 KEPT_METADATA = ("name", "namespace", "labels", "annotations")
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -67,6 +68,12 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                         "(pods without them are then never sent to the extender); all: leave it out (every pod is "
                         "sent); auto (default): all when crossquota or a queue's cpu/memory capability needs the "
                         "non-card pods, else offered")
+    parser.add_argument("--card-gate", choices=GATE, default="on",
+                        help="on (default, as the shipped manifests run cardquota): the card-quota gate holds the "
+                        "card quotas, so the stanza keeps the enqueue check and the task verbs only for what "
+                        "placement still needs (mGPU, crossquota, DRA quotas), with extender.ignorable true when "
+                        "it needs none; off: the extender enforces every card quota when pods are placed (every "
+                        "verb, --managed-resources applies)")
     parser.add_argument("--extender-url", default=EXTENDER_URL, metavar="URL",
                         help="where the scheduler calls the extender (default: %(default)s, the Service of "
                         "manifests/components/extender)")
@@ -92,8 +99,18 @@ def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -
             plugin_entries(read_conf(source.text)))
     except InputError as error:
         raise error.located(source.source) from None
-    managed = _managed(args.managed, offered, crossquota=crossquota, capability=capability, err=err)
-    stanza = extender_stanza(managed, url=args.extender_url)
+    dra = sorted(name for name, record in ledger.snapshot.queues.items() if record.queue.dra)
+    card_gate = args.card_gate == "on"
+    if card_gate:
+        if args.managed != "auto":
+            raise InputError("--managed-resources applies with --card-gate off only: with the gate, the stanza "
+                             "sends the extender only the tasks placement still needs")
+        gated = gated_stanza(offered, crossquota=crossquota, dra_queues=dra)
+        _say_gated(gated, err)
+        stanza = extender_stanza(url=args.extender_url, gated=gated)
+    else:
+        managed = _managed(args.managed, offered, crossquota=crossquota, capability=capability, err=err)
+        stanza = extender_stanza(managed, url=args.extender_url)
     if args.prints == "fragment":
         out.write(_dump([stanza]))
         return EXIT_OK
@@ -105,7 +122,8 @@ def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -
     else:
         conf = _conf_of(configmap)
     merged = merged_conf(conf, stanza)
-    for leak in conf_leaks(plugin_entries(merged), offered=offered, capability_queues=capability):
+    for leak in conf_leaks(plugin_entries(merged), offered=offered, capability_queues=capability,
+                           card_gate=card_gate, dra_queues=dra):
         err.write(f"warning: {leak.path}: {leak.message}\n")
     text = _dump(merged)
     if args.prints == "conf":
@@ -113,6 +131,19 @@ def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -
     else:
         out.write(_dump(_applied(configmap, text)))
     return EXIT_OK
+
+
+def _say_gated(gated: GatedStanza, err: TextIO) -> None:
+    if not gated.placement:
+        err.write("note: the card-quota gate holds the card quotas: the extender keeps the enqueue check only (no "
+                  "per-node verb; extender.ignorable true, so an extender that is down or slow never stops "
+                  "Volcano's other work)\n")
+    elif gated.managed is not None:
+        err.write(f"note: the extender's task verbs are kept for the tasks requesting {', '.join(gated.managed)} "
+                  f"only ({'; '.join(gated.reasons)}); extender.ignorable false\n")
+    else:
+        err.write(f"note: every task is sent to the extender's task verbs ({'; '.join(gated.reasons)}); "
+                  "extender.ignorable false\n")
 
 
 def _managed(choice: str, offered: Sequence[str], *, crossquota: bool, capability: Sequence[str],

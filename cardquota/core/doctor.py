@@ -85,6 +85,7 @@ VOLCANO_PODGROUP_POLICY = "volcano-podgroup-mutation-policy"
 """Volcano's MutatingAdmissionPolicy doing the same (installer/helm/chart/volcano/policy/podgroups-mutating.yaml,
 v1.12+, ``custom.map_enable``)."""
 MAP_NAMESPACE_QUEUES_ENV = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
+CARD_GATE_ENV = "CARDQUOTA_CARD_GATE"
 """The operator's variable for :attr:`PolicyConfig.map_namespace_queues` (operator/settings.py)."""
 
 ADDITION_WORDING = WORDING
@@ -228,6 +229,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
     podgroups, pods = _objects(installation.podgroups), _objects(installation.pods)
     operator = _object(installation.operator_deployment)
     mapping = isinstance(operator, Mapping) and maps_namespace_queues(operator)
+    gate = isinstance(operator, Mapping) and runs_card_gate(operator)
     checks: list[tuple[str, Callable[[], list[Result]]]] = [
         (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))
                   + check_namespace_queues(_object(installation.volcano_podgroup_webhook),
@@ -241,7 +243,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                           installation.now, _object(installation.controller_deployment),
                                           _objects(installation.controller_pods))),
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
-                                            queues=queues, extender_conf=_object(installation.extender_conf))),
+                                            queues=queues, extender_conf=_object(installation.extender_conf),
+                                            card_gate=gate)),
         (NODES, lambda: check_nodes(nodes)),
         (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target,
                                       namespaces=_objects(installation.namespaces) if mapping else None)),
@@ -321,15 +324,25 @@ def check_namespace_queues(webhook: Read, policy: Read, operator: Read) -> list[
 
 def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:
     """Whether the operator Deployment's first container is told Volcano maps namespaces to queues."""
+    return _switched_on(deployment, "--map-namespace-queues", MAP_NAMESPACE_QUEUES_ENV)
+
+
+def runs_card_gate(deployment: Mapping[str, Any]) -> bool:
+    """Whether the operator Deployment's first container runs the card-quota gate."""
+    return _switched_on(deployment, "--card-gate", CARD_GATE_ENV)
+
+
+def _switched_on(deployment: Mapping[str, Any], flag: str, env: str) -> bool:
+    """Whether the Deployment's first container has ``flag`` among its args, or ``env`` set to a true value."""
     template = _map(_map(deployment.get("spec")).get("template"))
     containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
     if not containers:
         return False
     container = containers[0]
-    if "--map-namespace-queues" in [str(arg) for arg in _list(container.get("args"))]:
+    if flag in [str(arg) for arg in _list(container.get("args"))]:
         return True
     values = [item.get("value") for item in _list(container.get("env"))
-              if isinstance(item, MAPPING_TYPES) and item.get("name") == MAP_NAMESPACE_QUEUES_ENV]
+              if isinstance(item, MAPPING_TYPES) and item.get("name") == env]
     return bool(values) and read_flag(str(values[-1])) is True
 
 
@@ -730,7 +743,7 @@ def holder_pod(holder: str, pods: Iterable[str]) -> str | None:
 
 
 def check_scheduler(configmap: Read, target: Target, *, nodes: Listing = (), queues: Listing = (),
-                    extender_conf: Read = None) -> list[Result]:
+                    extender_conf: Read = None, card_gate: bool = False) -> list[Result]:
     where = f"ConfigMap {target.scheduler_namespace}/{target.scheduler_configmap}"
     edit = f"kubectl -n {target.scheduler_namespace} edit configmap {target.scheduler_configmap}"
     if isinstance(configmap, Unreadable):
@@ -756,7 +769,7 @@ def check_scheduler(configmap: Read, target: Target, *, nodes: Listing = (), que
                               f"{schedconf.EXTENDER}: the scheduler does not enforce card quotas",
                               fix="stock Volcano: deploy manifests/components/extender, then merge the extender's "
                               f"stanza into the scheduler's configuration: {MERGE_COMMAND}"))
-    results += _scheduler_leaks(entries, nodes, queues, extender_conf, where, edit)
+    results += _scheduler_leaks(entries, nodes, queues, extender_conf, where, edit, card_gate=card_gate)
     if not results:
         results.append(Result(SCHEDULER, Status.OK, f"{where} enables {' and '.join(enforcing)} and passes "
                               "cardquota's ConfigMap policy"))
@@ -768,7 +781,7 @@ MERGE_COMMAND = "kubectl cardquota scheduler-conf | kubectl apply -f - (docs/sch
 
 
 def _scheduler_leaks(entries: list[PluginEntry] | None, nodes: Listing, queues: Listing, extender_conf: Read,
-                     where: str, edit: str) -> list[Result]:
+                     where: str, edit: str, *, card_gate: bool = False) -> list[Result]:
     """Where the configuration lets work past the rules (:func:`cardquota.core.schedconf.extender.conf_leaks`),
     with the extender's conf as the source of the plugins' arguments when it can be read. ``entries``: the
     scheduler's plugins (None when its conf cannot be read)."""
@@ -787,7 +800,7 @@ def _scheduler_leaks(entries: list[PluginEntry] | None, nodes: Listing, queues: 
             continue  # (the Nodes check reports it)
     offered = offered_resources((record.node.allocatable for record in records),
                                 (resource for record in records for resource in record.cards.by_resource))
-    capability = []
+    capability, dra = [], []
     for manifest in queues if not isinstance(queues, Unreadable) else ():
         try:
             record = queue_record(manifest)
@@ -795,7 +808,10 @@ def _scheduler_leaks(entries: list[PluginEntry] | None, nodes: Listing, queues: 
             continue
         if record.queue.capability is not None:
             capability.append(record.queue.name)
-    leaks = conf_leaks(entries, offered=offered, capability_queues=sorted(capability), arguments=arguments)
+        if record.queue.dra:
+            dra.append(record.queue.name)
+    leaks = conf_leaks(entries, offered=offered, capability_queues=sorted(capability), arguments=arguments,
+                       card_gate=card_gate, dra_queues=sorted(dra))
     if leaks:
         results.append(Result(SCHEDULER, Status.WARN, f"{where} lets work past cardquota's rules in {len(leaks)} "
                               f"place{_s(leaks)}", details=_some([f"{leak.path}: {leak.message}" for leak in leaks]),

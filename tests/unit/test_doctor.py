@@ -14,6 +14,7 @@ import base64
 import copy
 import datetime
 import io
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,8 @@ from cardquota.core.doctor import Result, Status, Target, Trust, Unreadable
 from cardquota.core.keys import CARD_USAGE
 from cardquota.core.ledger import Ledger
 from cardquota.core.publish import queue_annotations
+from cardquota.core.schedconf.fragment import extender_stanza, gated_stanza, merged_conf
+from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.operator.certificates import Certificates, secret_body
 from cardquota.operator.settings import Settings
 from cardquota.runtime.tls import KeyPair, new_ca, new_serving_cert, service_dns_names
@@ -729,7 +732,21 @@ WHERE = "ConfigMap volcano-system/volcano-scheduler-configmap"
                  id="malformed"),
 ])
 def test_scheduler(configmap: Any, expected: list[tuple[str, str]]) -> None:
-    assert statuses(doctor.check_scheduler(configmap, target())) == expected
+    assert statuses(doctor.check_scheduler(configmap, target(), card_gate=True)) == expected  # (as shipped)
+
+
+def test_the_enqueue_only_stanza_leaks_card_quotas_when_the_operator_runs_without_the_gate() -> None:
+    """The example's stanza keeps no task verb: right with the card-quota gate, a leak without it (the doctor reads
+    which from the operator's Deployment: :func:`doctor.runs_card_gate`)."""
+    (result,) = doctor.check_scheduler(scheduler_configmap(), target(), card_gate=False)
+    assert result.status.value == "warn"
+    assert any("card quotas are not checked when pods are placed" in line for line in result.details)
+    shipped_operator = [d for d in shipped("manifests/base/deployment.yaml") if d["kind"] == "Deployment"]
+    assert doctor.runs_card_gate(shipped_operator[0])
+    without = copy.deepcopy(shipped_operator[0])
+    without["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        e for e in without["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] != "CARDQUOTA_CARD_GATE"]
+    assert not doctor.runs_card_gate(without)
 
 
 def test_scheduler_violations_are_listed_with_their_field() -> None:
@@ -758,22 +775,31 @@ tiers:
 """
 
 
-def extender_conf() -> Manifest:
+def extender_conf(crossquota: bool = False) -> Manifest:
+    """The shipped extender conf (its ConfigMap); ``crossquota``: with the crossquota stanza it ships commented out
+    turned on, as its comment says to."""
     conf = (REPO / "manifests" / "components" / "extender" / "volcano-scheduler.conf").read_text()
+    if crossquota:
+        start = conf.index("  # - name: crossquota")
+        block = conf[start:].split("\n")
+        lines = list(itertools.takewhile(lambda line: line.startswith(("  #   ", "  # - ")), block))
+        turned_on = "\n".join(line.replace("  # ", "  ", 1) for line in lines)
+        conf = conf[:start] + turned_on + "\n" + "\n".join(block[len(lines):])
+        assert SchedulerConfig.from_conf(conf).crossquota is not None  # (really on)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cardquota-extender-conf", "namespace": "cardquota-system"},
             "data": {"volcano-scheduler.conf": conf}}
 
 
 def test_scheduler_leaks_are_warned_with_where_and_why() -> None:
-    """managedResources leaving out the NPU and MIG resources nodes offer; crossquota (enabled in the extender's
+    """managedResources leaving out the NPU and MIG resources nodes offer; crossquota (turned on in the extender's
     conf) and a queue's cpu/memory capability unreachable; a voter in an earlier tier deciding before the extender;
     capacity-card's arguments written in the scheduler's conf unlike the extender's (and, as a voter, after it)."""
     node_list = [*nodes(), node("npu-1", allocatable={"huawei.com/Ascend910": "8"}),
                  node("mig-1", allocatable={"nvidia.com/mig-1g.5gb": "7"})]
     capped = {**queue("batch", {}), "spec": {"capability": {"cpu": "10"}}}
     results = doctor.check_scheduler(with_conf(LEAKY), target(), nodes=node_list, queues=[capped],
-                                     extender_conf=extender_conf())
+                                     extender_conf=extender_conf(crossquota=True))
     (leaks,) = [result for result in results if result.status is Status.WARN]
     assert leaks.message == f"{WHERE} lets work past cardquota's rules in 5 places"
     assert [detail.split(":")[0] for detail in leaks.details] == [
@@ -791,7 +817,23 @@ def test_the_shipped_configuration_has_no_leak() -> None:
     node_list = [*nodes(), node("npu-1", allocatable={"huawei.com/Ascend910": "8"})]
     capped = {**queue("batch", {}), "spec": {"capability": {"cpu": "10"}}}
     assert statuses(doctor.check_scheduler(scheduler_configmap(), target(), nodes=node_list, queues=[capped],
-                                           extender_conf=extender_conf())) == [
+                                           extender_conf=extender_conf(), card_gate=True)) == [
+        ("ok", f"{WHERE} enables extender and passes cardquota's ConfigMap policy")]
+
+
+def test_with_the_gate_mgpu_nodes_need_the_task_verbs_for_their_tasks_only() -> None:
+    """The enqueue-only stanza on a cluster whose nodes offer mGPU: a leak (its pods' card indexes are given when
+    placed); the stanza scheduler-conf prints there keeps the task verbs for the mGPU resources and leaks nothing."""
+    mgpu = {"vke.volcengine.com/mgpu-core": "400", "vke.volcengine.com/mgpu-memory": "98304"}
+    node_list = [*nodes(), node("mgpu-1", labels=gpu_labels(A100), allocatable=mgpu)]
+    (leak,) = doctor.check_scheduler(scheduler_configmap(), target(), nodes=node_list, card_gate=True)
+    assert leak.status.value == "warn"
+    assert any("placement still needs: nodes offer mGPU" in line for line in leak.details), leak.details
+    stanza = extender_stanza(gated=gated_stanza(sorted(mgpu), crossquota=False, dra_queues=()))
+    assert stanza["arguments"]["extender.managedResources"] == sorted(mgpu)
+    assert stanza["arguments"]["extender.ignorable"] is False
+    fixed = with_conf(yaml.safe_dump(merged_conf(None, stanza)))
+    assert statuses(doctor.check_scheduler(fixed, target(), nodes=node_list, card_gate=True)) == [
         ("ok", f"{WHERE} enables extender and passes cardquota's ConfigMap policy")]
 
 

@@ -34,7 +34,7 @@ from cardquota.core.policies.registry import POLICIES
 from cardquota.core.policies.schedconf import admit as admit_schedconf
 from cardquota.core.policies.schedconf import conf_violations
 from cardquota.core.policies.workload import admit as admit_workload
-from cardquota.core.schedconf.fragment import EXTENDER_URL, extender_stanza, merged_conf
+from cardquota.core.schedconf.fragment import EXTENDER_URL, extender_stanza, gated_stanza, merged_conf
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import CACHED_RESOURCES, DRA_GROUP
@@ -758,9 +758,10 @@ def test_the_shipped_fragment_is_the_stanza_the_cli_merges() -> None:
     ``kubectl cardquota scheduler-conf`` merges; the whole-ConfigMap example is that command's output for a cluster
     with no ConfigMap (Volcano's default configuration, the user's plugins kept), not a second definition."""
     fragment = yaml.safe_load((MANIFESTS / "components" / "extender" / "extender-plugin.conf").read_text())
-    assert fragment == [extender_stanza()]
+    gated = extender_stanza(gated=gated_stanza((), crossquota=False, dra_queues=()))  # (the gate is on as shipped)
+    assert fragment == [gated]
     (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
-    assert yaml.safe_load(example["data"]["volcano-scheduler.conf"]) == merged_conf(None, extender_stanza())
+    assert yaml.safe_load(example["data"]["volcano-scheduler.conf"]) == merged_conf(None, gated)
     assert example["metadata"] == {"name": DEFAULT_SCHEDULER_CONFIGMAP, "namespace": "volcano-system"}
 
 
@@ -768,7 +769,7 @@ def test_the_shipped_configuration_leaks_nothing_on_the_example_cluster() -> Non
     """The example ConfigMap, with the extender's conf as the plugins' arguments, over examples/cluster.yaml (MIG,
     NPU, shared GPUs, queues with a cpu/memory capability): no warning from the ConfigMap policy."""
     (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
-    assert admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig()).warnings == ()
+    assert admit_schedconf(example, None, EXAMPLE_SNAPSHOT, PolicyConfig(card_gate=True)).warnings == ()
 
 
 def test_a_managed_resources_string_is_refused_since_it_makes_the_scheduler_exit() -> None:

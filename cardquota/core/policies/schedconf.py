@@ -123,10 +123,10 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if not isinstance(text, str):
         return decide([invalid(CONF_PATH, f"must be text (the YAML configuration), not {type_name(text)}")])
     violations = conf_violations(text)
-    return decide(violations, () if violations else leak_warnings(text, snapshot))
+    return decide(violations, () if violations else leak_warnings(text, snapshot, card_gate=config.card_gate))
 
 
-def leak_warnings(text: str, snapshot: ClusterSnapshot) -> list[str]:
+def leak_warnings(text: str, snapshot: ClusterSnapshot, *, card_gate: bool = False) -> list[str]:
     """Where a readable configuration that enables the extender lets work past cardquota's rules: card resources
     nodes offer left out of ``managedResources``, checks it makes unreachable, an enqueue vote that does not count,
     task verbs left out (:func:`cardquota.core.schedconf.extender.conf_leaks`; the plugins' arguments are those
@@ -139,8 +139,10 @@ def leak_warnings(text: str, snapshot: ClusterSnapshot) -> list[str]:
     offered = offered_resources((record.node.allocatable for record in records),
                                 (resource for record in records for resource in record.cards.by_resource))
     capability = sorted(name for name, record in snapshot.queues.items() if record.queue.capability is not None)
+    dra = sorted(name for name, record in snapshot.queues.items() if record.queue.dra)
     return [one_line(f"{leak.path}: {leak.message}")
-            for leak in conf_leaks(entries, offered=offered, capability_queues=capability)]
+            for leak in conf_leaks(entries, offered=offered, capability_queues=capability, card_gate=card_gate,
+                                   dra_queues=dra)]
 
 
 def conf_violations(text: str) -> list[Violation]:

@@ -137,25 +137,31 @@ def _positive(amount: object) -> bool:
 
 
 def managed_resource_leaks(entry: PluginEntry, offered: Iterable[str], *, crossquota: bool,
-                           capability_queues: Sequence[str]) -> list[Leak]:
+                           capability_queues: Sequence[str], card_gate: bool = False,
+                           dra_queues: Sequence[str] = ()) -> list[Leak]:
     """What ``managedResources`` keeps from the extender: card resources nodes offer that it does not list, and —
     when it is set at all — every pod without a card resource (crossquota and the queues' cpu/memory capability
-    check those at placement)."""
+    check those at placement). With the card-quota gate (``card_gate``) the gate holds the card quotas: only the
+    mGPU resources must reach it (the card indexes), the capability is checked at enqueue, and crossquota and DRA
+    quotas still need every pod."""
     managed = managed_resources(entry)
     if managed is None:
         return []
     path = entry.path
     leaks: list[Leak] = []
-    missing = sorted(set(offered) - managed)
+    needed = set(offered) & set(MGPU_RESOURCES) if card_gate else set(offered)
+    missing = sorted(needed - managed)
     if missing:
+        held = "mGPU card indexes unassigned" if card_gate else "card quota unchecked"
         leaks.append(Leak(path, f"managedResources leaves out {_listed(missing)}, which nodes offer: their pods "
-                                "skip the extender's predicate (card quota unchecked); add them or drop "
-                                "managedResources"))
+                                f"skip the extender's predicate ({held}); add them or drop managedResources"))
     unreached = []
     if crossquota:
         unreached.append("crossquota")
-    if capability_queues:
+    if capability_queues and not card_gate:
         unreached.append(f"the cpu/memory capability of {_listed(list(capability_queues))}")
+    if dra_queues and card_gate:
+        unreached.append(f"the DRA quotas of {_listed(list(dra_queues))}")
     if unreached:
         leaks.append(Leak(path, "managedResources is set, so pods without cards skip the extender's predicate: "
                                 f"{' and '.join(unreached)} not checked for them; drop managedResources"))
@@ -192,11 +198,16 @@ def enqueue_leaks(entries: Sequence[PluginEntry]) -> list[Leak]:
     return leaks
 
 
-def task_verb_leaks(extender: PluginEntry) -> list[Leak]:
-    """Task verbs the rules need that the stanza does not set."""
+def task_verb_leaks(extender: PluginEntry, placement_needs: Sequence[str] | None = None) -> list[Leak]:
+    """Task verbs the rules need that the stanza does not set. ``placement_needs``: with the card-quota gate, why
+    tasks must still reach the extender when placed (empty: they need not; None: no gate, card quotas are checked
+    there)."""
     missing = [verb for verb in TASK_VERBS if not isinstance(extender.arguments.get(verb), str)]
-    if not missing:
+    if not missing or placement_needs == []:
         return []
+    if placement_needs is not None:
+        return [Leak(extender.path, f"the extender has no {_listed(missing)}, which placement still needs: "
+                                    f"{'; '.join(placement_needs)}")]
     return [Leak(extender.path, f"the extender has no {_listed(missing)}: card quotas are not "
                                 f"{'checked' if TASK_VERBS[0] in missing else 'charged'} when pods are placed")]
 
@@ -246,19 +257,35 @@ def _listed(names: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------------------------------- together
 
 
+def placement_needs(offered: Iterable[str], *, crossquota: bool, dra_queues: Sequence[str]) -> list[str]:
+    """With the card-quota gate: why tasks must still reach the extender's task verbs when placed, one phrase each
+    (empty: they need not — the gate holds the card quotas and the enqueue check the cpu/memory capability)."""
+    needs = (["crossquota is configured (every task)"] if crossquota else []) + (
+        [f"queues {_listed(list(dra_queues))} have a DRA quota (every task)"] if dra_queues else [])
+    if set(offered) & set(MGPU_RESOURCES):
+        needs.append("nodes offer mGPU (its tasks get their card indexes when placed)")
+    return needs
+
+
 def conf_leaks(scheduler: Sequence[PluginEntry], *, offered: Iterable[str], capability_queues: Sequence[str],
-               arguments: Sequence[PluginEntry] | None = None) -> list[Leak]:
+               arguments: Sequence[PluginEntry] | None = None, card_gate: bool = False,
+               dra_queues: Sequence[str] = ()) -> list[Leak]:
     """Every leak of the scheduler's configuration (``scheduler``, its plugin entries) when it enables the
     extender: ``offered``, the card and mGPU resources nodes offer (:func:`offered_resources`);
     ``capability_queues``, the queues with a cpu/memory ``spec.capability``; ``arguments``, the entries of the
-    extender's conf when it is known (the source of the plugins' arguments), else the scheduler's are taken."""
+    extender's conf when it is known (the source of the plugins' arguments), else the scheduler's are taken;
+    ``card_gate``, whether the card-quota gate holds the card quotas (then the task verbs are needed only for what
+    ``dra_queues``, crossquota and mGPU need at placement)."""
     extender = extender_entry(scheduler)
     if extender is None:
         return []
+    offered = list(offered)
     source = scheduler if arguments is None else arguments
-    leaks = [*task_verb_leaks(extender), *enqueue_leaks(scheduler)]
-    leaks += managed_resource_leaks(extender, offered, crossquota="crossquota" in plugin_arguments(source),
-                                    capability_queues=capability_queues)
+    crossquota = "crossquota" in plugin_arguments(source)
+    needs = placement_needs(offered, crossquota=crossquota, dra_queues=dra_queues) if card_gate else None
+    leaks = [*task_verb_leaks(extender, needs), *enqueue_leaks(scheduler)]
+    leaks += managed_resource_leaks(extender, offered, crossquota=crossquota, capability_queues=capability_queues,
+                                    card_gate=card_gate, dra_queues=dra_queues)
     if arguments is not None:
         leaks += argument_disagreements(scheduler, arguments)
     return leaks

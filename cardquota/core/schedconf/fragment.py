@@ -10,11 +10,19 @@ voter of that tier, and with no voter in an earlier tier), else at the end of th
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.schedconf.extender import EXTENDER, MANAGED_RESOURCES, PERMITTING_VOTERS, REJECTING_VOTERS
+from cardquota.core.schedconf.extender import (
+    EXTENDER,
+    MANAGED_RESOURCES,
+    MGPU_RESOURCES,
+    PERMITTING_VOTERS,
+    REJECTING_VOTERS,
+    placement_needs,
+)
 
 EXTENDER_URL = "http://cardquota-extender.cardquota-system.svc:8713"
 """The extender's Service (manifests/components/extender/extender.yaml)."""
@@ -37,6 +45,48 @@ every type and CPU-only ones too (``if ssn.Overused(queue) { continue }``, actio
 ``ignorable: false``, every queue while the extender cannot be reached (``return !ep.config.ignorable``,
 plugins/extender/extender.go)."""
 
+ENQUEUE_VERBS = ("extender.jobEnqueueableVerb", "extender.jobEnqueuedVerb")
+"""The verbs of the stanza that are asked once per job, not per task or node."""
+
+
+@dataclass(frozen=True)
+class GatedStanza:
+    """What the extender is still needed for when the card-quota gate holds the card quotas (:func:`gated_stanza`).
+
+    The gate decides, once per pod and ahead of Volcano's cycle, whether a card pod's cards fit its queue and every
+    ancestor, and pins an ``A|B`` request to one type; the extender's per-(task, node) ``predicate`` and per-task
+    ``prioritize`` are then needed only for the rules that are per node by nature: an mGPU pod's card indexes (its
+    tasks only: ``managedResources`` lists the mGPU resources) and crossquota or a queue's DRA quota (every task:
+    neither can be told from a task's resource names)."""
+
+    placement: bool
+    """The task verbs (predicate, prioritize, allocateFunc, deallocateFunc, jobReady, onSessionClose) are set."""
+    managed: tuple[str, ...] | None
+    """``extender.managedResources`` (None: left out, every task is sent) — read only when :attr:`placement`."""
+    reasons: tuple[str, ...]
+    """Why the task verbs stay, one phrase each (empty when they go)."""
+
+    @property
+    def ignorable(self) -> bool:
+        """``extender.ignorable``. Without task verbs nothing of a quota depends on the extender's answer (its
+        enqueue vote delays, the gate holds): a transport error permits, so an extender that is down, restarting or
+        slow never stops Volcano's other work. With them, an mGPU pod must not be bound without its card indexes:
+        false, as before."""
+        return not self.placement
+
+
+def gated_stanza(offered: Iterable[str], *, crossquota: bool, dra_queues: Sequence[str]) -> GatedStanza:
+    """The stanza's shape with the card-quota gate on: ``offered`` the card and mGPU resources nodes offer,
+    ``crossquota`` whether the crossquota plugin is configured, ``dra_queues`` the queues with a ``spec.dra``
+    quota. A queue's cpu/memory ``spec.capability`` is checked at enqueue (the job's ``minResources``), once per
+    job; Volcano's own proportion or capacity plugin caps a set capability at placement."""
+    offered = list(offered)
+    needs = placement_needs(offered, crossquota=crossquota, dra_queues=dra_queues)
+    mgpu = tuple(sorted(set(offered) & set(MGPU_RESOURCES)))
+    every_task = crossquota or bool(dra_queues)
+    return GatedStanza(bool(needs), None if every_task or not needs else mgpu, tuple(needs))
+
+
 DEFAULT_CONF: Mapping[str, Any] = {
     "actions": "enqueue, allocate, backfill",
     "tiers": [
@@ -49,12 +99,19 @@ DEFAULT_CONF: Mapping[str, Any] = {
 scheduler runs when the cluster has no ConfigMap to merge into."""
 
 
-def extender_stanza(managed: Iterable[str] | None = None, *, url: str = EXTENDER_URL) -> dict[str, Any]:
-    """The ``extender`` plugin entry. ``managed``: the resources whose tasks the scheduler sends (None: every task,
-    which crossquota, the queues' cpu/memory capability and DRA quotas need)."""
-    arguments: dict[str, Any] = {"extender.urlPrefix": url, "extender.httpTimeout": HTTP_TIMEOUT, **VERBS,
-                                 "extender.ignorable": False}
-    if managed is not None:
+def extender_stanza(managed: Iterable[str] | None = None, *, url: str = EXTENDER_URL,
+                    gated: GatedStanza | None = None) -> dict[str, Any]:
+    """The ``extender`` plugin entry. Without the card-quota gate (``gated`` None): every verb, ``managed`` the
+    resources whose tasks the scheduler sends (None: every task, which crossquota, the queues' cpu/memory capability
+    and DRA quotas need). With it: the enqueue verbs, and the task verbs only where :class:`GatedStanza` says."""
+    if gated is None:
+        verbs, ignorable = dict(VERBS), False
+    else:
+        verbs = {key: verb for key, verb in VERBS.items() if gated.placement or key in ENQUEUE_VERBS}
+        managed, ignorable = gated.managed, gated.ignorable
+    arguments: dict[str, Any] = {"extender.urlPrefix": url, "extender.httpTimeout": HTTP_TIMEOUT, **verbs,
+                                 "extender.ignorable": ignorable}
+    if managed is not None and (gated is None or gated.placement):
         arguments[MANAGED_RESOURCES] = sorted(set(managed))
     return {"name": EXTENDER, "arguments": arguments}
 
