@@ -12,9 +12,11 @@ calls came.
 Served, the extender keeps its session by watches (:func:`run_extender` with an API client: the operator's cluster
 cache and pod reflector, feeding the session instead of a ledger): ``onSessionOpen`` is answered at once, its body
 never read, and every verb costs what its job or node costs, whatever the cluster's size. Until the first full list
-is in, and while its pod watch has been failing for a minute, it is *degraded*: each verb abstains (the scheduler
-goes on without card quotas), ``/readyz`` answers 503, ``cardquota_extender_synced`` is 0 and every abstention is
-counted in ``cardquota_extender_abstentions_total`` and logged (at most once a minute) — never silently.
+is in, and while its pod watch has been failing for a minute, it is *degraded*: each verb is answered 503 (a
+transport error to Volcano, which then does what the stanza's ``extender.ignorable`` says: with the card-quota gate's
+stanza, true — jobs are enqueued and their card pods wait at the gate; with task verbs, false — those tasks wait),
+``/readyz`` answers 503, ``cardquota_extender_synced`` is 0 and every such answer is counted in
+``cardquota_extender_abstentions_total`` and logged (at most once a minute) — never silently.
 """
 
 from __future__ import annotations
@@ -84,6 +86,12 @@ ABSTAIN: dict[str, dict[str, Any]] = {
     "deallocatefunc": {"errorMessage": ""},
 }
 """Per verb (lower case), the answer that never blocks the scheduler."""
+NOT_SYNCED = ("cardquota's extender is not synced: the cluster is not listed yet, or its watch has been failing for "
+              "a minute")
+"""The body of the 503 every verb gets meanwhile. Not an abstaining 200: Volcano takes a 200 as an answer whatever
+the stanza's ``extender.ignorable`` says (it applies ``ignorable`` to transport errors only, a non-200 status among
+them: plugins/extender/extender.go ``send``, v1.15.1), so a 200 abstention let every quota fail open even where the
+operator asked for closed. A 503 lets that setting decide."""
 
 
 def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
@@ -114,8 +122,8 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
         if now - last_degraded_log[0] >= DEGRADED_LOG_SECONDS:
             last_degraded_log[0] = now
             log.warning("extender degraded: the cluster is not listed yet, or its watch has been failing for a "
-                        "minute; verbs abstain (card quotas not enforced by the extender until then)")
-        return web.json_response(dict(ABSTAIN.get(verb, {})))
+                        "minute; verbs answered 503 (Volcano applies the stanza's extender.ignorable)")
+        return web.json_response({"error": NOT_SYNCED}, status=503, headers={"Retry-After": "1"})
 
     async def answered(verb: str, request: web.Request) -> dict[str, Any] | web.Response:
         """The verb's answer, or a refusal of a body that did not arrive in time."""
