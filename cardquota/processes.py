@@ -99,12 +99,14 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         publisher: Publisher | None = None
         if leader is not None:
             arguments = await asyncio.to_thread(plugin_arguments, api, settings.namespace)
+            keeper = Gatekeeper(cache, api, is_leader=leads, head_of_line=settings.gate_order) \
+                if settings.card_gate else None
             publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads,
-                                  capacity_card=arguments)
+                                  capacity_card=arguments,
+                                  gate_sentence=keeper.sentence if keeper is not None else lambda _: None)
             tasks += [asyncio.create_task(leader.run()), asyncio.create_task(publisher.run())]
-            if settings.card_gate:
-                tasks.append(asyncio.create_task(Gatekeeper(cache, api, is_leader=leads,
-                                                            head_of_line=settings.gate_order).run()))
+            if keeper is not None:
+                tasks.append(asyncio.create_task(keeper.run()))
         # in every process: the policies read the drift check's finding
         tasks.append(asyncio.create_task(CrdDriftCheck(api, cache, is_leader=leads).run()))
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,

@@ -30,6 +30,7 @@ from cardquota.core.changes import Changes
 from cardquota.core.events import (
     CardEvent,
     QueueInputs,
+    gate_event,
     pod_event,
     podgroup_event,
     queue_event,
@@ -105,8 +106,11 @@ class Publisher:
                  event_interval: float = EVENT_INTERVAL, events_per_second: float = EVENTS_PER_SECOND,
                  events_burst: int = EVENTS_BURST, clock: Callable[[], float] = time.monotonic,
                  slice_budget: float = SLICE, slice_clock: Callable[[], float] = time.perf_counter,
-                 capacity_card: CapacityCardConfig | None = None) -> None:
+                 capacity_card: CapacityCardConfig | None = None,
+                 gate_sentence: Callable[[EventKey], str | None] = lambda _: None) -> None:
         self.cache = cache
+        self.gate_sentence = gate_sentence
+        """Why an object waits at the card-quota gate (the gate keeper's last round), None when it does not."""
         self.capacity_card = capacity_card
         """The capacity-card plugin's arguments the events apply (:func:`plugin_arguments`); None: unknown."""
         self.api = api
@@ -342,7 +346,10 @@ class Publisher:
                 continue
             self.stats.examined += 1
             self._computing_with(group.queue)
-            await self._consider(identity, podgroup_event(group, ledger, self.capacity_card), now)
+            event = podgroup_event(group, ledger, self.capacity_card)
+            if event is None and (sentence := self.gate_sentence(identity)) is not None:
+                event = gate_event(group.meta, sentence)  # (enqueued, its gang waiting at the gate)
+            await self._consider(identity, event, now)
         seen.clear()
         for key in chain.from_iterable(pods):
             if key in seen:
@@ -359,7 +366,9 @@ class Publisher:
                 continue
             self.stats.examined += 1
             self._computing_with(ledger.queue_of(pod))
-            await self._consider(identity, pod_event(pod, ledger), now)
+            sentence = self.gate_sentence(identity) if pod.gate is not None else None
+            await self._consider(identity, gate_event(pod.meta, sentence) if sentence is not None
+                                 else pod_event(pod, ledger), now)
 
     def _current_inputs(self, queue: str) -> QueueInputs:
         version = self.cache.ledger.changes.versions.get(queue, 0)

@@ -79,6 +79,8 @@ class Gatekeeper:
     stats: GateStats = field(default_factory=GateStats)
     in_flight: dict[ObjectKey, Flight] = field(default_factory=dict)
     last_round: GateRound = field(default_factory=GateRound)
+    said: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """Why each object waits at the gate after the last round, by (kind, namespace, name) (:meth:`sentence`)."""
     retry: dict[ObjectKey, tuple[float, int]] = field(default_factory=dict)
     """Pods whose last lift was refused: (not before this clock reading, refusals in a row)."""
     _leading_since: float | None = None
@@ -92,6 +94,7 @@ class Gatekeeper:
         if not self.cache.ready or not self.is_leader():
             self._leading_since = None
             self.in_flight.clear()  # (another leader decides from the API server's state)
+            self._say({})
             return None
         now = self.clock()
         if self._leading_since is None:
@@ -106,6 +109,7 @@ class Gatekeeper:
         self.stats.rounds += 1
         self.stats.waiting = len(decided.waits)
         self.last_round = decided
+        self._say(decided.sentences())
         lifts = [lift for lift in decided.lifts if self.retry.get(lift.pod, (now, 0))[0] <= now]
         self.stats.held_back += len(decided.lifts) - len(lifts)  # (their room stays unused this round)
         for lift in lifts:
@@ -118,6 +122,21 @@ class Gatekeeper:
 
         await asyncio.gather(*(write(lift) for lift in lifts))
         return decided
+
+    def sentence(self, identity: tuple[str, str, str]) -> str | None:
+        """Why the object (kind, namespace, name) waits at the gate after the last round; None when it does not
+        (the publisher's events read it)."""
+        return self.said.get(identity)
+
+    def _say(self, said: dict[tuple[str, str, str], str]) -> None:
+        """Keep this round's sentences, and tell the publisher (through the ledger's change log) which objects'
+        sentence changed, appeared or went, so their events are looked at again."""
+        changes = self.cache.ledger.changes
+        for identity in said.keys() | self.said.keys():
+            if said.get(identity) != self.said.get(identity):
+                kind, namespace, name = identity
+                (changes.pod if kind == "Pod" else changes.podgroup)((namespace, name))
+        self.said = said
 
     def _settle(self) -> None:
         """Drop the lifts the watch has brought back: the pod is past the gate (the ledger counts it), recreated,

@@ -37,6 +37,9 @@ from cardquota.core.snapshot import QueueRecord
 from cardquota.core.usage import Bucket
 
 INVALID_QUOTA = "InvalidCardQuota"
+WAITING_AT_GATE = "WaitingAtCardQuotaGate"
+"""The reason of the event about a pod (or the PodGroup of a gang) left at the card-quota gate: a Normal event (it
+waits its turn; nothing is wrong with it), its message the gate's sentence (:class:`cardquota.core.gate.Wait`)."""
 NOT_YET_INQUEUE = WAITING_PHASES
 
 
@@ -91,6 +94,12 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
         return _event(pod.meta, closed)
     refusal = task_allocate_refusal(queue, pod.card_name, wanted, _quota(ledger, queue), ledger.usage(queue).allocated)
     return _event(pod.meta, refusal)
+
+
+def gate_event(meta: ObjectMeta, sentence: str) -> CardEvent:
+    """The event about an object left at the card-quota gate, saying why (the gate keeper's sentence)."""
+    return CardEvent(meta.kind, meta.namespace, meta.name, WAITING_AT_GATE, sentence, type="Normal", uid=meta.uid,
+                     resource_version=meta.resource_version)
 
 
 def queue_event(record: QueueRecord) -> CardEvent | None:

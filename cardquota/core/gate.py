@@ -117,6 +117,17 @@ class GateRound:
     lifts: list[Lift] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
 
+    def sentences(self) -> dict[tuple[str, str, str], str]:
+        """Why each object waits, by (kind, namespace, name): every pod of a unit left at the gate, and the PodGroup
+        of a gang (what ``kubectl describe`` of either shows as an event)."""
+        said: dict[tuple[str, str, str], str] = {}
+        for wait in self.waits:
+            for namespace, name in wait.pods:
+                said["Pod", namespace, name] = wait.reason
+            if wait.group is not None:
+                said["PodGroup", wait.group[0], wait.group[1]] = wait.reason
+        return said
+
 
 @dataclass
 class _Unit:

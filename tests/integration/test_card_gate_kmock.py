@@ -15,6 +15,7 @@ from polling import eventually
 
 from cardquota.core import keys
 from cardquota.kube import api_client
+from cardquota.operator.controller import Publisher
 from cardquota.operator.gatekeeper import Gatekeeper
 
 pytestmark = [pytest.mark.asyncio,
@@ -137,3 +138,34 @@ async def test_a_pod_whose_lift_keeps_being_refused_is_retried_after_a_growing_p
         assert keeper.stats.held_back == 13
         assert gates(volcano_kmock, "p") == [{"name": keys.CARD_GATE}]
         assert keeper.in_flight == {}
+
+
+async def test_a_pod_left_at_the_gate_gets_an_event_saying_why_and_the_next_sentence_replaces_it(
+        volcano_kmock: Any, tmp_path: Any) -> None:
+    """The gate keeper's sentence reaches ``kubectl describe pod`` as a Normal event (reason
+    WaitingAtCardQuotaGate) through the publisher; a pod lifted says nothing more."""
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 2})
+    volcano_kmock.objects[PODS, "ml", "first"] = gated("first", 2, 0)
+    volcano_kmock.objects[PODS, "ml", "second"] = gated("second", 2, 1)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        keeper = Gatekeeper(cache, api, takeover_wait=0)
+        publisher = Publisher(cache, api, gate_sentence=keeper.sentence, event_interval=0)
+        await publisher.flush()  # (the leader's first window reconciles everything)
+        decided = await keeper.round()
+        assert decided is not None
+        assert [lift.pod[1] for lift in decided.lifts] == ["first"]
+        await publisher.flush()
+
+        def gate_events() -> list[dict[str, Any]]:
+            return [event for event in volcano_kmock.objects.values()
+                    if event.get("kind") == "Event" and event.get("reason") == "WaitingAtCardQuotaGate"]
+
+        await eventually(lambda: bool(gate_events()))
+        (event,) = gate_events()
+        assert event["involvedObject"]["name"] == "second"
+        assert event["involvedObject"]["uid"] == "uid-second"
+        assert event["type"] == "Normal"
+        assert event["message"] == "waiting at the card-quota gate: queue team has 0 of 2 NVIDIA-A100 free; " \
+                                   "1 pod ahead"
+        assert keeper.sentence(("Pod", "ml", "first")) is None

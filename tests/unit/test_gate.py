@@ -14,6 +14,7 @@ from cardquota.core.gate import (
     GateRound,
     HeadOfLine,
     Lift,
+    Wait,
     ancestry,
     gate_operations,
     gate_round,
@@ -298,3 +299,13 @@ def test_the_pod_webhook_gates_a_card_pod_at_creation_only_when_the_gate_is_on()
     assert "schedulingGates" not in apply_patch(manifest, off.patch)["spec"]
     updated = pod_policy.admit(manifest, manifest, snapshot, PolicyConfig(card_gate=True))
     assert not updated.patch  # an update is never gated: gates can only be removed once a pod exists
+
+
+def test_each_waiting_pod_and_the_podgroup_of_a_waiting_gang_are_told_why() -> None:
+    waits = [Wait((("ml", "w-0"), ("ml", "w-1")), ("ml", "job"), "team", "waiting at the card-quota gate: x"),
+             Wait((("ml", "solo"),), None, "team", "waiting at the card-quota gate: y")]
+    assert GateRound([], waits).sentences() == {
+        ("Pod", "ml", "w-0"): "waiting at the card-quota gate: x",
+        ("Pod", "ml", "w-1"): "waiting at the card-quota gate: x",
+        ("PodGroup", "ml", "job"): "waiting at the card-quota gate: x",
+        ("Pod", "ml", "solo"): "waiting at the card-quota gate: y"}
