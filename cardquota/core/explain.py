@@ -25,6 +25,7 @@ from fractions import Fraction
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.gate import gate_round
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives, card_request
@@ -131,6 +132,8 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
                                             f"({enqueue.reason}).")
                 explanation.blockers.extend(_enqueue_unblockers(session, group, enqueue))
                 return explanation  # its pods are not allocated before their PodGroup is enqueued
+    if volcano and pod.gate is not None:
+        return _at_the_gate(session, key, explanation)
     explanation.blockers.extend(_card_blockers(session, key, queue))
     if explanation.blockers:
         return explanation
@@ -144,6 +147,24 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
         explanation.facts.append(f"Node {node} can take it now" + (f" ({where})." if where else "."))
     else:
         explanation.blockers.append(f"No node can take it now: {reason}.")
+    return explanation
+
+
+def _at_the_gate(session: Session, key: ObjectKey, explanation: Explanation) -> Explanation:
+    """A pod carrying the card-quota gate: the gate keeper's decision over the same cluster (nothing in flight, the
+    default order) says whether it waits and why, or goes through in the controller's next round."""
+    decided = gate_round(session.ledger)
+    sentence = decided.sentences().get(("Pod", key[0], key[1]))
+    if sentence is not None:
+        explanation.blockers.append(f"{sentence[0].upper()}{sentence[1:]} (cardquota's controller lets it through "
+                                    "when its cards fit its queue and every ancestor).")
+    elif any(lift.pod == key for lift in decided.lifts):
+        explanation.facts.append(f"It carries the card-quota gate ({keys.CARD_GATE}) and its cards fit: cardquota's "
+                                 "controller lets it through in its next round (if it stays gated, see kubectl "
+                                 "cardquota doctor: the controllers need a leader).")
+    else:
+        explanation.facts.append(f"It carries the card-quota gate ({keys.CARD_GATE}) and no card quota charges it: "
+                                 "cardquota's controller does not hold it (remove the gate if it stays).")
     return explanation
 
 

@@ -253,3 +253,22 @@ def test_a_pod_of_another_scheduler_is_in_no_volcano_queue() -> None:
                                "applies to it.")
     assert not any("queue default" in fact for fact in result.facts)
     assert not result.blocked
+
+
+def gated_pod(name: str, gpus: int, second: int) -> dict[str, Any]:
+    manifest = pod(name, namespace="ml", card=A100, gpus=gpus, queue="team-a", gated=True,
+                   created=f"2026-12-07T10:00:{second:02d}Z", uid=f"uid-{name}")
+    return manifest
+
+
+def test_a_pod_at_the_card_quota_gate_says_what_the_gate_keeper_would() -> None:
+    """The same decision the controller's leader makes (core.gate): behind two gated pods that take the queue's 4
+    A100, a third waits with the gate's sentence; the first, whose cards fit, goes through next round."""
+    cluster = [*CLUSTER, gated_pod("first", 2, 0), gated_pod("second", 2, 1)]
+    waiting = explain(cluster, gated_pod("third", 2, 2), UNLIMITED)
+    assert waiting.blockers == [
+        "Waiting at the card-quota gate: queue team-a has 0 of 4 NVIDIA-A100 free; 2 pods ahead (cardquota's "
+        "controller lets it through when its cards fit its queue and every ancestor)."]
+    first = explain(cluster, gated_pod("first", 2, 0), UNLIMITED)
+    assert not first.blocked
+    assert first.facts[-1].startswith("It carries the card-quota gate (cardquota.io/card-quota) and its cards fit")
