@@ -310,23 +310,27 @@ WIDE_USAGE_HEADERS = [*USAGE_HEADERS, "FREE", "USED", "BAR"]
 def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: bool = False,
                 limit: int | None = None, err: TextIO | None = None, width: int | None = WIDTH) -> str:
     """``cardquota usage``'s and ``kubectl cardquota usage``'s table: QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE and
-    PENDING; ``wide`` adds FREE (quota - allocated - inqueue), USED ((allocated + inqueue) / quota) and a bar. A
-    queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows. With ``color``, the share used tints
-    ALLOCATED and INQUEUE (``wide``: FREE, USED and the bar): green, yellow from 80 %, red from 100 %."""
+    PENDING; ``wide`` adds FREE (quota - allocated - inqueue), USED ((allocated + inqueue) / quota) and a bar. When
+    pods wait at the card-quota gate, WAITING follows PENDING: the part of it not let through yet (the rest is
+    admitted and held against the quota). A queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows.
+    With ``color``, the share used tints ALLOCATED and INQUEUE (``wide``: FREE, USED and the bar): green, yellow
+    from 80 %, red from 100 %."""
     rows: list[list[object]] = []
     shares: list[float | None] = []
+    gated = any(usage[queue].waiting for queue in usage)
+    waiting_cell: list[object] = [0] if gated else []
     for queue in sorted(usage):
         entry = usage[queue]
         cards = sorted({*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending})
         if not cards:
-            rows.append([queue, NONE, NONE, 0, 0, 0, *([NONE, NONE, ""] if wide else [])])
+            rows.append([queue, NONE, NONE, 0, 0, 0, *waiting_cell, *([NONE, NONE, ""] if wide else [])])
             shares.append(None)
         for card in cards:
             quota = entry.quota.get(card)
             allocated, inqueue = entry.allocated.get(card, 0), entry.inqueue.get(card, 0)
             share = (allocated + inqueue) / quota if quota else None
             row: list[object] = [queue, card, quota if quota is not None else NONE, allocated, inqueue,
-                                 entry.pending.get(card, 0)]
+                                 entry.pending.get(card, 0), *([entry.waiting.get(card, 0)] if gated else [])]
             if wide:
                 free = max(quota - allocated - inqueue, 0) if quota is not None else NONE
                 row += [free, f"{share:.0%}" if share is not None else NONE, _bar(share)]
@@ -334,14 +338,14 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
             shares.append(share)
         if entry.cpu_memory is not None:
             for cpu_row, cpu_share in _cpu_memory_rows(queue, entry.cpu_memory, wide=wide):
-                rows.append(cpu_row)
+                rows.append([*cpu_row[:6], *([NONE] if gated else []), *cpu_row[6:]])
                 shares.append(cpu_share)
     if limit is not None and len(rows) > limit:
         if err is not None:
             more = len(rows) - limit
             err.write(f"{more} more row{'s' if more != 1 else ''} not shown (raise --limit)\n")
         rows, shares = rows[:max(limit, 0)], shares[:max(limit, 0)]
-    tinted = range(6, 9) if wide else range(3, 5)
+    tinted = range(6 + len(waiting_cell), 9 + len(waiting_cell)) if wide else range(3, 5)
 
     def paint(row: int, column: int, text: str) -> str:
         share = shares[row] if row < len(shares) else None
@@ -350,8 +354,10 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
         tint = _RED if share >= 1 else _YELLOW if share >= 0.8 else _GREEN
         return f"{tint}{text}{_RESET}"
 
-    return render_table(WIDE_USAGE_HEADERS if wide else USAGE_HEADERS, rows, paint if color else None,
-                        width=None if wide else width, elide=(0, 1))
+    headers = WIDE_USAGE_HEADERS if wide else USAGE_HEADERS
+    if gated:
+        headers = [*headers[:6], "WAITING", *headers[6:]]
+    return render_table(headers, rows, paint if color else None, width=None if wide else width, elide=(0, 1))
 
 
 def _cpu_memory_rows(queue: str, usage: CpuMemoryUsage, *, wide: bool) -> list[tuple[list[object], float | None]]:

@@ -129,6 +129,9 @@ class QueueUsage:
     pending: Mapping[str, int]
     cpu_memory: CpuMemoryUsage | None = None
     """Only for a queue with a cpu/memory ``spec.capability`` (see :meth:`Ledger.usage`)."""
+    waiting: Mapping[str, int] = field(default_factory=dict)
+    """Of :attr:`pending`, the cards of the pods waiting at the card-quota gate (the rest is past it: admitted,
+    held against the quota, not placed yet)."""
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -137,6 +140,8 @@ class QueueUsage:
             "inqueue": dict(self.inqueue),
             "pending": dict(self.pending),
         }
+        if self.waiting:  # (only where pods wait at the card-quota gate)
+            document["waiting"] = dict(self.waiting)
         if self.cpu_memory is not None:
             document["cpuMemory"] = self.cpu_memory.as_json()
         return document
@@ -457,6 +462,12 @@ class Ledger:
         allocated = dict.fromkeys(quota, 0)
         allocated.update(totals.get(Bucket.ALLOCATED, {}))
         capability = record.queue.capability if record is not None else None
+        waiting: dict[str, int] = {}
+        for key in self._gated_by_queue.get(queue, ()):  # (O(pods waiting in this queue))
+            charge = self._pod_charges.get(key)
+            if charge is not None:
+                for name, amount in charge.cards.items():
+                    waiting[name] = waiting.get(name, 0) + amount
         return QueueUsage(
             quota=quota,
             allocated=_sorted(allocated),
@@ -464,6 +475,7 @@ class Ledger:
             pending=_sorted(totals.get(Bucket.PENDING, {})),
             cpu_memory=(CpuMemoryUsage(capability, self.cpu_memory(queue, card_unlimited_cpu_memory))
                         if capability is not None else None),
+            waiting=_sorted(waiting),
         )
 
     def all_usage(self, *, card_unlimited_cpu_memory: bool = False) -> dict[str, QueueUsage]:

@@ -256,9 +256,8 @@ def test_a_pod_of_another_scheduler_is_in_no_volcano_queue() -> None:
 
 
 def gated_pod(name: str, gpus: int, second: int) -> dict[str, Any]:
-    manifest = pod(name, namespace="ml", card=A100, gpus=gpus, queue="team-a", gated=True,
+    return pod(name, namespace="ml", card=A100, gpus=gpus, queue="team-a", gated=True,
                    created=f"2026-12-07T10:00:{second:02d}Z", uid=f"uid-{name}")
-    return manifest
 
 
 def test_a_pod_at_the_card_quota_gate_says_what_the_gate_keeper_would() -> None:

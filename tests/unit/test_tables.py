@@ -202,3 +202,30 @@ def test_cut_card_names_keep_the_memory_size_and_mig_profile_that_tell_them_apar
     for card in cards:
         memory, profile = card.split("/")[0][-4:], card.split("/mig-")[1].split("-")[0]
         assert any(memory in shown and profile in shown for shown in card_column), (card, table)
+
+
+def test_usage_splits_pending_into_admitted_and_waiting_at_the_card_quota_gate() -> None:
+    """Two A100 pods of team-b unbound: one past the gate (admitted, held against the quota), one gated (waiting):
+    PENDING counts both, WAITING (shown only when some pod waits at the gate) the gated one; the JSON has
+    ``waiting`` for that queue only."""
+    from builders import pod, queue
+
+    from cardquota.cli.output import usage_json, usage_table
+    from cardquota.core.ledger import Ledger
+
+    objects = [queue("team-b", {"NVIDIA-A100": 3}), queue("team-c", {"NVIDIA-A100": 1}),
+               pod("admitted", namespace="ml", card="NVIDIA-A100", gpus=1, queue="team-b"),
+               pod("gated", namespace="ml", card="NVIDIA-A100", gpus=2, queue="team-b", gated=True)]
+    usage = Ledger.build(objects).all_usage()
+    assert usage["team-b"].pending == {"NVIDIA-A100": 3}
+    assert usage["team-b"].waiting == {"NVIDIA-A100": 2}
+    document = usage_json(usage)["queues"]
+    assert document["team-b"]["waiting"] == {"NVIDIA-A100": 2}
+    assert "waiting" not in document["team-c"]
+    lines = usage_table(usage, wide=True).splitlines()
+    assert lines[0].split() == ["QUEUE", "CARD", "QUOTA", "ALLOCATED", "INQUEUE", "PENDING", "WAITING", "FREE",
+                                "USED", "BAR"]
+    assert lines[1].split()[:7] == ["team-b", "NVIDIA-A100", "3", "0", "0", "3", "2"]
+    assert lines[2].split()[:7] == ["team-c", "NVIDIA-A100", "1", "0", "0", "0", "0"]
+    without = Ledger.build(objects[:3]).all_usage()
+    assert "WAITING" not in usage_table(without, wide=True).splitlines()[0]
