@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -51,6 +52,15 @@ def test_gate_bench_reports_its_ratio() -> None:
     assert lines[0] == "gate round, 32 gated pods in 4 gangs of 8, 20 queues, 20 nodes"
     assert lines[1].startswith("  with 400 other pods: median ")
     assert lines[3].startswith("  ratio ")
+
+
+def test_gate_writes_bench_lets_every_pod_through_and_reports_its_ratio() -> None:
+    result = subprocess.run([sys.executable, "bench/gate_writes.py", "--pods", "400", "--nodes", "20", "--gangs",
+                             "2", "--runs", "1"], cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert json.loads(lines[0]) == {"pods_let_through": 16, "cluster_pods": 400, "nodes": 20}
+    assert lines[1].startswith("gate round (decide + 16 lifts): CPU ")
+    assert lines[3].startswith("ratio per run ")
 
 
 def test_ratcheting_bench_reports_every_case() -> None:
