@@ -22,7 +22,7 @@ VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCA
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
-	dist constraints krew cluster-check control-plane control-plane-pin e2e-local bench-control-plane
+	dist constraints krew cluster-check control-plane control-plane-pin e2e-local bench-control-plane bench-gate-burst
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -212,6 +212,11 @@ BENCH_ARGS ?=
 bench-control-plane: $(VENV)/.stamp-test control-plane ## Volcano's cycle at 1,000 kwok nodes × 20 pods, without and with cardquota's stanza (root)
 	@$(BIN)/python tests/e2e/local/run.py --control-plane "$$($(CONTROL_PLANE) where --cache $(CONTROL_PLANE_CACHE))" \
 		--logs build/bench-control-plane -- $(BIN)/python bench/volcano_cycle.py $(BENCH_ARGS)
+
+# Creation to the lifting of the card-quota gate under a burst of card pods (bench/gate_burst.py).
+bench-gate-burst: $(VENV)/.stamp-test control-plane ## creation → gate lifted, p50/p99, for a burst of 1,000 card pods on a real API server (root)
+	@$(BIN)/python tests/e2e/local/run.py --control-plane "$$($(CONTROL_PLANE) where --cache $(CONTROL_PLANE_CACHE))" \
+		--logs build/bench-gate-burst -- $(BIN)/python bench/gate_burst.py $(BENCH_ARGS)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .hypothesis .pytest_cache .ruff_cache build dist *.egg-info
