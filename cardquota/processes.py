@@ -80,7 +80,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     ``started`` is set once the cluster snapshot has loaded, and ``on_listening`` gets the port the admission server
     bound (useful with port 0)."""
     role = settings.role
-    cache = ClusterCache(ledger=Ledger(ClusterSnapshot(map_namespace_queues=settings.map_namespace_queues),
+    cache = ClusterCache(ledger=Ledger(ClusterSnapshot(map_namespace_queues=settings.map_namespace_queues,
+                                                       volcano_schedulers=settings.schedulers),
                                        published_usage=not role.follows_pods))
     api = api_client(connection)
     tasks: list[asyncio.Task[None]] = []

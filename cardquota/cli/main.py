@@ -431,7 +431,8 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     documents = load_paths(args.files)
     if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
         raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
-    ledger = Ledger(ClusterSnapshot(map_namespace_queues=config.map_namespace_queues))
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=config.map_namespace_queues,
+                                    volcano_schedulers=config.card_aware_schedulers))
     existing: dict[Identity, Manifest] = {}
     if args.cluster:
         cluster = load_paths(args.cluster)

@@ -99,7 +99,7 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
     else:
         explanation.facts.append(f"It uses scheduler {scheduler}, not {' or '.join(sorted(schedulers))}: no Volcano "
                                  "queue or card quota applies to it.")
-        if session.cards_wanted(key) > 0:
+        if session.cards_wanted(key) > 0:  # (it names a PodGroup: Volcano counts it in that job's queue)
             explanation.facts.append(f"cardquota's usage counts its cards under queue {queue} "
                                      f"({_queue_source(pod, session)}).")
     if pod.card_name is not None:
@@ -120,6 +120,7 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
         explanation.blockers.append(
             f"It uses scheduler {scheduler}, which does not enforce card quotas: set spec.schedulerName to "
             f"{' or '.join(sorted(schedulers))}.")
+        return explanation
     if volcano and group is not None:
         explanation.facts.append(_group_phase_fact(session, group))
         if group.phase in NOT_ENQUEUED:

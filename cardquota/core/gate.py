@@ -159,7 +159,7 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     """Whether a pod being created waits at the gate: an unbound card pod that its queue's card quota will charge
     (the same charge the ledger counts: :func:`~cardquota.core.usage.pod_charge`). A pod created with
     ``spec.nodeName`` skips every scheduler, and the API server refuses gates on it."""
-    if pod.bound or pod.card_name is None:
+    if pod.bound or pod.card_name is None or not snapshot.charges_a_queue(pod):
         return False
     charge = pod_charge(pod, snapshot.queue_of(pod), None, snapshot.catalog().resources)
     return charge is not None and charge.bucket is Bucket.PENDING

@@ -18,6 +18,9 @@ GROUP_NAME = "scheduling.k8s.io/group-name"
 """Pod annotation naming the pod's PodGroup (same namespace)."""
 
 DEFAULT_QUEUE = "default"
+VOLCANO_SCHEDULER = "volcano"
+"""The ``spec.schedulerName`` of Volcano's scheduler as installed (its ``--scheduler-name``, a list: more can be
+configured)."""
 """The queue of a pod that names none, directly or through its PodGroup."""
 
 CARD_ALTERNATIVE_SEPARATOR = "|"

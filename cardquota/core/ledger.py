@@ -760,6 +760,8 @@ class Ledger:
             self._cpu_memory_totals.pop(queue, None)
 
     def _charge_pod(self, pod: Pod) -> Charge | None:
+        if not self.snapshot.charges_a_queue(pod):
+            return None
         node = self.snapshot.nodes.get(pod.node_name) if pod.bound else None
         return pod_charge(pod, self.snapshot.queue_of(pod), node, self._card_resource_refs)
 

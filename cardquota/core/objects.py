@@ -307,6 +307,10 @@ class Pod(NamedTuple):
     """``metadata.resourceVersion``; kept with :attr:`uid` only."""
     gate: GateState | None = None
     """Set while the pod carries cardquota's scheduling gate (only then: the other pods pay nothing for it)."""
+    scheduler: str = ""
+    """``spec.schedulerName`` ("" when unset: as written by the tests' builders; the API server defaults it to
+    ``default-scheduler``). See :meth:`ClusterSnapshot.charges_a_queue
+    <cardquota.core.snapshot.ClusterSnapshot.charges_a_queue>`."""
 
     @property
     def meta(self) -> ObjectMeta:
@@ -316,7 +320,7 @@ class Pod(NamedTuple):
 
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
-           shared: bool = False, deleting: bool = False, gate: GateState | None = None) -> Pod:
+           shared: bool = False, deleting: bool = False, gate: GateState | None = None, scheduler: str = "") -> Pod:
         """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
         pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not kept (see
         :attr:`uid`)."""
@@ -345,6 +349,7 @@ class Pod(NamedTuple):
             uid,
             resource_version,
             gate,
+            scheduler,
         ))
 
     @property
@@ -379,8 +384,11 @@ class Pod(NamedTuple):
         metadata = manifest.get("metadata")
         deleting = bool(metadata.get("deletionTimestamp")) if isinstance(metadata, MAPPING_TYPES) else False
         gate = gate_state(spec, metadata) if spec.get("schedulingGates") else None
+        scheduler = _optional_string(spec.get("schedulerName"), "spec.schedulerName")
+        if cached:
+            scheduler = _intern(scheduler, scheduler)
         return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
-                      gate=gate)
+                      gate=gate, scheduler=scheduler)
 
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
@@ -394,7 +402,8 @@ class Pod(NamedTuple):
         meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
                           NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS), meta.uid, meta.resource_version)
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
-                      shared=True, deleting=self.deleting, gate=self.gate)
+                      shared=True, deleting=self.deleting, gate=self.gate,
+                      scheduler=_intern(self.scheduler, self.scheduler))
 
 
 def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:

@@ -336,6 +336,8 @@ class ClusterSnapshot:
     """Whether the cluster's Volcano maps a namespace to its queue (:attr:`PolicyConfig.map_namespace_queues
     <cardquota.core.policies.config.PolicyConfig.map_namespace_queues>`, copied here by whoever builds the snapshot
     from the settings): :meth:`volcano_queue` reads it."""
+    volcano_schedulers: frozenset[str] = frozenset({keys.VOLCANO_SCHEDULER})
+    """The ``spec.schedulerName`` values Volcano schedules (:meth:`charges_a_queue`)."""
     queue_crd_missing: tuple[str, ...] = ()
     """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as
     the operator's drift check last found them; empty when all are there or nobody looked (the CLI offline)."""
@@ -416,6 +418,15 @@ class ClusterSnapshot:
         if group is not None:
             return group.queue
         return self.volcano_queue(pod.queue_annotation, pod.key[0])
+
+    def charges_a_queue(self, pod: Pod) -> bool:
+        """Whether a queue is charged for the pod at all: it names a PodGroup, or Volcano schedules it (its
+        ``spec.schedulerName`` is one of :attr:`volcano_schedulers`, or unset in a manifest the API server has not
+        defaulted). A pod of another scheduler with no PodGroup is in no Volcano job: Volcano's cache puts it in no
+        job and charges no queue for it (``addTask`` → ``getOrCreateJob``, which returns nil for a pod whose
+        scheduler is not Volcano's and that names no PodGroup: pkg/scheduler/cache/event_handlers.go, v1.15.1), and
+        vc-controller makes no PodGroup for it (pkg/controllers/podgroup, pods of its schedulers only)."""
+        return pod.group_key is not None or not pod.scheduler or pod.scheduler in self.volcano_schedulers
 
     def children_of(self, queue: str) -> list[QueueRecord]:
         return [record for record in self.queues.values() if record.queue.parent == queue]

@@ -1,14 +1,14 @@
-"""The scheduling review's findings (issue 39), reproduced on the real Volcano scheduler with cardquota's shipped
-extender stanza before they are fixed. Each test states the behaviour a card quota promises and raises
-:class:`OverAdmitted` where Volcano placed cards beyond it; each is marked as an expected failure of exactly that
-kind (``strict``: once the scheduling-gate design lands and a test passes, its marker must go). Any other failure —
-the set-up, a timeout — fails as usual.
+"""The scheduling review's findings (issue 39) on the real Volcano scheduler with cardquota as shipped. Each test
+states the behaviour a card quota promises and raises :class:`OverAdmitted` where Volcano placed cards beyond it (or
+held a job that fits). Both were reproduced here as strict expected failures with the extender-only stanza, and
+pass since:
 
 * a parent queue's ``card.quota`` was not held when placing (its children's jobs together exceeded it: 8 A100 held
   under a parent of 4 with the extender alone). Fixed by the card-quota gate, which the shipped manifests turn on
   (it lifts a pod's gate only when its cards fit its queue and every ancestor): a plain test now;
-* a GPU pod of another scheduler, with no PodGroup and no queue, is charged to ``default``'s card quota (Volcano
-  charges no queue for it), so a job of ``default`` that fits waits.
+* a GPU pod of another scheduler, with no PodGroup and no queue, was charged to ``default``'s card quota (Volcano
+  charges no queue for it), so a job of ``default`` that fits waited. Fixed: such a pod charges no queue
+  (:meth:`ClusterSnapshot.charges_a_queue <cardquota.core.snapshot.ClusterSnapshot.charges_a_queue>`).
 
 Not here: the lagging watch and the degraded extender. Cut off from the API server by a route in its pod's network
 namespace, the extender did not over-admit Volcano Jobs: its enqueue check still counted the first job through its
@@ -40,10 +40,6 @@ SETTLE = 20.0
 
 class OverAdmitted(AssertionError):
     """Volcano placed more cards than a quota allows: the defect these tests reproduce."""
-
-
-def findings(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(raises=OverAdmitted, strict=True, reason=f"issue 39: {reason}")
 
 
 def _bound_cards(kubectl: Kubectl, queues: set[str]) -> int:
@@ -103,7 +99,6 @@ def test_a_parent_queues_card_quota_holds_for_its_children_together(kubectl: Kub
 
 
 @pytest.mark.skipif(not LOCAL, reason="kwok nodes are made by make e2e-local's control plane")
-@findings("a GPU pod of another scheduler (no PodGroup, no queue) is charged to the default queue's card quota")
 def test_a_pod_of_another_scheduler_charges_no_queue(kubectl: Kubectl, fresh: None, module_undo: UndoLog) -> None:
     saved = (kubectl.get("queue", "default")["metadata"].get("annotations") or {}).get("volcano.sh/card.quota")
     module_undo.change("give queue default a card.quota of 2 A100",

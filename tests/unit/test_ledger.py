@@ -482,3 +482,38 @@ def test_a_stored_request_naming_a_type_twice_is_reserved_once(request_text: str
     """Admission refuses such keys; one stored anyway (written before the webhook) reserves each type once."""
     objects = [queue("q", {A100: 10, H100: 5}), A100_NODE, podgroup("g", queue="q", request=request_text)]
     assert queue_usage("q", *objects)["inqueue"] == inqueue
+
+
+def _notebook(scheduler: str | None, group: str | None = None) -> dict[str, Any]:
+    """A GPU pod bound to the A100 node, no card.name; ``scheduler``: its spec.schedulerName (None: unset)."""
+    manifest = pod("notebook", namespace="ml", node_name="a100-1", gpus=2, group=group)
+    if scheduler is None:
+        manifest["spec"].pop("schedulerName", None)
+    else:
+        manifest["spec"]["schedulerName"] = scheduler
+    return manifest
+
+
+@pytest.mark.parametrize(("scheduler", "group", "charged"), [
+    ("default-scheduler", None, {}),  # in no Volcano job: Volcano charges no queue for it (cache addTask)
+    ("default-scheduler", "nb", {"default": {A100: 2}}),  # it names a PodGroup: that job's queue
+    ("volcano", None, {"default": {A100: 2}}),  # Volcano's: its PodGroup-to-be's queue
+    (None, None, {"default": {A100: 2}}),  # (a manifest the API server has not defaulted)
+])
+def test_a_pod_of_another_scheduler_without_a_podgroup_charges_no_queue(
+        scheduler: str | None, group: str | None, charged: dict[str, dict[str, int]]) -> None:
+    objects = [A100_NODE, queue("default", {A100: 2}), _notebook(scheduler, group)]
+    if group is not None:
+        objects.append(podgroup(group, namespace="ml", queue="default"))
+    ledger = Ledger.build(objects)
+    assert {name: dict(held) for name in ledger.queue_names()
+            if (held := {card: n for card, n in ledger.usage(name).allocated.items() if n})} == charged
+
+
+def test_the_schedulers_volcano_runs_are_configurable() -> None:
+    from cardquota.core.snapshot import ClusterSnapshot
+
+    ledger = Ledger(ClusterSnapshot(volcano_schedulers=frozenset({"volcano", "volcano-gpu"})))
+    for manifest in (A100_NODE, queue("default", {A100: 2}), _notebook("volcano-gpu")):
+        ledger.upsert(manifest)
+    assert ledger.usage("default").allocated == {A100: 2}

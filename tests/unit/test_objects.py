@@ -34,7 +34,7 @@ def test_a_pod_view_is_what_its_constructor_builds(cached: bool) -> None:
     expected = Pod(key=("ml", "p"), node_name="a100-1", phase="Running",
                    requests={"nvidia.com/gpu": Fraction(2), "cpu": Fraction(1)}, card_name=A100,
                    group_key=("ml", "g"), queue_annotation="q", kind="Pod",
-                   labels={} if cached else {"app": "train"}, annotations=annotations)
+                   labels={} if cached else {"app": "train"}, annotations=annotations, scheduler="volcano")
     assert view == expected
     assert view._asdict() == expected._asdict()
     assert view.meta == ObjectMeta(kind="Pod", name="p", namespace="ml", labels=expected.labels,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from cardquota.core import keys
+
 if TYPE_CHECKING:
     from cardquota.core.objects import Manifest
     from cardquota.core.snapshot import ClusterSnapshot
@@ -22,7 +24,7 @@ def read_flag(text: str) -> bool | None:
     return FLAG_VALUES.get(text.lower())
 
 
-DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({"volcano"})
+DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({keys.VOLCANO_SCHEDULER})
 DEFAULT_SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
 
 
