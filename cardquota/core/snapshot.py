@@ -422,10 +422,11 @@ class ClusterSnapshot:
     def charges_a_queue(self, pod: Pod) -> bool:
         """Whether a queue is charged for the pod at all: it names a PodGroup, or Volcano schedules it (its
         ``spec.schedulerName`` is one of :attr:`volcano_schedulers`, or unset in a manifest the API server has not
-        defaulted). A pod of another scheduler with no PodGroup is in no Volcano job: Volcano's cache puts it in no
-        job and charges no queue for it (``addTask`` → ``getOrCreateJob``, which returns nil for a pod whose
-        scheduler is not Volcano's and that names no PodGroup: pkg/scheduler/cache/event_handlers.go, v1.15.1), and
-        vc-controller makes no PodGroup for it (pkg/controllers/podgroup, pods of its schedulers only)."""
+        defaulted). Volcano's cache puts a pod that names no PodGroup in no job and charges no queue for it
+        (``addTask`` → ``getOrCreateJob``: nil when ``TaskInfo.Job`` is empty; pkg/scheduler/cache/event_handlers.go,
+        v1.15.1); for its own pods that lasts until vc-controller creates their PodGroup (whose queue cardquota
+        charges meanwhile, :meth:`queue_of`), for another scheduler's it lasts: vc-controller makes PodGroups for
+        the pods of Volcano's schedulers only (pkg/controllers/podgroup)."""
         return pod.group_key is not None or not pod.scheduler or pod.scheduler in self.volcano_schedulers
 
     def children_of(self, queue: str) -> list[QueueRecord]:
