@@ -139,9 +139,29 @@ def scheduler_metrics(api: rest.Api) -> tuple[float, float]:
     return values["sum"], values["count"]
 
 
+EXTENDER_SECONDS = "cardquota_extender_duration_seconds"
+
+
+def extender_metrics(api: rest.Api) -> dict[str, tuple[float, float]]:
+    """Per verb, (sum, count) of the extender's own verb latency histogram (the time each call spent in the
+    server), from its pod's /metrics; empty when it does not run."""
+    pods = api.get("/api/v1/namespaces/cardquota-system/pods", labelSelector="app.kubernetes.io/component=extender")
+    ready = [p for p in pods["items"]
+             if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp")]
+    if not ready:
+        return {}
+    with urllib.request.urlopen(f"http://{ready[0]['status']['podIP']}:8713/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[str, list[float]] = {}
+    for match in re.finditer(rf'^{EXTENDER_SECONDS}_(sum|count){{verb="([^"]+)"}} ([0-9.e+-]+)$', text, re.MULTILINE):
+        found.setdefault(match.group(2), [0.0, 0.0])[0 if match.group(1) == "sum" else 1] = float(match.group(3))
+    return {verb: (values[0], values[1]) for verb, values in found.items()}
+
+
 def measure(api: rest.Api, label: str, gangs: int, timeout: float) -> dict[str, float]:
     jobs = "/apis/batch.volcano.sh/v1alpha1/namespaces/" + NAMESPACE + "/jobs"
     before = scheduler_metrics(api)
+    extender_before = extender_metrics(api)
     started = time.monotonic()
     for index in range(gangs):
         api.create(jobs, gang(f"{label}-{index}"))
@@ -154,7 +174,15 @@ def measure(api: rest.Api, label: str, gangs: int, timeout: float) -> dict[str, 
         time.sleep(1)
     elapsed = time.monotonic() - started
     after = scheduler_metrics(api)
+    extender_after = extender_metrics(api)
     sessions = after[1] - before[1]
+    calls = {verb: (extender_after[verb][0] - extender_before.get(verb, (0.0, 0.0))[0],
+                    extender_after[verb][1] - extender_before.get(verb, (0.0, 0.0))[1]) for verb in extender_after}
+    calls = {verb: spent for verb, spent in calls.items() if spent[1]}
+    if calls:
+        print(f"{label}: extender calls meanwhile: "
+              + ", ".join(f"{verb} {count:.0f} ({seconds * 1e3:.1f} ms in the server)"
+                          for verb, (seconds, count) in sorted(calls.items())), flush=True)
     # Volcano observes a session's latency when it closes: none closed means one has been open all along.
     cycle = (after[0] - before[0]) / sessions if sessions else elapsed * 1000
     print(f"{label}: {bound}/{tasks} tasks bound in {elapsed:.1f} s; "
@@ -167,7 +195,9 @@ def measure(api: rest.Api, label: str, gangs: int, timeout: float) -> dict[str, 
     while time.monotonic() < deadline and api.get(f"/api/v1/namespaces/{NAMESPACE}/pods",
                                                   labelSelector="volcano.sh/job-namespace", limit="1")["items"]:
         time.sleep(2)
-    return {"bound": bound, "tasks": tasks, "seconds": elapsed, "sessions": sessions, "cycle_ms": cycle}
+    extender_ms = sum(seconds for seconds, _ in calls.values()) * 1e3
+    return {"bound": bound, "tasks": tasks, "seconds": elapsed, "sessions": sessions, "cycle_ms": cycle,
+            "extender_ms_per_session": extender_ms / sessions if sessions else extender_ms}
 
 
 def restart_scheduler() -> None:
@@ -201,6 +231,7 @@ def main() -> int:
     restart_scheduler()
     with_stanza = measure(api, "cardquota", args.gangs, args.timeout)
     print(f"\n{args.nodes} nodes × {args.pods} pods, {args.gangs * 8} card tasks in gangs of 8:")
+    print(f"  extender time in the server per session (ms): {with_stanza['extender_ms_per_session']:.1f}")
     for what, key in (("time to bind every task (s)", "seconds"), ("Volcano's mean cycle (ms)", "cycle_ms")):
         ratio = with_stanza[key] / without[key] if without[key] else float("nan")
         print(f"  {what}: without the stanza {without[key]:.1f}, with it {with_stanza[key]:.1f} "
