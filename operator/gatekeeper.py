@@ -9,6 +9,10 @@ dropped and judged again after a pause that doubles with each refusal in a row (
 gate, it stays in flight until the watch brings it. Nothing that holds cards
 lives only here: a restart or a new leader starts from what the API server and the watch say.
 
+Rounds do not wait for their writes: a round decides and puts its lifts under way (at most :data:`WRITERS` sending
+at once, on threads of the keeper's own), and the next round, :data:`DEFAULT_INTERVAL` later, decides the pods
+created meanwhile while those writes go on.
+
 A new leader waits one lease duration before its first lift, so that the lifts of the leader before it (which
 stopped writing when it stopped renewing the lease) have reached its watch; a watch lagging more than that behind a
 leader change is the one case this does not cover.
@@ -17,11 +21,13 @@ leader change is the one case this does not cover.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 
@@ -34,6 +40,7 @@ from cardquota.operator.slicing import every
 from cardquota.runtime.cache import ClusterCache
 
 log = logging.getLogger("cardquota.gate")
+T = TypeVar("T")
 DEFAULT_INTERVAL = 0.2
 """Seconds between rounds (a round with no gated pod costs O(queues))."""
 WRITERS = 16
@@ -84,15 +91,31 @@ class Gatekeeper:
     retry: dict[ObjectKey, tuple[float, int]] = field(default_factory=dict)
     """Pods whose last lift was refused: (not before this clock reading, refusals in a row)."""
     _leading_since: float | None = None
+    _writing: set[asyncio.Task[None]] = field(default_factory=set)
+    """The writes under way (at most :data:`WRITERS` sending at once, whatever round decided them)."""
+    _writers: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(WRITERS))
+    _threads: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(WRITERS, thread_name_prefix="cardquota-gate"))
+    """The writes' own threads: the event loop's default pool has min(32, CPUs + 4) — 6 on two cores — shared with
+    every other ``to_thread`` of the process, which held the keeper to 6 writes at once, not :data:`WRITERS`."""
 
     async def run(self) -> None:
-        await every(self.interval, self.round, log, "card-quota gate round failed; retrying")
+        """A round every :attr:`interval`; a round does not wait for its writes (they go on, 16 at a time, while
+        the next rounds decide: their pods are in flight meanwhile), so a burst of lifts never holds up the decision
+        about a pod created meanwhile."""
+        try:
+            await every(self.interval, lambda: self.round(wait=False), log, "card-quota gate round failed; retrying")
+        finally:
+            self._stop_writing()
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
-    async def round(self) -> GateRound | None:
-        """One round: settle what the watch has brought back, decide, write the lifts. None when not leading (or
-        not yet allowed to lift)."""
+    async def round(self, *, wait: bool = True) -> GateRound | None:
+        """One round: settle what the watch has brought back, decide, write the lifts (``wait``: return once they
+        are written, as tests want; else once they are under way). None when not leading (or not yet allowed to
+        lift)."""
         if not self.cache.ready or not self.is_leader():
             self._leading_since = None
+            self._stop_writing()  # (a former leader writes nothing: the next one waits for what it wrote)
             self.in_flight.clear()  # (another leader decides from the API server's state)
             self._say({})
             return None
@@ -114,14 +137,25 @@ class Gatekeeper:
         self.stats.held_back += len(decided.lifts) - len(lifts)  # (their room stays unused this round)
         for lift in lifts:
             self.in_flight[lift.pod] = Flight(lift)
-        semaphore = asyncio.Semaphore(WRITERS)
-
-        async def write(lift: Lift) -> None:
-            async with semaphore:
-                await self._write(lift)
-
-        await asyncio.gather(*(write(lift) for lift in lifts))
+        tasks = [asyncio.create_task(self._send(lift)) for lift in lifts]
+        self._writing.update(tasks)
+        for task in tasks:
+            task.add_done_callback(self._writing.discard)
+        if wait:
+            await asyncio.gather(*tasks)
         return decided
+
+    async def _off_loop(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args))
+
+    async def _send(self, lift: Lift) -> None:
+        async with self._writers:
+            await self._write(lift)
+
+    def _stop_writing(self) -> None:
+        for task in self._writing:
+            task.cancel()
+        self._writing.clear()
 
     def sentence(self, identity: tuple[str, str, str]) -> str | None:
         """Why the object (kind, namespace, name) waits at the gate after the last round; None when it does not
@@ -154,8 +188,8 @@ class Gatekeeper:
         try:
             operations: list[Any] = list(lift.operations())
             if lift.narrows:
-                operations += await asyncio.to_thread(self._narrowing, lift)
-            await asyncio.to_thread(patch_pod, self.api, namespace, name, operations)
+                operations += await self._off_loop(self._narrowing, lift)
+            await self._off_loop(patch_pod, self.api, namespace, name, operations)
         except (KubeError, OSError) as error:
             await self._read_back(lift, error)
             return
@@ -174,7 +208,7 @@ class Gatekeeper:
     async def _read_back(self, lift: Lift, error: BaseException | str) -> None:
         """After a write that did not succeed: the pod as the API server has it decides whether the lift holds."""
         try:
-            manifest = await asyncio.to_thread(read_object, self.api, pod_path(*lift.pod))
+            manifest = await self._off_loop(read_object, self.api, pod_path(*lift.pod))
         except (KubeError, OSError) as unread:
             log.warning("lifting the gate of pod %s/%s: %s; reading it back: %s (kept in flight)", *lift.pod, error,
                         unread)
