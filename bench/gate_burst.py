@@ -77,8 +77,8 @@ class Ungated:
                         "schedulingGates"):
                     with self.lock:
                         self.seen.setdefault(name, time.time())
-        except (OSError, ValueError, http.client.HTTPException):
-            return  # (closed)
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            return  # (closed under it: http.client's reader is gone, AttributeError)
 
     def close(self) -> None:
         self.connection.close()
