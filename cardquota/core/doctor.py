@@ -242,6 +242,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                           _objects(installation.operator_pods), _object(installation.lease), target,
                                           installation.now, _object(installation.controller_deployment),
                                           _objects(installation.controller_pods))),
+        (OPERATOR, lambda: check_card_gate(gate, configurations.get("MutatingWebhookConfiguration"), pods, target)),
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
                                             queues=queues, extender_conf=_object(installation.extender_conf),
                                             card_gate=gate)),
@@ -320,6 +321,50 @@ def check_namespace_queues(webhook: Read, policy: Read, operator: Read) -> list[
                        "turn Volcano's mapping on (its chart: custom.map_enable=true, or /podgroups/mutate in "
                        "custom.enabled_admissions)")]
     return []
+
+
+GATED_MUTATION = "pods.mutate.cardquota.io"
+"""The mutation that adds the card-quota gate (manifests/base/webhooks.yaml)."""
+
+
+def check_card_gate(gate: bool, mutating: Read, pods: Listing, target: Target) -> list[Result]:
+    """The card-quota gate's path: with the gate on, the card-pod mutation that adds it fails closed (else a card pod
+    created while no replica answers is placed outside its quota); with it off, no pod still holds the gate (nothing
+    would lift it: pods created before it was turned off wait for ever)."""
+    gated = [] if isinstance(pods, Unreadable) else [
+        f"{_map(pod.get('metadata')).get('namespace')}/{_map(pod.get('metadata')).get('name')}" for pod in pods
+        if not _map(pod.get("spec")).get("nodeName") and any(
+            isinstance(gate_entry, MAPPING_TYPES) and gate_entry.get("name") == keys.CARD_GATE
+            for gate_entry in _list(_map(pod.get("spec")).get("schedulingGates")))]
+    if not gate:
+        if isinstance(pods, Unreadable):
+            return [_cannot_tell(OPERATOR, f"that no pod holds the card-quota gate ({keys.CARD_GATE})", pods)]
+        if gated:
+            return [Result(OPERATOR, Status.FAIL, f"{len(gated)} pod{_s(gated)} hold{'' if len(gated) != 1 else 's'} "
+                           f"the card-quota gate ({keys.CARD_GATE}), which the operator runs without: nothing "
+                           "lifts it", details=_some(gated),
+                           fix="turn the gate back on (CARDQUOTA_CARD_GATE=1; Helm cardGate.enabled=true), or remove "
+                           "the gate from each pod (docs/install.md, Moving to the card-quota gate)")]
+        return []
+    if isinstance(mutating, Unreadable) or mutating is None:
+        return []  # (the Admission webhooks check says it)
+    hooks = [w for w in _list(mutating.get("webhooks")) if isinstance(w, MAPPING_TYPES) and w.get("name") ==
+             GATED_MUTATION]
+    name = target.webhook_configurations.get("MutatingWebhookConfiguration", "cardquota-mutating")
+    if not hooks:
+        return [Result(OPERATOR, Status.FAIL, f"the operator runs the card-quota gate but MutatingWebhookConfiguration "
+                       f"{name} has no {GATED_MUTATION}: card pods are created without the gate, unchecked",
+                       fix=DEPLOY)]
+    waiting = f"; {len(gated)} pod{_s(gated)} wait{'s' if len(gated) == 1 else ''} at it" if gated else ""
+    if hooks[0].get("failurePolicy") != "Fail":
+        return [Result(OPERATOR, Status.WARN, f"{GATED_MUTATION} fails open ({hooks[0].get('failurePolicy')}): a "
+                       "card pod created while no replica answers is placed without the card-quota gate, outside its "
+                       "queue's quota" + waiting,
+                       fix=f"kubectl patch mutatingwebhookconfiguration {name} --type=json -p '[{{\"op\": \"replace\", "
+                       f"\"path\": \"/webhooks/{_list(mutating.get('webhooks')).index(hooks[0])}/failurePolicy\", "
+                       "\"value\": \"Fail\"}]' (or re-apply the manifests)")]
+    return [Result(OPERATOR, Status.OK, f"card pods are created at the card-quota gate ({GATED_MUTATION} fails "
+                   f"closed){waiting}")]
 
 
 def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:

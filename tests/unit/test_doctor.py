@@ -1279,3 +1279,36 @@ def test_the_usage_is_computed_as_the_operator_does_when_it_maps_namespaces_to_q
     assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target()))[0][0] == "warn"
     assert statuses(doctor.check_queues(nodes(), shown, podgroups, pods, target(), namespaces=FORBIDDEN)) == [
         ("unknown", f"cannot tell the published usage is current (Namespaces unreadable): {FORBIDDEN.reason}")]
+
+
+def _gated(name: str) -> Manifest:
+    return pod(name, namespace="ml", card=A100, gpus=1, queue="team-a", gated=True)
+
+
+def test_the_card_gate_path_as_shipped_is_ok_and_says_who_waits() -> None:
+    mutating = webhook_configurations("Q0E=")["MutatingWebhookConfiguration"]
+    assert statuses(doctor.check_card_gate(True, mutating, [_gated("w-0"), _gated("w-1")], target())) == [
+        ("ok", "card pods are created at the card-quota gate (pods.mutate.cardquota.io fails closed); 2 pods wait "
+               "at it")]
+
+
+def test_a_card_pod_mutation_failing_open_lets_card_pods_past_the_gate() -> None:
+    mutating = copy.deepcopy(webhook_configurations("Q0E=")["MutatingWebhookConfiguration"])
+    (hook,) = [w for w in mutating["webhooks"] if w["name"] == "pods.mutate.cardquota.io"]
+    hook["failurePolicy"] = "Ignore"
+    (result,) = doctor.check_card_gate(True, mutating, [], target())
+    assert result.status is Status.WARN
+    assert "placed without the card-quota gate" in result.message
+    assert '"path": "/webhooks/2/failurePolicy"' in result.fix
+    hook["name"] = "renamed"
+    assert statuses(doctor.check_card_gate(True, mutating, [], target()))[0][0] == "fail"
+
+
+def test_pods_left_holding_the_gate_when_the_operator_runs_without_it_are_named() -> None:
+    bound = _gated("bound")
+    bound["spec"]["nodeName"] = "a100-1"
+    (result,) = doctor.check_card_gate(False, None, [_gated("stuck"), bound, pod("other", namespace="ml")], target())
+    assert result.status is Status.FAIL
+    assert result.message.startswith("1 pod holds the card-quota gate (cardquota.io/card-quota)")
+    assert result.details == ("ml/stuck",)
+    assert doctor.check_card_gate(False, None, [pod("other", namespace="ml")], target()) == []
