@@ -151,7 +151,7 @@ async def test_a_healthy_installation_passes_every_check(volcano_kmock: Any, tmp
         code, text, err = await doctor(volcano_kmock, tmp_path)
     assert (code, err) == (0, ""), text
     lines = text.splitlines()
-    assert [line[0] for line in lines[:-1] if line and line[0] in "✓!✗?"] == ["✓"] * 13
+    assert [line[0] for line in lines[:-1] if line and line[0] in "✓!✗?"] == ["✓"] * 14
     assert text == readme_runs()[0]
 
 
@@ -180,7 +180,7 @@ async def test_a_refused_read_cannot_be_told_and_exits_2(volcano_kmock: Any, tmp
     assert (code, err) == (2, ""), text
     assert (f"? cannot tell the caBundle verifies the serving certificate in Secret {NAMESPACE}/cardquota-webhook-tls: "
             f"not allowed (HTTP 403: {message})") in text.splitlines()
-    assert text.endswith("? 1 cannot tell, 12 ok\n")
+    assert text.endswith("? 1 cannot tell, 13 ok\n")
     # Something definitely wrong besides: exit 1.
     del volcano_kmock.objects["coordination.k8s.io/v1/leases", NAMESPACE, "cardquota-controller"]
     code, text, _ = await doctor(volcano_kmock, tmp_path, "-o", "json")

@@ -996,7 +996,7 @@ def _installation(objects: list[Manifest],
 
 def test_every_check_runs_in_order_and_a_healthy_installation_passes() -> None:
     results = doctor.run_checks(_installation(installation_objects(NOW)), target())
-    assert [r.status for r in results] == [Status.OK] * 13
+    assert [r.status for r in results] == [Status.OK] * 14
     assert list(dict.fromkeys(r.name for r in results)) == list(doctor.CHECKS)
     assert doctor.overall(results) is Status.OK
 
@@ -1010,7 +1010,7 @@ def test_a_check_that_breaks_is_one_line_and_the_others_still_run(monkeypatch: p
     (line,) = [r for r in results if r.name == doctor.NODES]
     assert (line.status, line.message) == (Status.UNKNOWN, "this check failed unexpectedly (KeyError: 'boom'): a bug "
                                                            "in cardquota")
-    assert len(results) == 13
+    assert len(results) == 14
 
 
 @pytest.mark.parametrize(("found", "status", "code"), [
@@ -1075,8 +1075,8 @@ def test_offline_healthy_installation_every_line_passes(tmp_path: Path) -> None:
     code, text, err = plugin("doctor", "--cluster", dump(tmp_path / "c.yaml", installation_objects(time.time())))
     assert (code, err) == (0, "")
     marks = [line[0] for line in text.splitlines()[:-1] if line and line[0] in "✓!✗?"]
-    assert marks == ["✓"] * 13
-    assert text.endswith("✓ all 13 checks passed\n")
+    assert marks == ["✓"] * 14
+    assert text.endswith("✓ all 14 checks passed\n")
     code, text, _ = plugin("doctor", "--cluster", str(tmp_path / "c.yaml"), "-o", "json")
     document = json.loads(text)
     assert code == 0
