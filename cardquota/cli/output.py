@@ -15,7 +15,7 @@ import yaml
 
 from cardquota.cli.check import CheckResult
 from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_warnings, unlabelled_accelerators
-from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage
+from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage, SubtreeUsage
 from cardquota.core.objects import CPU_MEMORY, Node
 from cardquota.core.policies.common import skipped_rule
 from cardquota.core.quantity import format_quantity
@@ -312,34 +312,43 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
     """``cardquota usage``'s and ``kubectl cardquota usage``'s table: QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE and
     PENDING; ``wide`` adds FREE (quota - allocated - inqueue), USED ((allocated + inqueue) / quota) and a bar. When
     pods wait at the card-quota gate, WAITING follows PENDING: the part of it not let through yet (the rest is
-    admitted and held against the quota). A queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows.
-    With ``color``, the share used tints ALLOCATED and INQUEUE (``wide``: FREE, USED and the bar): green, yellow
-    from 80 %, red from 100 %."""
+    admitted and held against the quota). A queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows; a
+    queue with queues below it (``spec.parent``) gets ``<queue> (subtree)`` rows: its quota against its whole
+    subtree's cards, as the card-quota gate holds them. With ``color``, the share used tints ALLOCATED and INQUEUE
+    (``wide``: FREE, USED and the bar): green, yellow from 80 %, red from 100 %."""
     rows: list[list[object]] = []
     shares: list[float | None] = []
-    gated = any(usage[queue].waiting for queue in usage)
+    gated = any(entry.waiting or (entry.subtree is not None and entry.subtree.waiting) for entry in usage.values())
     waiting_cell: list[object] = [0] if gated else []
+    def card_rows(label: str, quotas: Mapping[str, int], counted: QueueUsage | SubtreeUsage,
+                  cards: list[str]) -> None:
+        for card in cards:
+            quota = quotas.get(card)
+            allocated, inqueue = counted.allocated.get(card, 0), counted.inqueue.get(card, 0)
+            share = (allocated + inqueue) / quota if quota else None
+            row: list[object] = [label, card, quota if quota is not None else NONE, allocated, inqueue,
+                                 counted.pending.get(card, 0), *([counted.waiting.get(card, 0)] if gated else [])]
+            if wide:
+                free = max(quota - allocated - inqueue, 0) if quota is not None else NONE
+                row += [free, f"{share:.0%}" if share is not None else NONE, _bar(share)]
+            rows.append(row)
+            shares.append(share)
+
     for queue in sorted(usage):
         entry = usage[queue]
         cards = sorted({*entry.quota, *entry.allocated, *entry.inqueue, *entry.pending})
         if not cards:
             rows.append([queue, NONE, NONE, 0, 0, 0, *waiting_cell, *([NONE, NONE, ""] if wide else [])])
             shares.append(None)
-        for card in cards:
-            quota = entry.quota.get(card)
-            allocated, inqueue = entry.allocated.get(card, 0), entry.inqueue.get(card, 0)
-            share = (allocated + inqueue) / quota if quota else None
-            row: list[object] = [queue, card, quota if quota is not None else NONE, allocated, inqueue,
-                                 entry.pending.get(card, 0), *([entry.waiting.get(card, 0)] if gated else [])]
-            if wide:
-                free = max(quota - allocated - inqueue, 0) if quota is not None else NONE
-                row += [free, f"{share:.0%}" if share is not None else NONE, _bar(share)]
-            rows.append(row)
-            shares.append(share)
+        card_rows(queue, entry.quota, entry, cards)
         if entry.cpu_memory is not None:
             for cpu_row, cpu_share in _cpu_memory_rows(queue, entry.cpu_memory, wide=wide):
                 rows.append([*cpu_row[:6], *([NONE] if gated else []), *cpu_row[6:]])
                 shares.append(cpu_share)
+        if entry.subtree is not None:  # a parent: its quota against its whole subtree, on rows of their own
+            subtree = entry.subtree
+            card_rows(f"{queue} (subtree)", entry.quota, subtree,
+                      sorted({*entry.quota, *subtree.allocated, *subtree.inqueue, *subtree.pending}))
     if limit is not None and len(rows) > limit:
         if err is not None:
             more = len(rows) - limit

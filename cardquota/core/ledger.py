@@ -34,7 +34,7 @@ import contextlib
 import gc
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
@@ -122,6 +122,26 @@ class CpuMemoryUsage:
 
 
 @dataclass(frozen=True)
+class SubtreeUsage:
+    """A parent queue's cards together with every queue below it (``spec.parent``): what its ``card.quota`` holds
+    them to (the card-quota gate checks every ancestor)."""
+
+    allocated: Mapping[str, int]
+    inqueue: Mapping[str, int]
+    pending: Mapping[str, int]
+    waiting: Mapping[str, int]
+    queues: tuple[str, ...]
+    """The queues counted: the parent and its descendants, in name order."""
+
+    def as_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"queues": list(self.queues), "allocated": dict(self.allocated),
+                                    "inqueue": dict(self.inqueue), "pending": dict(self.pending)}
+        if self.waiting:
+            document["waiting"] = dict(self.waiting)
+        return document
+
+
+@dataclass(frozen=True)
 class QueueUsage:
     quota: Mapping[str, int]
     allocated: Mapping[str, int]
@@ -132,6 +152,8 @@ class QueueUsage:
     waiting: Mapping[str, int] = field(default_factory=dict)
     """Of :attr:`pending`, the cards of the pods waiting at the card-quota gate (the rest is past it: admitted,
     held against the quota, not placed yet)."""
+    subtree: SubtreeUsage | None = None
+    """For a queue with queues below it (:meth:`Ledger.all_usage` only): the totals of its whole subtree."""
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -142,6 +164,8 @@ class QueueUsage:
         }
         if self.waiting:  # (only where pods wait at the card-quota gate)
             document["waiting"] = dict(self.waiting)
+        if self.subtree is not None:
+            document["subtree"] = self.subtree.as_json()
         if self.cpu_memory is not None:
             document["cpuMemory"] = self.cpu_memory.as_json()
         return document
@@ -479,8 +503,33 @@ class Ledger:
         )
 
     def all_usage(self, *, card_unlimited_cpu_memory: bool = False) -> dict[str, QueueUsage]:
-        return {queue: self.usage(queue, card_unlimited_cpu_memory=card_unlimited_cpu_memory)
-                for queue in self.queue_names()}
+        """Every queue's usage; a queue with queues below it also gets its subtree's totals."""
+        usage = {queue: self.usage(queue, card_unlimited_cpu_memory=card_unlimited_cpu_memory)
+                 for queue in self.queue_names()}
+        children: dict[str, list[str]] = {}
+        for name, record in self.snapshot.queues.items():
+            if record.queue.parent and record.queue.parent != name:
+                children.setdefault(record.queue.parent, []).append(name)
+        for parent in children:
+            if parent not in usage:
+                continue
+            members, todo = {parent}, list(children[parent])
+            while todo:  # (a cycle ends where it meets a queue already counted)
+                queue = todo.pop()
+                if queue not in members:
+                    members.add(queue)
+                    todo.extend(children.get(queue, ()))
+            totals: dict[str, dict[str, int]] = {"allocated": {}, "inqueue": {}, "pending": {}, "waiting": {}}
+            for member in members:
+                entry = usage.get(member) or self.usage(member)
+                for bucket, amounts in (("allocated", entry.allocated), ("inqueue", entry.inqueue),
+                                        ("pending", entry.pending), ("waiting", entry.waiting)):
+                    for card, amount in amounts.items():
+                        totals[bucket][card] = totals[bucket].get(card, 0) + amount
+            usage[parent] = replace(usage[parent], subtree=SubtreeUsage(
+                _sorted(totals["allocated"]), _sorted(totals["inqueue"]), _sorted(totals["pending"]),
+                _sorted({card: n for card, n in totals["waiting"].items() if n}), tuple(sorted(members))))
+        return usage
 
     def cpu_memory(self, queue: str, card_unlimited_cpu_memory: bool) -> CpuMemoryUse:
         """The queue's cpu/memory allocated, inqueue and elastic, counted as the capacity-card plugin counts them

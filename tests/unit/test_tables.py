@@ -229,3 +229,26 @@ def test_usage_splits_pending_into_admitted_and_waiting_at_the_card_quota_gate()
     assert lines[2].split()[:7] == ["team-c", "NVIDIA-A100", "1", "0", "0", "0", "0"]
     without = Ledger.build(objects[:3]).all_usage()
     assert "WAITING" not in usage_table(without, wide=True).splitlines()[0]
+
+
+def test_a_parent_queue_shows_its_quota_against_its_whole_subtree() -> None:
+    """org's 4 A100 hold product and research together (the gate checks every ancestor): a subtree row sums them
+    — 3 allocated in product, 2 waiting at the gate in research — and so does the JSON's ``subtree``; a queue
+    without children has none."""
+    from builders import pod, queue
+
+    from cardquota.cli.output import usage_json, usage_table
+    from cardquota.core.ledger import Ledger
+
+    objects = [queue("org", {"NVIDIA-A100": 4}), queue("product", {"NVIDIA-A100": 4}, parent="org"),
+               queue("research", {"NVIDIA-A100": 4}, parent="org"),
+               pod("p1", namespace="ml", card="NVIDIA-A100", gpus=3, queue="product", node_name="a1"),
+               pod("p2", namespace="ml", card="NVIDIA-A100", gpus=2, queue="research", gated=True)]
+    from builders import gpu_node
+    usage = Ledger.build([gpu_node("a1", "NVIDIA-A100", 8), *objects]).all_usage()
+    assert usage_json(usage)["queues"]["org"]["subtree"] == {
+        "queues": ["org", "product", "research"], "allocated": {"NVIDIA-A100": 3}, "inqueue": {},
+        "pending": {"NVIDIA-A100": 2}, "waiting": {"NVIDIA-A100": 2}}
+    assert "subtree" not in usage_json(usage)["queues"]["product"]
+    rows = [line.split() for line in usage_table(usage, wide=True).splitlines()]
+    assert rows[2][:10] == ["org", "(subtree)", "NVIDIA-A100", "4", "3", "0", "2", "2", "1", "75%"]
