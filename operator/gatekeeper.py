@@ -88,8 +88,9 @@ class Gatekeeper:
     last_round: GateRound = field(default_factory=GateRound)
     said: dict[tuple[str, str, str], str] = field(default_factory=dict)
     """Why each object waits at the gate after the last round, by (kind, namespace, name) (:meth:`sentence`)."""
-    retry: dict[ObjectKey, tuple[float, int]] = field(default_factory=dict)
-    """Pods whose last lift was refused: (not before this clock reading, refusals in a row)."""
+    retry: dict[tuple[ObjectKey, str], tuple[float, int]] = field(default_factory=dict)
+    """Pods (by key and uid: a pod recreated under the name starts afresh) whose last lift was refused: (not before
+    this clock reading, refusals in a row)."""
     _leading_since: float | None = None
     _writing: set[asyncio.Task[None]] = field(default_factory=set)
     """The writes under way (at most :data:`WRITERS` sending at once, whatever round decided them)."""
@@ -126,18 +127,19 @@ class Gatekeeper:
             return None
         self._settle()
         for flight in [flight for flight in self.in_flight.values() if flight.unsettled]:
-            await self._read_back(flight.lift, "an earlier write's outcome unknown")
+            await self._read_back(flight, "an earlier write's outcome unknown")
         decided = gate_round(self.cache.ledger, [flight.lift for flight in self.in_flight.values()],
                              self.head_of_line)
         self.stats.rounds += 1
         self.stats.waiting = len(decided.waits)
         self.last_round = decided
         self._say(decided.sentences())
-        lifts = [lift for lift in decided.lifts if self.retry.get(lift.pod, (now, 0))[0] <= now]
+        lifts = [lift for lift in decided.lifts if self.retry.get((lift.pod, lift.uid), (now, 0))[0] <= now]
         self.stats.held_back += len(decided.lifts) - len(lifts)  # (their room stays unused this round)
-        for lift in lifts:
-            self.in_flight[lift.pod] = Flight(lift)
-        tasks = [asyncio.create_task(self._send(lift)) for lift in lifts]
+        flights = [Flight(lift) for lift in lifts]
+        for flight in flights:
+            self.in_flight[flight.lift.pod] = flight
+        tasks = [asyncio.create_task(self._send(flight)) for flight in flights]
         self._writing.update(tasks)
         for task in tasks:
             task.add_done_callback(self._writing.discard)
@@ -148,9 +150,15 @@ class Gatekeeper:
     async def _off_loop(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args))
 
-    async def _send(self, lift: Lift) -> None:
+    async def _send(self, flight: Flight) -> None:
         async with self._writers:
-            await self._write(lift)
+            if self.in_flight.get(flight.lift.pod) is not flight:
+                return  # (settled while it waited its turn: the pod went, or was recreated and judged again)
+            try:
+                await self._write(flight)
+            except Exception:  # a bug: the lift stays counted, its outcome read back next round
+                log.exception("lifting the gate of pod %s/%s failed", *flight.lift.pod)
+                flight.unsettled = True
 
     def _stop_writing(self) -> None:
         for task in self._writing:
@@ -180,10 +188,12 @@ class Gatekeeper:
             pod = pods.get(key)
             if pod is None or pod.gate is None or pod.uid != flight.lift.uid or pod.terminated:
                 del self.in_flight[key]
-        for key in [key for key in self.retry if (pod := pods.get(key)) is None or pod.gate is None]:
-            del self.retry[key]
+        for key, uid in [(key, uid) for key, uid in self.retry
+                         if (pod := pods.get(key)) is None or pod.gate is None or pod.uid != uid]:
+            del self.retry[key, uid]
 
-    async def _write(self, lift: Lift) -> None:
+    async def _write(self, flight: Flight) -> None:
+        lift = flight.lift
         namespace, name = lift.pod
         try:
             operations: list[Any] = list(lift.operations())
@@ -191,12 +201,10 @@ class Gatekeeper:
                 operations += await self._off_loop(self._narrowing, lift)
             await self._off_loop(patch_pod, self.api, namespace, name, operations)
         except (KubeError, OSError) as error:
-            await self._read_back(lift, error)
+            await self._read_back(flight, error)
             return
-        flight = self.in_flight.get(lift.pod)
-        if flight is not None:
-            flight.written = True
-        self.retry.pop(lift.pod, None)
+        flight.written = True
+        self.retry.pop((lift.pod, lift.uid), None)
         self.stats.lifted += 1
 
     def _narrowing(self, lift: Lift) -> list[Any]:
@@ -205,23 +213,24 @@ class Gatekeeper:
             raise KubeError(f"pod {lift.pod[0]}/{lift.pod[1]} is gone", 404)
         return list(narrowed_affinity_operations(manifest, lift.card_type, self.cache.ledger.snapshot.catalog()))
 
-    async def _read_back(self, lift: Lift, error: BaseException | str) -> None:
-        """After a write that did not succeed: the pod as the API server has it decides whether the lift holds."""
+    async def _read_back(self, flight: Flight, error: BaseException | str) -> None:
+        """After a write that did not succeed: the pod as the API server has it decides whether the lift holds.
+        Only this flight's own entry is touched: a pod recreated under the name and lifted since has another."""
+        lift = flight.lift
         try:
             manifest = await self._off_loop(read_object, self.api, pod_path(*lift.pod))
         except (KubeError, OSError) as unread:
             log.warning("lifting the gate of pod %s/%s: %s; reading it back: %s (kept in flight)", *lift.pod, error,
                         unread)
-            flight = self.in_flight.get(lift.pod)
-            if flight is not None:
-                flight.unsettled = True  # its cards still count; read back again next round
+            flight.unsettled = True  # its cards still count; read back again next round
             return
         if manifest is None or _still_gated(manifest, lift.uid):
-            self.in_flight.pop(lift.pod, None)
+            if self.in_flight.get(lift.pod) is flight:
+                del self.in_flight[lift.pod]
             self.stats.refused += 1
-            refusals = self.retry.get(lift.pod, (0.0, 0))[1] + 1
+            refusals = self.retry.get((lift.pod, lift.uid), (0.0, 0))[1] + 1
             delay = min(RETRY_SECONDS * 2 ** (refusals - 1), MAX_RETRY_SECONDS)
-            self.retry[lift.pod] = (self.clock() + delay, refusals)
+            self.retry[lift.pod, lift.uid] = (self.clock() + delay, refusals)
             log.info("gate of pod %s/%s not lifted (%s); judged again in %.0f s", *lift.pod, error, delay)
         # else: past the gate after all (the answer was lost): the watch brings it
 

@@ -85,8 +85,9 @@ VOLCANO_PODGROUP_POLICY = "volcano-podgroup-mutation-policy"
 """Volcano's MutatingAdmissionPolicy doing the same (installer/helm/chart/volcano/policy/podgroups-mutating.yaml,
 v1.12+, ``custom.map_enable``)."""
 MAP_NAMESPACE_QUEUES_ENV = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
-CARD_GATE_ENV = "CARDQUOTA_CARD_GATE"
 """The operator's variable for :attr:`PolicyConfig.map_namespace_queues` (operator/settings.py)."""
+CARD_GATE_ENV = "CARDQUOTA_CARD_GATE"
+"""The operator's variable for :attr:`PolicyConfig.card_gate` (operator/settings.py)."""
 
 ADDITION_WORDING = WORDING
 """What ``kubectl cardquota crd status`` says of each state (the same words)."""

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from builders import gpu_node, pod, queue
 
+from cardquota.core import keys
 from cardquota.operator import gatekeeper as gatekeeper_module
 from cardquota.operator.gatekeeper import WRITERS, Gatekeeper
 from cardquota.runtime.cache import ClusterCache
@@ -67,3 +68,38 @@ async def test_a_round_decides_new_pods_while_the_last_rounds_writes_are_still_u
     await asyncio.wait_for(asyncio.gather(*keeper._writing), timeout=10)
     assert sorted(api.sent) == sorted([f"early-{index}" for index in range(40)] + ["late"])
     assert keeper.stats.lifted == 41
+
+
+@pytest.mark.asyncio
+async def test_a_stale_write_never_touches_the_lift_of_the_pod_recreated_under_its_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pod p (uid-1) is lifted; before its write goes out, p is deleted and recreated (uid-2) and lifted in turn.
+    The first write is skipped when its turn comes; one that does go out and is refused (the uid test fails) is
+    read back, finds the new pod, and leaves the new pod's lift counted and its retry clock untouched."""
+    from cardquota.core.gate import Lift
+    from cardquota.kube import KubeError
+    from cardquota.operator.gatekeeper import Flight
+
+    sent: list[str] = []
+
+    def refused(_api: object, _namespace: str, name: str, _operations: Sequence[Mapping[str, Any]]) -> None:
+        sent.append(name)
+        raise KubeError("the test of /metadata/uid failed", 422)
+
+    recreated = gated("p", 1)
+    recreated["metadata"]["uid"] = "uid-2"
+    monkeypatch.setattr(gatekeeper_module, "patch_pod", refused)
+    monkeypatch.setattr(gatekeeper_module, "read_object", lambda _api, _path: recreated)
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("team", {A100: 8}), recreated])
+    keeper = Gatekeeper(cache, object(), takeover_wait=0)  # type: ignore[arg-type]
+    old = Flight(Lift(("ml", "p"), "uid-1", "team", A100, 1, A100, (keys.CARD_GATE,)))
+    new = Flight(Lift(("ml", "p"), "uid-2", "team", A100, 1, A100, (keys.CARD_GATE,)))
+    keeper.in_flight[("ml", "p")] = new
+    await keeper._send(old)  # its turn came after the pod was recreated and lifted again: not sent
+    assert sent == []
+    await keeper._write(old)  # (one that went out all the same)
+    assert sent == ["p"]
+    assert keeper.in_flight == {("ml", "p"): new}
+    assert list(keeper.retry) == [(("ml", "p"), "uid-1")]
+    assert keeper.stats.refused == 1
