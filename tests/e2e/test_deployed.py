@@ -158,6 +158,12 @@ def test_a_card_pod_beyond_its_queues_quota_waits_at_the_gate_until_cards_are_re
     assert second["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
     conditions = {c["type"]: c for c in second.get("status", {}).get("conditions") or []}
     assert conditions.get("PodScheduled", {}).get("reason") == "SchedulingGated"  # (the API server's own)
+    # Nobody but cardquota lifts it: the API server's own policy (base/card-gate-policy.yaml) refuses the patch.
+    removed = kubectl.run("patch", "pod", "second", "-n", namespace, "--type=json", "-p",
+                          json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}]), check=False)
+    assert removed.returncode != 0
+    assert "cannot be removed by hand" in removed.stderr, removed.stderr
+    assert kubectl.get("pod", "second", namespace)["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
     kubectl.run("delete", "pod", "first", "-n", namespace, "--wait", "--timeout=60s", "--grace-period=0")
     until(lambda: True if not kubectl.get("pod", "second", namespace)["spec"].get("schedulingGates") else None,
           what="the second pod's gate lifted once the first's card was released")

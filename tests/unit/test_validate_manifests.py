@@ -45,6 +45,8 @@ EXPECTED_UNKNOWN: dict[tuple[str, str], str] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "Prometheus Operator CRD (components/metrics)",
     ("builtin", "ReplacementTransformer"): "kustomize's configuration of its replacements (transformers/namespace), "
                                             "read by kustomize, never sent to a cluster",
+    ("builtin", "PatchTransformer"): "kustomize's patch taking the namespace off cluster-scoped kinds it does not know "
+                                      "(transformers/namespace), read by kustomize, never sent to a cluster",
 }
 
 
