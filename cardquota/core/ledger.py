@@ -80,7 +80,7 @@ WAITING_PHASES = frozenset({"", "Pending"})
 """PodGroup phases before the scheduler's enqueue decision (the PodGroups whose events say why they wait)."""
 BUILD_ORDER = (Kind.NAMESPACE, Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
 IndexKey = TypeVar("IndexKey", str, ObjectKey)
-AmountKey = TypeVar("AmountKey", str, Bucket)
+AmountKey = TypeVar("AmountKey", str, Bucket, ObjectKey)
 KeySet = dict[ObjectKey, None]
 """A set of object keys kept as a dict's keys: per member about half a set's memory at the sizes of a job's pods
 and a node's (8 keys: 352 bytes vs 728; 20: 632 vs 2,264), the same O(1) add, remove and membership."""
@@ -520,8 +520,8 @@ class Ledger:
                     members.add(queue)
                     todo.extend(children.get(queue, ()))
             totals: dict[str, dict[str, int]] = {"allocated": {}, "inqueue": {}, "pending": {}, "waiting": {}}
-            for member in members:
-                entry = usage.get(member) or self.usage(member)
+            for member in members:  # (every Queue object is among queue_names: each has its usage)
+                entry = usage[member]
                 for bucket, amounts in (("allocated", entry.allocated), ("inqueue", entry.inqueue),
                                         ("pending", entry.pending), ("waiting", entry.waiting)):
                     for card, amount in amounts.items():
@@ -850,16 +850,11 @@ class Ledger:
 
     def _add_pending(self, charge: Charge, sign: int) -> None:
         assert charge.group is not None
-        pending = self._group_pending.setdefault(charge.group, {})
-        for card, amount in charge.cards.items():
+        cards: dict[str, int] = {}
+        for card, amount in charge.cards.items():  # (by canonical name: two spellings of one A|B are one key)
             name = canonical_key(card)
-            value = pending.get(name, 0) + sign * amount
-            if value:
-                pending[name] = value
-            else:
-                pending.pop(name, None)
-        if not pending:
-            del self._group_pending[charge.group]
+            cards[name] = cards.get(name, 0) + amount
+        _add_amounts(self._group_pending, charge.group, cards, sign)
 
     def _count_card_resources(self, record: NodeRecord | None, sign: int) -> None:
         """Reference-count the resources nodes offer as cards (a pod's "card resources" depend on that set)."""
