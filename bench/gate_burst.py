@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from e2e.local import controlplane, rest  # noqa: E402
-from volcano_cycle import install_cardquota  # noqa: E402
+from volcano_cycle import control_plane_api, install_cardquota  # noqa: E402
 
 from cardquota.operator.gatekeeper import DEFAULT_INTERVAL  # noqa: E402
 
@@ -118,11 +118,9 @@ def main() -> int:
     parser.add_argument("--writers", type=int, default=16, help="threads creating pods")
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
-    local = os.environ.get("CARDQUOTA_E2E_LOCAL")
-    if not local:
-        print("runs inside make e2e-local's control plane: make bench-gate-burst", file=sys.stderr)
+    api = control_plane_api("bench-gate-burst")
+    if api is None:
         return 2
-    api = rest.admin(Path(local) / "pki", "127.0.0.1", controlplane.API_PORT)
     install_cardquota()
     labels = {"nvidia.com/gpu.product": A100, "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81920"}
     api.create("/api/v1/nodes", controlplane.kwok_node("bench-gate-a100", labels, {"nvidia.com/gpu": "8"}))

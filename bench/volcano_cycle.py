@@ -58,6 +58,16 @@ def parallel(items: Iterable[Any], work: Callable[[Any], Any], threads: int = 6)
             future.result()
 
 
+def control_plane_api(target: str) -> rest.Api | None:
+    """The admin client of ``make e2e-local``'s control plane this runs inside; None (said on stderr) outside it.
+    ``target``: the make target that runs the script there."""
+    local = os.environ.get("CARDQUOTA_E2E_LOCAL")
+    if not local:
+        print(f"runs inside make e2e-local's control plane: make {target}", file=sys.stderr)
+        return None
+    return rest.admin(Path(local) / "pki", "127.0.0.1", controlplane.API_PORT)
+
+
 def install_cardquota() -> None:
     plugin = str(Path(sys.executable).parent / "kubectl-cardquota")
     subprocess.run([plugin, "crd", "install"], check=True, capture_output=True)
@@ -213,11 +223,9 @@ def main() -> int:
     parser.add_argument("--gangs", type=int, default=13, help="Volcano Jobs of 8 one-card tasks")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the tasks to be bound")
     args = parser.parse_args()
-    local = os.environ.get("CARDQUOTA_E2E_LOCAL")
-    if not local:
-        print("runs inside make e2e-local's control plane: make bench-control-plane", file=sys.stderr)
+    api = control_plane_api("bench-control-plane")
+    if api is None:
         return 2
-    api = rest.admin(Path(local) / "pki", "127.0.0.1", controlplane.API_PORT)
     install_cardquota()
     make_cluster(api, args.nodes, args.pods)
     queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
