@@ -188,21 +188,27 @@ def _client(configuration: client.Configuration) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+Timeout = tuple[float, float]
+"""(connect, read) seconds for one request."""
+
+
 def _request(api: client.ApiClient, method: str, path: str, body: object = None,
-             content_type: str = "application/json") -> Mapping[str, Any]:
-    data = _send(api, method, path, body, content_type)
+             content_type: str = "application/json", timeout: Timeout | None = None) -> Mapping[str, Any]:
+    data = _send(api, method, path, body, content_type, timeout)
     document: Mapping[str, Any] = json.loads(data) if data else {}
     return document
 
 
 def _send(api: client.ApiClient, method: str, path: str, body: object = None,
-          content_type: str = "application/json") -> bytes:
-    """The body of the API server's answer (KubeError unless it is a 2xx)."""
+          content_type: str = "application/json", timeout: Timeout | None = None) -> bytes:
+    """The body of the API server's answer (KubeError unless it is a 2xx); ``timeout`` bounds the connection and
+    the wait for the answer (none by default)."""
     headers = {"Content-Type": content_type} if body is not None else None
     method, url, header_params, serialized, post = api.param_serialize(
         method, path, header_params=headers, body=body, auth_settings=["BearerToken"])
     try:
-        response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post)
+        response = api.call_api(method, url, header_params=header_params, body=serialized, post_params=post,
+                                _request_timeout=timeout)
         data = response.read()  # type: ignore[no-untyped-call]
     except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out — before or during the answer
         reason = getattr(error, "reason", None) or error
@@ -474,24 +480,26 @@ def lease_path(namespace: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-def read_lease(api: client.ApiClient, namespace: str, name: str) -> Mapping[str, Any] | None:
+def read_lease(api: client.ApiClient, namespace: str, name: str,
+               timeout: Timeout | None = None) -> Mapping[str, Any] | None:
     try:
-        return _get(api, lease_path(namespace, name))
+        return _request(api, "GET", lease_path(namespace, name), timeout=timeout)
     except NotFound:
         return None
 
 
-def create_lease(api: client.ApiClient, namespace: str, lease: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _request(api, "POST", lease_path(namespace), lease)
+def create_lease(api: client.ApiClient, namespace: str, lease: Mapping[str, Any],
+                 timeout: Timeout | None = None) -> Mapping[str, Any]:
+    return _request(api, "POST", lease_path(namespace), lease, timeout=timeout)
 
 
 def update_lease(api: client.ApiClient, namespace: str, name: str, spec: Mapping[str, Any],
-                 resource_version: str | None) -> Mapping[str, Any]:
+                 resource_version: str | None, timeout: Timeout | None = None) -> Mapping[str, Any]:
     """Merge-patch a Lease's spec; with ``resource_version`` a precondition, so a competing holder loses."""
     body: dict[str, Any] = {"spec": dict(spec)}
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
-    return _request(api, "PATCH", lease_path(namespace, name), body, "application/merge-patch+json")
+    return _request(api, "PATCH", lease_path(namespace, name), body, "application/merge-patch+json", timeout)
 
 
 FIELD_MANAGER = "cardquota"
@@ -514,11 +522,12 @@ def patch_crd(api: client.ApiClient, name: str, operations: Sequence[Mapping[str
                     "application/json-patch+json")
 
 
-def patch_pod(api: client.ApiClient, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+def patch_pod(api: client.ApiClient, namespace: str, name: str, operations: Sequence[Mapping[str, Any]],
+              timeout: Timeout | None = None) -> None:
     """Apply a JSON patch to a pod, once: not retried, as a retry after a lost answer would fail the patch's
     ``test`` operations although the first attempt applied; the caller reads the pod back instead."""
     _send(api, "PATCH", f"{pod_path(namespace, name)}?fieldManager={FIELD_MANAGER}", list(operations),
-          "application/json-patch+json")
+          "application/json-patch+json", timeout)
 
 
 def read_object(api: client.ApiClient, path: str) -> Mapping[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import tempfile
@@ -20,9 +21,10 @@ from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates, keep_certificates
 from cardquota.operator.controller import Publisher, plugin_arguments
 from cardquota.operator.crd_drift import CrdDriftCheck
-from cardquota.operator.gatekeeper import Gatekeeper
+from cardquota.operator.gatekeeper import LISTED_KINDS, Gatekeeper
 from cardquota.operator.leader import LeaderElection
 from cardquota.operator.metrics import metrics_app
+from cardquota.operator.reflector import Reflector, listed_anew
 from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import follow
 from cardquota.runtime.cache import ClusterCache
@@ -86,6 +88,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     api = api_client(connection)
     tasks: list[asyncio.Task[None]] = []
     runners: list[web.AppRunner] = []
+    reflectors: list[Reflector] = []
     try:
         if role.serves_webhooks:
             runners.append(await serve_admissions(settings, cache, api, tasks))
@@ -100,7 +103,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         publisher: Publisher | None = None
         if leader is not None:
             arguments = await asyncio.to_thread(plugin_arguments, api, settings.namespace)
-            keeper = Gatekeeper(cache, api, is_leader=leads, head_of_line=settings.gate_order) \
+            keeper = Gatekeeper(cache, api, is_leader=leads, head_of_line=settings.gate_order,
+                                listed_since=functools.partial(listed_anew, reflectors, LISTED_KINDS)) \
                 if settings.card_gate else None
             publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads,
                                   capacity_card=arguments,
@@ -113,7 +117,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,
                                         settings.metrics_port, settings.limits))
         await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods,
-                     namespaces=settings.map_namespace_queues)
+                     namespaces=settings.map_namespace_queues, reflectors=reflectors)
     finally:
         for task in tasks:
             task.cancel()

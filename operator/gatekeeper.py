@@ -13,9 +13,13 @@ Rounds do not wait for their writes: a round decides and puts its lifts under wa
 at once, on threads of the keeper's own), and the next round, :data:`DEFAULT_INTERVAL` later, decides the pods
 created meanwhile while those writes go on.
 
-A new leader waits one lease duration before its first lift, so that the lifts of the leader before it (which
-stopped writing when it stopped renewing the lease) have reached its watch; a watch lagging more than that behind a
-leader change is the one case this does not cover.
+A leader writes only while it leads (:attr:`LeaderElection.leading` ends by itself
+:data:`~cardquota.operator.leader.RENEW_DEADLINE_SECONDS` after its last renewal, checked just before each write, and
+each write is cut off after :data:`~cardquota.operator.leader.WRITE_DEADLINE_SECONDS`), so its last write has ended
+before another replica can take the Lease over. A new leader then waits one lease duration more (a margin for the
+replicas' clocks) and for pods and PodGroups listed anew from the API server (:attr:`Gatekeeper.listed_since`,
+:meth:`~cardquota.operator.reflector.Reflector.listed_since`) before its first lift: its watch may lag any time
+behind its predecessor's lifts, a list cannot.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round
 from cardquota.core.objects import ObjectKey, gate_state
 from cardquota.core.policies.pod import narrowed_affinity_operations
 from cardquota.kube import KubeError, patch_pod, pod_path, read_object
-from cardquota.operator.leader import LEASE_SECONDS
+from cardquota.operator.leader import LEASE_SECONDS, WRITE_TIMEOUT
 from cardquota.operator.slicing import every
 from cardquota.runtime.cache import ClusterCache
 
@@ -50,6 +54,8 @@ RETRY_SECONDS = 1.0
 :data:`MAX_RETRY_SECONDS`: a write the API server keeps refusing (a missing permission, another webhook denying it)
 costs it one PATCH and one GET per pod every few seconds, not every round."""
 MAX_RETRY_SECONDS = 60.0
+LISTED_KINDS = ("Pod", "PodGroup")
+"""What a new leader lists anew before its first lift: a lift is a pod's, and a pod's queue is its PodGroup's."""
 
 
 @dataclass
@@ -82,6 +88,9 @@ class Gatekeeper:
     head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO
     interval: float = DEFAULT_INTERVAL
     takeover_wait: float = float(LEASE_SECONDS)
+    listed_since: Callable[[float], bool] = lambda _: True
+    """Whether the cache's pods and PodGroups were listed anew at or after a moment of :attr:`clock` (asking for it
+    if not): a new leader waits for that before its first lift."""
     clock: Callable[[], float] = time.monotonic
     stats: GateStats = field(default_factory=GateStats)
     in_flight: dict[ObjectKey, Flight] = field(default_factory=dict)
@@ -123,7 +132,8 @@ class Gatekeeper:
         now = self.clock()
         if self._leading_since is None:
             self._leading_since = now
-        if now - self._leading_since < self.takeover_wait:
+        fresh = self.listed_since(self._leading_since)  # (asked at once: the list runs during the wait)
+        if now - self._leading_since < self.takeover_wait or not fresh:
             return None
         self._settle()
         for flight in [flight for flight in self.in_flight.values() if flight.unsettled]:
@@ -199,13 +209,22 @@ class Gatekeeper:
             operations: list[Any] = list(lift.operations())
             if lift.narrows:
                 operations += await self._off_loop(self._narrowing, lift)
-            await self._off_loop(patch_pod, self.api, namespace, name, operations)
+            if not await self._off_loop(self._patch_while_leading, namespace, name, operations):
+                return  # (no longer leading: the round that finds it out drops every lift in flight)
         except (KubeError, OSError) as error:
             await self._read_back(flight, error)
             return
         flight.written = True
         self.retry.pop((lift.pod, lift.uid), None)
         self.stats.lifted += 1
+
+    def _patch_while_leading(self, namespace: str, name: str, operations: list[Any]) -> bool:
+        """The lift's PATCH, sent only while leading (checked on the writing thread, just before sending) and cut
+        off after :data:`WRITE_TIMEOUT`. False when not sent."""
+        if not self.is_leader():
+            return False
+        patch_pod(self.api, namespace, name, operations, timeout=WRITE_TIMEOUT)
+        return True
 
     def _narrowing(self, lift: Lift) -> list[Any]:
         manifest = read_object(self.api, pod_path(*lift.pod))

@@ -8,7 +8,9 @@ import asyncio
 import datetime
 import logging
 import os
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -19,6 +21,18 @@ from cardquota.kube import Conflict, KubeError, create_lease, read_lease, update
 log = logging.getLogger("cardquota.leader")
 LEASE_SECONDS = 15
 RENEW_SECONDS = 5.0
+RENEW_DEADLINE_SECONDS = 10.0
+"""A replica leads only this long after the start of its last successful renewal (client-go's renewDeadline): a
+renewal that hangs or fails ends the writes before the Lease, stamped at that start, expires in the others' eyes."""
+LEASE_REQUEST_TIMEOUT = (1.0, 4.0)
+"""(connect, read) seconds for each Lease request: a round never outlasts the renewal interval by much."""
+WRITE_DEADLINE_SECONDS = 4.5
+"""The longest a leader's quota-holding write may take from the moment it checked it leads (see
+:data:`WRITE_TIMEOUT`): :data:`RENEW_DEADLINE_SECONDS` plus this stays under :data:`LEASE_SECONDS`, so every write
+of a former leader has ended before another replica can take the Lease over."""
+WRITE_TIMEOUT = (0.5, 2.5)
+"""(connect, read) seconds for such a write: the connection pool tries a refused connection three more times (a
+request not yet sent), so 4 × 0.5 + 2.5 = :data:`WRITE_DEADLINE_SECONDS` at most."""
 
 
 def _now() -> datetime.datetime:
@@ -44,29 +58,41 @@ class LeaderElection:
     """Which replica writes (annotations, Events, the TLS Secret): the holder of a coordination.k8s.io Lease, renewed
     every RENEW_SECONDS and taken over when LEASE_SECONDS pass without renewal. Every replica serves admissions;
     :attr:`leading` only gates the writes. A write that conflicts (another replica renewed first) means not leading
-    this round; an unreachable API stops the writes until it is back."""
+    this round; an unreachable API stops the writes until it is back. :attr:`leading` also ends by itself
+    :data:`RENEW_DEADLINE_SECONDS` after the start of the last successful renewal, however long the next round
+    takes (an API server that hangs does not leave a former leader writing)."""
 
     def __init__(self, api: client.ApiClient, namespace: str, name: str = "cardquota-controller",
-                 identity: str | None = None) -> None:
+                 identity: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
         self.identity = identity or f"{os.environ.get('HOSTNAME', 'cardquota')}-{uuid.uuid4().hex[:8]}"
-        self.leading = False
+        self.clock = clock
+        self._held = False
+        self._renewed_at = float("-inf")
+        """The clock when the last successful round started (its renewTime is stamped then)."""
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica may write now: its last round won the Lease, and that round started less than
+        :data:`RENEW_DEADLINE_SECONDS` ago."""
+        return self._held and self.clock() - self._renewed_at < RENEW_DEADLINE_SECONDS
 
     def try_acquire(self, now: datetime.datetime | None = None) -> bool:
         """One round: create, renew or take over an expired Lease. True while this replica holds it."""
         moment = now or _now()
+        started = self.clock()
         spec = {"holderIdentity": self.identity, "leaseDurationSeconds": LEASE_SECONDS,
                 "renewTime": _stamp(moment)}
         try:
-            lease = read_lease(self.api, self.namespace, self.name)
+            lease = read_lease(self.api, self.namespace, self.name, timeout=LEASE_REQUEST_TIMEOUT)
             if lease is None:
                 create_lease(self.api, self.namespace, {
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {**spec, "acquireTime": _stamp(moment)}})
-                return self._became(True)
+                    "spec": {**spec, "acquireTime": _stamp(moment)}}, timeout=LEASE_REQUEST_TIMEOUT)
+                return self._became(True, started)
             current: dict[str, Any] = dict(lease.get("spec") or {})
             holder = current.get("holderIdentity")
             renewed = _parse(current.get("renewTime"))
@@ -77,8 +103,8 @@ class LeaderElection:
             if holder != self.identity:
                 spec["acquireTime"] = _stamp(moment)
             update_lease(self.api, self.namespace, self.name, spec,
-                         (lease.get("metadata") or {}).get("resourceVersion"))
-            return self._became(True)
+                         (lease.get("metadata") or {}).get("resourceVersion"), timeout=LEASE_REQUEST_TIMEOUT)
+            return self._became(True, started)
         except Conflict:  # another replica wrote the Lease since it was read: not leading this round
             return self._became(False)
         except KubeError as error:
@@ -88,10 +114,15 @@ class LeaderElection:
             log.warning("leader election round failed, API unreachable: %s", error)
             return self._became(False)
 
-    def _became(self, leading: bool) -> bool:
-        if leading != self.leading:
+    def _became(self, leading: bool, started: float | None = None) -> bool:
+        if leading != self._held:
             log.info("%s leadership of Lease %s/%s", "acquired" if leading else "lost", self.namespace, self.name)
-        self.leading = leading
+        elif leading and not self.leading:
+            log.warning("renewed Lease %s/%s after more than %.0f s: writes were paused meanwhile", self.namespace,
+                        self.name, RENEW_DEADLINE_SECONDS)
+        self._held = leading
+        if started is not None:
+            self._renewed_at = started
         return leading
 
     async def run(self, interval: float = RENEW_SECONDS) -> None:

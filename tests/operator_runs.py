@@ -12,6 +12,7 @@ from typing import Any
 from kubeconfigs import write_kubeconfig
 
 from cardquota.kube import Connection, api_client
+from cardquota.operator.reflector import Reflector
 from cardquota.operator.settings import Settings
 from cardquota.operator.watch import follow
 from cardquota.processes import run
@@ -40,14 +41,16 @@ async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", tok
 
 
 @contextlib.asynccontextmanager
-async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any) -> AsyncIterator[ClusterCache]:
+async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any,
+                                         reflectors: list[Reflector] | None = None) -> AsyncIterator[ClusterCache]:
     """``follow`` (the cache, then Kopf) as `cardquota operator` runs it: through a kubeconfig, no Connection.
-    Yields the cache once it has synced; leaving stops Kopf and every task it started."""
+    Yields the cache once it has synced (its reflectors put in ``reflectors``); leaving stops Kopf and every task it
+    started."""
     api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(kmock.url), insecure=True))
     cache = ClusterCache()
     stop, started = asyncio.Event(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
-    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started))
+    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started, reflectors=reflectors))
     try:
         await asyncio.wait_for(started.wait(), timeout=15)
         yield cache

@@ -4,6 +4,10 @@ read back from the watch."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -14,9 +18,10 @@ from operator_runs import following_through_a_kubeconfig
 from polling import eventually
 
 from cardquota.core import keys
-from cardquota.kube import api_client
+from cardquota.kube import WatchEvent, api_client
 from cardquota.operator.controller import Publisher
-from cardquota.operator.gatekeeper import Gatekeeper
+from cardquota.operator.gatekeeper import LISTED_KINDS, Gatekeeper
+from cardquota.operator.reflector import Reflector, listed_anew
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -106,6 +111,74 @@ async def test_nothing_is_lifted_while_not_leading_or_within_the_takeover_wait(v
         decided = await keeper.round()
         assert decided is not None
         assert [lift.pod[1] for lift in decided.lifts] == ["p"]
+
+
+class StalledWatch:
+    """A watch that brings no event until closed (a watch lagging behind the API server)."""
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def events(self) -> Iterator[WatchEvent]:
+        self._closed.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+async def test_a_new_leader_counts_what_its_predecessor_let_through_although_its_watch_never_brought_it(
+        volcano_kmock: Any, tmp_path: Any) -> None:
+    """A standby's watch lags any time behind the API server: pod ``a`` was created and let through by the leader
+    before it (a write to kmock's store, which no watch reports), and this replica's cache has never seen it. Taking
+    over, it lists pods and PodGroups anew before judging — so ``b`` waits for ``a``'s 4 cards instead of being let
+    through beside them (8 held against a quota of 4, which the old 'wait one lease duration' let happen)."""
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
+    volcano_kmock.objects[PODS, "ml", "b"] = gated("b", 4, 1)
+    reflectors: list[Reflector] = []
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, reflectors) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        pods = next(reflector for reflector in reflectors if reflector.kind == "Pod")
+        pods.watcher = lambda _: StalledWatch()  # from now on the pod watch brings nothing
+        assert pods._stream is not None
+        pods._stream.close()
+        await eventually(lambda: isinstance(pods._stream, StalledWatch))
+        volcano_kmock.objects[PODS, "ml", "a"] = pod(  # the former leader's lift, which the watch does not bring
+            "a", namespace="ml", card=A100, gpus=4, queue="team", created="2026-12-07T10:00:00Z", uid="uid-a")
+        await asyncio.sleep(0.3)
+        assert ("ml", "a") not in cache.ledger.snapshot.pods
+
+        keeper = Gatekeeper(cache, api, takeover_wait=0,
+                            listed_since=functools.partial(listed_anew, reflectors, LISTED_KINDS))
+        assert await keeper.round() is None  # (not listed since it leads: the lists are asked for)
+        await eventually(lambda: ("ml", "a") in cache.ledger.snapshot.pods)
+        decided = await keeper.round()
+        assert decided is not None
+        assert decided.lifts == []
+        assert [wait.reason for wait in decided.waits] == [
+            "waiting at the card-quota gate: queue team has 0 of 4 NVIDIA-A100 free; 0 pods ahead"]
+        assert gates(volcano_kmock, "b") == [{"name": keys.CARD_GATE}]
+        assert {reflector.kind: reflector.lists for reflector in reflectors
+                if reflector.kind in LISTED_KINDS} == {"Pod": 2, "PodGroup": 2}
+
+
+async def test_a_lift_is_not_sent_once_leadership_has_ended(volcano_kmock: Any, tmp_path: Any) -> None:
+    """Leadership ends between the round's decision and the write (a renewal missed its deadline): the PATCH is not
+    sent — a former leader writes nothing another replica's decisions do not know about."""
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
+    volcano_kmock.objects[PODS, "ml", "p"] = gated("p", 1, 0)
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        answers = iter([True])  # the round's check says leading; the check before the write does not
+        keeper = Gatekeeper(cache, api, is_leader=lambda: next(answers, False), takeover_wait=0)
+        decided = await keeper.round()
+        assert decided is not None
+        assert [lift.pod[1] for lift in decided.lifts] == ["p"]
+        assert not any(str(request.method.value).upper() == "PATCH" for request in volcano_kmock)
+        assert gates(volcano_kmock, "p") == [{"name": keys.CARD_GATE}]
+        assert keeper.stats.lifted == 0
+        assert await keeper.round() is None
+        assert keeper.in_flight == {}
 
 
 async def test_a_pod_whose_lift_keeps_being_refused_is_retried_after_a_growing_pause(volcano_kmock: Any,

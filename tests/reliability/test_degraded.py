@@ -94,3 +94,37 @@ async def test_a_garbage_quota_gets_an_event_and_the_other_queues_keep_being_ser
     assert event["involvedObject"] == {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                                        "name": "broken"}
     assert event["message"].startswith("volcano.sh/card.quota cannot be read (is not valid JSON")
+
+
+async def test_a_lift_to_an_api_server_that_never_answers_gives_up_within_its_deadline() -> None:
+    """The gate keeper's write against an API server that takes the request and never answers: cut off by its
+    timeout (here the read part of WRITE_TIMEOUT), not left hanging past the former leader's lease."""
+    import asyncio
+    import time
+
+    from kubernetes import client
+
+    from cardquota.kube import Unreachable, _client, patch_pod
+    from cardquota.operator.leader import WRITE_DEADLINE_SECONDS, WRITE_TIMEOUT
+
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await reader.read(65536)
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    api = _client(configuration)
+    started = time.monotonic()
+    with pytest.raises(Unreachable):
+        await asyncio.to_thread(patch_pod, api, "ml", "p", [{"op": "test", "path": "/metadata/uid", "value": "u"}],
+                                WRITE_TIMEOUT)
+    took = time.monotonic() - started
+    server.close()
+    for writer in accepted:
+        writer.close()
+    assert accepted, "the request reached the server"
+    assert WRITE_TIMEOUT[1] <= took < WRITE_DEADLINE_SECONDS + 5.0  # (a margin for a loaded machine)

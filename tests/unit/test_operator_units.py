@@ -9,6 +9,7 @@ import datetime
 import json
 import logging
 import re
+from typing import Any
 
 import pytest
 
@@ -207,6 +208,62 @@ def test_an_unreachable_api_server_ends_leadership() -> None:
             raise urllib3.exceptions.MaxRetryError(None, "/apis", "connection refused")  # type: ignore[arg-type]
 
     election = LeaderElection(Unreachable(), "ns", identity="me")  # type: ignore[arg-type]
-    election.leading = True
+    election._held, election._renewed_at = True, election.clock()
     assert election.try_acquire() is False
     assert election.leading is False
+
+
+def test_leadership_ends_by_itself_at_the_renewal_deadline_and_every_lease_request_is_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica leads only within RENEW_DEADLINE_SECONDS of the start of its last successful renewal, however long
+    the next round hangs; each Lease request carries a timeout."""
+    from cardquota.operator import leader
+
+    timeouts: list[object] = []
+    lease: dict[str, Any] = {}
+
+    def read(api: object, namespace: str, name: str, timeout: object = None) -> object:
+        timeouts.append(timeout)
+        return lease or None
+
+    def create(api: object, namespace: str, body: dict[str, Any], timeout: object = None) -> object:
+        timeouts.append(timeout)
+        lease.update(body, metadata={"resourceVersion": "1"})
+        return lease
+
+    def update(api: object, namespace: str, name: str, spec: object, version: object, timeout: object = None) -> object:
+        timeouts.append(timeout)
+        return lease
+
+    monkeypatch.setattr(leader, "read_lease", read)
+    monkeypatch.setattr(leader, "create_lease", create)
+    monkeypatch.setattr(leader, "update_lease", update)
+    now = [100.0]
+    election = leader.LeaderElection(object(), "ns", identity="me", clock=lambda: now[0])  # type: ignore[arg-type]
+    assert election.leading is False
+    assert election.try_acquire() is True
+    now[0] += leader.RENEW_DEADLINE_SECONDS - 0.1
+    assert election.leading is True
+    now[0] += 0.1  # no renewal came back in time (the API server hangs): no more writes
+    assert election.leading is False
+    assert election.try_acquire() is True  # renewed (from this moment on)
+    assert election.leading is True
+    now[0] += leader.RENEW_DEADLINE_SECONDS
+    assert election.leading is False
+    assert timeouts == [leader.LEASE_REQUEST_TIMEOUT] * 4
+
+
+def test_a_former_leaders_last_write_ends_before_another_replica_can_take_the_lease_over() -> None:
+    """The bound the gate keeper's writes rely on: leading ends RENEW_DEADLINE_SECONDS after the renewal's start
+    (which stamps renewTime), a write checked as leading just before it is sent ends within WRITE_DEADLINE_SECONDS
+    (the connection pool tries a connection ``retries.total`` more times, then the read timeout), and another
+    replica takes over only LEASE_SECONDS after renewTime."""
+    from kubernetes import client
+
+    from cardquota.kube import _client
+    from cardquota.operator import leader
+
+    configured = _client(client.Configuration()).configuration.retries
+    connect, read = leader.WRITE_TIMEOUT
+    assert (configured.total + 1) * connect + read <= leader.WRITE_DEADLINE_SECONDS
+    assert leader.RENEW_DEADLINE_SECONDS + leader.WRITE_DEADLINE_SECONDS < leader.LEASE_SECONDS
