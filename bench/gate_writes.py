@@ -36,6 +36,7 @@ from gate import QUEUES, gated_gangs
 
 from cardquota.kube import Connection, api_client, patch_pod
 from cardquota.operator.gatekeeper import WRITERS, Gatekeeper
+from cardquota.operator.leader import WRITE_TIMEOUT
 from cardquota.runtime.cache import ClusterCache
 
 SERVER = """
@@ -82,7 +83,8 @@ async def bare_patches_cpu(api: Any, names: list[tuple[str, str]]) -> float:
         async def write(namespace: str, name: str) -> None:
             async with semaphore:
                 await loop.run_in_executor(threads, functools.partial(
-                    patch_pod, api, namespace, name, [{"op": "test", "path": "/metadata/uid", "value": "u"}]))
+                    patch_pod, api, namespace, name, [{"op": "test", "path": "/metadata/uid", "value": "u"}],
+                    WRITE_TIMEOUT))
 
         started = time.process_time()
         await asyncio.gather(*(write(namespace, name) for namespace, name in names))

@@ -36,7 +36,8 @@ class SlowApi:
         self.most = 0
         self.sent: list[str] = []
 
-    def patch(self, _api: object, namespace: str, name: str, _operations: Sequence[Mapping[str, Any]]) -> None:
+    def patch(self, _api: object, namespace: str, name: str, _operations: Sequence[Mapping[str, Any]],
+              timeout: object = None) -> None:
         with self.lock:
             self.sending += 1
             self.most = max(self.most, self.sending)
@@ -82,7 +83,8 @@ async def test_a_stale_write_never_touches_the_lift_of_the_pod_recreated_under_i
 
     sent: list[str] = []
 
-    def refused(_api: object, _namespace: str, name: str, _operations: Sequence[Mapping[str, Any]]) -> None:
+    def refused(_api: object, _namespace: str, name: str, _operations: Sequence[Mapping[str, Any]],
+                timeout: object = None) -> None:
         sent.append(name)
         raise KubeError("the test of /metadata/uid failed", 422)
 

@@ -33,7 +33,7 @@ from cardquota.core.policies.common import annotations_of, ratcheting
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
-from cardquota.core.policies.pod import affinity_typo_warnings
+from cardquota.core.policies.pod import affinity_typo_warnings, unnamed_card_finding
 from cardquota.core.policies.podgroup import read_request_header
 from cardquota.core.quota import card_alternatives, card_name_violation, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
@@ -54,6 +54,9 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     request, violations = header.request, header.violations
     tasks, task_violations = _card_tasks(manifest, snapshot)
     violations.extend(task_violations)
+    unnamed = _unnamed_task_findings(manifest, header.queue, snapshot, refuse=config.card_gate and old is None) \
+        if header.queue_ok else []
+    violations.extend(finding for finding in unnamed if isinstance(finding, Violation))
     reported = {violation.path for violation in violations}  # a value the card checks already refused: once
     violations.extend(v for v in _template_pod_violations(manifest) if v.path not in reported)
     patch: list[PatchOperation] = []
@@ -68,7 +71,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
                     f"task {shown(task.name)} uses {', '.join(map(shown, missing))}, which the Job's "
                     f"{keys.CARD_REQUEST} does not request",
                 ).depending_on(CARD_REQUEST_PATH))
-    warnings: list[str] = [*_template_pod_warnings(manifest)]
+    warnings: list[str] = [*_template_pod_warnings(manifest), *(f for f in unnamed if isinstance(f, str))]
     full: dict[str, int] = {}
     if not request.present and tasks:
         wanted = _derived_request(tasks, _gang_counts(manifest))
@@ -150,6 +153,31 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
                                                         f"task {shown(name)}'s pod template"))
         found.append(_CardTask(name, index, card_name, replicas, pending_cards(requests, catalog.resources)))
     return found, violations
+
+
+def _unnamed_task_findings(manifest: Manifest, queue: str, snapshot: ClusterSnapshot, *,
+                           refuse: bool) -> list[Violation | str]:
+    """The pod rule for card requests without volcano.sh/card.name (:func:`unnamed_card_finding`), on each task's
+    template: its pods would be refused (or unchecked) the same way."""
+    spec = manifest.get("spec")
+    tasks = spec.get("tasks") if isinstance(spec, MAPPING_TYPES) else None
+    findings: list[Violation | str] = []
+    for index, task in enumerate(tasks if isinstance(tasks, list) else []):
+        template = task.get("template") if isinstance(task, MAPPING_TYPES) else None
+        if not isinstance(template, MAPPING_TYPES) or keys.CARD_NAME in annotations_of(template):
+            continue
+        path = TASKS.index(index)
+        try:
+            requests = effective_requests(template.get("spec") or {}, str(path.child("template", "spec")))
+        except InputError:
+            continue  # (said by the card checks)
+        raw_name = task.get("name")
+        name = raw_name if isinstance(raw_name, str) and raw_name else f"#{index}"
+        finding = unnamed_card_finding(requests, queue, snapshot, refuse=refuse, path=_card_name_path(path),
+                                       subject=f"task {shown(name)}'s pod template")
+        if finding is not None:
+            findings.append(finding)
+    return findings
 
 
 def _template_pod_violations(manifest: Manifest) -> list[Violation]:

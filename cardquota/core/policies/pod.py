@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
@@ -54,6 +55,7 @@ from cardquota.core.violations import (
     invalid,
     not_found,
     not_supported,
+    required,
     shown,
 )
 
@@ -93,8 +95,13 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
             patch = _affinity_patch(manifest, pod.card_name, pod, snapshot.catalog())
             if config.card_gate and needs_gate(pod, snapshot):
                 patch = [*patch, *gate_operations(manifest)]
-    else:
-        warnings.extend(_unnamed_card_warnings(pod, snapshot))
+    elif not pod.bound and snapshot.charges_a_queue(pod):
+        finding = unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
+                                       refuse=config.card_gate and old is None)
+        if isinstance(finding, Violation):
+            violations.append(finding)
+        elif finding is not None:
+            warnings.append(finding)
     return decide(violations, warnings, patch)
 
 
@@ -150,15 +157,29 @@ def _scheduler_name(manifest: Manifest) -> str:
     return name if isinstance(name, str) and name else DEFAULT_SCHEDULER
 
 
-def _unnamed_card_warnings(pod: Pod, snapshot: ClusterSnapshot) -> list[str]:
-    """A pod requesting a card resource without volcano.sh/card.name, in a queue with card quotas."""
-    offered = snapshot.catalog().resources
-    requested = sorted(name for name, amount in pod.requests.items() if name in offered and amount.numerator > 0)
-    record = snapshot.queues.get(snapshot.queue_of(pod))
+def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot: ClusterSnapshot, *, refuse: bool,
+                         path: FieldPath = CARD_NAME_PATH, subject: str = "the pod") -> Violation | str | None:
+    """What is said of a pod (or a pod template: ``subject``, its card.name at ``path``) requesting a card resource
+    without volcano.sh/card.name, charged to ``queue``: nothing when the queue has no card quota (or the pod asks for
+    no card); else a warning — or, with the card-quota gate (``refuse``), a violation giving the card.name that
+    would admit it: the gate admits card pods by that name alone, and Volcano's extender, asked only at enqueue,
+    would place an unnamed one past its queue's card quota."""
+    catalog = snapshot.catalog()
+    requested = sorted(name for name, amount in requests.items() if name in catalog.resources and amount > 0)
+    record = snapshot.queues.get(queue)
     if not requested or record is None or not record.quota.values:
-        return []
-    return [f"the pod requests {', '.join(requested)} without {keys.CARD_NAME}: queue {shown(record.queue.name)}'s "
-            "card quota cannot check it before it is scheduled"]
+        return None
+    asked, shown_queue = ", ".join(requested), shown(record.queue.name)
+    if not refuse:
+        return f"{subject} requests {asked} without {keys.CARD_NAME}: queue {shown_queue}'s card quota cannot check " \
+               "it before it is scheduled"
+    allowed = [name for name, amount in record.quota.values.items()
+               if amount > 0 and catalog.resource_of(name) in requested]
+    fix = (f"add the annotation {keys.CARD_NAME}: {shown('|'.join(allowed))} (the types of its quota offered through "
+           f"{asked}), or one of them" if allowed else
+           f"its quota has no card type offered through {asked} (a type without a quota is held to 0)")
+    return required(path, f"{subject} requests {asked} in queue {shown_queue}, whose card quota the card-quota "
+                          f"gate enforces by {keys.CARD_NAME}: {fix}")
 
 
 def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardCatalog) -> list[PatchOperation]:

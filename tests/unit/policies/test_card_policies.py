@@ -259,6 +259,21 @@ def task(name: str, card: str | None, replicas: int = 1, resource: str = "nvidia
     return {"name": name, "replicas": replicas, "template": template}
 
 
+def test_with_the_gate_a_volcano_job_task_asking_for_gpus_unnamed_is_refused_and_without_it_warned() -> None:
+    job = vcjob(None, task("worker", None, replicas=2))
+    gated = check(job, cluster(team_a()), config=GATED)
+    denied_at(gated, ('spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]', Reason.REQUIRED))
+    assert gated.violations[0].message.startswith(
+        "task worker's pod template requests nvidia.com/gpu in queue team-a, whose card quota the card-quota gate "
+        f"enforces by volcano.sh/card.name: add the annotation volcano.sh/card.name: {A100}|{H100}")
+    plain = check(job, cluster(team_a()))
+    assert plain.allowed
+    assert plain.warnings == ("task worker's pod template requests nvidia.com/gpu without volcano.sh/card.name: "
+                              "queue team-a's card quota cannot check it before it is scheduled",)
+    assert check(vcjob(None, task("worker", None, replicas=2), queue_name="default"),
+                 cluster(team_a(), queue("default", {})), config=GATED).allowed  # (a queue with no card quota)
+
+
 def test_seed_job_example_is_allowed() -> None:
     assert check(vcjob({A100: 8}, task("worker", A100, replicas=8)), cluster(team_a())) == Verdict(allowed=True)
 
@@ -428,6 +443,52 @@ def test_gpu_pod_without_card_name_in_a_card_queue_gets_a_warning() -> None:
     assert verdict.allowed
     assert verdict.warnings == ("the pod requests nvidia.com/gpu without volcano.sh/card.name: queue team-a's card "
                                 "quota cannot check it before it is scheduled",)
+
+
+GATED = PolicyConfig(card_gate=True)
+
+
+def test_with_the_gate_a_gpu_pod_without_card_name_in_a_card_queue_is_refused_with_the_name_that_admits_it() -> None:
+    """The gate admits card pods by their card.name, and Volcano's extender is asked only at enqueue: a pod asking
+    for nvidia.com/gpu unnamed would run past its queue's card quota, so it is refused, with the fix."""
+    verdict = check(pod("p", gpus=1, queue="team-a"), cluster(team_a()), config=GATED)
+    denied_at(verdict, (CARD_NAME, Reason.REQUIRED))
+    assert verdict.violations[0].message == (
+        "the pod requests nvidia.com/gpu in queue team-a, whose card quota the card-quota gate enforces by "
+        f"volcano.sh/card.name: add the annotation volcano.sh/card.name: {A100}|{H100} (the types of its quota "
+        "offered through nvidia.com/gpu), or one of them")
+    # The name it suggests admits it.
+    named = pod("p", gpus=1, queue="team-a")
+    named["metadata"].setdefault("annotations", {})["volcano.sh/card.name"] = f"{A100}|{H100}"
+    assert check(named, cluster(team_a()), config=GATED).allowed
+
+
+def other_scheduler(manifest: dict[str, Any]) -> dict[str, Any]:
+    manifest["spec"]["schedulerName"] = "default-scheduler"
+    return manifest
+
+
+@pytest.mark.parametrize(("manifest", "snapshot", "why"), [
+    (pod("p", gpus=1, queue="team-a"), cluster(team_a(**{MPS: 4})), "no type of its quota offers nvidia.com/gpu"),
+    (pod("p", gpus=1, queue="team-a", node_name="a100-1"), cluster(team_a()), "bound: skips every scheduler"),
+    (other_scheduler(pod("p", gpus=1, queue="team-a")), cluster(team_a()), "charged to no queue"),
+    (pod("p", gpus=1, queue="no-quota"), cluster(queue("no-quota", {})), "its queue has no card quota"),
+    (pod("p", queue="team-a"), cluster(team_a()), "no card resource"),
+])
+def test_with_the_gate_which_unnamed_pods_are_refused(manifest: dict[str, Any], snapshot: ClusterSnapshot,
+                                                      why: str) -> None:
+    verdict = check(manifest, snapshot, config=GATED)
+    if why.startswith("no type"):
+        assert not verdict.allowed
+        assert verdict.violations[0].message.endswith(
+            "its quota has no card type offered through nvidia.com/gpu (a type without a quota is held to 0)")
+    else:
+        assert verdict.allowed, why
+
+
+def test_with_the_gate_an_update_of_an_unnamed_pod_is_not_refused() -> None:
+    manifest = pod("p", gpus=1, queue="team-a")
+    assert check(manifest, cluster(team_a()), old=manifest, config=GATED).allowed
 
 
 def test_malformed_pod_is_denied_not_raised() -> None:

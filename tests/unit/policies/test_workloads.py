@@ -70,6 +70,27 @@ def test_the_pod_rule_denies_with_the_template_path(kind: str) -> None:
     assert violations_of(typo) == [(f'{PATHS[kind]}.metadata.annotations["volcano.sh/card.name"]', Reason.INVALID)]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_with_the_gate_an_unnamed_gpu_template_in_a_card_queue_is_refused_at_apply_time(kind: str) -> None:
+    """Its pods would each be refused at creation (the gate admits card pods by card.name): the workload is refused
+    first, at the template's path, with the card.name that would admit it."""
+    manifest = workload(kind)
+    del PodTemplate.of(manifest, kind)["metadata"]["annotations"]["volcano.sh/card.name"]
+    verdict = admit(manifest, None, snapshot(), PolicyConfig(card_gate=True))
+    assert violations_of(verdict) == [(f'{PATHS[kind]}.metadata.annotations["volcano.sh/card.name"]',
+                                       Reason.REQUIRED)]
+    assert f"volcano.sh/card.name: {A100}|{H100}" in verdict.violations[0].message
+    assert admit(manifest, None, snapshot(), PolicyConfig()).allowed  # without the gate: a warning, as before
+
+
+class PodTemplate:
+    @staticmethod
+    def of(manifest: dict[str, Any], kind: str) -> dict[str, Any]:
+        spec = manifest["spec"]["jobTemplate"]["spec"] if kind == "CronJob" else manifest["spec"]
+        template: dict[str, Any] = spec["template"]
+        return template
+
+
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob"])
 def test_more_replicas_than_the_quota_holds_is_a_warning_with_the_numbers(kind: str) -> None:
     verdict = admit(workload(kind, replicas=2), None, snapshot(), PolicyConfig())
