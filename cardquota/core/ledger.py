@@ -39,7 +39,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
-from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST
+from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULER
 from cardquota.core.objects import (
     CPU_MEMORY,
     TERMINAL_POD_PHASES,
@@ -306,15 +306,17 @@ class Ledger:
     # ----------------------------------------------------------------------------------------------- building
 
     @classmethod
-    def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False) -> Ledger:
+    def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False,
+              volcano_schedulers: frozenset[str] = frozenset({VOLCANO_SCHEDULER})) -> Ledger:
         """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup and Pod, and the
         workloads the HPA rule reads, are ignored).
 
         The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
-        Its :attr:`changes` start empty. ``map_namespace_queues``: see :attr:`ClusterSnapshot.map_namespace_queues`.
+        Its :attr:`changes` start empty. ``map_namespace_queues`` and ``volcano_schedulers``: see
+        :class:`ClusterSnapshot`.
         """
-        ledger = cls(ClusterSnapshot(map_namespace_queues=map_namespace_queues))
+        ledger = cls(ClusterSnapshot(map_namespace_queues=map_namespace_queues, volcano_schedulers=volcano_schedulers))
         forget_shared(SHARED_CHARGES, SHARED_CARDS, _POD_CPU_MEMORY, _HOLDING_SLOTS)
         with _cyclic_collector_paused():
             by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}

@@ -517,3 +517,17 @@ def test_the_schedulers_volcano_runs_are_configurable() -> None:
     for manifest in (A100_NODE, queue("default", {A100: 2}), _notebook("volcano-gpu")):
         ledger.upsert(manifest)
     assert ledger.usage("default").allocated == {A100: 2}
+    built = Ledger.build([A100_NODE, queue("default", {A100: 2}), _notebook("volcano-gpu")],
+                         volcano_schedulers=frozenset({"volcano-gpu"}))
+    assert built.usage("default").allocated == {A100: 2}
+    assert not any(Ledger.build([A100_NODE, queue("default", {A100: 2}), _notebook("volcano-gpu")]).usage(
+        "default").allocated.values())
+
+
+def test_a_replay_session_reads_the_schedulers_it_is_told_volcano_runs() -> None:
+    from cardquota.core.scheduling.session import SchedulerConfig, Session
+
+    objects = [A100_NODE, queue("default", {A100: 2}), _notebook("volcano-gpu")]
+    told = Session(objects, SchedulerConfig(scheduler_names=frozenset({"volcano-gpu"})))
+    assert told.ledger.usage("default").allocated == {A100: 2}
+    assert not any(Session(objects, SchedulerConfig()).ledger.usage("default").allocated.values())

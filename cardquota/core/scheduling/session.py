@@ -176,7 +176,8 @@ class Session:
             elif manifest.get("kind") == "ResourceClaimTemplate":
                 self.claim_templates[(namespace, name)] = dra.claim_amounts(
                     ((manifest.get("spec") or {}).get("spec")) or {})
-        self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues)
+        self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues,
+                                   volcano_schedulers=self.config.scheduler_names)
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
