@@ -24,6 +24,7 @@ from typing import Any, TextIO, TypeVar
 from cardquota.cli import output
 from cardquota.core import crd_additions
 from cardquota.core.doctor import (
+    GATE_POLICY,
     VOLCANO_PODGROUP_POLICY,
     VOLCANO_PODGROUP_WEBHOOK,
     Installation,
@@ -250,6 +251,8 @@ def fetch_live(api: Any, target: Target, now: float) -> Installation:
         extender_conf=get(f"/api/v1{namespace}/configmaps/{EXTENDER_CONFIGMAP}"),
         volcano_podgroup_webhook=get(f"{ADMISSION_API}/mutatingwebhookconfigurations/{VOLCANO_PODGROUP_WEBHOOK}"),
         volcano_podgroup_policy=_admission_policy(get),
+        gate_policy=get(f"{ADMISSION_API}/validatingadmissionpolicies/{GATE_POLICY}"),
+        gate_policy_binding=get(f"{ADMISSION_API}/validatingadmissionpolicybindings/{GATE_POLICY}"),
         namespaces=_read(functools.partial(list_objects, api, "/api/v1/namespaces", "v1", "Namespace"))
         if isinstance(operator_deployment, Mapping) and maps_namespace_queues(operator_deployment) else ())
 
@@ -350,4 +353,6 @@ def fetch_files(files: Sequence[str], target: Target, now: float) -> Installatio
         controller_pods=every(Kind.POD), extender_conf=one("ConfigMap", target.namespace, EXTENDER_CONFIGMAP),
         volcano_podgroup_webhook=one("MutatingWebhookConfiguration", "", VOLCANO_PODGROUP_WEBHOOK),
         volcano_podgroup_policy=one("MutatingAdmissionPolicy", "", VOLCANO_PODGROUP_POLICY),
+        gate_policy=one("ValidatingAdmissionPolicy", "", GATE_POLICY),
+        gate_policy_binding=one("ValidatingAdmissionPolicyBinding", "", GATE_POLICY),
         namespaces=every(Kind.NAMESPACE))

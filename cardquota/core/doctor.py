@@ -201,6 +201,10 @@ class Installation:
     """MutatingWebhookConfiguration :data:`VOLCANO_PODGROUP_WEBHOOK`."""
     volcano_podgroup_policy: Read = None
     """MutatingAdmissionPolicy :data:`VOLCANO_PODGROUP_POLICY`."""
+    gate_policy: Read = None
+    """ValidatingAdmissionPolicy :data:`GATE_POLICY`."""
+    gate_policy_binding: Read = None
+    """ValidatingAdmissionPolicyBinding :data:`GATE_POLICY`."""
     namespaces: Listing = ()
     """The Namespaces, read when the operator maps namespaces to queues (:func:`maps_namespace_queues`): its
     published usage counts pods without a PodGroup in their namespace's queue."""
@@ -243,7 +247,9 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                           _objects(installation.operator_pods), _object(installation.lease), target,
                                           installation.now, _object(installation.controller_deployment),
                                           _objects(installation.controller_pods))),
-        (OPERATOR, lambda: check_card_gate(gate, configurations.get("MutatingWebhookConfiguration"), pods, target)),
+        (OPERATOR, lambda: check_card_gate(gate, configurations.get("MutatingWebhookConfiguration"), pods, target)
+                   + check_gate_policy(gate, _object(installation.gate_policy),
+                                       _object(installation.gate_policy_binding))),
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
                                             queues=queues, extender_conf=_object(installation.extender_conf),
                                             card_gate=gate)),
@@ -326,6 +332,9 @@ def check_namespace_queues(webhook: Read, policy: Read, operator: Read) -> list[
 
 GATED_MUTATION = "pods.mutate.cardquota.io"
 """The mutation that adds the card-quota gate (manifests/base/webhooks.yaml)."""
+GATE_POLICY = "cardquota-card-gate"
+"""The ValidatingAdmissionPolicy, and its binding, refusing removal of the card-quota gate but by cardquota's own
+accounts (manifests/base/card-gate-policy.yaml)."""
 
 
 def check_card_gate(gate: bool, mutating: Read, pods: Listing, target: Target) -> list[Result]:
@@ -366,6 +375,36 @@ def check_card_gate(gate: bool, mutating: Read, pods: Listing, target: Target) -
                        "\"value\": \"Fail\"}]' (or re-apply the manifests)")]
     return [Result(OPERATOR, Status.OK, f"card pods are created at the card-quota gate ({GATED_MUTATION} fails "
                    f"closed){waiting}")]
+
+
+def check_gate_policy(gate: bool, policy: Read, binding: Read) -> list[Result]:
+    """With the gate on, the API server keeps it cardquota's to lift: ValidatingAdmissionPolicy
+    :data:`GATE_POLICY`, failing closed, and its binding denying (not only warning or auditing). Without them anyone
+    allowed to patch pods — a user, another controller — can drop the gate and run a pod past its quota."""
+    if not gate:
+        return []
+    what = f"ValidatingAdmissionPolicy{{,Binding}} {GATE_POLICY}"
+    unreadable = next((read for read in (policy, binding) if isinstance(read, Unreadable)), None)
+    if unreadable is not None:
+        return [_cannot_tell(OPERATOR, f"that only cardquota can lift the card-quota gate ({what})", unreadable)]
+    missing = [kind for kind, read in (("ValidatingAdmissionPolicy", policy),
+                                       ("ValidatingAdmissionPolicyBinding", binding)) if not isinstance(read, Mapping)]
+    risk = "anyone allowed to patch pods can remove the card-quota gate and run a pod past its queue's quota"
+    if missing:
+        return [Result(OPERATOR, Status.WARN, f"{' and '.join(f'{kind} {GATE_POLICY}' for kind in missing)} "
+                       f"{'is' if len(missing) == 1 else 'are'} missing: {risk}",
+                       fix="re-apply the manifests (kubectl apply -k manifests/overlays/…) or the Helm chart; "
+                       "Kubernetes 1.30 or later serves ValidatingAdmissionPolicy")]
+    actions = [str(action) for action in _list(_map(_map(binding).get("spec")).get("validationActions"))]
+    failure = _map(_map(policy).get("spec")).get("failurePolicy") or "Fail"
+    if "Deny" not in actions or failure != "Fail":
+        why = (f"its binding only {', '.join(actions) or 'does nothing'} (no Deny)" if "Deny" not in actions
+               else f"it fails open (failurePolicy {failure})")
+        return [Result(OPERATOR, Status.WARN, f"ValidatingAdmissionPolicy {GATE_POLICY} does not hold: {why}, so "
+                       f"{risk}", fix="re-apply the manifests or the Helm chart (validationActions [Deny], "
+                       "failurePolicy Fail)")]
+    return [Result(OPERATOR, Status.OK, f"only cardquota's accounts can lift the card-quota gate (the API server's "
+                   f"ValidatingAdmissionPolicy {GATE_POLICY} denies the others)")]
 
 
 def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:

@@ -182,7 +182,7 @@ def installation_objects(now: float, pair: Certificates | None = None) -> list[M
         *crds().values(), scheduler_deployment(), *webhook_configurations(bundle_of(pair)).values(),
         tls_secret(pair), operator_deployment(), operator_pod(LEADER), operator_pod(STANDBY),
         lease(renewed=now - 2), scheduler_configmap(), *cluster_nodes,
-        *published(queues, [*cluster_nodes, *queues, *podgroups, *pods]), *podgroups, *pods,
+        *published(queues, [*cluster_nodes, *queues, *podgroups, *pods]), *podgroups, *pods, *_gate_policy(),
     ]
 
 
@@ -991,12 +991,13 @@ def _installation(objects: list[Manifest],
         operator_pods=kinds("Pod"), lease=one("Lease", "cardquota-controller"),
         scheduler_configmap=one("ConfigMap", "volcano-scheduler-configmap"), nodes=kinds("Node"),
         queues=kinds("Queue"), podgroups=kinds("PodGroup"), pods=kinds("Pod"), now=NOW,
-        trust=trust or doctor_cli.verifier(NOW))
+        trust=trust or doctor_cli.verifier(NOW), gate_policy=one("ValidatingAdmissionPolicy", "cardquota-card-gate"),
+        gate_policy_binding=one("ValidatingAdmissionPolicyBinding", "cardquota-card-gate"))
 
 
 def test_every_check_runs_in_order_and_a_healthy_installation_passes() -> None:
     results = doctor.run_checks(_installation(installation_objects(NOW)), target())
-    assert [r.status for r in results] == [Status.OK] * 14
+    assert [r.status for r in results] == [Status.OK] * 15
     assert list(dict.fromkeys(r.name for r in results)) == list(doctor.CHECKS)
     assert doctor.overall(results) is Status.OK
 
@@ -1010,7 +1011,7 @@ def test_a_check_that_breaks_is_one_line_and_the_others_still_run(monkeypatch: p
     (line,) = [r for r in results if r.name == doctor.NODES]
     assert (line.status, line.message) == (Status.UNKNOWN, "this check failed unexpectedly (KeyError: 'boom'): a bug "
                                                            "in cardquota")
-    assert len(results) == 14
+    assert len(results) == 15
 
 
 @pytest.mark.parametrize(("found", "status", "code"), [
@@ -1075,8 +1076,8 @@ def test_offline_healthy_installation_every_line_passes(tmp_path: Path) -> None:
     code, text, err = plugin("doctor", "--cluster", dump(tmp_path / "c.yaml", installation_objects(time.time())))
     assert (code, err) == (0, "")
     marks = [line[0] for line in text.splitlines()[:-1] if line and line[0] in "✓!✗?"]
-    assert marks == ["✓"] * 14
-    assert text.endswith("✓ all 14 checks passed\n")
+    assert marks == ["✓"] * 15
+    assert text.endswith("✓ all 15 checks passed\n")
     code, text, _ = plugin("doctor", "--cluster", str(tmp_path / "c.yaml"), "-o", "json")
     document = json.loads(text)
     assert code == 0
@@ -1118,7 +1119,7 @@ def test_offline_broken_installation_exits_1_with_fixes(tmp_path: Path) -> None:
                                  "cardquota=REGISTRY/cardquota:TAG; with the Helm chart: image.repository)")
     assert ("✗ no leader: Lease cardquota-system/cardquota-controller does not exist, so no replica publishes usage or "
             "events") in lines
-    assert lines[-1] == "✗ 2 failed, 11 ok"
+    assert lines[-1] == "✗ 2 failed, 12 ok"
 
 
 def test_offline_other_namespace_and_names(tmp_path: Path) -> None:
@@ -1312,3 +1313,37 @@ def test_pods_left_holding_the_gate_when_the_operator_runs_without_it_are_named(
     assert result.message.startswith("1 pod holds the card-quota gate (cardquota.io/card-quota)")
     assert result.details == ("ml/stuck",)
     assert doctor.check_card_gate(False, None, [pod("other", namespace="ml")], target()) == []
+
+
+def _gate_policy() -> tuple[Manifest, Manifest]:
+    policy, binding = yaml.safe_load_all((Path(__file__).parents[2] / "manifests/base/card-gate-policy.yaml")
+                                         .read_text())
+    return policy, binding
+
+
+def test_the_gate_policy_as_shipped_keeps_the_gate_cardquotas_to_lift() -> None:
+    policy, binding = _gate_policy()
+    assert statuses(doctor.check_gate_policy(True, policy, binding)) == [
+        ("ok", "only cardquota's accounts can lift the card-quota gate (the API server's ValidatingAdmissionPolicy "
+               "cardquota-card-gate denies the others)")]
+    assert doctor.check_gate_policy(False, None, None) == []  # (the gate off: nothing to keep)
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (lambda policy, binding: (None, binding), "ValidatingAdmissionPolicy cardquota-card-gate is missing"),
+    (lambda policy, binding: (None, None), "ValidatingAdmissionPolicy cardquota-card-gate and "
+                                           "ValidatingAdmissionPolicyBinding cardquota-card-gate are missing"),
+    (lambda policy, binding: (policy, {**binding, "spec": {**binding["spec"], "validationActions": ["Audit"]}}),
+     "its binding only Audit (no Deny)"),
+    (lambda policy, binding: ({**policy, "spec": {**policy["spec"], "failurePolicy": "Ignore"}}, binding),
+     "it fails open (failurePolicy Ignore)"),
+])
+def test_a_gate_policy_missing_or_not_denying_is_a_warning_saying_who_could_lift_the_gate(
+        change: Callable[[Manifest, Manifest], tuple[Any, Any]], said: str) -> None:
+    (result,) = doctor.check_gate_policy(True, *change(*_gate_policy()))
+    assert result.status is Status.WARN
+    assert said in result.message
+    assert result.message.endswith("anyone allowed to patch pods can remove the card-quota gate and run a pod past "
+                                   "its queue's quota")
+    (unknown,) = doctor.check_gate_policy(True, FORBIDDEN, None)
+    assert unknown.status is Status.UNKNOWN
