@@ -25,6 +25,7 @@ from polling import eventually
 from unit.test_doctor import (
     LEADER,
     STANDBY,
+    _gate_policy,
     bundle_of,
     certificates,
     crds,
@@ -54,7 +55,9 @@ NAMESPACE = "cardquota-system"
 PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "Deployment": "deployments",
            "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
            "MutatingWebhookConfiguration": "mutatingwebhookconfigurations", "Secret": "secrets", "Pod": "pods",
-           "Lease": "leases", "ConfigMap": "configmaps", "Node": "nodes", "Queue": "queues", "PodGroup": "podgroups"}
+           "Lease": "leases", "ConfigMap": "configmaps", "Node": "nodes", "Queue": "queues", "PodGroup": "podgroups",
+           "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+           "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
 NEITHER_PLUGIN = """actions: "enqueue, allocate, backfill"
 tiers:
 - plugins:
@@ -99,7 +102,8 @@ def healthy_cluster_before_the_operator() -> list[dict[str, Any]]:
     """A healthy cluster's objects, less what the operator writes itself (TLS Secret, caBundles, Lease, usage)."""
     queues, podgroups, pods = workload()
     return [*crds().values(), scheduler_deployment(), *webhook_configurations(None).values(), operator_deployment(),
-            operator_pod(LEADER), operator_pod(STANDBY), scheduler_configmap(), *nodes(), *queues, *podgroups, *pods]
+            operator_pod(LEADER), operator_pod(STANDBY), scheduler_configmap(), *nodes(), *queues, *podgroups, *pods,
+            *_gate_policy()]
 
 
 def broken_cluster(now: float) -> list[dict[str, Any]]:
@@ -151,7 +155,7 @@ async def test_a_healthy_installation_passes_every_check(volcano_kmock: Any, tmp
         code, text, err = await doctor(volcano_kmock, tmp_path)
     assert (code, err) == (0, ""), text
     lines = text.splitlines()
-    assert [line[0] for line in lines[:-1] if line and line[0] in "✓!✗?"] == ["✓"] * 14
+    assert [line[0] for line in lines[:-1] if line and line[0] in "✓!✗?"] == ["✓"] * 15
     assert text == readme_runs()[0]
 
 
@@ -162,7 +166,7 @@ async def test_a_broken_installation_says_what_to_fix(volcano_kmock: Any, tmp_pa
     lines = text.splitlines()
     failing = [index for index, line in enumerate(lines[:-1]) if line.startswith("✗")]
     assert len(failing) == 6
-    assert lines[-1] == "✗ 6 failed, 3 warnings, 6 ok"
+    assert lines[-1] == "✗ 6 failed, 3 warnings, 7 ok"
     for index in failing:  # each ✗ line is followed (after its details) by the fix
         fix = next(line for line in lines[index + 1:] if not line.startswith("    ") or line.startswith("    →"))
         assert fix.startswith("    → "), lines[index]
@@ -180,7 +184,7 @@ async def test_a_refused_read_cannot_be_told_and_exits_2(volcano_kmock: Any, tmp
     assert (code, err) == (2, ""), text
     assert (f"? cannot tell the caBundle verifies the serving certificate in Secret {NAMESPACE}/cardquota-webhook-tls: "
             f"not allowed (HTTP 403: {message})") in text.splitlines()
-    assert text.endswith("? 1 cannot tell, 13 ok\n")
+    assert text.endswith("? 1 cannot tell, 14 ok\n")
     # Something definitely wrong besides: exit 1.
     del volcano_kmock.objects["coordination.k8s.io/v1/leases", NAMESPACE, "cardquota-controller"]
     code, text, _ = await doctor(volcano_kmock, tmp_path, "-o", "json")
