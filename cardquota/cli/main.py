@@ -223,6 +223,11 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           "cluster or workload holds it and not the extender's conf (ConfigMap "
                           f"{EXTENDER_CONFIGMAP}, read first, as the extender does) (default: %(default)s; "
                           "otherwise the plugins' defaults, crossquota and mGPU off)")
+    simulate.add_argument("--card-gate", choices=("on", "off"), default="on",
+                          help="on (default, as the shipped manifests run cardquota): card pods are created at the "
+                          "card-quota gate, which lets a group through when its cards fit its queue and every "
+                          "ancestor, before Volcano places it; off: Volcano places them, the extender checking each "
+                          "task's quota")
     add_namespace_queues_option(simulate)
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
@@ -478,7 +483,8 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     manifests = [document.manifest for document in [*cluster, *workload]]
     config = dataclasses.replace(SchedulerConfig.from_manifests(manifests, args.scheduler_configmap),
                                  map_namespace_queues=args.map_namespace_queues)
-    result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config)
+    result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config,
+                      card_gate=args.card_gate == "on")
     _write(args, out, result.as_json(),
            lambda wide: output.simulation_table(result, wide=wide, width=output.width_of(out)))
     placed = all(outcome.node is not None for outcome in result.placements.values())

@@ -33,7 +33,7 @@ delays admission and never over-admits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -222,9 +222,12 @@ class _Room:
 
 
 def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
-               head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO) -> GateRound:
+               head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO,
+               only: Collection[ObjectKey] | None = None) -> GateRound:
     """Which gated pods to let through now, and why the others wait (see the module rules). ``ledger``: a
-    :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not yet seen back from the watch."""
+    :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not yet seen back from the watch;
+    ``only``: judge only the units with a pod among these (the others neither go through nor count as ahead: a
+    simulation judging one workload at a time, in its own order)."""
     snapshot = ledger.snapshot
     flying = {lift.pod: lift for lift in in_flight}
     gated = ledger.gated_pods()
@@ -239,6 +242,8 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
     failed_groups: set[ObjectKey] = set()
     ahead: dict[str, int] = {}
     for unit in units:
+        if only is not None and not any(pod.key in only for pod in unit.pods):
+            continue
         queue = unit.queue
         before = ahead.get(queue, 0)
         ahead[queue] = before + len(unit.pods)

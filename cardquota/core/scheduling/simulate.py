@@ -5,6 +5,13 @@ Gang semantics as Volcano's: each PodGroup (a Volcano Job becomes one, with its 
 the highest score (ties: the node name) — and keeps the placements only when at least ``minMember`` pods were
 placed; otherwise they are undone and the group stays Inqueue. A pod without a PodGroup is its own group of one.
 Everything runs in document order, so the result is deterministic for a given input.
+
+With the card-quota gate (``card_gate``, as the manifests ship), a card pod is created gated (the rule the pod
+webhook applies: :func:`~cardquota.core.gate.needs_gate`) and Volcano skips it until the gate is lifted; before a
+group's pods are placed, the gate judges them (:func:`~cardquota.core.gate.gate_round`, this group only: its queue
+and every ancestor, the gang together, an ``A|B`` request narrowed to the alternative chosen). Pods it lets through
+are placed as above and hold their cards from then on, placed or not; the others keep the gate's sentence
+(``waiting at the card-quota gate: …``) and count as waiting in the queues' usage.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.gate import gate_round, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import QueueUsage
-from cardquota.core.objects import Manifest, ObjectKey, PodGroup, effective_requests
+from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, effective_requests
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
@@ -127,8 +135,8 @@ def min_resources(tasks: Sequence[Mapping[str, Any]], min_available: int) -> dic
             for resource, amount in total.items() if amount > 0}
 
 
-def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: SchedulerConfig | None = None
-             ) -> Simulation:
+def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: SchedulerConfig | None = None,
+             *, card_gate: bool = False) -> Simulation:
     # A Volcano Job's pods are created once its PodGroup is no longer Pending (the job controller's ``syncJob``,
     # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in its enqueue decision.
     jobs: set[ObjectKey] = {
@@ -141,9 +149,13 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     # created now: stored as Volcano's PodGroup mutation stores them
     groups = [podgroup_as_created(m, namespaces) for m in workload if kind_of(m) is Kind.PODGROUP]
     session = Session([*cluster, *(m for m in workload if kind_of(m) is Kind.NAMESPACE), *groups], config)
+    gate = _Gate(session) if card_gate else None
+
+    def created_now(manifest: Manifest) -> ObjectKey:
+        return gate.create(manifest) if gate is not None else session.add_pending(manifest)
+
     later = [m for m in workload if kind_of(m) is Kind.POD and _job_pod(m, jobs)]
-    pods: list[ObjectKey] = [session.add_pending(m) for m in workload
-                             if kind_of(m) is Kind.POD and not _job_pod(m, jobs)]
+    pods: list[ObjectKey] = [created_now(m) for m in workload if kind_of(m) is Kind.POD and not _job_pod(m, jobs)]
     for manifest in later:
         metadata = _map(manifest.get("metadata"))
         pods.append((str(metadata.get("namespace") or "default"), str(metadata.get("name", ""))))
@@ -169,19 +181,72 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
         session.set_phase(manifest, "Inqueue")
         for key in members.get(group.key, []):
             if key in created:
-                session.add_pending(created[key])  # the job controller creates its pods now
+                created_now(created[key])  # the job controller creates its pods now
         minimum = max(1, _count((manifest.get("spec") or {}).get("minMember"), 1))
-        outcome = _place_gang(session, members.pop(group.key, []), minimum, placements, memo)
+        waiting = gate.judge(members.get(group.key, []), placements) if gate is not None else None
+        outcome = _place_gang(session, [key for key in members.pop(group.key, []) if not _gated(gate, key)],
+                              minimum, placements, memo, waiting)
         podgroups[name] = outcome
         session.set_phase(manifest, outcome.phase)
     for keys_of_unit in members.values():  # pods without a PodGroup in the snapshot: groups of one
-        _place_gang(session, keys_of_unit, 1, placements, memo)
+        if gate is not None:
+            gate.judge(keys_of_unit, placements)
+        _place_gang(session, [key for key in keys_of_unit if not _gated(gate, key)], 1, placements, memo)
     usage = session.ledger.all_usage(card_unlimited_cpu_memory=session.config.capacity_card.card_unlimited_cpu_memory)
     return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage)
 
 
+class _Gate:
+    """The card-quota gate in a simulation: which pods carry it, and lifting it as the controller would."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.gated: set[ObjectKey] = set()
+
+    def create(self, manifest: Manifest) -> ObjectKey:
+        """The pod as the pod webhook admits it: gated when its queue's card quota will charge it."""
+        if needs_gate(Pod.from_manifest(manifest), self.session.ledger.snapshot):
+            spec = dict(_map(manifest.get("spec")))
+            gates = spec.get("schedulingGates")
+            spec["schedulingGates"] = [*(gates if isinstance(gates, list) else []), {"name": keys.CARD_GATE}]
+            key = self.session.add_pending({**manifest, "spec": spec})
+            self.gated.add(key)
+            return key
+        return self.session.add_pending(manifest)
+
+    def judge(self, pod_keys: Sequence[ObjectKey], placements: dict[str, PodOutcome]) -> str | None:
+        """Lift the gate of those of ``pod_keys`` whose cards fit now (their card.name narrowed to the alternative
+        chosen); the others get the gate's sentence. Returns the first sentence (None when all went through)."""
+        waiting = frozenset(key for key in pod_keys if key in self.gated)
+        if not waiting:
+            return None
+        decided = gate_round(self.session.ledger, only=waiting)
+        for lift in decided.lifts:
+            manifest = self.session.pods[lift.pod]
+            spec = dict(_map(manifest.get("spec")))
+            spec["schedulingGates"] = [gate for gate in spec.get("schedulingGates") or []
+                                       if not (isinstance(gate, MAPPING_TYPES) and gate.get("name") == keys.CARD_GATE)]
+            metadata = dict(_map(manifest.get("metadata")))
+            if lift.narrows:
+                metadata["annotations"] = {**_map(metadata.get("annotations")), keys.CARD_NAME: lift.card_type,
+                                           keys.CARD_NAME_REQUESTED: lift.card_name}
+            self.session.add_pending({**manifest, "metadata": metadata, "spec": spec})
+            self.gated.discard(lift.pod)
+        for wait in decided.waits:
+            for key in wait.pods:
+                placements[_name(key)] = PodOutcome(reason=wait.reason)
+        return decided.waits[0].reason if decided.waits else None
+
+
+def _gated(gate: _Gate | None, key: ObjectKey) -> bool:
+    return gate is not None and key in gate.gated
+
+
 def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
-                placements: dict[str, PodOutcome], memo: RefusalMemo) -> GroupOutcome:
+                placements: dict[str, PodOutcome], memo: RefusalMemo, waiting: str | None = None) -> GroupOutcome:
+    """Place the pods (past the gate, if any); ``waiting``: why the group's other pods wait at the gate."""
+    if not pod_keys and waiting is not None:
+        return GroupOutcome("Inqueue", waiting)
     placed: list[ObjectKey] = []
     first_failure: str | None = None
     for key in pod_keys:

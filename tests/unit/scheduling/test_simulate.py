@@ -163,10 +163,55 @@ def test_simulation_is_deterministic_and_the_cli_prints_the_contract(tmp_path: P
     assert outputs[0] == outputs[1]
     document = json.loads(outputs[0])
     assert set(document) == {"placements", "podgroups", "queues"}
+    # With the gate (the default, as shipped): team-a's 4 pending pods named A100|H100, past the gate without being
+    # narrowed (the example predates the gate), count against both types until bound: A100 8 + 4 of 10, H100 2 + 4
+    # of 5 — the gate waits where the extender alone would have placed it.
+    assert document["placements"]["team-a/flexible-training-worker-0"] == {
+        "node": None, "cardType": None,
+        "reason": "waiting at the card-quota gate: queue team-a has 0 of 10 NVIDIA-A100 free; 0 pods ahead"}
+    assert document["podgroups"]["team-b/too-big"]["phase"] == "Pending"
+    assert document["queues"]["team-a"]["waiting"] == {A100 + "|" + H100: 1}
+    assert code == 1
+    with out.open("w") as stream:
+        code = run("cardquota", ["simulate", "--card-gate", "off", "--cluster", str(cluster), "-f", str(workload),
+                                 "-o", "json"], stdout=stream)
+    document = json.loads(out.read_text())
     assert document["placements"]["team-a/flexible-training-worker-0"] == {"node": "gpu-a100-01",
                                                                            "cardType": A100}
-    assert document["podgroups"]["team-b/too-big"]["phase"] == "Pending"
     assert code == 0  # the refused PodGroup has no pods; every pod was placed
+
+
+def org(child_quota: int, parent_quota: int) -> list[dict[str, Any]]:
+    return [gpu_node("a1", A100, 8), gpu_node("a2", A100, 8), queue("org", {A100: parent_quota}),
+            queue("team-a", {A100: child_quota}, parent="org"), queue("team-b", {A100: child_quota}, parent="org")]
+
+
+def test_with_the_gate_a_parent_queues_quota_holds_across_its_children() -> None:
+    """Children of 4 under a parent of 4: the gate lets one child's gang through and holds the other's with the
+    parent's sentence; without the gate (the extender's per-task check reads each queue alone) both run."""
+    workload = [volcano_job(name, A100, 4, request={A100: 4}, queue_name=team, min_available=4)
+                for name, team in (("a", "team-a"), ("b", "team-b"))]
+    gated = simulate(org(4, 4), workload, UNLIMITED, card_gate=True)
+    assert gated.podgroups["ml/a"].phase == "Running"
+    assert gated.podgroups["ml/b"] == type(gated.podgroups["ml/b"])(
+        "Inqueue", "waiting at the card-quota gate: queue team-b (parent org) has 0 of 4 NVIDIA-A100 free; "
+                   "0 pods ahead")
+    assert {name: outcome.reason for name, outcome in gated.placements.items() if outcome.node is None} == {
+        f"ml/b-worker-{index}": gated.podgroups["ml/b"].reason for index in range(4)}
+    assert gated.queues["team-b"]["waiting"] == {A100: 4}
+    ungated = simulate(org(4, 4), workload, UNLIMITED)
+    assert {outcome.phase for outcome in ungated.podgroups.values()} == {"Running"}
+
+
+def test_with_the_gate_an_alternative_is_chosen_and_narrowed_before_placement() -> None:
+    cluster = [gpu_node("a1", A100, 4), gpu_node("h1", H100, 4), queue("team-a", {A100: 2, H100: 4})]
+    workload = [volcano_job(name, f"{A100}|{H100}", 2, request={f"{A100}|{H100}": 2}, queue_name="team-a",
+                            min_available=2) for name in ("first", "second")]
+    result = simulate(cluster, workload, UNLIMITED, card_gate=True)
+    assert {name: (outcome.node, outcome.card_type) for name, outcome in result.placements.items()} == {
+        "ml/first-worker-0": ("a1", A100), "ml/first-worker-1": ("a1", A100),
+        "ml/second-worker-0": ("h1", H100), "ml/second-worker-1": ("h1", H100)}
+    assert result.queues["team-a"]["allocated"] == {A100: 2, H100: 2}
 
 
 _products = st.sampled_from([A100, H100])
