@@ -523,10 +523,13 @@ def patch_crd(api: client.ApiClient, name: str, operations: Sequence[Mapping[str
 
 
 def patch_pod(api: client.ApiClient, namespace: str, name: str, operations: Sequence[Mapping[str, Any]],
-              timeout: Timeout | None = None) -> None:
+              timeout: Timeout | None = None, server_timeout: int | None = None) -> None:
     """Apply a JSON patch to a pod, once: not retried, as a retry after a lost answer would fail the patch's
-    ``test`` operations although the first attempt applied; the caller reads the pod back instead."""
-    _send(api, "PATCH", f"{pod_path(namespace, name)}?fieldManager={FIELD_MANAGER}", list(operations),
+    ``test`` operations although the first attempt applied; the caller reads the pod back instead. ``timeout``:
+    the client's (connect, read) seconds; ``server_timeout``: seconds after which the API server ends the request
+    (its ``timeout`` parameter)."""
+    deadline = f"&timeout={server_timeout}s" if server_timeout is not None else ""
+    _send(api, "PATCH", f"{pod_path(namespace, name)}?fieldManager={FIELD_MANAGER}{deadline}", list(operations),
           "application/json-patch+json", timeout)
 
 

@@ -227,10 +227,22 @@ def read_job_request(body: bytes) -> Any:
     except msgspec.DecodeError:
         read = None
     group = read.job.PodGroup if read is not None and read.job is not None else None
-    if group is None or not isinstance(group.metadata, dict):
+    if group is None or not isinstance(group.metadata, dict) or not _utf8(body):
         return json.loads(body)
     return {"job": {"PodGroup": {name: value for name, value in (
         ("metadata", group.metadata), ("spec", group.spec), ("status", group.status)) if value is not msgspec.UNSET}}}
+
+
+def _utf8(body: bytes) -> bool:
+    """Whether ``body`` reads as UTF-8 as ``json.loads`` reads it (msgspec does not look into the strings it steps
+    over); ASCII, as Go's encoder mostly writes, is answered without decoding."""
+    if body.isascii():
+        return True
+    try:
+        body.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def ignored(verb: str, reason: str, key: ObjectKey | None) -> None:

@@ -16,10 +16,11 @@ created meanwhile while those writes go on.
 A leader writes only while it leads (:attr:`LeaderElection.leading` ends by itself
 :data:`~cardquota.operator.leader.RENEW_DEADLINE_SECONDS` after its last renewal, checked just before each write, and
 each write is cut off after :data:`~cardquota.operator.leader.WRITE_DEADLINE_SECONDS`), so its last write has ended
-before another replica can take the Lease over. A new leader then waits one lease duration more (a margin for the
-replicas' clocks) and for pods and PodGroups listed anew from the API server (:attr:`Gatekeeper.listed_since`,
-:meth:`~cardquota.operator.reflector.Reflector.listed_since`) before its first lift: its watch may lag any time
-behind its predecessor's lifts, a list cannot.
+before another replica can take the Lease over; a write that got no answer is counted until the deadline the API
+server was given has passed, then read back. A new leader waits one lease duration more (a margin for the replicas'
+clocks) and until its own earlier writes have ended, then for pods and PodGroups listed anew from the API server
+from that moment on (:attr:`Gatekeeper.listed_since`, :meth:`~cardquota.operator.reflector.Reflector.
+listed_since`) before its first lift: its watch may lag any time behind the lifts written before, a list cannot.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from kubernetes import client
 from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round
 from cardquota.core.objects import ObjectKey, gate_state
 from cardquota.core.policies.pod import narrowed_affinity_operations
-from cardquota.kube import KubeError, patch_pod, pod_path, read_object
-from cardquota.operator.leader import LEASE_SECONDS, WRITE_TIMEOUT
+from cardquota.kube import KubeError, Unreachable, patch_pod, pod_path, read_object
+from cardquota.operator.leader import LEASE_SECONDS, SERVER_TIMEOUT_SECONDS, WRITE_DEADLINE_SECONDS, WRITE_TIMEOUT
 from cardquota.operator.slicing import every
 from cardquota.runtime.cache import ClusterCache
 
@@ -77,7 +78,10 @@ class Flight:
     written: bool = False
     """The API server accepted it: only the watch (or the pod's end) settles it now."""
     unsettled: bool = False
-    """Its write failed and the pod could not be read back either: read back again next round."""
+    """Its outcome is unknown (no answer, or the pod could not be read back): read back in a later round."""
+    read_after: float = 0.0
+    """Not read back before this clock reading: a write that got no answer may still be applied by the API server
+    until the deadline it was given (:data:`~cardquota.operator.leader.SERVER_TIMEOUT_SECONDS`)."""
 
 
 @dataclass
@@ -101,6 +105,10 @@ class Gatekeeper:
     """Pods (by key and uid: a pod recreated under the name starts afresh) whose last lift was refused: (not before
     this clock reading, refusals in a row)."""
     _leading_since: float | None = None
+    _barrier: float | None = None
+    """Since it leads: the moment from which a list of pods and PodGroups must have started before it lifts."""
+    _writes_end: float = float("-inf")
+    """By when every write this replica has sent has ended (sent at the latest, or given up by the API server)."""
     _writing: set[asyncio.Task[None]] = field(default_factory=set)
     """The writes under way (at most :data:`WRITERS` sending at once, whatever round decided them)."""
     _writers: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(WRITERS))
@@ -124,7 +132,7 @@ class Gatekeeper:
         are written, as tests want; else once they are under way). None when not leading (or not yet allowed to
         lift)."""
         if not self.cache.ready or not self.is_leader():
-            self._leading_since = None
+            self._leading_since = self._barrier = None
             self._stop_writing()  # (a former leader writes nothing: the next one waits for what it wrote)
             self.in_flight.clear()  # (another leader decides from the API server's state)
             self._say({})
@@ -132,11 +140,16 @@ class Gatekeeper:
         now = self.clock()
         if self._leading_since is None:
             self._leading_since = now
-        fresh = self.listed_since(self._leading_since)  # (asked at once: the list runs during the wait)
-        if now - self._leading_since < self.takeover_wait or not fresh:
+        if self._barrier is None:
+            # The list must start once every write that may still land has: the former leader's (it stopped
+            # before the Lease could expire, the wait a margin for the clocks) and this replica's own from before.
+            if now - self._leading_since < self.takeover_wait or now < self._writes_end:
+                return None
+            self._barrier = now
+        if not self.listed_since(self._barrier):
             return None
         self._settle()
-        for flight in [flight for flight in self.in_flight.values() if flight.unsettled]:
+        for flight in [flight for flight in self.in_flight.values() if flight.unsettled and flight.read_after <= now]:
             await self._read_back(flight, "an earlier write's outcome unknown")
         decided = gate_round(self.cache.ledger, [flight.lift for flight in self.in_flight.values()],
                              self.head_of_line)
@@ -209,8 +222,17 @@ class Gatekeeper:
             operations: list[Any] = list(lift.operations())
             if lift.narrows:
                 operations += await self._off_loop(self._narrowing, lift)
+            self._writes_end = max(self._writes_end, self.clock() + WRITE_DEADLINE_SECONDS)
             if not await self._off_loop(self._patch_while_leading, namespace, name, operations):
-                return  # (no longer leading: the round that finds it out drops every lift in flight)
+                if self.in_flight.get(lift.pod) is flight:  # not sent (no longer leading): judged again
+                    del self.in_flight[lift.pod]
+                return
+        except Unreachable as error:  # no answer: the API server may still apply it until its deadline
+            log.info("lifting the gate of pod %s/%s: %s; read back in %d s", *lift.pod, error,
+                     SERVER_TIMEOUT_SECONDS + 1)
+            flight.unsettled = True
+            flight.read_after = self.clock() + SERVER_TIMEOUT_SECONDS + 1
+            return
         except (KubeError, OSError) as error:
             await self._read_back(flight, error)
             return
@@ -223,7 +245,7 @@ class Gatekeeper:
         off after :data:`WRITE_TIMEOUT`. False when not sent."""
         if not self.is_leader():
             return False
-        patch_pod(self.api, namespace, name, operations, timeout=WRITE_TIMEOUT)
+        patch_pod(self.api, namespace, name, operations, timeout=WRITE_TIMEOUT, server_timeout=SERVER_TIMEOUT_SECONDS)
         return True
 
     def _narrowing(self, lift: Lift) -> list[Any]:

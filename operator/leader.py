@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import urllib3
@@ -24,6 +25,8 @@ RENEW_SECONDS = 5.0
 RENEW_DEADLINE_SECONDS = 10.0
 """A replica leads only this long after the start of its last successful renewal (client-go's renewDeadline): a
 renewal that hangs or fails ends the writes before the Lease, stamped at that start, expires in the others' eyes."""
+RETRY_SECONDS = 1.0
+"""After a round that failed while holding the Lease, the next one comes this soon (from the failed one's start)."""
 LEASE_REQUEST_TIMEOUT = (1.0, 4.0)
 """(connect, read) seconds for each Lease request: a round never outlasts the renewal interval by much."""
 WRITE_DEADLINE_SECONDS = 4.5
@@ -32,7 +35,11 @@ WRITE_DEADLINE_SECONDS = 4.5
 of a former leader has ended before another replica can take the Lease over."""
 WRITE_TIMEOUT = (0.5, 2.5)
 """(connect, read) seconds for such a write: the connection pool tries a refused connection three more times (a
-request not yet sent), so 4 × 0.5 + 2.5 = :data:`WRITE_DEADLINE_SECONDS` at most."""
+request not yet sent), so 4 × 0.5 + 2.5 = :data:`WRITE_DEADLINE_SECONDS` at most. The API server is told to give
+up too (:data:`SERVER_TIMEOUT_SECONDS`)."""
+SERVER_TIMEOUT_SECONDS = 2
+"""The ``timeout`` a write asks of the API server (it ends the request there, within the read timeout above): a
+write the client gave up on is not still being applied long after."""
 
 
 def _now() -> datetime.datetime:
@@ -107,12 +114,12 @@ class LeaderElection:
             return self._became(True, started)
         except Conflict:  # another replica wrote the Lease since it was read: not leading this round
             return self._became(False)
-        except KubeError as error:
+        except KubeError as error:  # still leading until the deadline passes (then :attr:`leading` ends by itself)
             log.warning("leader election round failed: %s", error)
-            return self._became(False)
-        except (OSError, urllib3.exceptions.HTTPError) as error:  # API unreachable: stop writing until it is back
+            return self.leading
+        except (OSError, urllib3.exceptions.HTTPError) as error:  # API unreachable: the same
             log.warning("leader election round failed, API unreachable: %s", error)
-            return self._became(False)
+            return self.leading
 
     def _became(self, leading: bool, started: float | None = None) -> bool:
         if leading != self._held:
@@ -126,6 +133,16 @@ class LeaderElection:
         return leading
 
     async def run(self, interval: float = RENEW_SECONDS) -> None:
-        while True:
-            await asyncio.to_thread(self.try_acquire)
-            await asyncio.sleep(interval)
+        """A round every ``interval`` from the start of the last (a slow round does not push the next one back),
+        and after a round that failed while holding the Lease, again within :data:`RETRY_SECONDS` — so a slow or
+        briefly failing API server does not end leadership before :data:`RENEW_DEADLINE_SECONDS`. The rounds run
+        on a thread of their own: no other work of the process queues before a renewal."""
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(1, thread_name_prefix="cardquota-lease") as thread:
+            while True:
+                started = self.clock()
+                renewed_before = self._renewed_at
+                await loop.run_in_executor(thread, self.try_acquire)
+                failed = self._held and self._renewed_at == renewed_before
+                wait = min(interval, RETRY_SECONDS) if failed else interval
+                await asyncio.sleep(max(0.0, started + wait - self.clock()))

@@ -249,7 +249,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                           _objects(installation.controller_pods))),
         (OPERATOR, lambda: check_card_gate(gate, configurations.get("MutatingWebhookConfiguration"), pods, target)
                    + check_gate_policy(gate, _object(installation.gate_policy),
-                                       _object(installation.gate_policy_binding))),
+                                       _object(installation.gate_policy_binding), target)),
         (SCHEDULER, lambda: check_scheduler(_object(installation.scheduler_configmap), target, nodes=nodes,
                                             queues=queues, extender_conf=_object(installation.extender_conf),
                                             card_gate=gate)),
@@ -377,10 +377,12 @@ def check_card_gate(gate: bool, mutating: Read, pods: Listing, target: Target) -
                    f"closed){waiting}")]
 
 
-def check_gate_policy(gate: bool, policy: Read, binding: Read) -> list[Result]:
+def check_gate_policy(gate: bool, policy: Read, binding: Read, target: Target) -> list[Result]:
     """With the gate on, the API server keeps it cardquota's to lift: ValidatingAdmissionPolicy
-    :data:`GATE_POLICY`, failing closed, and its binding denying (not only warning or auditing). Without them anyone
-    allowed to patch pods — a user, another controller — can drop the gate and run a pod past its quota."""
+    :data:`GATE_POLICY`, failing closed, and its binding (to it) denying, not only warning or auditing. Without them
+    anyone allowed to patch pods — a user, another controller — can drop the gate and run a pod past its quota. And
+    the accounts the policy lets through are those of cardquota's namespace: else it refuses cardquota's own lifts,
+    and every card pod waits."""
     if not gate:
         return []
     what = f"ValidatingAdmissionPolicy{{,Binding}} {GATE_POLICY}"
@@ -395,8 +397,21 @@ def check_gate_policy(gate: bool, policy: Read, binding: Read) -> list[Result]:
                        f"{'is' if len(missing) == 1 else 'are'} missing: {risk}",
                        fix="re-apply the manifests (kubectl apply -k manifests/overlays/…) or the Helm chart; "
                        "Kubernetes 1.30 or later serves ValidatingAdmissionPolicy")]
+    spec = _map(_map(policy).get("spec"))
+    accounts = f"system:serviceaccount:{target.namespace}:"
+    if not any(accounts in str(_map(condition).get("expression")) for condition in _list(spec.get("matchConditions"))):
+        return [Result(OPERATOR, Status.FAIL, f"ValidatingAdmissionPolicy {GATE_POLICY} does not let cardquota's "
+                       f"accounts in namespace {target.namespace} through (no {accounts}… in its matchConditions): the "
+                       "API server refuses cardquota's own lifts, and every card pod waits at the gate",
+                       fix="re-apply the manifests with the namespace cardquota runs in (kustomize: the overlay's "
+                       "transformers/namespace; Helm: the release namespace)")]
+    bound = _map(_map(binding).get("spec")).get("policyName")
+    if bound != GATE_POLICY:
+        return [Result(OPERATOR, Status.WARN, f"ValidatingAdmissionPolicyBinding {GATE_POLICY} binds "
+                       f"{_shown(str(bound))}, not the policy {GATE_POLICY}: {risk}",
+                       fix="re-apply the manifests or the Helm chart")]
     actions = [str(action) for action in _list(_map(_map(binding).get("spec")).get("validationActions"))]
-    failure = _map(_map(policy).get("spec")).get("failurePolicy") or "Fail"
+    failure = spec.get("failurePolicy") or "Fail"
     if "Deny" not in actions or failure != "Fail":
         why = (f"its binding only {', '.join(actions) or 'does nothing'} (no Deny)" if "Deny" not in actions
                else f"it fails open (failurePolicy {failure})")

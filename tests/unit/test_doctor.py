@@ -1138,6 +1138,9 @@ def test_offline_other_namespace_and_names(tmp_path: Path) -> None:
                 webhook["clientConfig"]["service"] = {"name": "cq", "namespace": "quota", "path": "/validate"}
         if manifest["kind"] == "Secret":
             metadata["name"] = "tls"
+        if manifest["kind"] == "ValidatingAdmissionPolicy":  # (as transformers/namespace writes it)
+            for condition in manifest["spec"]["matchConditions"]:
+                condition["expression"] = condition["expression"].replace(":cardquota-system:", ":quota:")
         if manifest["kind"] == "Deployment" and metadata["name"] == "cardquota":
             metadata["name"] = "cq"
     path = dump(tmp_path / "c.yaml", objects)
@@ -1323,10 +1326,10 @@ def _gate_policy() -> tuple[Manifest, Manifest]:
 
 def test_the_gate_policy_as_shipped_keeps_the_gate_cardquotas_to_lift() -> None:
     policy, binding = _gate_policy()
-    assert statuses(doctor.check_gate_policy(True, policy, binding)) == [
+    assert statuses(doctor.check_gate_policy(True, policy, binding, target())) == [
         ("ok", "only cardquota's accounts can lift the card-quota gate (the API server's ValidatingAdmissionPolicy "
                "cardquota-card-gate denies the others)")]
-    assert doctor.check_gate_policy(False, None, None) == []  # (the gate off: nothing to keep)
+    assert doctor.check_gate_policy(False, None, None, target()) == []  # (the gate off: nothing to keep)
 
 
 @pytest.mark.parametrize(("change", "said"), [
@@ -1337,13 +1340,26 @@ def test_the_gate_policy_as_shipped_keeps_the_gate_cardquotas_to_lift() -> None:
      "its binding only Audit (no Deny)"),
     (lambda policy, binding: ({**policy, "spec": {**policy["spec"], "failurePolicy": "Ignore"}}, binding),
      "it fails open (failurePolicy Ignore)"),
+    (lambda policy, binding: (policy, {**binding, "spec": {**binding["spec"], "policyName": "other"}}),
+     "binds other, not the policy cardquota-card-gate"),
 ])
 def test_a_gate_policy_missing_or_not_denying_is_a_warning_saying_who_could_lift_the_gate(
         change: Callable[[Manifest, Manifest], tuple[Any, Any]], said: str) -> None:
-    (result,) = doctor.check_gate_policy(True, *change(*_gate_policy()))
+    (result,) = doctor.check_gate_policy(True, *change(*_gate_policy()), target())
     assert result.status is Status.WARN
     assert said in result.message
     assert result.message.endswith("anyone allowed to patch pods can remove the card-quota gate and run a pod past "
                                    "its queue's quota")
-    (unknown,) = doctor.check_gate_policy(True, FORBIDDEN, None)
+    (unknown,) = doctor.check_gate_policy(True, FORBIDDEN, None, target())
     assert unknown.status is Status.UNKNOWN
+
+
+def test_a_gate_policy_exempting_another_namespaces_accounts_refuses_cardquotas_own_lifts() -> None:
+    """kustomize's namespace override does not rewrite the CEL string (transformers/namespace does): a policy still
+    naming cardquota-system where cardquota runs elsewhere refuses every lift."""
+    policy, binding = _gate_policy()
+    (result,) = doctor.check_gate_policy(True, policy, binding, Target(**{**target().__dict__, "namespace": "gpu-ops"}))
+    assert result.status is Status.FAIL
+    assert result.message.startswith("ValidatingAdmissionPolicy cardquota-card-gate does not let cardquota's accounts "
+                                     "in namespace gpu-ops through (no system:serviceaccount:gpu-ops:… in its "
+                                     "matchConditions)")

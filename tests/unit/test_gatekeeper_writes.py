@@ -37,7 +37,7 @@ class SlowApi:
         self.sent: list[str] = []
 
     def patch(self, _api: object, namespace: str, name: str, _operations: Sequence[Mapping[str, Any]],
-              timeout: object = None) -> None:
+              **_: object) -> None:
         with self.lock:
             self.sending += 1
             self.most = max(self.most, self.sending)
@@ -84,7 +84,7 @@ async def test_a_stale_write_never_touches_the_lift_of_the_pod_recreated_under_i
     sent: list[str] = []
 
     def refused(_api: object, _namespace: str, name: str, _operations: Sequence[Mapping[str, Any]],
-                timeout: object = None) -> None:
+                **_: object) -> None:
         sent.append(name)
         raise KubeError("the test of /metadata/uid failed", 422)
 
@@ -105,3 +105,88 @@ async def test_a_stale_write_never_touches_the_lift_of_the_pod_recreated_under_i
     assert keeper.in_flight == {("ml", "p"): new}
     assert list(keeper.retry) == [(("ml", "p"), "uid-1")]
     assert keeper.stats.refused == 1
+
+
+@pytest.mark.asyncio
+async def test_a_lift_that_got_no_answer_holds_its_cards_until_the_api_servers_deadline_then_is_read_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PATCH timed out: the API server may still apply it until the deadline it was given, so the pod's cards
+    stay counted (a second pod does not get its room) and it is read back only after that deadline."""
+    from cardquota.kube import Unreachable
+    from cardquota.operator.leader import SERVER_TIMEOUT_SECONDS
+
+    def no_answer(*_: object, **__: object) -> None:
+        raise Unreachable("no Kubernetes API reachable: read timed out", 0)
+
+    reads: list[str] = []
+
+    def read_back(_api: object, path: str) -> dict[str, Any]:
+        reads.append(path)
+        return gated("first", 0)  # still gated: the write never landed
+
+    monkeypatch.setattr(gatekeeper_module, "patch_pod", no_answer)
+    monkeypatch.setattr(gatekeeper_module, "read_object", read_back)
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("team", {A100: 1}), gated("first", 0), gated("second", 1)])
+    now = [0.0]
+    keeper = Gatekeeper(cache, object(), takeover_wait=0, clock=lambda: now[0])  # type: ignore[arg-type]
+    decided = await keeper.round()
+    assert decided is not None
+    assert [lift.pod[1] for lift in decided.lifts] == ["first"]
+    now[0] = SERVER_TIMEOUT_SECONDS  # within the deadline: not read back, still counted
+    again = await keeper.round()
+    assert again is not None
+    assert again.lifts == []
+    assert reads == []
+    assert keeper.in_flight[("ml", "first")].unsettled
+    now[0] = SERVER_TIMEOUT_SECONDS + 1  # past it: read back, found gated, judged again after a pause
+    after = await keeper.round()
+    assert after is not None
+    assert reads == ["/api/v1/namespaces/ml/pods/first"]
+    assert ("ml", "first") not in keeper.in_flight
+    assert keeper.stats.refused == 1
+    assert keeper.stats.held_back == 1  # (decided again, held back for its retry pause)
+
+
+@pytest.mark.asyncio
+async def test_a_lift_not_sent_because_leadership_ended_is_not_left_holding_its_cards(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leadership lapses between the decision and the write: the PATCH is not sent, and the lift is no longer in
+    flight (else the pod would never be judged again while its cards stayed counted)."""
+    sent: list[str] = []
+    monkeypatch.setattr(gatekeeper_module, "patch_pod", lambda _api, _ns, name, *_, **__: sent.append(name))
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("team", {A100: 1}), gated("p", 0)])
+    answers = iter([True, False])  # the round's check, then the one before the write
+    keeper = Gatekeeper(cache, object(), is_leader=lambda: next(answers, True),  # type: ignore[arg-type]
+                        takeover_wait=0)
+    decided = await keeper.round()
+    assert decided is not None
+    assert [lift.pod[1] for lift in decided.lifts] == ["p"]
+    assert sent == []
+    assert keeper.in_flight == {}
+
+
+@pytest.mark.asyncio
+async def test_a_new_leader_asks_for_its_list_only_after_the_takeover_wait_and_its_own_writes_have_ended() -> None:
+    """The list it waits for must start after every write that may still land: the former leader's (the wait) and
+    this replica's own, sent before a lapse (``_writes_end``)."""
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("team", {A100: 1}), gated("p", 0)])
+    now = [100.0]
+    asked: list[float] = []
+
+    def listed_since(moment: float) -> bool:
+        asked.append(moment)
+        return moment <= 100.0 + 20  # (a list started at 120 stands in for "done")
+
+    keeper = Gatekeeper(cache, object(), takeover_wait=15, clock=lambda: now[0],  # type: ignore[arg-type]
+                        listed_since=listed_since)
+    keeper._writes_end = 118.0
+    assert await keeper.round() is None
+    now[0] = 115.0
+    assert await keeper.round() is None  # the wait is over, its own last write may still land
+    assert asked == []
+    now[0] = 118.0
+    assert await keeper.round() is not None
+    assert asked == [118.0]

@@ -99,7 +99,10 @@ def test_a_key_given_twice_reads_as_json_loads_reads_it(first: dict[str, Any], s
 @pytest.mark.parametrize("body", [b"[]", b'"job"', b"{", b'{"job": NaN}', b'{"job": {"PodGroup": {"metadata": '
                                   b'{"name": "a", "namespace": "\\ud800"}}}}', b'{"job": 1e999}', "{\"job\": \"\xff\"}"
                                   .encode("latin-1"), b'{"job": {"PodGroup": {"metadata": {"name": "a", "namespace": '
-                                  b'"b"}, "spec": {"minMember": 99999999999999999999999}}}}'])
+                                  b'"b"}, "spec": {"minMember": 99999999999999999999999}}}}',
+                                  b'{"job": {"PodGroup": {"metadata": {"name": "a", "namespace": "b"}}, "Tasks": '
+                                  b'"\xc0\x80"}}', b'{"job": {"PodGroup": {"metadata": {"name": "a", "namespace": '
+                                  b'"b"}}, "Tasks": "\xed\xa0\x80 \xc3\xa9"}}'])
 def test_text_only_pythons_decoder_takes_or_none_takes_reads_the_same(body: bytes) -> None:
     try:
         expected: object = _job_key(json.loads(body)) if isinstance(json.loads(body), dict) else "not an object"

@@ -198,7 +198,7 @@ def test_operator_without_a_cluster_says_so_in_one_line(tmp_path, monkeypatch: p
     assert err.getvalue().startswith("cardquota: error: cluster: no Kubernetes configuration")
 
 
-def test_an_unreachable_api_server_ends_leadership() -> None:
+def test_an_unreachable_api_server_ends_leadership_at_the_renewal_deadline() -> None:
     import urllib3
 
     from cardquota.operator.leader import LeaderElection
@@ -207,8 +207,11 @@ def test_an_unreachable_api_server_ends_leadership() -> None:
         def param_serialize(self, *args: object, **kwargs: object) -> None:
             raise urllib3.exceptions.MaxRetryError(None, "/apis", "connection refused")  # type: ignore[arg-type]
 
-    election = LeaderElection(Unreachable(), "ns", identity="me")  # type: ignore[arg-type]
-    election._held, election._renewed_at = True, election.clock()
+    now = [100.0]
+    election = LeaderElection(Unreachable(), "ns", identity="me", clock=lambda: now[0])  # type: ignore[arg-type]
+    election._held, election._renewed_at = True, now[0]
+    assert election.try_acquire() is True  # one failed round: still leading until the renewal deadline
+    now[0] += 10
     assert election.try_acquire() is False
     assert election.leading is False
 
@@ -267,3 +270,43 @@ def test_a_former_leaders_last_write_ends_before_another_replica_can_take_the_le
     connect, read = leader.WRITE_TIMEOUT
     assert (configured.total + 1) * connect + read <= leader.WRITE_DEADLINE_SECONDS
     assert leader.RENEW_DEADLINE_SECONDS + leader.WRITE_DEADLINE_SECONDS < leader.LEASE_SECONDS
+
+
+def test_renewals_keep_their_pace_and_a_failed_one_is_tried_again_within_the_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round every 5 s from the start of the last (a 3 s round does not push the next back), and after a failed
+    round while holding the Lease, the next at once if it took longer than 1 s: leadership lasts to its deadline
+    (10 s after the last renewal's start) and no longer."""
+    import asyncio
+
+    from cardquota.operator import leader
+
+    class Stop(Exception):
+        pass
+
+    now = [0.0]
+    sleeps: list[float] = []
+    leading_at_start: list[bool] = []
+    election = leader.LeaderElection(object(), "ns", identity="me", clock=lambda: now[0])  # type: ignore[arg-type]
+    outcomes = iter([(0.0, True), (3.0, True), (4.0, False), (4.0, False), (0.0, True)])
+
+    def one_round(_: object = None) -> bool:
+        leading_at_start.append(election.leading)
+        try:
+            took, renewed = next(outcomes)
+        except StopIteration:
+            raise Stop from None
+        started = now[0]
+        now[0] += took
+        return election._became(True, started) if renewed else election.leading
+
+    async def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(election, "try_acquire", one_round)
+    monkeypatch.setattr(leader.asyncio, "sleep", fake_sleep)
+    with pytest.raises(Stop):
+        asyncio.run(election.run())
+    assert sleeps == [5.0, 2.0, 0.0, 0.0, 5.0]
+    assert leading_at_start == [False, True, True, True, False, True]

@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
-from cardquota.core.gate import gate_operations, needs_gate
+from cardquota.core.gate import ancestry, gate_operations, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, Pod
 from cardquota.core.policies.cards import (
@@ -160,26 +160,32 @@ def _scheduler_name(manifest: Manifest) -> str:
 def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot: ClusterSnapshot, *, refuse: bool,
                          path: FieldPath = CARD_NAME_PATH, subject: str = "the pod") -> Violation | str | None:
     """What is said of a pod (or a pod template: ``subject``, its card.name at ``path``) requesting a card resource
-    without volcano.sh/card.name, charged to ``queue``: nothing when the queue has no card quota (or the pod asks for
-    no card); else a warning — or, with the card-quota gate (``refuse``), a violation giving the card.name that
-    would admit it: the gate admits card pods by that name alone, and Volcano's extender, asked only at enqueue,
-    would place an unnamed one past its queue's card quota."""
+    without volcano.sh/card.name, charged to ``queue``: nothing when neither the queue nor an ancestor
+    (``spec.parent``) has a card quota (or the pod asks for no card); else a warning — or, with the card-quota gate
+    (``refuse``), a violation giving the card.name that would admit it: the gate admits card pods by that name alone,
+    and Volcano's extender, asked only at enqueue, would place an unnamed one past those quotas."""
     catalog = snapshot.catalog()
     requested = sorted(name for name, amount in requests.items() if name in catalog.resources and amount > 0)
-    record = snapshot.queues.get(queue)
-    if not requested or record is None or not record.quota.values:
+    if not requested:
         return None
-    asked, shown_queue = ", ".join(requested), shown(record.queue.name)
+    limiting = next((name for name in ancestry(snapshot, queue)
+                     if (found := snapshot.queues.get(name)) is not None and found.quota.values), None)
+    if limiting is None:
+        return None
+    own = snapshot.queues.get(queue)
+    asked, shown_queue = ", ".join(requested), shown(queue)
+    quotas = f"queue {shown_queue}'s card quota" if limiting == queue else \
+        f"the card quota of queue {shown_queue}'s ancestor {shown(limiting)}"
     if not refuse:
-        return f"{subject} requests {asked} without {keys.CARD_NAME}: queue {shown_queue}'s card quota cannot check " \
-               "it before it is scheduled"
-    allowed = [name for name, amount in record.quota.values.items()
+        return f"{subject} requests {asked} without {keys.CARD_NAME}: {quotas} cannot check it before it is scheduled"
+    allowed = [name for name, amount in (own.quota.values if own is not None else {}).items()
                if amount > 0 and catalog.resource_of(name) in requested]
     fix = (f"add the annotation {keys.CARD_NAME}: {shown('|'.join(allowed))} (the types of its quota offered through "
            f"{asked}), or one of them" if allowed else
-           f"its quota has no card type offered through {asked} (a type without a quota is held to 0)")
-    return required(path, f"{subject} requests {asked} in queue {shown_queue}, whose card quota the card-quota "
-                          f"gate enforces by {keys.CARD_NAME}: {fix}")
+           f"queue {shown_queue}'s quota has no card type offered through {asked} (a type without a quota is held "
+           "to 0)")
+    return required(path, f"{subject} requests {asked} in queue {shown_queue}: {quotas}, which the card-quota gate "
+                          f"enforces by {keys.CARD_NAME}, would not hold it; {fix}")
 
 
 def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardCatalog) -> list[PatchOperation]:

@@ -261,7 +261,7 @@ def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
     for key in placed:  # the gang cannot start: nothing it took is kept
         session.deallocate(key)
         placements[_name(key)] = PodOutcome(reason=f"gang of {minimum} not satisfied ({len(placed)} placed)")
-    reason = f"{len(placed)}/{minimum} pods could be placed; {first_failure or 'no pods'}"
+    reason = waiting or f"{len(placed)}/{minimum} pods could be placed; {first_failure or 'no pods'}"
     return GroupOutcome("Inqueue", reason)
 
 

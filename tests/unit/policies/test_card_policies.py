@@ -264,8 +264,10 @@ def test_with_the_gate_a_volcano_job_task_asking_for_gpus_unnamed_is_refused_and
     gated = check(job, cluster(team_a()), config=GATED)
     denied_at(gated, ('spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]', Reason.REQUIRED))
     assert gated.violations[0].message.startswith(
-        "task worker's pod template requests nvidia.com/gpu in queue team-a, whose card quota the card-quota gate "
-        f"enforces by volcano.sh/card.name: add the annotation volcano.sh/card.name: {A100}|{H100}")
+        "task worker's pod template requests nvidia.com/gpu in queue team-a: queue team-a's card quota, which the "
+        "card-quota gate enforces by volcano.sh/card.name, would not hold it; add the annotation "
+        f"volcano.sh/card.name: "
+        f"{A100}|{H100}")
     plain = check(job, cluster(team_a()))
     assert plain.allowed
     assert plain.warnings == ("task worker's pod template requests nvidia.com/gpu without volcano.sh/card.name: "
@@ -454,9 +456,9 @@ def test_with_the_gate_a_gpu_pod_without_card_name_in_a_card_queue_is_refused_wi
     verdict = check(pod("p", gpus=1, queue="team-a"), cluster(team_a()), config=GATED)
     denied_at(verdict, (CARD_NAME, Reason.REQUIRED))
     assert verdict.violations[0].message == (
-        "the pod requests nvidia.com/gpu in queue team-a, whose card quota the card-quota gate enforces by "
-        f"volcano.sh/card.name: add the annotation volcano.sh/card.name: {A100}|{H100} (the types of its quota "
-        "offered through nvidia.com/gpu), or one of them")
+        "the pod requests nvidia.com/gpu in queue team-a: queue team-a's card quota, which the card-quota gate "
+        f"enforces by volcano.sh/card.name, would not hold it; add the annotation volcano.sh/card.name: {A100}|{H100} "
+        "(the types of its quota offered through nvidia.com/gpu), or one of them")
     # The name it suggests admits it.
     named = pod("p", gpus=1, queue="team-a")
     named["metadata"].setdefault("annotations", {})["volcano.sh/card.name"] = f"{A100}|{H100}"
@@ -481,9 +483,24 @@ def test_with_the_gate_which_unnamed_pods_are_refused(manifest: dict[str, Any], 
     if why.startswith("no type"):
         assert not verdict.allowed
         assert verdict.violations[0].message.endswith(
-            "its quota has no card type offered through nvidia.com/gpu (a type without a quota is held to 0)")
+            "queue team-a's quota has no card type offered through nvidia.com/gpu (a type without a quota is held to "
+            "0)")
     else:
         assert verdict.allowed, why
+
+
+def test_with_the_gate_an_unnamed_gpu_pod_in_a_child_queue_without_a_quota_is_refused_for_its_parents() -> None:
+    """The parent's card quota holds its children's pods: one without card.name would pass it unchecked."""
+    snapshot = cluster(queue("org", {A100: 1}), queue("team-c", {}, parent="org"))
+    verdict = check(pod("p", gpus=8, queue="team-c"), snapshot, config=GATED)
+    denied_at(verdict, (CARD_NAME, Reason.REQUIRED))
+    assert verdict.violations[0].message == (
+        "the pod requests nvidia.com/gpu in queue team-c: the card quota of queue team-c's ancestor org, which the "
+        "card-quota gate enforces by volcano.sh/card.name, would not hold it; queue team-c's quota has no card type "
+        "offered through nvidia.com/gpu (a type without a quota is held to 0)")
+    assert check(pod("p", gpus=8, queue="team-c"), snapshot).warnings == (
+        "the pod requests nvidia.com/gpu without volcano.sh/card.name: the card quota of queue team-c's ancestor org "
+        "cannot check it before it is scheduled",)
 
 
 def test_with_the_gate_an_update_of_an_unnamed_pod_is_not_refused() -> None:

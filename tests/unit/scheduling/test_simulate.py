@@ -203,6 +203,21 @@ def test_with_the_gate_a_parent_queues_quota_holds_across_its_children() -> None
     assert {outcome.phase for outcome in ungated.podgroups.values()} == {"Running"}
 
 
+def test_with_the_gate_a_gang_of_a_launcher_and_card_workers_held_at_the_gate_says_why() -> None:
+    """The launcher (no cards, never gated) could be placed, but the gang cannot start without its workers, which
+    wait at the gate: the PodGroup gives the gate's sentence, not a count of pods placed."""
+    job = volcano_job("mpi", A100, 2, request={A100: 2}, queue_name="team-a", min_available=3)
+    job["metadata"]["annotations"] = {}
+    job["spec"]["tasks"].insert(0, {"name": "launcher", "replicas": 1, "template": {"spec": {"containers": [
+        {"name": "l", "resources": {"requests": {"cpu": "1"}}}]}}})
+    team = queue("team-a", {A100: 1})
+    team["spec"]["capability"] = {"cpu": "8", "memory": "8Gi"}
+    result = simulate([gpu_node("a1", A100, 4), team], [job], UNLIMITED, card_gate=True)
+    assert result.podgroups["ml/mpi"] == type(result.podgroups["ml/mpi"])(
+        "Inqueue", "waiting at the card-quota gate: queue team-a has 0 of 1 NVIDIA-A100 free; 0 pods ahead")
+    assert result.placements["ml/mpi-launcher-0"].reason == "gang of 3 not satisfied (1 placed)"
+
+
 def test_with_the_gate_an_alternative_is_chosen_and_narrowed_before_placement() -> None:
     cluster = [gpu_node("a1", A100, 4), gpu_node("h1", H100, 4), queue("team-a", {A100: 2, H100: 4})]
     workload = [volcano_job(name, f"{A100}|{H100}", 2, request={f"{A100}|{H100}": 2}, queue_name="team-a",
