@@ -22,6 +22,7 @@ from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.explain import Explanation, explain, job_podgroups
+from cardquota.core.keys import VOLCANO_SCHEDULER
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
@@ -267,6 +268,10 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     usage.add_argument("-w", "--watch", action="store_true", help="print again every --interval seconds")
     usage.add_argument("--interval", type=SECONDS, default=2.0, help="seconds between refreshes with --watch")
     usage.add_argument("--refreshes", type=int, default=0, help=argparse.SUPPRESS)
+    usage.add_argument("--card-aware-scheduler", "--schedulers", dest="schedulers", action="append", metavar="NAME",
+                       help="a scheduler name Volcano runs, repeatable, as the operator's --schedulers: its pods "
+                       "without a PodGroup count against their queue; other schedulers' pods without one count "
+                       "against none (default: volcano)")
     add_namespace_queues_option(usage)
     usage.set_defaults(command=usage_command, namespace_options=())
 
@@ -308,7 +313,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     warned: set[str] = set()
     while True:
         objects = cluster.objects(namespaces=args.map_namespace_queues)
-        ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues)
+        ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
+                              volcano_schedulers=frozenset(args.schedulers or {VOLCANO_SCHEDULER}))
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
         # cpu/memory capability (the only queues whose usage shows them).
         unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())

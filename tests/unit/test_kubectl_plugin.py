@@ -256,3 +256,22 @@ def test_nodes_selector_takes_kubectls_grammar(selector: str, nodes: list[str]) 
     code, text, err = plugin("nodes", "--cluster", CLUSTER, "-o", "json", "-l", selector)
     assert (code, err) == (0, "")
     assert list(json.loads(text)["nodes"]) == nodes
+
+
+def test_usage_counts_pods_of_the_schedulers_it_is_told_volcano_runs(tmp_path: Path) -> None:
+    """A bound GPU pod of scheduler volcano-gpu with no PodGroup: charged to its queue only when usage is told,
+    as the operator is, that volcano-gpu is Volcano's (Volcano charges no queue for another scheduler's pod)."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+         "metadata": {"name": "default", "annotations": {"volcano.sh/card.quota": '{"NVIDIA-A100": 2}'}},
+         "spec": {"weight": 1}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {
+            "nvidia.com/gpu.product": "NVIDIA-A100"}}, "status": {"allocatable": {"nvidia.com/gpu": "2"}}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+         "spec": {"schedulerName": "volcano-gpu", "nodeName": "n", "containers": [
+             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}, "status": {"phase": "Running"}}]))
+    _, text, _ = plugin("usage", "default", "--cluster", str(cluster), "-o", "json")
+    assert not any(json.loads(text)["queues"]["default"]["allocated"].values())
+    _, text, _ = plugin("usage", "default", "--cluster", str(cluster), "--schedulers", "volcano-gpu", "-o", "json")
+    assert json.loads(text)["queues"]["default"]["allocated"] == {"NVIDIA-A100": 2}
