@@ -104,7 +104,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         if leader is not None:
             arguments = await asyncio.to_thread(plugin_arguments, api, settings.namespace)
             keeper = Gatekeeper(cache, api, is_leader=leads, head_of_line=settings.gate_order,
-                                listed_since=functools.partial(listed_anew, reflectors, LISTED_KINDS)) \
+                                listed_since=functools.partial(listed_anew, reflectors, LISTED_KINDS),
+                                predecessor_done=functools.partial(predecessor_done, leader)) \
                 if settings.card_gate else None
             publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads,
                                   capacity_card=arguments,
@@ -125,6 +126,13 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
                 await task
         for runner in runners:
             await runner.cleanup()
+
+
+def predecessor_done(leader: LeaderElection, since: float) -> float:
+    """When the writes of the Lease's holder before ``leader`` had ended (``since``, when it began leading, if not
+    known)."""
+    done = leader.predecessor_done
+    return since if done is None else min(done, since)
 
 
 async def serve_admissions(settings: Settings, cache: ClusterCache, api: ApiClient,

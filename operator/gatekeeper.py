@@ -18,9 +18,10 @@ A leader writes only while it leads (:attr:`LeaderElection.leading` ends by itse
 each write is cut off after :data:`~cardquota.operator.leader.WRITE_DEADLINE_SECONDS`), so its last write has ended
 before another replica can take the Lease over; a write that got no answer is counted until the deadline the API
 server was given has passed, then read back. A new leader waits one lease duration more (a margin for the replicas'
-clocks) and until its own earlier writes have ended, then for pods and PodGroups listed anew from the API server
-from that moment on (:attr:`Gatekeeper.listed_since`, :meth:`~cardquota.operator.reflector.Reflector.
-listed_since`) before its first lift: its watch may lag any time behind the lifts written before, a list cannot.
+clocks) after its predecessor's Lease expired and until its own earlier writes have ended, then for pods and
+PodGroups listed from the API server from that moment on — the start-up list when it began later, else a list
+anew (:attr:`Gatekeeper.listed_since`, :meth:`~cardquota.operator.reflector.Reflector.listed_since`) — before its
+first lift: its watch may lag any time behind the lifts written before, a list cannot.
 """
 
 from __future__ import annotations
@@ -95,6 +96,10 @@ class Gatekeeper:
     listed_since: Callable[[float], bool] = lambda _: True
     """Whether the cache's pods and PodGroups were listed anew at or after a moment of :attr:`clock` (asking for it
     if not): a new leader waits for that before its first lift."""
+    predecessor_done: Callable[[float], float] = lambda since: since
+    """Given when this replica began leading, when (on :attr:`clock`) the former holder's writes had ended: by
+    default that same moment; the Lease's expiry when known (:attr:`LeaderElection.predecessor_done`), so a replica
+    whose start-up list began after it needs no second list."""
     clock: Callable[[], float] = time.monotonic
     stats: GateStats = field(default_factory=GateStats)
     in_flight: dict[ObjectKey, Flight] = field(default_factory=dict)
@@ -141,11 +146,12 @@ class Gatekeeper:
         if self._leading_since is None:
             self._leading_since = now
         if self._barrier is None:
-            # The list must start once every write that may still land has: the former leader's (it stopped
-            # before the Lease could expire, the wait a margin for the clocks) and this replica's own from before.
-            if now - self._leading_since < self.takeover_wait or now < self._writes_end:
+            # The list must have started once every write that may still land had: the former leader's (it stopped
+            # before the Lease could expire; the wait is a margin for the clocks) and this replica's own from before.
+            ready = max(self.predecessor_done(self._leading_since) + self.takeover_wait, self._writes_end)
+            if now < ready:
                 return None
-            self._barrier = now
+            self._barrier = ready
         if not self.listed_since(self._barrier):
             return None
         self._settle()

@@ -76,6 +76,10 @@ class LeaderElection:
         self.name = name
         self.identity = identity or f"{os.environ.get('HOSTNAME', 'cardquota')}-{uuid.uuid4().hex[:8]}"
         self.clock = clock
+        self.predecessor_done: float | None = None
+        """On :attr:`clock`, when the writes of the replica that held the Lease before this one had ended (the
+        Lease's expiry as its renewTime says; ``-inf`` when this replica created the Lease); None until this
+        replica has taken the Lease."""
         self._held = False
         self._renewed_at = float("-inf")
         """The clock when the last successful round started (its renewTime is stamped then)."""
@@ -99,6 +103,7 @@ class LeaderElection:
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {**spec, "acquireTime": _stamp(moment)}}, timeout=LEASE_REQUEST_TIMEOUT)
+                self.predecessor_done = float("-inf")
                 return self._became(True, started)
             current: dict[str, Any] = dict(lease.get("spec") or {})
             holder = current.get("holderIdentity")
@@ -111,6 +116,10 @@ class LeaderElection:
                 spec["acquireTime"] = _stamp(moment)
             update_lease(self.api, self.namespace, self.name, spec,
                          (lease.get("metadata") or {}).get("resourceVersion"), timeout=LEASE_REQUEST_TIMEOUT)
+            if holder != self.identity:  # taken over: its holder stopped writing before it expired
+                expired_for = (moment - (renewed + datetime.timedelta(seconds=duration))).total_seconds() \
+                    if renewed is not None else 0.0
+                self.predecessor_done = started - max(0.0, expired_for)
             return self._became(True, started)
         except Conflict:  # another replica wrote the Lease since it was read: not leading this round
             return self._became(False)

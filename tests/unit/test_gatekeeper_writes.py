@@ -190,3 +190,25 @@ async def test_a_new_leader_asks_for_its_list_only_after_the_takeover_wait_and_i
     now[0] = 118.0
     assert await keeper.round() is not None
     assert asked == [118.0]
+
+
+@pytest.mark.asyncio
+async def test_a_leader_whose_start_up_list_began_after_its_predecessor_stopped_needs_no_second_list() -> None:
+    """The predecessor's Lease had expired 30 s before this replica started leading (it had died): the moment the
+    list must have started from is that expiry plus the clock margin, which the start-up list (begun at 90) is
+    past — so the keeper lifts at once, with no list anew and no wait counted from its own election."""
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("team", {A100: 1}), gated("p", 0)])
+    asked: list[float] = []
+
+    def listed_since(moment: float) -> bool:
+        asked.append(moment)
+        return moment <= 90.0  # (the start-up list began at 90)
+
+    keeper = Gatekeeper(cache, object(), takeover_wait=15, clock=lambda: 100.0,  # type: ignore[arg-type]
+                        listed_since=listed_since, predecessor_done=lambda since: since - 30)
+    keeper._writes_end = float("-inf")
+    decided = await keeper.round(wait=False)
+    assert decided is not None
+    assert asked == [85.0]
+    keeper._stop_writing()

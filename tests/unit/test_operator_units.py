@@ -310,3 +310,24 @@ def test_renewals_keep_their_pace_and_a_failed_one_is_tried_again_within_the_dea
         asyncio.run(election.run())
     assert sleeps == [5.0, 2.0, 0.0, 0.0, 5.0]
     assert leading_at_start == [False, True, True, True, False, True]
+
+
+def test_a_replica_taking_over_knows_when_its_predecessors_writes_had_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating the Lease: no predecessor. Taking over one whose holder last renewed 35 s ago for 15 s: that holder's
+    writes had ended 20 s before this round started (leading ends before the Lease expires)."""
+    from cardquota.operator import leader
+
+    wall = datetime.datetime(2026, 12, 7, 12, 0, 0, tzinfo=datetime.UTC)
+    stored: dict[str, Any] = {}
+    monkeypatch.setattr(leader, "read_lease", lambda *_, **__: stored or None)
+    monkeypatch.setattr(leader, "create_lease", lambda _api, _ns, body, **__: stored.update(body))
+    monkeypatch.setattr(leader, "update_lease", lambda *_, **__: stored)
+    first = leader.LeaderElection(object(), "ns", identity="first", clock=lambda: 500.0)  # type: ignore[arg-type]
+    assert first.predecessor_done is None
+    assert first.try_acquire(wall) is True
+    assert first.predecessor_done == float("-inf")
+    stored["spec"] = {"holderIdentity": "gone", "leaseDurationSeconds": 15,
+                      "renewTime": leader._stamp(wall - datetime.timedelta(seconds=35))}
+    second = leader.LeaderElection(object(), "ns", identity="second", clock=lambda: 500.0)  # type: ignore[arg-type]
+    assert second.try_acquire(wall) is True
+    assert second.predecessor_done == 480.0
