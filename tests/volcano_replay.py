@@ -42,6 +42,13 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
   jobs, placed on the first node the predicates pass through ``Session.Allocate`` (pkg/scheduler/framework/
   session.go), not a statement: ``AllocateFunc`` is called but its error is not read (nothing is rolled back),
   and the task is dispatched at once.
+* Scheduling gates — a task whose pod carries a scheduling gate (other than Volcano's own) is ``SchGated``
+  (``calSchedulingGated``, pkg/scheduler/api/job_info.go) and skipped by allocate and backfill (the
+  ``task.SchGated`` checks in actions/allocate/allocate.go and actions/backfill/backfill.go; Volcano v1.14.1): it
+  is never placed until the gate is lifted.
+* Verbs not configured — a verb the ``extender`` arguments do not name is never sent: the plugin registers no
+  function for it (``OnSessionOpen`` adds each ``Add*Fn`` only when its verb is set), so the task passes, the
+  queue is not overused, the job's readiness is the gang's (``verbs``).
 
 Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
 ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
@@ -75,6 +82,14 @@ PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
 PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+
+
+UNCONFIGURED: dict[str, Manifest] = {
+    "predicate": {"status": "", "code": 0}, "prioritize": {"nodeScore": {}, "errorMessage": ""},
+    "jobEnqueueable": {"status": 0}, "queueOverused": {"overused": False}, "jobReady": {"status": True},
+    "allocateFunc": {"errorMessage": ""}}
+"""What the scheduler makes of a verb the stanza does not name: no predicate (the node passes), no scores, no vote
+(abstain), never overused, ready as the gang says, no allocation hook."""
 
 
 def milli(quantity: object) -> int:
@@ -116,6 +131,11 @@ class Task:
     @property
     def key(self) -> str:
         return f"{self.pod['metadata']['namespace']}/{self.name}"
+
+    @property
+    def gated(self) -> bool:
+        """``SchGated``: the pod carries a scheduling gate (Volcano's own is not modelled)."""
+        return bool(self.pod["spec"].get("schedulingGates"))
 
     def info(self) -> Manifest:
         body = task_info(self.pod, status=self.status, node=self.node)
@@ -174,7 +194,7 @@ class VolcanoReplay:
 
     def __init__(self, api_url: str, extender_url: str, extender: Extender, http: aiohttp.ClientSession, *,
                  managed_resources: Iterable[str] = (), tiers: Sequence[Sequence[str | Voter]] = ((EXTENDER,),),
-                 ignorable: bool = False, job_enqueued: bool = False) -> None:
+                 ignorable: bool = False, job_enqueued: bool = False, verbs: Iterable[str] | None = None) -> None:
         self.api_url = api_url.rstrip("/")
         self.extender_url = extender_url.rstrip("/")
         self.extender = extender
@@ -187,6 +207,8 @@ class VolcanoReplay:
         calls it for every job it enqueues, right after the vote (pkg/scheduler/actions/enqueue/enqueue.go
         ``Execute`` → ``ssn.JobEnqueued``; plugins/extender/extender.go registers it when the verb is set; master
         ed72c7c8 — v1.15.1 has neither)."""
+        self.verbs = None if verbs is None else frozenset(verbs)
+        """The verbs the ``extender`` arguments name (None: every one); the others are never sent."""
         self.calls: list[tuple[str, Manifest, Manifest]] = []
         """Every verb sent: (verb, body, answer)."""
         self.jobs: dict[str, Job] = {}
@@ -231,7 +253,10 @@ class VolcanoReplay:
 
     async def send(self, verb: str, body: Manifest) -> Manifest:
         """POSTs a verb; a transport error (refused, reset, no answer in time, not 200) is answered as Volcano's
-        plugin treats it under ``extender.ignorable`` (``OnSessionOpen``'s closures and ``addEventHandler``)."""
+        plugin treats it under ``extender.ignorable`` (``OnSessionOpen``'s closures and ``addEventHandler``). A verb
+        not configured is not sent: answered as the plugin's absence is (:data:`UNCONFIGURED`)."""
+        if self.verbs is not None and verb not in self.verbs:
+            return dict(UNCONFIGURED.get(verb, {}))
         try:
             async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=VERB_TIMEOUT,
                                       headers={"Content-Type": "application/json"}) as response:
@@ -351,10 +376,10 @@ class VolcanoReplay:
         """The allocate action; returns the placements it made (committed or pipelined)."""
         placements: list[Placement] = []
         pending = {name: [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == name
-                          and job.phase != "Pending" and any(t.status == PENDING for t in job.tasks)]
+                          and job.phase != "Pending" and any(t.status == PENDING and not t.gated for t in job.tasks)]
                    for name in self.queues}
         queues = [name for name in self.queues if pending[name]]
-        worksheet = {job.key: [t for t in job.tasks if t.status == PENDING and not t.node]
+        worksheet = {job.key: [t for t in job.tasks if t.status == PENDING and not t.node and not t.gated]
                      for jobs in pending.values() for job in jobs}
         """The tasks each job has left to try in this action (``tasksNoHardTopology``): each is tried once."""
         while queues:
@@ -461,7 +486,7 @@ class VolcanoReplay:
         for job in self.jobs.values():
             if job.phase == "Pending":
                 continue
-            for task in [t for t in job.tasks if t.status == PENDING and not requests(t.pod)]:
+            for task in [t for t in job.tasks if t.status == PENDING and not requests(t.pod) and not t.gated]:
                 for node in sorted(self.nodes):
                     if await self.predicate(task, node) and await self.statement_allocate(task, node, ALLOCATED,
                                                                                            rollback=False):

@@ -17,11 +17,13 @@ import aiohttp
 import pytest
 import yaml
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
+from operator_runs import following_through_a_kubeconfig
 from polling import eventually
 from volcano_replay import EXTENDER, Placement, VolcanoReplay
 
 from cardquota.cli.main import KUBECTL_PROG, run
 from cardquota.cli.output import usage_json
+from cardquota.core import keys
 from cardquota.core.events import podgroup_event
 from cardquota.core.explain import explain
 from cardquota.core.ledger import Ledger
@@ -33,6 +35,7 @@ from cardquota.core.scheduling.session import SchedulerConfig
 from cardquota.kube import Connection, api_client
 from cardquota.loader import load_paths
 from cardquota.operator.extender import api_pod_patcher, run_extender
+from cardquota.operator.gatekeeper import Gatekeeper
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -115,7 +118,8 @@ class Cluster:
 
 @asynccontextmanager
 async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((EXTENDER,),),
-                patch_pods: bool = False, job_enqueued: bool = False) -> AsyncIterator[Cluster]:
+                patch_pods: bool = False, job_enqueued: bool = False, verbs: list[str] | None = None,
+                ignorable: bool = False) -> AsyncIterator[Cluster]:
     base = str(kmock.url).rstrip("/")
     clock = Clock()
     extender = Extender(SchedulerConfig.from_conf(SHIPPED_CONF.read_text()), clock=clock)
@@ -136,7 +140,7 @@ async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((
             managed_resources = (shipped_extender_arguments().get("extender.managedResources") or []
                                  if managed is None else managed)
             replay = VolcanoReplay(base, url, extender, http, managed_resources=managed_resources, tiers=tiers,
-                                   job_enqueued=job_enqueued)
+                                   job_enqueued=job_enqueued, verbs=verbs, ignorable=ignorable)
             yield Cluster(replay, extender, clock, kmock)
     finally:
         stop.set()
@@ -464,3 +468,93 @@ async def test_usage_explain_events_and_the_extender_agree_on_a_replayed_cluster
         assert event is not None
         assert (event.reason, event.message) == (refusal.reason, refusal.message)
         assert f"{event.message} ({event.reason})." in explain(listed, waiting, config).blockers
+
+
+# ------------------------------------------------------------------------ with the card-quota gate, as shipped
+
+
+def shipped_entry() -> tuple[list[str], bool]:
+    """The verbs the shipped entry names, and its ``extender.ignorable``."""
+    arguments = shipped_extender_arguments()
+    return ([str(value) for key, value in arguments.items() if key.endswith("Verb")],
+            arguments.get("extender.ignorable") in (True, "true"))
+
+
+def gated(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects as the pod webhook admits them with the gate: each card pod created gated (with a uid, as the
+    API server gives one: the lift's patch tests it; kmock gives none)."""
+    for manifest in manifests:
+        if manifest["kind"] == "Pod" and "volcano.sh/card.name" in (manifest["metadata"].get("annotations") or {}):
+            manifest["spec"]["schedulingGates"] = [{"name": keys.CARD_GATE}]
+            manifest["metadata"].setdefault("uid", f"uid-{manifest['metadata']['name']}")
+    return manifests
+
+
+async def bound(cluster: Cluster) -> list[str]:
+    pods = await cluster.replay.items("/api/v1/pods")
+    return sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName"))
+
+
+async def sessions_with_the_gate(cluster: Cluster, keeper: Gatekeeper, cache: Any, count: int = 3) -> None:
+    """Volcano's sessions, the gate keeper's round before each (its lifts awaited by its own watch)."""
+    for _ in range(count):
+        decided = await keeper.round()
+        assert decided is not None
+        await eventually(lambda: not keeper.in_flight or all(
+            (pod := cache.ledger.snapshot.pods.get(key)) is not None and pod.gate is None for key in keeper.in_flight))
+        await cluster.replay.cycle()
+
+
+def org() -> list[dict[str, Any]]:
+    children = [team("team-a", {A100: 4}), team("team-b", {A100: 4})]
+    for child in children:
+        child["spec"]["parent"] = "org"
+    return [gpu_node("a100-1", A100, 8), team("org", {A100: 4}), *children]
+
+
+async def test_12_the_extender_alone_lets_children_past_their_parents_quota(cluster_kmock: Any) -> None:
+    """Finding 3 of the scheduling review, replayed: org allows 4 A100, its children team-a and team-b 4 each, and
+    each child runs a gang of 4. Through the extender's full entry (no gate) Volcano places both gangs: 8 cards
+    under org's 4, the extender's per-task check reading each queue alone. (Why the gate ships: test_12 below.)"""
+    async with start(cluster_kmock) as cluster:
+        await cluster.add(*org(), *job("a", queue_name="team-a", pods=4), *job("b", queue_name="team-b", pods=4))
+        for _ in range(3):
+            await cluster.replay.cycle()
+        assert len(await bound(cluster)) == 8
+
+
+async def test_12_with_the_gate_a_parent_queues_quota_holds_across_its_children(cluster_kmock: Any,
+                                                                                 tmp_path: Path) -> None:
+    """The same cluster with the gate and the shipped entry (the enqueue check only): one gang goes through, the
+    other's tasks stay gated — Volcano skips them — with the parent's sentence."""
+    verbs, ignorable = shipped_entry()
+    assert sorted(verbs) == ["jobEnqueueable", "jobEnqueued"]
+    async with start(cluster_kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True) as cluster, \
+            following_through_a_kubeconfig(cluster_kmock, tmp_path) as cache:
+        await cluster.add(*org(), *gated([*job("a", queue_name="team-a", pods=4),
+                                          *job("b", queue_name="team-b", pods=4)]))
+        keeper = Gatekeeper(cache, api_client(Connection(host=str(cluster_kmock.url).rstrip("/"), insecure=True)),
+                            takeover_wait=0)
+        await sessions_with_the_gate(cluster, keeper, cache)
+        assert await bound(cluster) == [f"a-{index}" for index in range(4)]
+        assert {verb for verb, _, _ in cluster.replay.calls} <= {"jobEnqueueable", "jobEnqueued"}
+        assert [wait.reason for wait in keeper.last_round.waits] == [
+            "waiting at the card-quota gate: queue team-b (parent org) has 0 of 4 NVIDIA-A100 free; 0 pods ahead"]
+
+
+async def test_13_with_the_gate_a_pod_of_another_scheduler_charges_no_queue(cluster_kmock: Any, tmp_path: Path) -> None:
+    """Finding 5: a notebook of the default scheduler, with no PodGroup, holds 2 A100. Volcano puts such a task in no
+    job and charges no queue (cache/event_handlers.go ``addTask``, ``getOrCreateJob``, v1.15.1), so a gang of 2 in
+    queue default, whose quota is 2, goes through the gate and is placed."""
+    verbs, ignorable = shipped_entry()
+    notebook = pod("notebook", namespace=NS, node_name="a100-1", containers=[
+        {"name": "c", "image": "jupyter:1", "resources": {"limits": {"nvidia.com/gpu": "2"}}}])
+    notebook["spec"]["schedulerName"] = "default-scheduler"
+    async with start(cluster_kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True) as cluster, \
+            following_through_a_kubeconfig(cluster_kmock, tmp_path) as cache:
+        await cluster.add(gpu_node("a100-1", A100, 8), team("default", {A100: 2}), notebook,
+                          *gated(job("train", queue_name="default", pods=2)))
+        keeper = Gatekeeper(cache, api_client(Connection(host=str(cluster_kmock.url).rstrip("/"), insecure=True)),
+                            takeover_wait=0)
+        await sessions_with_the_gate(cluster, keeper, cache)
+        assert await bound(cluster) == ["notebook", "train-0", "train-1"]
