@@ -558,3 +558,28 @@ async def test_13_with_the_gate_a_pod_of_another_scheduler_charges_no_queue(clus
                             takeover_wait=0)
         await sessions_with_the_gate(cluster, keeper, cache)
         assert await bound(cluster) == ["notebook", "train-0", "train-1"]
+
+
+async def test_14_with_the_gate_an_extender_that_is_down_stops_nothing_and_lets_nothing_past_a_quota(
+        cluster_kmock: Any, tmp_path: Path) -> None:
+    """The extender unreachable under the shipped entry (``ignorable: true``): Volcano takes each transport error as
+    a permit (plugins/extender/extender.go), so both gangs of team-a are enqueued and its CPU-only job is placed —
+    nothing waits on the extender — while the gate still lets only one gang past team-a's quota of 4."""
+    verbs, ignorable = shipped_entry()
+    assert ignorable
+    async with start(cluster_kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True) as cluster, \
+            following_through_a_kubeconfig(cluster_kmock, tmp_path) as cache:
+        cluster.replay.extender_url = "http://127.0.0.1:1"  # (nothing listens there)
+        await cluster.add(gpu_node("a100-1", A100, 8), node("cpu-1", allocatable={"cpu": "64", "pods": "110"}),
+                          team("team-a", {A100: 4}),
+                          *gated([*job("a", pods=4), *job("b", pods=4)]), *job("cpu", pods=2, card=None, gpus=0))
+        keeper = Gatekeeper(cache, api_client(Connection(host=str(cluster_kmock.url).rstrip("/"), insecure=True)),
+                            takeover_wait=0)
+        await sessions_with_the_gate(cluster, keeper, cache)
+        assert {await cluster.phase(group) for group in ("a", "b")} != {"Pending"}  # enqueued on the errors
+        votes = [answer for verb, _, answer in cluster.replay.calls if verb == "jobEnqueueable"]
+        assert votes == [cluster.replay.transport_error("jobEnqueueable", OSError())] * len(votes)
+        assert len(votes) == 3  # (a, b and cpu: each a transport error read as a permit)
+        assert await bound(cluster) == ["a-0", "a-1", "a-2", "a-3", "cpu-0", "cpu-1"]
+        assert [wait.reason for wait in keeper.last_round.waits] == [
+            "waiting at the card-quota gate: queue team-a has 0 of 4 NVIDIA-A100 free; 0 pods ahead"]
