@@ -37,6 +37,7 @@ from cardquota.cli.check import (
 from cardquota.cli.output import OutputFormat
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
+from cardquota.core.gate import HeadOfLine
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey
 from cardquota.core.policies import admit
@@ -228,6 +229,10 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           "card-quota gate, which lets a group through when its cards fit its queue and every "
                           "ancestor, before Volcano places it; off: Volcano places them, the extender checking each "
                           "task's quota")
+    simulate.add_argument("--gate-order", choices=[order.value for order in HeadOfLine],
+                          default=HeadOfLine.BEST_EFFORT_FIFO.value,
+                          help="with the gate, as the operator's --gate-order: a group that does not fit lets the "
+                          "next ones of its queue go first (BestEffortFIFO, the default) or holds them (StrictFIFO)")
     add_namespace_queues_option(simulate)
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
@@ -484,7 +489,7 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = dataclasses.replace(SchedulerConfig.from_manifests(manifests, args.scheduler_configmap),
                                  map_namespace_queues=args.map_namespace_queues)
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config,
-                      card_gate=args.card_gate == "on")
+                      card_gate=args.card_gate == "on", gate_order=HeadOfLine(args.gate_order))
     _write(args, out, result.as_json(),
            lambda wide: output.simulation_table(result, wide=wide, width=output.width_of(out)))
     placed = all(outcome.node is not None for outcome in result.placements.values())

@@ -17,6 +17,7 @@ are placed as above and hold their cards from then on, placed or not; the others
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
-from cardquota.core.gate import gate_round, needs_gate
+from cardquota.core.gate import HeadOfLine, gate_round, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import QueueUsage
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, effective_requests
@@ -136,7 +137,7 @@ def min_resources(tasks: Sequence[Mapping[str, Any]], min_available: int) -> dic
 
 
 def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: SchedulerConfig | None = None,
-             *, card_gate: bool = False) -> Simulation:
+             *, card_gate: bool = False, gate_order: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO) -> Simulation:
     # A Volcano Job's pods are created once its PodGroup is no longer Pending (the job controller's ``syncJob``,
     # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in its enqueue decision.
     jobs: set[ObjectKey] = {
@@ -149,7 +150,7 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     # created now: stored as Volcano's PodGroup mutation stores them
     groups = [podgroup_as_created(m, namespaces) for m in workload if kind_of(m) is Kind.PODGROUP]
     session = Session([*cluster, *(m for m in workload if kind_of(m) is Kind.NAMESPACE), *groups], config)
-    gate = _Gate(session) if card_gate else None
+    gate = _Gate(session, gate_order) if card_gate else None
 
     def created_now(manifest: Manifest) -> ObjectKey:
         return gate.create(manifest) if gate is not None else session.add_pending(manifest)
@@ -196,20 +197,32 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage)
 
 
+CREATED_FROM = datetime.datetime(9000, 1, 1, tzinfo=datetime.UTC)
+"""The workload's pods are created after everything the cluster holds: their creationTimestamps count from here."""
+
+
 class _Gate:
     """The card-quota gate in a simulation: which pods carry it, and lifting it as the controller would."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, order: HeadOfLine) -> None:
         self.session = session
+        self.order = order
         self.gated: set[ObjectKey] = set()
+        self.created = 0
 
     def create(self, manifest: Manifest) -> ObjectKey:
-        """The pod as the pod webhook admits it: gated when its queue's card quota will charge it."""
+        """The pod as the pod webhook admits it: gated when its queue's card quota will charge it, and created now
+        (a creationTimestamp after every other pod's, in the workload's order: the gate's order within a
+        priority)."""
         if needs_gate(Pod.from_manifest(manifest), self.session.ledger.snapshot):
             spec = dict(_map(manifest.get("spec")))
             gates = spec.get("schedulingGates")
             spec["schedulingGates"] = [*(gates if isinstance(gates, list) else []), {"name": keys.CARD_GATE}]
-            key = self.session.add_pending({**manifest, "spec": spec})
+            metadata = dict(_map(manifest.get("metadata")))
+            self.created += 1
+            metadata["creationTimestamp"] = (CREATED_FROM + datetime.timedelta(seconds=self.created)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+            key = self.session.add_pending({**manifest, "metadata": metadata, "spec": spec})
             self.gated.add(key)
             return key
         return self.session.add_pending(manifest)
@@ -220,8 +233,14 @@ class _Gate:
         waiting = frozenset(key for key in pod_keys if key in self.gated)
         if not waiting:
             return None
-        decided = gate_round(self.session.ledger, only=waiting)
+        judged = waiting
+        if self.order is HeadOfLine.STRICT_FIFO:  # the units still waiting in these queues hold them back
+            queues = {self.session.queue_of(key) for key in waiting}
+            judged = waiting | {key for key in self.gated if self.session.queue_of(key) in queues}
+        decided = gate_round(self.session.ledger, head_of_line=self.order, only=judged)
         for lift in decided.lifts:
+            if lift.pod not in waiting:
+                continue  # (a unit judged before: nothing was released since, it was only looked at for its place)
             manifest = self.session.pods[lift.pod]
             spec = dict(_map(manifest.get("spec")))
             spec["schedulingGates"] = [gate for gate in spec.get("schedulingGates") or []
@@ -232,10 +251,11 @@ class _Gate:
                                            keys.CARD_NAME_REQUESTED: lift.card_name}
             self.session.add_pending({**manifest, "metadata": metadata, "spec": spec})
             self.gated.discard(lift.pod)
+        reasons = [wait.reason for wait in decided.waits if waiting.intersection(wait.pods)]
         for wait in decided.waits:
-            for key in wait.pods:
+            for key in waiting.intersection(wait.pods):
                 placements[_name(key)] = PodOutcome(reason=wait.reason)
-        return decided.waits[0].reason if decided.waits else None
+        return reasons[0] if reasons else None
 
 
 def _gated(gate: _Gate | None, key: ObjectKey) -> bool:

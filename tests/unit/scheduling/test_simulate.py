@@ -218,6 +218,25 @@ def test_with_the_gate_a_gang_of_a_launcher_and_card_workers_held_at_the_gate_sa
     assert result.placements["ml/mpi-launcher-0"].reason == "gang of 3 not satisfied (1 placed)"
 
 
+def test_with_the_gate_the_head_of_line_order_is_the_operators() -> None:
+    """org allows 6, team-b (under org) 6. After team-a's 4, team-b's gang of 4 cannot pass org (it passes the
+    enqueue check, which reads team-b alone), its later gang of 2 could: BestEffortFIFO lets the 2 go first,
+    StrictFIFO holds it behind the 4."""
+    from cardquota.core.gate import HeadOfLine
+
+    workload = [volcano_job(name, A100, size, request={A100: size}, queue_name=team, min_available=size)
+                for name, team, size in (("a4", "team-a", 4), ("b4", "team-b", 4), ("b2", "team-b", 2))]
+    children = [queue("team-a", {A100: 4}, parent="org"), queue("team-b", {A100: 6}, parent="org")]
+    cluster = [gpu_node("a1", A100, 8), gpu_node("a2", A100, 8), queue("org", {A100: 6}), *children]
+    best = simulate(cluster, workload, UNLIMITED, card_gate=True)
+    assert {name: outcome.phase for name, outcome in best.podgroups.items()} == {
+        "ml/a4": "Running", "ml/b4": "Inqueue", "ml/b2": "Running"}
+    strict = simulate(cluster, workload, UNLIMITED, card_gate=True, gate_order=HeadOfLine.STRICT_FIFO)
+    assert {name: outcome.phase for name, outcome in strict.podgroups.items()} == {
+        "ml/a4": "Running", "ml/b4": "Inqueue", "ml/b2": "Inqueue"}
+    assert strict.podgroups["ml/b2"].reason == "waiting at the card-quota gate behind podgroup ml/b4 (StrictFIFO)"
+
+
 def test_with_the_gate_an_alternative_is_chosen_and_narrowed_before_placement() -> None:
     cluster = [gpu_node("a1", A100, 4), gpu_node("h1", H100, 4), queue("team-a", {A100: 2, H100: 4})]
     workload = [volcano_job(name, f"{A100}|{H100}", 2, request={f"{A100}|{H100}": 2}, queue_name="team-a",
