@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -113,7 +114,11 @@ class Gatekeeper:
     _barrier: float | None = None
     """Since it leads: the moment from which a list of pods and PodGroups must have started before it lifts."""
     _writes_end: float = float("-inf")
-    """By when every write this replica has sent has ended (sent at the latest, or given up by the API server)."""
+    """By when every write this replica has sent has ended (sent at the latest, or given up by the API server):
+    raised on the writing thread just before each send."""
+    _epoch: int = 0
+    """Leadership periods seen: a write decided in an earlier one is never sent (it may still wait for a thread)."""
+    _writes_lock: threading.Lock = field(default_factory=threading.Lock)
     _writing: set[asyncio.Task[None]] = field(default_factory=set)
     """The writes under way (at most :data:`WRITERS` sending at once, whatever round decided them)."""
     _writers: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(WRITERS))
@@ -137,6 +142,8 @@ class Gatekeeper:
         are written, as tests want; else once they are under way). None when not leading (or not yet allowed to
         lift)."""
         if not self.cache.ready or not self.is_leader():
+            if self._leading_since is not None:
+                self._epoch += 1  # (what the last period decided and has not sent stays unsent)
             self._leading_since = self._barrier = None
             self._stop_writing()  # (a former leader writes nothing: the next one waits for what it wrote)
             self.in_flight.clear()  # (another leader decides from the API server's state)
@@ -228,8 +235,7 @@ class Gatekeeper:
             operations: list[Any] = list(lift.operations())
             if lift.narrows:
                 operations += await self._off_loop(self._narrowing, lift)
-            self._writes_end = max(self._writes_end, self.clock() + WRITE_DEADLINE_SECONDS)
-            if not await self._off_loop(self._patch_while_leading, namespace, name, operations):
+            if not await self._off_loop(self._patch_while_leading, namespace, name, operations, self._epoch):
                 if self.in_flight.get(lift.pod) is flight:  # not sent (no longer leading): judged again
                     del self.in_flight[lift.pod]
                 return
@@ -246,11 +252,14 @@ class Gatekeeper:
         self.retry.pop((lift.pod, lift.uid), None)
         self.stats.lifted += 1
 
-    def _patch_while_leading(self, namespace: str, name: str, operations: list[Any]) -> bool:
-        """The lift's PATCH, sent only while leading (checked on the writing thread, just before sending) and cut
-        off after :data:`WRITE_TIMEOUT`. False when not sent."""
-        if not self.is_leader():
-            return False
+    def _patch_while_leading(self, namespace: str, name: str, operations: list[Any], epoch: int) -> bool:
+        """The lift's PATCH, sent only while leading in the period that decided it (checked on the writing thread,
+        just before sending) and cut off after :data:`WRITE_TIMEOUT`; :attr:`_writes_end` covers it. False when
+        not sent."""
+        with self._writes_lock:
+            if not self.is_leader() or epoch != self._epoch:
+                return False
+            self._writes_end = max(self._writes_end, self.clock() + WRITE_DEADLINE_SECONDS)
         patch_pod(self.api, namespace, name, operations, timeout=WRITE_TIMEOUT, server_timeout=SERVER_TIMEOUT_SECONDS)
         return True
 

@@ -77,9 +77,9 @@ class LeaderElection:
         self.identity = identity or f"{os.environ.get('HOSTNAME', 'cardquota')}-{uuid.uuid4().hex[:8]}"
         self.clock = clock
         self.predecessor_done: float | None = None
-        """On :attr:`clock`, when the writes of the replica that held the Lease before this one had ended (the
-        Lease's expiry as its renewTime says; ``-inf`` when this replica created the Lease); None until this
-        replica has taken the Lease."""
+        """On :attr:`clock`, when the writes of the replica that held the Lease before this one had ended: the
+        Lease's expiry as its renewTime says when it took it over; the round's start when that is not known (it
+        created the Lease, or found itself holding it without knowing); None while it does not hold it."""
         self._held = False
         self._renewed_at = float("-inf")
         """The clock when the last successful round started (its renewTime is stamped then)."""
@@ -103,7 +103,7 @@ class LeaderElection:
                     "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": {**spec, "acquireTime": _stamp(moment)}}, timeout=LEASE_REQUEST_TIMEOUT)
-                self.predecessor_done = float("-inf")
+                self.predecessor_done = started  # (a Lease deleted by hand may have had a holder still writing)
                 return self._became(True, started)
             current: dict[str, Any] = dict(lease.get("spec") or {})
             holder = current.get("holderIdentity")
@@ -114,6 +114,8 @@ class LeaderElection:
                 return self._became(False)
             if holder != self.identity:
                 spec["acquireTime"] = _stamp(moment)
+            elif not self._held:  # ours, though this replica did not know it held it (a takeover's answer lost)
+                self.predecessor_done = started
             update_lease(self.api, self.namespace, self.name, spec,
                          (lease.get("metadata") or {}).get("resourceVersion"), timeout=LEASE_REQUEST_TIMEOUT)
             if holder != self.identity:  # taken over: its holder stopped writing before it expired
@@ -133,6 +135,8 @@ class LeaderElection:
     def _became(self, leading: bool, started: float | None = None) -> bool:
         if leading != self._held:
             log.info("%s leadership of Lease %s/%s", "acquired" if leading else "lost", self.namespace, self.name)
+        if not leading:
+            self.predecessor_done = None
         elif leading and not self.leading:
             log.warning("renewed Lease %s/%s after more than %.0f s: writes were paused meanwhile", self.namespace,
                         self.name, RENEW_DEADLINE_SECONDS)

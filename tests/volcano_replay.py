@@ -42,10 +42,11 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
   jobs, placed on the first node the predicates pass through ``Session.Allocate`` (pkg/scheduler/framework/
   session.go), not a statement: ``AllocateFunc`` is called but its error is not read (nothing is rolled back),
   and the task is dispatched at once.
-* Scheduling gates — a task whose pod carries a scheduling gate (other than Volcano's own) is ``SchGated``
-  (``calSchedulingGated``, pkg/scheduler/api/job_info.go) and skipped by allocate and backfill (the
-  ``task.SchGated`` checks in actions/allocate/allocate.go and actions/backfill/backfill.go; Volcano v1.14.1): it
-  is never placed until the gate is lifted.
+* Scheduling gates — a task whose pod carries any scheduling gate is ``SchGated`` (``calSchedulingGated``,
+  pkg/scheduler/api/job_info.go) and is skipped by allocate and backfill (the ``task.SchGated`` checks in
+  actions/allocate/allocate.go and actions/backfill/backfill.go; the same in v1.14.1): it is never placed until
+  the gate is lifted. Not modelled: the enqueue plugins (capacity, proportion, overcommit) deducting gated pods'
+  requests (``DeductSchGatedResources``), which only a callable voter here would see.
 * Verbs not configured — a verb the ``extender`` arguments do not name is never sent: the plugin registers no
   function for it (``OnSessionOpen`` adds each ``Add*Fn`` only when its verb is set), so the task passes, the
   queue is not overused, the job's readiness is the gang's (``verbs``).

@@ -474,9 +474,10 @@ async def test_usage_explain_events_and_the_extender_agree_on_a_replayed_cluster
 
 
 def shipped_entry() -> tuple[list[str], bool]:
-    """The verbs the shipped entry names, and its ``extender.ignorable``."""
+    """The verbs the shipped entry configures (by the argument that names each: ``extender.<verb>Verb``, whatever
+    path it gives), and its ``extender.ignorable``."""
     arguments = shipped_extender_arguments()
-    return ([str(value) for key, value in arguments.items() if key.endswith("Verb")],
+    return ([key.removeprefix("extender.").removesuffix("Verb") for key in arguments if key.endswith("Verb")],
             arguments.get("extender.ignorable") in (True, "true"))
 
 

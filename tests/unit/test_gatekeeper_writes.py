@@ -212,3 +212,18 @@ async def test_a_leader_whose_start_up_list_began_after_its_predecessor_stopped_
     assert decided is not None
     assert asked == [85.0]
     keeper._stop_writing()
+
+
+def test_a_write_decided_in_an_earlier_leadership_period_is_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lift still waiting for a thread when leadership lapsed, and sent only after it came back, could land after
+    the new period's list began: it is not sent at all (the new period judges the pod again)."""
+    sent: list[str] = []
+    monkeypatch.setattr(gatekeeper_module, "patch_pod", lambda _api, _ns, name, *_, **__: sent.append(name))
+    keeper = Gatekeeper(ClusterCache(), object(), takeover_wait=0)  # type: ignore[arg-type]
+    keeper._epoch = 1
+    assert keeper._patch_while_leading("ml", "p", [], 0) is False
+    assert sent == []
+    assert keeper._writes_end == float("-inf")
+    assert keeper._patch_while_leading("ml", "p", [], 1) is True
+    assert sent == ["p"]
+    assert keeper._writes_end > 0

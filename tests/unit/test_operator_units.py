@@ -313,8 +313,8 @@ def test_renewals_keep_their_pace_and_a_failed_one_is_tried_again_within_the_dea
 
 
 def test_a_replica_taking_over_knows_when_its_predecessors_writes_had_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Creating the Lease: no predecessor. Taking over one whose holder last renewed 35 s ago for 15 s: that holder's
-    writes had ended 20 s before this round started (leading ends before the Lease expires)."""
+    """Taking over a Lease whose holder last renewed 35 s ago for 15 s: that holder's writes had ended 20 s before
+    this round started (leading ends before the Lease expires). Where that is not known, the round's start."""
     from cardquota.operator import leader
 
     wall = datetime.datetime(2026, 12, 7, 12, 0, 0, tzinfo=datetime.UTC)
@@ -325,9 +325,18 @@ def test_a_replica_taking_over_knows_when_its_predecessors_writes_had_ended(monk
     first = leader.LeaderElection(object(), "ns", identity="first", clock=lambda: 500.0)  # type: ignore[arg-type]
     assert first.predecessor_done is None
     assert first.try_acquire(wall) is True
-    assert first.predecessor_done == float("-inf")
+    assert first.predecessor_done == 500.0  # (created: a Lease deleted by hand may have had a holder still writing)
     stored["spec"] = {"holderIdentity": "gone", "leaseDurationSeconds": 15,
                       "renewTime": leader._stamp(wall - datetime.timedelta(seconds=35))}
     second = leader.LeaderElection(object(), "ns", identity="second", clock=lambda: 500.0)  # type: ignore[arg-type]
     assert second.try_acquire(wall) is True
     assert second.predecessor_done == 480.0
+    second._became(False)
+    assert second.predecessor_done is None  # (not holding: nothing known)
+    # A takeover whose answer was lost: the next round finds the Lease its own without having known it held it —
+    # someone may have held it in between, so its predecessor's writes are taken to end only now.
+    stored["spec"] = {"holderIdentity": "second", "leaseDurationSeconds": 15, "renewTime": leader._stamp(wall)}
+    later = [600.0]
+    second.clock = lambda: later[0]
+    assert second.try_acquire(wall) is True
+    assert second.predecessor_done == 600.0
