@@ -17,7 +17,6 @@ are placed as above and hold their cards from then on, placed or not; the others
 from __future__ import annotations
 
 import copy
-import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -197,8 +196,11 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage)
 
 
-CREATED_FROM = datetime.datetime(9000, 1, 1, tzinfo=datetime.UTC)
-"""The workload's pods are created after everything the cluster holds: their creationTimestamps count from here."""
+def created_at(second: int) -> str:
+    """The creationTimestamp of the workload's ``second``-th pod: in the year 9000 (after anything the cluster holds),
+    one second apart, in order (RFC 3339, as the gate compares them; the core reads no clock)."""
+    days, rest = divmod(second, 86_400)
+    return f"9000-01-{days + 1:02d}T{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}Z"
 
 
 class _Gate:
@@ -220,8 +222,7 @@ class _Gate:
             spec["schedulingGates"] = [*(gates if isinstance(gates, list) else []), {"name": keys.CARD_GATE}]
             metadata = dict(_map(manifest.get("metadata")))
             self.created += 1
-            metadata["creationTimestamp"] = (CREATED_FROM + datetime.timedelta(seconds=self.created)).strftime(
-                "%Y-%m-%dT%H:%M:%SZ")
+            metadata["creationTimestamp"] = created_at(self.created)
             key = self.session.add_pending({**manifest, "metadata": metadata, "spec": spec})
             self.gated.add(key)
             return key
