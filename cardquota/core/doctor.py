@@ -87,6 +87,9 @@ v1.12+, ``custom.map_enable``)."""
 MAP_NAMESPACE_QUEUES_ENV = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
 """The operator's variable for :attr:`PolicyConfig.map_namespace_queues` (operator/settings.py)."""
 CARD_GATE_ENV = "CARDQUOTA_CARD_GATE"
+SCHEDULERS_ENV = "CARDQUOTA_SCHEDULERS"
+"""The operator's ``--schedulers`` as its environment gives them (comma-separated)."""
+SCHEDULER_FLAGS = ("--schedulers", "--card-aware-scheduler")
 """The operator's variable for :attr:`PolicyConfig.card_gate` (operator/settings.py)."""
 
 ADDITION_WORDING = WORDING
@@ -235,6 +238,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
     operator = _object(installation.operator_deployment)
     mapping = isinstance(operator, Mapping) and maps_namespace_queues(operator)
     gate = isinstance(operator, Mapping) and runs_card_gate(operator)
+    schedulers = volcano_schedulers(operator) if isinstance(operator, Mapping) else frozenset({keys.VOLCANO_SCHEDULER})
     checks: list[tuple[str, Callable[[], list[Result]]]] = [
         (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))
                   + check_namespace_queues(_object(installation.volcano_podgroup_webhook),
@@ -254,7 +258,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                             queues=queues, extender_conf=_object(installation.extender_conf),
                                             card_gate=gate)),
         (NODES, lambda: check_nodes(nodes)),
-        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target,
+        (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target, schedulers=schedulers,
                                       namespaces=_objects(installation.namespaces) if mapping else None)),
     ]
     results: list[Result] = []
@@ -430,6 +434,24 @@ def maps_namespace_queues(deployment: Mapping[str, Any]) -> bool:
 def runs_card_gate(deployment: Mapping[str, Any]) -> bool:
     """Whether the operator Deployment's first container runs the card-quota gate."""
     return _switched_on(deployment, "--card-gate", CARD_GATE_ENV)
+
+
+def volcano_schedulers(deployment: Mapping[str, Any]) -> frozenset[str]:
+    """The scheduler names the operator Deployment's first container is told Volcano runs (``--schedulers`` among
+    its args, else ``CARDQUOTA_SCHEDULERS``), as its usage counts pods by; ``volcano`` when it is told none."""
+    template = _map(_map(deployment.get("spec")).get("template"))
+    containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
+    args = [str(arg) for arg in _list(containers[0].get("args"))] if containers else []
+    named: list[str] = []
+    for index, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if flag in SCHEDULER_FLAGS:
+            named.append(value if equals else (args[index + 1] if index + 1 < len(args) else ""))
+    if not named and containers:
+        named = [str(item.get("value") or "") for item in _list(containers[0].get("env"))
+                 if isinstance(item, MAPPING_TYPES) and item.get("name") == SCHEDULERS_ENV][-1:]
+    names = frozenset(name.strip() for value in named for name in value.split(",") if name.strip())
+    return names or frozenset({keys.VOLCANO_SCHEDULER})
 
 
 def _switched_on(deployment: Mapping[str, Any], flag: str, env: str) -> bool:
@@ -999,9 +1021,10 @@ def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
 
 
 def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
-                 target: Target, *, namespaces: Listing | None = None) -> list[Result]:
+                 target: Target, *, namespaces: Listing | None = None,
+                 schedulers: frozenset[str] = frozenset({keys.VOLCANO_SCHEDULER})) -> list[Result]:
     """``namespaces``: when the operator maps namespaces to queues, the Namespaces (the usage is then computed as it
-    computes it); None when it does not."""
+    computes it); None when it does not. ``schedulers``: the ones the operator is told Volcano runs."""
     listings = ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods"),
                 *(((namespaces, "Namespaces"),) if namespaces is not None else ()))
     for listing, what in listings:
@@ -1009,7 +1032,7 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
             return [_cannot_tell(QUEUES, f"the published usage is current ({what} unreadable)", listing)]
     ledger, unreadable = _ledger([manifest for listing, _ in listings
                                   if not isinstance(listing, Unreadable) for manifest in listing],
-                                 map_namespace_queues=namespaces is not None)
+                                 map_namespace_queues=namespaces is not None, schedulers=schedulers)
     results: list[Result] = []
     bad_queues = [line for line in unreadable if line.startswith("Queue ")]
     if bad_queues:
@@ -1069,13 +1092,14 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
     return results
 
 
-def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False) -> tuple[Ledger, list[str]]:
+def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False,
+            schedulers: frozenset[str] = frozenset({keys.VOLCANO_SCHEDULER})) -> tuple[Ledger, list[str]]:
     """The ledger as ``kubectl cardquota usage`` builds it; malformed objects are left out and described."""
     try:
-        return Ledger.build(manifests, map_namespace_queues=map_namespace_queues), []
+        return Ledger.build(manifests, map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers), []
     except InputError:
         pass
-    ledger = Ledger(ClusterSnapshot(map_namespace_queues=map_namespace_queues))
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers))
     unreadable: list[str] = []
     for manifest in manifests:
         try:

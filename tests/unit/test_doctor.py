@@ -1363,3 +1363,39 @@ def test_a_gate_policy_exempting_another_namespaces_accounts_refuses_cardquotas_
     assert result.message.startswith("ValidatingAdmissionPolicy cardquota-card-gate does not let cardquota's accounts "
                                      "in namespace gpu-ops through (no system:serviceaccount:gpu-ops:… in its "
                                      "matchConditions)")
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    ([], [], {"volcano"}),
+    (["--schedulers", "volcano,volcano-gpu"], [], {"volcano", "volcano-gpu"}),
+    (["--card-aware-scheduler=volcano-gpu", "--schedulers", "batch"], [], {"volcano-gpu", "batch"}),
+    ([], [{"name": "CARDQUOTA_SCHEDULERS", "value": " volcano , volcano-gpu "}], {"volcano", "volcano-gpu"}),
+    (["--schedulers", "a"], [{"name": "CARDQUOTA_SCHEDULERS", "value": "b"}], {"a"}),  # (args win, as in settings)
+])
+def test_doctor_reads_the_schedulers_the_operator_is_told_volcano_runs(args: list[str], env: list[Manifest],
+                                                                       expected: set[str]) -> None:
+    from cardquota.operator import settings
+
+    deployment = operator_deployment()
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = [*container.get("args", []), *args]
+    container["env"] = [item for item in container.get("env", []) if item["name"] != "CARDQUOTA_SCHEDULERS"] + env
+    assert doctor.volcano_schedulers(deployment) == expected
+    assert doctor.SCHEDULERS_ENV == settings.ENV_SCHEDULERS
+
+
+def test_usage_published_by_an_operator_with_other_schedulers_is_not_taken_for_stale() -> None:
+    """A GPU pod of scheduler volcano-gpu with no PodGroup: the operator, told volcano-gpu is Volcano's, counts it
+    against queue default and publishes that; doctor, reading the same, finds the usage current."""
+    notebook = pod("nb", namespace="ml", card=A100, gpus=1, queue="default")
+    notebook["spec"]["nodeName"] = "a100-1"
+    notebook["spec"]["schedulerName"] = "volcano-gpu"
+    queues = [queue("default", {A100: 2})]
+    cluster = [*nodes(), *queues, notebook]
+    told = frozenset({"volcano", "volcano-gpu"})
+    ledger = Ledger.build(cluster, volcano_schedulers=told)
+    assert ledger.usage("default").allocated == {A100: 1}
+    shown = copy.deepcopy(queues)
+    shown[0]["metadata"]["annotations"].update(queue_annotations(ledger.usage("default")))
+    assert statuses(doctor.check_queues(nodes(), shown, [], [notebook], target(), schedulers=told))[0][0] == "ok"
+    assert statuses(doctor.check_queues(nodes(), shown, [], [notebook], target()))[0][0] == "warn"
