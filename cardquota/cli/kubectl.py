@@ -22,7 +22,7 @@ from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
 from cardquota.core.explain import Explanation, explain, job_podgroups
-from cardquota.core.keys import VOLCANO_SCHEDULER
+from cardquota.core.keys import VOLCANO_SCHEDULERS
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
@@ -314,7 +314,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     while True:
         objects = cluster.objects(namespaces=args.map_namespace_queues)
         ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
-                              volcano_schedulers=frozenset(args.schedulers or {VOLCANO_SCHEDULER}))
+                              volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS)
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
         # cpu/memory capability (the only queues whose usage shows them).
         unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())

@@ -87,10 +87,10 @@ v1.12+, ``custom.map_enable``)."""
 MAP_NAMESPACE_QUEUES_ENV = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
 """The operator's variable for :attr:`PolicyConfig.map_namespace_queues` (operator/settings.py)."""
 CARD_GATE_ENV = "CARDQUOTA_CARD_GATE"
+"""The operator's variable for :attr:`PolicyConfig.card_gate` (operator/settings.py)."""
 SCHEDULERS_ENV = "CARDQUOTA_SCHEDULERS"
 """The operator's ``--schedulers`` as its environment gives them (comma-separated)."""
 SCHEDULER_FLAGS = ("--schedulers", "--card-aware-scheduler")
-"""The operator's variable for :attr:`PolicyConfig.card_gate` (operator/settings.py)."""
 
 ADDITION_WORDING = WORDING
 """What ``kubectl cardquota crd status`` says of each state (the same words)."""
@@ -238,7 +238,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
     operator = _object(installation.operator_deployment)
     mapping = isinstance(operator, Mapping) and maps_namespace_queues(operator)
     gate = isinstance(operator, Mapping) and runs_card_gate(operator)
-    schedulers = volcano_schedulers(operator) if isinstance(operator, Mapping) else frozenset({keys.VOLCANO_SCHEDULER})
+    schedulers = volcano_schedulers(operator) if isinstance(operator, Mapping) else keys.VOLCANO_SCHEDULERS
     checks: list[tuple[str, Callable[[], list[Result]]]] = [
         (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))
                   + check_namespace_queues(_object(installation.volcano_podgroup_webhook),
@@ -439,33 +439,39 @@ def runs_card_gate(deployment: Mapping[str, Any]) -> bool:
 def volcano_schedulers(deployment: Mapping[str, Any]) -> frozenset[str]:
     """The scheduler names the operator Deployment's first container is told Volcano runs (``--schedulers`` among
     its args, else ``CARDQUOTA_SCHEDULERS``), as its usage counts pods by; ``volcano`` when it is told none."""
-    template = _map(_map(deployment.get("spec")).get("template"))
-    containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
-    args = [str(arg) for arg in _list(containers[0].get("args"))] if containers else []
+    container = _first_container(deployment)
+    args = [str(arg) for arg in _list(container.get("args"))]
     named: list[str] = []
     for index, arg in enumerate(args):
         flag, equals, value = arg.partition("=")
         if flag in SCHEDULER_FLAGS:
             named.append(value if equals else (args[index + 1] if index + 1 < len(args) else ""))
-    if not named and containers:
-        named = [str(item.get("value") or "") for item in _list(containers[0].get("env"))
-                 if isinstance(item, MAPPING_TYPES) and item.get("name") == SCHEDULERS_ENV][-1:]
+    if not named:
+        named = [str(value or "") for value in _env_values(container, SCHEDULERS_ENV)[-1:]]
     names = frozenset(name.strip() for value in named for name in value.split(",") if name.strip())
-    return names or frozenset({keys.VOLCANO_SCHEDULER})
+    return names or keys.VOLCANO_SCHEDULERS
 
 
 def _switched_on(deployment: Mapping[str, Any], flag: str, env: str) -> bool:
     """Whether the Deployment's first container has ``flag`` among its args, or ``env`` set to a true value."""
-    template = _map(_map(deployment.get("spec")).get("template"))
-    containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
-    if not containers:
-        return False
-    container = containers[0]
+    container = _first_container(deployment)
     if flag in [str(arg) for arg in _list(container.get("args"))]:
         return True
-    values = [item.get("value") for item in _list(container.get("env"))
-              if isinstance(item, MAPPING_TYPES) and item.get("name") == env]
+    values = _env_values(container, env)
     return bool(values) and read_flag(str(values[-1])) is True
+
+
+def _first_container(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The Deployment's first container (empty when it has none)."""
+    template = _map(_map(deployment.get("spec")).get("template"))
+    containers = [c for c in _list(_map(template.get("spec")).get("containers")) if isinstance(c, MAPPING_TYPES)]
+    return containers[0] if containers else {}
+
+
+def _env_values(container: Mapping[str, Any], name: str) -> list[object]:
+    """The values the container's ``env`` gives ``name``, in order (the last one wins)."""
+    return [item.get("value") for item in _list(container.get("env"))
+            if isinstance(item, MAPPING_TYPES) and item.get("name") == name]
 
 
 def _volcano_version(deployments: Listing) -> Result:
@@ -1022,7 +1028,7 @@ def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
 
 def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
                  target: Target, *, namespaces: Listing | None = None,
-                 schedulers: frozenset[str] = frozenset({keys.VOLCANO_SCHEDULER})) -> list[Result]:
+                 schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS) -> list[Result]:
     """``namespaces``: when the operator maps namespaces to queues, the Namespaces (the usage is then computed as it
     computes it); None when it does not. ``schedulers``: the ones the operator is told Volcano runs."""
     listings = ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods"),
@@ -1093,7 +1099,7 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
 
 
 def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False,
-            schedulers: frozenset[str] = frozenset({keys.VOLCANO_SCHEDULER})) -> tuple[Ledger, list[str]]:
+            schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS) -> tuple[Ledger, list[str]]:
     """The ledger as ``kubectl cardquota usage`` builds it; malformed objects are left out and described."""
     try:
         return Ledger.build(manifests, map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers), []

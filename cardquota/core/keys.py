@@ -18,10 +18,12 @@ GROUP_NAME = "scheduling.k8s.io/group-name"
 """Pod annotation naming the pod's PodGroup (same namespace)."""
 
 DEFAULT_QUEUE = "default"
+"""The queue of a pod that names none, directly or through its PodGroup."""
 VOLCANO_SCHEDULER = "volcano"
 """The ``spec.schedulerName`` of Volcano's scheduler as installed (its ``--scheduler-name``, a list: more can be
 configured)."""
-"""The queue of a pod that names none, directly or through its PodGroup."""
+VOLCANO_SCHEDULERS = frozenset({VOLCANO_SCHEDULER})
+"""The schedulers Volcano runs unless told otherwise (the operator's ``--schedulers``)."""
 
 CARD_ALTERNATIVE_SEPARATOR = "|"
 

@@ -39,7 +39,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
-from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULER
+from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULERS
 from cardquota.core.objects import (
     CPU_MEMORY,
     TERMINAL_POD_PHASES,
@@ -307,7 +307,7 @@ class Ledger:
 
     @classmethod
     def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False,
-              volcano_schedulers: frozenset[str] = frozenset({VOLCANO_SCHEDULER})) -> Ledger:
+              volcano_schedulers: frozenset[str] = VOLCANO_SCHEDULERS) -> Ledger:
         """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup and Pod, and the
         workloads the HPA rule reads, are ignored).
 

@@ -336,7 +336,7 @@ class ClusterSnapshot:
     """Whether the cluster's Volcano maps a namespace to its queue (:attr:`PolicyConfig.map_namespace_queues
     <cardquota.core.policies.config.PolicyConfig.map_namespace_queues>`, copied here by whoever builds the snapshot
     from the settings): :meth:`volcano_queue` reads it."""
-    volcano_schedulers: frozenset[str] = frozenset({keys.VOLCANO_SCHEDULER})
+    volcano_schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS
     """The ``spec.schedulerName`` values Volcano schedules (:meth:`charges_a_queue`)."""
     queue_crd_missing: tuple[str, ...] = ()
     """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as

@@ -24,7 +24,7 @@ def read_flag(text: str) -> bool | None:
     return FLAG_VALUES.get(text.lower())
 
 
-DEFAULT_CARD_AWARE_SCHEDULERS = frozenset({keys.VOLCANO_SCHEDULER})
+DEFAULT_CARD_AWARE_SCHEDULERS = keys.VOLCANO_SCHEDULERS
 DEFAULT_SCHEDULER_CONFIGMAP = "volcano-scheduler-configmap"
 
 
