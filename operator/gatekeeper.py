@@ -288,7 +288,8 @@ class Gatekeeper:
             delay = min(RETRY_SECONDS * 2 ** (refusals - 1), MAX_RETRY_SECONDS)
             self.retry[lift.pod, lift.uid] = (self.clock() + delay, refusals)
             log.info("gate of pod %s/%s not lifted (%s); judged again in %.0f s", *lift.pod, error, delay)
-        # else: past the gate after all (the answer was lost): the watch brings it
+        else:  # past the gate after all (the answer was lost): the watch brings it, nothing to read again
+            flight.written, flight.unsettled = True, False
 
 
 def _still_gated(manifest: Mapping[str, Any], uid: str) -> bool:

@@ -227,3 +227,31 @@ def test_a_write_decided_in_an_earlier_leadership_period_is_never_sent(monkeypat
     assert keeper._patch_while_leading("ml", "p", [], 1) is True
     assert sent == ["p"]
     assert keeper._writes_end > 0
+
+
+@pytest.mark.asyncio
+async def test_a_lift_found_applied_when_read_back_is_not_read_again_while_the_watch_catches_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PATCH got no answer but was applied: read back once after the deadline, it is known past the gate and
+    stays counted until the watch brings it, without a GET every round meanwhile."""
+    from cardquota.kube import Unreachable
+    from cardquota.operator.leader import SERVER_TIMEOUT_SECONDS
+
+    def no_answer(*_: object, **__: object) -> None:
+        raise Unreachable("no Kubernetes API reachable: read timed out", 0)
+
+    lifted = gated("p", 0)
+    lifted["spec"]["schedulingGates"] = []
+    reads: list[str] = []
+    monkeypatch.setattr(gatekeeper_module, "patch_pod", no_answer)
+    monkeypatch.setattr(gatekeeper_module, "read_object", lambda _api, path: reads.append(path) or lifted)
+    cache = ClusterCache()
+    cache.load([gpu_node("a100-1", A100, 8), queue("team", {A100: 1}), gated("p", 0)])
+    now = [0.0]
+    keeper = Gatekeeper(cache, object(), takeover_wait=0, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert await keeper.round() is not None
+    now[0] = SERVER_TIMEOUT_SECONDS + 1
+    for _ in range(3):
+        assert await keeper.round() is not None
+    assert reads == ["/api/v1/namespaces/ml/pods/p"]
+    assert keeper.in_flight[("ml", "p")].written
