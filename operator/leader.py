@@ -137,7 +137,7 @@ class LeaderElection:
             log.info("%s leadership of Lease %s/%s", "acquired" if leading else "lost", self.namespace, self.name)
         if not leading:
             self.predecessor_done = None
-        elif leading and not self.leading:
+        elif not self.leading:
             log.warning("renewed Lease %s/%s after more than %.0f s: writes were paused meanwhile", self.namespace,
                         self.name, RENEW_DEADLINE_SECONDS)
         self._held = leading

@@ -265,9 +265,8 @@ def _gated(gate: _Gate | None, key: ObjectKey) -> bool:
 
 def _place_gang(session: Session, pod_keys: list[ObjectKey], minimum: int,
                 placements: dict[str, PodOutcome], memo: RefusalMemo, waiting: str | None = None) -> GroupOutcome:
-    """Place the pods (past the gate, if any); ``waiting``: why the group's other pods wait at the gate."""
-    if not pod_keys and waiting is not None:
-        return GroupOutcome("Inqueue", waiting)
+    """Place the pods (past the gate, if any); ``waiting``: why the group's other pods wait at the gate (the group's
+    reason when it cannot start)."""
     placed: list[ObjectKey] = []
     first_failure: str | None = None
     for key in pod_keys:
