@@ -22,7 +22,7 @@ DEFAULT_QUEUE = "default"
 VOLCANO_SCHEDULER = "volcano"
 """The ``spec.schedulerName`` of Volcano's scheduler as installed (its ``--scheduler-name``, a list: more can be
 configured)."""
-VOLCANO_SCHEDULERS = frozenset({VOLCANO_SCHEDULER})
+VOLCANO_SCHEDULERS: frozenset[str] = frozenset({VOLCANO_SCHEDULER})
 """The schedulers Volcano runs unless told otherwise (the operator's ``--schedulers``)."""
 
 CARD_ALTERNATIVE_SEPARATOR = "|"
