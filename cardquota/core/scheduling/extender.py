@@ -41,6 +41,11 @@ until the watch brings that, the next cycle must still see those cards taken —
 CYCLE_SECONDS = 10.0
 """When the scheduler calls neither ``onSessionOpen`` nor ``onSessionClose``, a cycle is taken to end this long after
 the last one ended (Volcano's default schedule period is 1 s): what lives for a cycle only does not outlive it."""
+SESSION_SECONDS = 300.0
+"""Once the scheduler is seen calling ``onSessionOpen`` or ``onSessionClose``, a cycle ends there, not
+:data:`CYCLE_SECONDS` after it began: a session of a large cluster can last longer than that (a cycle cut in the
+middle of a session forgets what that session allocated before it commits). A cycle still ends this long after it
+began, so a caller that sent one session verb cannot make a cycle's decisions outlive it."""
 STRANGERS_PER_CYCLE = 512
 """At most this many pods the watch does not know are kept (pending) in a cycle. The scheduler names such a pod only
 in the moment before the extender's watch brings it (both follow the same API server); a caller naming more is not
@@ -165,7 +170,7 @@ class Extender:
     * a task is judged without its own earlier allocation (a task never competes with itself).
 
     A cycle ends at ``onSessionOpen`` and ``onSessionClose``, or :data:`CYCLE_SECONDS` after the last end for a
-    scheduler configured without those verbs."""
+    scheduler configured without those verbs (:data:`SESSION_SECONDS` once either verb was seen)."""
 
     def __init__(self, config: SchedulerConfig | None = None, *,
                  clock: Callable[[], float] | None = None, on_ignored: Ignored | None = None) -> None:
@@ -198,10 +203,14 @@ class Extender:
         permitted jobs it enqueued, right after each vote."""
         self._awaiting_enqueued: ObjectKey | None = None
         """The PodGroup this extender's last vote permitted and ``jobEnqueued`` has not named yet."""
+        self._cycle_limit = CYCLE_SECONDS
+        """How long a cycle lasts at most: :data:`SESSION_SECONDS` once the scheduler is seen calling a session
+        verb (its sessions end cycles), else :data:`CYCLE_SECONDS`."""
 
     # ------------------------------------------------------------------------------------------------- session
 
     def on_session_open(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self._cycle_limit = SESSION_SECONDS
         if self.watch_fed:
             self._end_cycle()
             self._expire()
@@ -212,6 +221,7 @@ class Extender:
 
     def on_session_close(self, request: Mapping[str, Any]) -> dict[str, Any]:
         del request
+        self._cycle_limit = SESSION_SECONDS
         if self.watch_fed:
             self._end_cycle()
             self._expire()
@@ -311,7 +321,7 @@ class Extender:
         every session open and close and every verb (a scheduler configured without the session verbs), at the
         cost of a clock read when none is due."""
         now = self.clock()
-        if now - self._cycle_began >= CYCLE_SECONDS:
+        if now - self._cycle_began >= self._cycle_limit:
             self._end_cycle()
         if now < self._next_expiry or self.session is None:
             return

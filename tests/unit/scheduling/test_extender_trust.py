@@ -19,7 +19,8 @@ from volcano_payloads import ALLOCATED, RUNNING, job_info, node_info, task_info
 
 from cardquota.core.objects import ObjectKey
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
-from cardquota.core.scheduling.extender import ASSUMED_SECONDS, CYCLE_SECONDS, STRANGERS_PER_CYCLE, Extender
+from cardquota.core.scheduling.extender import (ASSUMED_SECONDS, CYCLE_SECONDS, SESSION_SECONDS, STRANGERS_PER_CYCLE,
+                                                Extender)
 from cardquota.core.scheduling.mgpu import MGPUConfig
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.runtime.cache import ClusterCache
@@ -206,6 +207,25 @@ def test_without_session_verbs_a_cycle_ends_after_cycle_seconds() -> None:
     assert extender.session is not None
     assert ("ml", "ghost") in extender.session.pods
     clock.now += CYCLE_SECONDS
+    extender.predicate({"task": task_info(card_pod("x")), "node": node_info(gpu_node())})
+    assert ("ml", "ghost") not in extender.session.pods
+
+
+def test_with_session_verbs_a_session_longer_than_cycle_seconds_keeps_its_cycle() -> None:
+    """Scheduling review finding 2: a session of a large cluster lasting over 10 s was cut in the middle although
+    the scheduler sends ``onSessionClose`` (what the session had decided so far was forgotten before it committed).
+    Once a session verb is seen, the cycle ends at the next one, or at the latest after SESSION_SECONDS."""
+    extender, clock, _ = watched()
+    extender.on_session_open({})
+    extender.prioritize({"task": task_info(card_pod("ghost")), "nodes": [node_info(gpu_node())]})
+    clock.now += CYCLE_SECONDS + 5
+    extender.predicate({"task": task_info(card_pod("x")), "node": node_info(gpu_node())})
+    assert extender.session is not None
+    assert ("ml", "ghost") in extender.session.pods  # the same session still
+    extender.on_session_close({})
+    assert ("ml", "ghost") not in extender.session.pods
+    extender.prioritize({"task": task_info(card_pod("ghost")), "nodes": [node_info(gpu_node())]})
+    clock.now += SESSION_SECONDS  # a caller that sent one session verb cannot make a cycle last for ever
     extender.predicate({"task": task_info(card_pod("x")), "node": node_info(gpu_node())})
     assert ("ml", "ghost") not in extender.session.pods
 
