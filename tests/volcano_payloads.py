@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-PENDING, ALLOCATED, PIPELINED, BOUND, RUNNING = 1, 2, 4, 16, 32
+PENDING, ALLOCATED, PIPELINED, BOUND, RUNNING, RELEASING = 1, 2, 4, 16, 32, 64
 """``TaskStatus`` bit flags (pkg/scheduler/api/types.go, v1.15.1)."""
 
 

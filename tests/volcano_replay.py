@@ -50,11 +50,32 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
 * Verbs not configured — a verb the ``extender`` arguments do not name is never sent: the plugin registers no
   function for it (``OnSessionOpen`` adds each ``Add*Fn`` only when its verb is set), so the task passes, the
   queue is not overused, the job's readiness is the gang's (``verbs``).
+* BestEffort — allocate skips a task whose ``Resreq`` is empty ("is BestEffort task, skip it",
+  actions/allocate/allocate.go ``buildAllocateContext``): only backfill places it. Requests are CPU, memory and
+  extended resources (``api.NewResource``; a limit alone is the request, as the API server defaults it).
+* Preempt — ``pkg/scheduler/actions/preempt/preempt.go`` ``Execute``: jobs not Pending and starving (gang's
+  ``IsStarving``: ready + pipelined tasks below ``minAvailable``; priority's: below the task count), their Pending
+  tasks but the ``SchGated`` ones; ``normalPreempt`` per node in name order (resources are not a predicate there:
+  ``PredicateForPreemptAction``): victims are Running, preemptable (``api.GetPodPreemptable``: the
+  ``volcano.sh/preemptable`` annotation, then label, default true) tasks of another job of the same queue whose
+  job's priority is lower (plugins/priority ``preemptableFn``), evicted lowest priority first until the preemptor
+  fits the node's ``FutureIdle``, then ``Statement.Pipeline``; the job's statement is committed only when the job
+  is pipelined (``JobPipelined``), else discarded. The "between tasks within a job" pass is not modelled.
+* Reclaim — ``pkg/scheduler/actions/reclaim/reclaim.go``: the same starving jobs and non-gated tasks, in a queue
+  not overused; victims are Running preemptable tasks of other queues whose ``spec.reclaimable`` is not false and
+  that the plugins' ``ReclaimableFn`` offers (proportion/capacity: a queue above its deserved share — not
+  modelled: ``reclaimable`` says which tasks they would offer), evicted until the task fits ``FutureIdle``.
+* Evictions — ``Statement.Evict`` (framework/statement.go) marks the victim Releasing and calls
+  ``DeallocateFunc``; at commit the cache deletes the pod (``cache.Evict``).
+* Watch lag — ``settle`` False: a session does not wait for the extender's watch to show the last session's
+  binds and phases (the bind→watch window of a real cluster), nor for the gate's lifts.
+* Timeouts — ``http_timeout``: Volcano's ``extender.httpTimeout`` (the shipped 500ms); a slower answer is a
+  transport error.
 
 Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
 ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
-equal scores (``SelectBestNodeAndScore`` picks at random among them), resources are modelled for CPU and extended
-(card) resources only.
+equal scores (``SelectBestNodeAndScore`` picks at random among them), priorities are the pods' ``spec.priority`` and the
+PodGroups' ``priorityClassName`` looked up in ``priority_classes`` (Volcano's cache reads PriorityClasses).
 """
 
 from __future__ import annotations
@@ -63,13 +84,14 @@ import copy
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import aiohttp
 from polling import eventually
-from volcano_payloads import ALLOCATED, PENDING, PIPELINED, RUNNING, job_info, node_info, queue_info, task_info
+from volcano_payloads import (ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, job_info, node_info, queue_info,
+                              session_open, task_info)
 
+from cardquota.core.quantity import parse_quantity
 from cardquota.core.scheduling.extender import Extender
 
 Manifest = dict[str, Any]
@@ -77,8 +99,12 @@ Voter = Callable[[Manifest], int]
 """A fake ``jobEnqueueable`` plugin next to the extender: the PodGroup → −1 reject, 0 abstain, 1 permit."""
 EXTENDER = "extender"
 
-VERB_TIMEOUT = aiohttp.ClientTimeout(total=10)
-"""Far above Volcano's ``extender.httpTimeout`` (the shipped 500ms): a verb slower than this is a failure."""
+GENEROUS_TIMEOUT = 10.0
+"""Far above Volcano's ``extender.httpTimeout`` (the shipped 500ms), for scenarios about verdicts, not time: on a
+loaded test machine an answer can take longer than 500 ms, and under ``ignorable: false`` that reads as a refusal."""
+SHIPPED_TIMEOUT = 0.5
+"""``extender.httpTimeout: 500ms`` of the shipped entry (manifests/components/extender/extender-plugin.conf)."""
+PREEMPTABLE = "volcano.sh/preemptable"
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -95,23 +121,31 @@ UNCONFIGURED: dict[str, Manifest] = {
 
 def milli(quantity: object) -> int:
     """A Kubernetes quantity in thousandths (CPU ``500m`` → 500, ``2`` → 2000; cards 1 → 1000, as Volcano's
-    ``Resource`` keeps scalars)."""
-    text = str(quantity)
-    if text.endswith("m"):
-        return int(text[:-1])
-    return int(Fraction(text) * 1000)
+    ``Resource`` keeps scalars; memory ``1Gi`` → 1073741824000)."""
+    return int(parse_quantity(quantity) * 1000)
 
 
 def requests(pod: Manifest) -> dict[str, int]:
-    """CPU and extended resources the pod asks, milli (a limit alone is the request, as Kubernetes defaults it)."""
+    """CPU, memory and extended resources the pod asks, milli (a limit alone is the request, as Kubernetes defaults
+    it)."""
     total: dict[str, int] = {}
     for container in pod["spec"].get("containers", []):
         resources = container.get("resources") or {}
         asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
         for name, value in asked.items():
-            if name == "cpu" or "/" in name:
+            if name in ("cpu", "memory") or "/" in name:
                 total[name] = total.get(name, 0) + milli(value)
     return total
+
+
+def preemptable(pod: Manifest) -> bool:
+    """``api.GetPodPreemptable`` (pkg/scheduler/api/pod_info.go, v1.15.1): the annotation, then the label, default
+    true; a value that is not a Go bool is false."""
+    for where in ("annotations", "labels"):
+        value = (pod["metadata"].get(where) or {}).get(PREEMPTABLE)
+        if value is not None:
+            return str(value) in ("1", "t", "T", "TRUE", "true", "True")
+    return True
 
 
 def fits(asked: dict[str, int], free: dict[str, int]) -> bool:
@@ -138,13 +172,23 @@ class Task:
         """``SchGated``: the pod carries a scheduling gate (Volcano's own is not modelled)."""
         return bool(self.pod["spec"].get("schedulingGates"))
 
+    @property
+    def priority(self) -> int:
+        return int(self.pod["spec"].get("priority") or 0)
+
+    @property
+    def best_effort(self) -> bool:
+        return not requests(self.pod)
+
     def info(self) -> Manifest:
         body = task_info(self.pod, status=self.status, node=self.node)
         asked = requests(self.pod)
         body["Resreq"] = body["InitResreq"] = {
-            "MilliCPU": float(asked.get("cpu", 0)), "Memory": 0.0,
-            "ScalarResources": {name: float(value) for name, value in asked.items() if name != "cpu"}}
-        body["BestEffort"] = not asked
+            "MilliCPU": float(asked.get("cpu", 0)), "Memory": asked.get("memory", 0) / 1000,
+            "ScalarResources": {name: float(value) for name, value in asked.items() if name not in ("cpu", "memory")}}
+        body["BestEffort"] = self.best_effort
+        body["Priority"] = self.priority
+        body["Preemptable"] = preemptable(self.pod)
         return body
 
 
@@ -168,6 +212,12 @@ class Job:
     def ready(self) -> bool:
         """gang's ``IsReady``: tasks in an allocated status (``api.AllocatedStatus``) reach ``MinAvailable``."""
         return sum(task.status != PENDING and task.status != PIPELINED for task in self.tasks) >= self.min_available
+
+    def starving(self) -> bool:
+        """``Session.JobStarving`` with the shipped tier (gang's ``IsStarving`` and priority's): ready and pipelined
+        tasks below ``minAvailable`` and below the task count."""
+        placed = sum(task.status != PENDING for task in self.tasks)
+        return placed < self.min_available and placed < len(self.tasks)
 
     def pipelined(self) -> bool:
         """gang's ``IsPipelined``: allocated and pipelined (waiting) tasks reach ``MinAvailable``."""
@@ -195,7 +245,10 @@ class VolcanoReplay:
 
     def __init__(self, api_url: str, extender_url: str, extender: Extender, http: aiohttp.ClientSession, *,
                  managed_resources: Iterable[str] = (), tiers: Sequence[Sequence[str | Voter]] = ((EXTENDER,),),
-                 ignorable: bool = False, job_enqueued: bool = False, verbs: Iterable[str] | None = None) -> None:
+                 ignorable: bool = False, job_enqueued: bool = False, verbs: Iterable[str] | None = None,
+                 http_timeout: float = GENEROUS_TIMEOUT, settle: bool = True,
+                 on_verb: Callable[[str], None] | None = None, priority_classes: dict[str, int] | None = None,
+                 reclaimable: Callable[[Task], bool] = lambda task: False) -> None:
         self.api_url = api_url.rstrip("/")
         self.extender_url = extender_url.rstrip("/")
         self.extender = extender
@@ -210,6 +263,16 @@ class VolcanoReplay:
         ed72c7c8 — v1.15.1 has neither)."""
         self.verbs = None if verbs is None else frozenset(verbs)
         """The verbs the ``extender`` arguments name (None: every one); the others are never sent."""
+        self.http_timeout = aiohttp.ClientTimeout(total=http_timeout)
+        self.settles = settle
+        """Whether a session waits for the extender's watch to show the API server (False: the watch may lag)."""
+        self.on_verb = on_verb
+        """Called with each verb before it is sent (a scenario moves the extender's clock: a long session)."""
+        self.priority_classes = dict(priority_classes or {})
+        self.reclaimable = reclaimable
+        """The tasks of other queues the plugins' ``ReclaimableFn`` would offer (proportion, capacity)."""
+        self.evicted: list[str] = []
+        """Every task evicted by preempt or reclaim (namespace/name), in order."""
         self.calls: list[tuple[str, Manifest, Manifest]] = []
         """Every verb sent: (verb, body, answer)."""
         self.jobs: dict[str, Job] = {}
@@ -240,15 +303,19 @@ class VolcanoReplay:
     async def delete_pod(self, namespace: str, name: str) -> None:
         """Deletes the pod (its finalizers dropped first: a terminating pod is kept in kmock by one) and waits until
         the extender's watch no longer shows it."""
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        await self.api("PATCH", path, {"metadata": {"finalizers": None}})
-        async with self.http.delete(f"{self.api_url}{path}"):
-            pass
+        await self.remove_pod(namespace, name)
 
         def gone() -> bool:
             return self.extender.session is not None and (namespace, name) not in self.extender.session.pods
 
         await eventually(gone)
+
+    async def remove_pod(self, namespace: str, name: str) -> None:
+        """Deletes the pod at once (its finalizers dropped first: kmock keeps a terminating pod with one)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        await self.api("PATCH", path, {"metadata": {"finalizers": None}})
+        async with self.http.delete(f"{self.api_url}{path}"):
+            pass
 
     # ----------------------------------------------------------------------------------------------- verbs
 
@@ -258,8 +325,10 @@ class VolcanoReplay:
         not configured is not sent: answered as the plugin's absence is (:data:`UNCONFIGURED`)."""
         if self.verbs is not None and verb not in self.verbs:
             return dict(UNCONFIGURED.get(verb, {}))
+        if self.on_verb is not None:
+            self.on_verb(verb)
         try:
-            async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=VERB_TIMEOUT,
+            async with self.http.post(f"{self.extender_url}/{verb}", data=json.dumps(body), timeout=self.http_timeout,
                                       headers={"Content-Type": "application/json"}) as response:
                 if response.status != 200:
                     raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
@@ -298,8 +367,9 @@ class VolcanoReplay:
 
     async def open_session(self) -> None:
         """The snapshot Volcano's cache gives a session: nodes, queues, jobs (PodGroups) with their pods as tasks.
-        (The shipped configuration sends no ``onSessionOpen``: the extender watches the cluster itself.)"""
-        await self.settle()
+        ``onSessionOpen`` is sent when configured (the shipped entry does not: the extender watches the cluster)."""
+        if self.settles:
+            await self.settle()
         self.nodes = {n["metadata"]["name"]: n for n in await self.items(NODES)}
         self.queues = {q["metadata"]["name"]: q for q in await self.items(QUEUES)}
         self.jobs = {}
@@ -318,6 +388,11 @@ class VolcanoReplay:
                 self.jobs[task.job].tasks.append(task)
         self.enqueued = set()
         self.committed = []
+        self.evicting: list[Task] = []
+        await self.send("onSessionOpen", session_open(
+            list(self.nodes.values()), list(self.queues.values()), [job.podgroup for job in self.jobs.values()],
+            {name: [task.pod for task in tasks] for name, tasks in self.node_tasks.items()},
+            {job.podgroup["metadata"]["name"]: [task.pod for task in job.tasks] for job in self.jobs.values()}))
 
     def idle(self, node: str) -> dict[str, int]:
         """``NodeInfo.Idle``: allocatable less every task on the node but pipelined ones (``NodeInfo.AddTask``)."""
@@ -333,7 +408,8 @@ class VolcanoReplay:
         """``NodeInfo.FutureIdle``: Idle plus Releasing (tasks of pods being deleted) less Pipelined."""
         free = self.idle(node)
         for task in self.node_tasks.get(node, []):
-            sign = +1 if task.pod["metadata"].get("deletionTimestamp") else -1 if task.status == PIPELINED else 0
+            releasing = task.status == RELEASING or task.pod["metadata"].get("deletionTimestamp")
+            sign = +1 if releasing else -1 if task.status == PIPELINED else 0
             for name, amount in requests(task.pod).items():
                 free[name] = free.get(name, 0) + sign * amount
         return free
@@ -377,10 +453,10 @@ class VolcanoReplay:
         """The allocate action; returns the placements it made (committed or pipelined)."""
         placements: list[Placement] = []
         pending = {name: [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == name
-                          and job.phase != "Pending" and any(t.status == PENDING and not t.gated for t in job.tasks)]
+                          and job.phase != "Pending" and any(self.allocatable(t) for t in job.tasks)]
                    for name in self.queues}
         queues = [name for name in self.queues if pending[name]]
-        worksheet = {job.key: [t for t in job.tasks if t.status == PENDING and not t.node and not t.gated]
+        worksheet = {job.key: [t for t in job.tasks if self.allocatable(t)]
                      for jobs in pending.values() for job in jobs}
         """The tasks each job has left to try in this action (``tasksNoHardTopology``): each is tried once."""
         while queues:
@@ -401,6 +477,11 @@ class VolcanoReplay:
                            for t in statement or []]
             queues.append(queue)
         return placements
+
+    @staticmethod
+    def allocatable(task: Task) -> bool:
+        """A task allocate tries: Pending, not placed, not ``SchGated``, not BestEffort."""
+        return task.status == PENDING and not task.node and not task.gated and not task.best_effort
 
     async def job_ready(self, job: Job) -> bool:
         return bool((await self.send("jobReady", {"job": job.info()})).get("status", False))
@@ -496,6 +577,98 @@ class VolcanoReplay:
                         break
         return placements
 
+    # ------------------------------------------------------------------------------------ preempt and reclaim
+
+    def job_priority(self, job: Job) -> int:
+        """The job's priority: its PodGroup's ``priorityClassName`` as Volcano's cache resolves it (0 unknown)."""
+        return self.priority_classes.get(str(job.podgroup["spec"].get("priorityClassName") or ""), 0)
+
+    def starving_jobs(self, queue: str) -> list[Job]:
+        """Jobs of the queue that preempt and reclaim act for: not Pending, starving (``JobStarving``), highest
+        priority first (priority's ``JobOrderFn``), then creation order."""
+        jobs = [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == queue
+                and job.phase != "Pending" and job.starving()]
+        return sorted(jobs, key=lambda job: -self.job_priority(job))
+
+    async def preempt(self) -> list[Placement]:
+        """The preempt action, between jobs within a queue (see the module's notes)."""
+        placements: list[Placement] = []
+        for queue in self.queues:
+            for job in self.starving_jobs(queue):
+                def lower_in_queue(victim: Task, victim_job: Job, preemptor_job: Job = job, queue: str = queue) -> bool:
+                    return (victim_job.podgroup["spec"].get("queue") == queue and victim_job is not preemptor_job
+                            and self.job_priority(victim_job) < self.job_priority(preemptor_job))
+
+                placements += await self.evict_for(job, lower_in_queue, preempt=True)
+        return placements
+
+    async def reclaim(self) -> list[Placement]:
+        """The reclaim action (see the module's notes)."""
+        placements: list[Placement] = []
+        for queue in self.queues:
+            if await self.overused(queue):
+                continue
+            def offered(victim: Task, victim_job: Job, queue: str = queue) -> bool:
+                other = str(victim_job.podgroup["spec"].get("queue"))
+                return (other != queue and self.queues[other]["spec"].get("reclaimable") is not False
+                        and self.reclaimable(victim))
+
+            for job in self.starving_jobs(queue):
+                placements += await self.evict_for(job, offered, preempt=False)
+        return placements
+
+    async def evict_for(self, job: Job, eligible: Callable[[Task, Job], bool], *, preempt: bool) -> list[Placement]:
+        """For each of the job's Pending tasks but the gated ones (highest priority first), victims on the first
+        node (name order) where evicting them, lowest priority first, makes the task fit ``FutureIdle``; the task
+        pipelined there. The job's statement is committed when it is pipelined, else discarded."""
+        owner = {task.key: other for other in self.jobs.values() for task in other.tasks}
+        statement: list[tuple[Task, list[Task]]] = []
+        for task in sorted([t for t in job.tasks if t.status == PENDING and not t.node and not t.gated],
+                           key=lambda t: -t.priority):
+            if not job.starving():
+                break
+            if preempt and task.best_effort:
+                continue  # (a BestEffort preemptor may evict BestEffort tasks only: none here)
+            for node in sorted(self.nodes):
+                if not await self.predicate(task, node):
+                    continue
+                victims = sorted([victim for victim in self.node_tasks.get(node, [])
+                                  if victim.status == RUNNING and preemptable(victim.pod)
+                                  and victim.key in owner and eligible(victim, owner[victim.key])],
+                                 key=lambda victim: victim.priority)
+                chosen: list[Task] = []
+                while victims and not fits(requests(task.pod), self.future_idle(node)):
+                    victim = victims.pop(0)
+                    await self.evict(victim)
+                    chosen.append(victim)
+                if fits(requests(task.pod), self.future_idle(node)) and await self.statement_allocate(
+                        task, node, PIPELINED):
+                    statement.append((task, chosen))
+                    break
+                for victim in reversed(chosen):  # this node's statement discarded
+                    await self.unevict(victim)
+        if job.pipelined():
+            for _, chosen in statement:
+                self.evicting += chosen
+            return [Placement(task.name, task.node, "pipelined") for task, _ in statement]
+        for task, chosen in reversed(statement):  # Statement.Discard
+            await self.unallocate(task)
+            for victim in reversed(chosen):
+                await self.unevict(victim)
+        return []
+
+    async def evict(self, victim: Task) -> None:
+        """``Statement.Evict``: the victim Releasing (its resources in ``FutureIdle``), ``DeallocateFunc``."""
+        victim.status = RELEASING
+        if self.interested(victim):
+            await self.send("deallocateFunc", {"task": victim.info()})
+
+    async def unevict(self, victim: Task) -> None:
+        """``Statement.unevict``: Running again, ``AllocateFunc``."""
+        victim.status = RUNNING
+        if self.interested(victim):
+            await self.send("allocateFunc", {"task": victim.info()})
+
     async def close_session(self) -> None:
         """``onSessionClose``, then what Volcano's cache writes: committed tasks bound (and running), PodGroups
         enqueued → Inqueue, with ``minMember`` tasks bound → Running; the extender's watch is awaited. Tasks bound
@@ -503,6 +676,9 @@ class VolcanoReplay:
         (pkg/scheduler/api/helpers.go; ``getPodGroupPhase`` in framework/session.go, v1.15.1): their job turns
         Running in the next session."""
         await self.send("onSessionClose", {})
+        for victim in self.evicting:  # cache.Evict: the pod deleted
+            await self.remove_pod(victim.pod["metadata"]["namespace"], victim.name)
+            self.evicted.append(victim.key)
         for task in self.committed:
             namespace = task.pod["metadata"]["namespace"]
             await self.api("PATCH", f"/api/v1/namespaces/{namespace}/pods/{task.name}",
@@ -514,7 +690,8 @@ class VolcanoReplay:
                 namespace, name = job.key.split("/", 1)
                 await self.api("PATCH", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups/"
                                f"{name}", {"status": {"phase": phase}})
-        await self.settle()
+        if self.settles:
+            await self.settle()
 
     async def settle(self) -> None:
         """Until the extender's watch shows the API server's pods (and their nodes), PodGroups (phases),
@@ -548,12 +725,17 @@ class VolcanoReplay:
 
         await eventually(shown)
 
-    async def cycle(self) -> list[Placement]:
-        """One whole session with the shipped actions (``enqueue, allocate, backfill``)."""
+    async def cycle(self, actions: Sequence[str] = ("enqueue", "allocate", "backfill")) -> list[Placement]:
+        """One whole session with the given actions (Volcano's default: ``enqueue, allocate, backfill``; a
+        configuration may add ``preempt`` and ``reclaim``)."""
         await self.open_session()
-        await self.enqueue()
-        placements = await self.allocate()
-        placements += await self.backfill()
+        placements: list[Placement] = []
+        for action in actions:
+            if action == "enqueue":
+                await self.enqueue()
+            else:
+                placements += await {"allocate": self.allocate, "backfill": self.backfill, "preempt": self.preempt,
+                                     "reclaim": self.reclaim}[action]()
         await self.close_session()
         return placements
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import pytest
 import yaml
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
@@ -119,7 +120,9 @@ class Cluster:
 @asynccontextmanager
 async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((EXTENDER,),),
                 patch_pods: bool = False, job_enqueued: bool = False, verbs: list[str] | None = None,
-                ignorable: bool = False) -> AsyncIterator[Cluster]:
+                ignorable: bool = False, **replay_options: Any) -> AsyncIterator[Cluster]:
+    """The served extender (the shipped configuration) on kmock and the replay driving it; ``replay_options`` go to
+    :class:`VolcanoReplay` (``http_timeout``, ``settle``, ``on_verb``, ``priority_classes``, ``reclaimable``)."""
     base = str(kmock.url).rstrip("/")
     clock = Clock()
     extender = Extender(SchedulerConfig.from_conf(SHIPPED_CONF.read_text()), clock=clock)
@@ -140,7 +143,7 @@ async def start(kmock: Any, *, managed: list[str] | None = None, tiers: Any = ((
             managed_resources = (shipped_extender_arguments().get("extender.managedResources") or []
                                  if managed is None else managed)
             replay = VolcanoReplay(base, url, extender, http, managed_resources=managed_resources, tiers=tiers,
-                                   job_enqueued=job_enqueued, verbs=verbs, ignorable=ignorable)
+                                   job_enqueued=job_enqueued, verbs=verbs, ignorable=ignorable, **replay_options)
             yield Cluster(replay, extender, clock, kmock)
     finally:
         stop.set()
@@ -481,6 +484,25 @@ def shipped_entry() -> tuple[list[str], bool]:
             arguments.get("extender.ignorable") in (True, "true"))
 
 
+def shipped_http_timeout() -> float:
+    """The shipped entry's ``extender.httpTimeout`` in seconds (a Go duration: ``500ms``, ``1s``)."""
+    text = str(shipped_extender_arguments().get("extender.httpTimeout", "1s"))
+    return float(text[:-2]) / 1000 if text.endswith("ms") else float(text.removesuffix("s"))
+
+
+@asynccontextmanager
+async def with_the_gate(kmock: Any, tmp_path: Path, **replay_options: Any) -> AsyncIterator[tuple[Cluster, Gatekeeper]]:
+    """The cluster as shipped: the extender's shipped entry (its verbs, ``ignorable``, ``httpTimeout``) and the gate
+    keeper, fed by a cache that follows kmock as the operator's does."""
+    verbs, ignorable = shipped_entry()
+    replay_options.setdefault("http_timeout", shipped_http_timeout())
+    async with start(kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True, **replay_options) as cluster, \
+            following_through_a_kubeconfig(kmock, tmp_path) as cache:
+        keeper = Gatekeeper(cache, api_client(Connection(host=str(kmock.url).rstrip("/"), insecure=True)),
+                            takeover_wait=0)
+        yield cluster, keeper
+
+
 def gated(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The objects as the pod webhook admits them with the gate: each card pod created gated (with a uid, as the
     API server gives one: the lift's patch tests it; kmock gives none)."""
@@ -496,14 +518,16 @@ async def bound(cluster: Cluster) -> list[str]:
     return sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName"))
 
 
-async def sessions_with_the_gate(cluster: Cluster, keeper: Gatekeeper, cache: Any, count: int = 3) -> None:
+async def sessions_with_the_gate(cluster: Cluster, keeper: Gatekeeper, count: int = 3,
+                                 actions: tuple[str, ...] = ("enqueue", "allocate", "backfill")) -> None:
     """Volcano's sessions, the gate keeper's round before each (its lifts awaited by its own watch)."""
     for _ in range(count):
         decided = await keeper.round()
         assert decided is not None
         await eventually(lambda: not keeper.in_flight or all(
-            (pod := cache.ledger.snapshot.pods.get(key)) is not None and pod.gate is None for key in keeper.in_flight))
-        await cluster.replay.cycle()
+            (pod := keeper.cache.ledger.snapshot.pods.get(key)) is not None and pod.gate is None
+            for key in keeper.in_flight))
+        await cluster.replay.cycle(actions)
 
 
 def org() -> list[dict[str, Any]]:
@@ -528,15 +552,11 @@ async def test_12_with_the_gate_a_parent_queues_quota_holds_across_its_children(
                                                                                  tmp_path: Path) -> None:
     """The same cluster with the gate and the shipped entry (the enqueue check only): one gang goes through, the
     other's tasks stay gated — Volcano skips them — with the parent's sentence."""
-    verbs, ignorable = shipped_entry()
-    assert sorted(verbs) == ["jobEnqueueable", "jobEnqueued"]
-    async with start(cluster_kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True) as cluster, \
-            following_through_a_kubeconfig(cluster_kmock, tmp_path) as cache:
+    assert sorted(shipped_entry()[0]) == ["jobEnqueueable", "jobEnqueued"]
+    async with with_the_gate(cluster_kmock, tmp_path) as (cluster, keeper):
         await cluster.add(*org(), *gated([*job("a", queue_name="team-a", pods=4),
                                           *job("b", queue_name="team-b", pods=4)]))
-        keeper = Gatekeeper(cache, api_client(Connection(host=str(cluster_kmock.url).rstrip("/"), insecure=True)),
-                            takeover_wait=0)
-        await sessions_with_the_gate(cluster, keeper, cache)
+        await sessions_with_the_gate(cluster, keeper)
         assert await bound(cluster) == [f"a-{index}" for index in range(4)]
         assert {verb for verb, _, _ in cluster.replay.calls} <= {"jobEnqueueable", "jobEnqueued"}
         assert [wait.reason for wait in keeper.last_round.waits] == [
@@ -547,17 +567,13 @@ async def test_13_with_the_gate_a_pod_of_another_scheduler_charges_no_queue(clus
     """Finding 5: a notebook of the default scheduler, with no PodGroup, holds 2 A100. Volcano puts such a task in no
     job and charges no queue (cache/event_handlers.go ``addTask``, ``getOrCreateJob``, v1.15.1), so a gang of 2 in
     queue default, whose quota is 2, goes through the gate and is placed."""
-    verbs, ignorable = shipped_entry()
     notebook = pod("notebook", namespace=NS, node_name="a100-1", containers=[
         {"name": "c", "image": "jupyter:1", "resources": {"limits": {"nvidia.com/gpu": "2"}}}])
     notebook["spec"]["schedulerName"] = "default-scheduler"
-    async with start(cluster_kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True) as cluster, \
-            following_through_a_kubeconfig(cluster_kmock, tmp_path) as cache:
+    async with with_the_gate(cluster_kmock, tmp_path) as (cluster, keeper):
         await cluster.add(gpu_node("a100-1", A100, 8), team("default", {A100: 2}), notebook,
                           *gated(job("train", queue_name="default", pods=2)))
-        keeper = Gatekeeper(cache, api_client(Connection(host=str(cluster_kmock.url).rstrip("/"), insecure=True)),
-                            takeover_wait=0)
-        await sessions_with_the_gate(cluster, keeper, cache)
+        await sessions_with_the_gate(cluster, keeper)
         assert await bound(cluster) == ["notebook", "train-0", "train-1"]
 
 
@@ -566,17 +582,13 @@ async def test_14_with_the_gate_an_extender_that_is_down_stops_nothing_and_lets_
     """The extender unreachable under the shipped entry (``ignorable: true``): Volcano takes each transport error as
     a permit (plugins/extender/extender.go), so both gangs of team-a are enqueued and its CPU-only job is placed —
     nothing waits on the extender — while the gate still lets only one gang past team-a's quota of 4."""
-    verbs, ignorable = shipped_entry()
-    assert ignorable
-    async with start(cluster_kmock, verbs=verbs, ignorable=ignorable, job_enqueued=True) as cluster, \
-            following_through_a_kubeconfig(cluster_kmock, tmp_path) as cache:
+    assert shipped_entry()[1]  # ignorable
+    async with with_the_gate(cluster_kmock, tmp_path) as (cluster, keeper):
         cluster.replay.extender_url = "http://127.0.0.1:1"  # (nothing listens there)
         await cluster.add(gpu_node("a100-1", A100, 8), node("cpu-1", allocatable={"cpu": "64", "pods": "110"}),
                           team("team-a", {A100: 4}),
                           *gated([*job("a", pods=4), *job("b", pods=4)]), *job("cpu", pods=2, card=None, gpus=0))
-        keeper = Gatekeeper(cache, api_client(Connection(host=str(cluster_kmock.url).rstrip("/"), insecure=True)),
-                            takeover_wait=0)
-        await sessions_with_the_gate(cluster, keeper, cache)
+        await sessions_with_the_gate(cluster, keeper)
         assert {await cluster.phase(group) for group in ("a", "b")} != {"Pending"}  # enqueued on the errors
         votes = [answer for verb, _, answer in cluster.replay.calls if verb == "jobEnqueueable"]
         assert votes == [cluster.replay.transport_error("jobEnqueueable", OSError())] * len(votes)
@@ -584,3 +596,201 @@ async def test_14_with_the_gate_an_extender_that_is_down_stops_nothing_and_lets_
         assert await bound(cluster) == ["a-0", "a-1", "a-2", "a-3", "cpu-0", "cpu-1"]
         assert [wait.reason for wait in keeper.last_round.waits] == [
             "waiting at the card-quota gate: queue team-a has 0 of 4 NVIDIA-A100 free; 0 pods ahead"]
+
+
+# ----------------------------------------------- the replay made faithful where it hid defects (finding 4)
+
+
+def held_by(pods: list[dict[str, Any]], queue_name: str) -> int:
+    """Cards of the queue's pods that are bound or ungated: what the gate's invariant bounds by the quota."""
+    return sum(int(container["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
+               for found in pods
+               if (found["metadata"].get("annotations") or {}).get("scheduling.volcano.sh/queue-name") == queue_name
+               and (found["spec"].get("nodeName") or not found["spec"].get("schedulingGates"))
+               for container in found["spec"]["containers"])
+
+
+async def test_15_with_the_gate_sessions_waiting_for_no_watch_never_hold_more_than_the_quota(
+        cluster_kmock: Any, tmp_path: Path) -> None:
+    """The replay's ``settle()`` waited for the watch before and after every session, hiding the bind→watch window.
+    Here nothing waits: sessions run back to back on what the API server holds, the gate keeper's rounds do not
+    await their lifts, and gang a ends (its pods deleted) while the watches may still show it. At every step team-a's
+    bound or ungated pods hold at most its 4 A100; b goes through once a is gone."""
+    async with with_the_gate(cluster_kmock, tmp_path, settle=False) as (cluster, keeper):
+        await cluster.add(gpu_node("a100-1", A100, 8), team("team-a", {A100: 4}),
+                          *gated([*job("a", pods=4), *job("b", pods=4)]))
+
+        async def step() -> list[str]:
+            await keeper.round(wait=False)
+            await cluster.replay.cycle()
+            assert held_by(await cluster.replay.items("/api/v1/pods"), "team-a") <= 4
+            return await bound(cluster)
+
+        for _ in range(40):
+            if await step() == [f"a-{index}" for index in range(4)]:
+                break
+            await asyncio.sleep(0.05)
+        assert await bound(cluster) == [f"a-{index}" for index in range(4)]
+        for index in range(4):
+            await cluster.replay.remove_pod(NS, f"a-{index}")
+        for _ in range(80):
+            if await step() == [f"b-{index}" for index in range(4)]:
+                break
+            await asyncio.sleep(0.05)
+        assert await bound(cluster) == [f"b-{index}" for index in range(4)]
+
+
+async def test_16_through_the_full_entry_sessions_longer_than_ten_seconds_hold_the_quota(cluster_kmock: Any) -> None:
+    """Finding 2: a session over 10 s was cut by the extender in the middle although the scheduler sends the session
+    verbs, and through the extender's full entry an 8-pod gang committed 8 cards against a quota of 4. Each verb here
+    moves the extender's clock 4 s (a session of a large cluster): the gang is never placed."""
+    async with start(cluster_kmock) as cluster:
+        cluster.replay.on_verb = lambda verb: setattr(cluster.clock, "now", cluster.clock.now + 4)
+        await cluster.add(gpu_node("a100-1", A100, 8), team("team-a", {A100: 4}),
+                          *job("big", pods=8, phase="Inqueue"))  # (enqueued before the quota was lowered)
+        began = cluster.clock.now
+        for _ in range(3):
+            await cluster.replay.cycle()
+        assert cluster.clock.now - began > 3 * 10  # (each session longer than 10 s)
+        assert await bound(cluster) == []
+
+
+async def test_16_with_the_gate_sessions_longer_than_ten_seconds_hold_the_quota(cluster_kmock: Any,
+                                                                                tmp_path: Path) -> None:
+    """The same long sessions with the gate (the shipped entry): one gang of 4 goes through and the other waits, as
+    in a short session."""
+    async with with_the_gate(cluster_kmock, tmp_path) as (cluster, keeper):
+        cluster.replay.on_verb = lambda verb: setattr(cluster.clock, "now", cluster.clock.now + 6)
+        await cluster.add(gpu_node("a100-1", A100, 8), team("team-a", {A100: 4}),
+                          *gated([*job("a", pods=4), *job("b", pods=4)]))
+        began = cluster.clock.now
+        await sessions_with_the_gate(cluster, keeper)
+        assert cluster.clock.now - began > 10
+        assert await bound(cluster) == [f"a-{index}" for index in range(4)]
+
+
+async def test_17_with_the_gate_an_extender_slower_than_the_shipped_timeout_lets_nothing_past_a_quota(
+        cluster_kmock: Any, tmp_path: Path) -> None:
+    """Transport timeouts at the shipped ``httpTimeout`` (500ms; the replay's client waited 10 s): an extender that
+    answers after 1 s is a transport error to Volcano, which under the shipped ``ignorable: true`` permits every job;
+    the CPU job runs, and the gate still lets one gang of 4 past team-a's quota of 4."""
+    assert shipped_http_timeout() == 0.5
+
+    async def slow(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        await asyncio.sleep(1.0)
+        return aiohttp.web.json_response({"status": -1})
+
+    app = aiohttp.web.Application()
+    app.router.add_post("/{verb}", slow)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with with_the_gate(cluster_kmock, tmp_path) as (cluster, keeper):
+            cluster.replay.extender_url = f"http://127.0.0.1:{port}"
+            await cluster.add(gpu_node("a100-1", A100, 8), node("cpu-1", allocatable={"cpu": "64", "pods": "110"}),
+                              team("team-a", {A100: 4}), *gated([*job("a", pods=4), *job("b", pods=4)]),
+                              *job("cpu", pods=2, card=None, gpus=0))
+            await sessions_with_the_gate(cluster, keeper)
+            votes = [answer for verb, _, answer in cluster.replay.calls if verb == "jobEnqueueable"]
+            assert votes
+            assert all(vote == {"status": 1} for vote in votes)
+            assert await bound(cluster) == ["a-0", "a-1", "a-2", "a-3", "cpu-0", "cpu-1"]
+    finally:
+        await runner.cleanup()
+
+
+def running(manifests: list[dict[str, Any]], node_name: str, priority_class: str = "low") -> list[dict[str, Any]]:
+    """A job already placed: its pods bound to the node and Running, its PodGroup Running."""
+    for manifest in of_class(manifests, priority_class, phase="Running"):
+        if manifest["kind"] == "Pod":
+            manifest["spec"]["nodeName"] = node_name
+            manifest["status"] = {"phase": "Running"}
+    return manifests
+
+
+PRIORITY_CLASSES = {"low": 0, "warm": 300, "mid": 500, "high": 1000}
+
+
+def of_class(manifests: list[dict[str, Any]], name: str, phase: str = "Inqueue") -> list[dict[str, Any]]:
+    """A job of a priority class (the PodGroup's class, the pods' resolved priority) in the given phase."""
+    for manifest in manifests:
+        if manifest["kind"] == "Pod":
+            manifest["spec"]["priority"] = PRIORITY_CLASSES[name]
+        else:
+            manifest["spec"]["priorityClassName"] = name
+            manifest["status"] = {"phase": phase}
+    return manifests
+
+
+async def test_18_preempt_skips_gated_pods_and_frees_room_only_for_admitted_ones(cluster_kmock: Any,
+                                                                                 tmp_path: Path) -> None:
+    """Volcano's ``preempt`` (actions/preempt/preempt.go, v1.15.1) skips ``SchGated`` tasks: team-a's urgent card
+    gang (priority 1000), waiting at the gate behind a running sweep (500) that fills team-a's quota, evicts nothing
+    (priority inside a card quota is the gate's to act on: the issue on priority inside a card quota). The same action
+    does evict for work that is not gated: a CPU job of priority 300 takes 2 of the batch's (0) 4 CPUs — not the
+    sweep's, of a priority it does not exceed."""
+    async with with_the_gate(cluster_kmock, tmp_path, priority_classes=PRIORITY_CLASSES) as (cluster, keeper):
+        a100 = gpu_node("a100-1", A100, 4)
+        a100["status"]["allocatable"]["cpu"] = "4"  # (the sweep fills it)
+        await cluster.add(a100, node("cpu-1", allocatable={"cpu": "4", "pods": "110"}), team("team-a", {A100: 4}),
+                          *running(job("sweep", pods=4), "a100-1", "mid"),
+                          *running(job("batch", pods=4, card=None, gpus=0), "cpu-1"),
+                          *of_class(gated(job("llm", pods=4)), "high"),
+                          *of_class(job("hot", pods=2, card=None, gpus=0), "warm"))
+        await sessions_with_the_gate(cluster, keeper, actions=("enqueue", "allocate", "preempt", "backfill"))
+        assert sorted(cluster.replay.evicted) == [f"{NS}/batch-0", f"{NS}/batch-1"]
+        assert await bound(cluster) == ["batch-2", "batch-3", "hot-0", "hot-1", *(f"sweep-{i}" for i in range(4))]
+        assert [wait.reason for wait in keeper.last_round.waits] == [
+            "waiting at the card-quota gate: queue team-a has 0 of 4 NVIDIA-A100 free; 0 pods ahead"]
+
+
+async def test_18_reclaim_across_queues_keeps_every_queue_within_its_quota(cluster_kmock: Any, tmp_path: Path) -> None:
+    """Volcano's ``reclaim`` (actions/reclaim/reclaim.go, v1.15.1) skips ``SchGated`` tasks, and evicts other queues'
+    preemptable tasks for the rest. team-b's gang of 2 goes through the gate (team-b has 2 free) onto a node team-a's
+    sweep fills; reclaim (the plugins offering team-a's tasks) evicts 2 of them for it. team-b's third pod, over its
+    quota, stays gated and reclaims nothing; no queue ever holds more than its quota."""
+    async with with_the_gate(cluster_kmock, tmp_path, reclaimable=lambda task: True) as (cluster, keeper):
+        await cluster.add(gpu_node("a100-1", A100, 4), team("team-a", {A100: 4}), team("team-b", {A100: 2}),
+                          *running(job("sweep", pods=4), "a100-1"),
+                          *gated(job("b", queue_name="team-b", pods=2)),
+                          *gated(job("extra", queue_name="team-b", pods=1)))
+        for _ in range(4):
+            await sessions_with_the_gate(cluster, keeper, count=1,
+                                         actions=("enqueue", "allocate", "reclaim", "backfill"))
+            pods = await cluster.replay.items("/api/v1/pods")
+            assert held_by(pods, "team-a") <= 4
+            assert held_by(pods, "team-b") <= 2
+        assert len(cluster.replay.evicted) == 2
+        assert await bound(cluster) == ["b-0", "b-1", *sorted(
+            f"sweep-{i}" for i in range(4) if f"{NS}/sweep-{i}" not in cluster.replay.evicted)]
+        assert [wait.reason for wait in keeper.last_round.waits] == [
+            "waiting at the card-quota gate: queue team-b has 0 of 2 NVIDIA-A100 free; 0 pods ahead"]
+
+
+async def test_19_best_effort_tasks_are_placed_by_backfill_only(cluster_kmock: Any) -> None:
+    """allocate skips a task with no requests (actions/allocate/allocate.go ``buildAllocateContext``): a BestEffort
+    pod of an Inqueue job is placed by backfill, not allocate."""
+    best_effort = job("sidecar", pods=1, card=None, gpus=0, min_resources={}, phase="Inqueue")
+    best_effort[1]["spec"]["containers"][0]["resources"] = {}
+    async with start(cluster_kmock) as cluster:
+        await cluster.add(node("cpu-1", allocatable={"cpu": "4", "pods": "110"}), team("team-a"), *best_effort)
+        assert await cluster.replay.cycle(("enqueue", "allocate")) == []
+        assert await cluster.replay.cycle(("enqueue", "allocate", "backfill")) == [
+            Placement("sidecar-0", "cpu-1", "allocated")]
+
+
+async def test_19_memory_requests_are_placed_as_volcano_fits_them(cluster_kmock: Any) -> None:
+    """Requests are CPU, memory and extended resources (``api.NewResource``): a pod asking more memory than any node
+    has is never placed; one that fits is."""
+    fat, lean = job("fat", pods=1, card=None, gpus=0), job("lean", pods=1, card=None, gpus=0)
+    fat[1]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "600Gi"
+    lean[1]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "256Gi"
+    async with start(cluster_kmock) as cluster:
+        await cluster.add(node("cpu-1", allocatable={"cpu": "64", "memory": "512Gi", "pods": "110"}), team("team-a"),
+                          *fat, *lean)
+        for _ in range(2):
+            await cluster.replay.cycle()
+        assert await bound(cluster) == ["lean-0"]
