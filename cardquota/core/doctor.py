@@ -259,7 +259,8 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
                                             card_gate=gate)),
         (NODES, lambda: check_nodes(nodes)),
         (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target, schedulers=schedulers,
-                                      namespaces=_objects(installation.namespaces) if mapping else None)),
+                                      namespaces=_objects(installation.namespaces) if mapping else None,
+                                      card_gate=gate)),
     ]
     results: list[Result] = []
     for name, check in checks:
@@ -1028,9 +1029,10 @@ def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
 
 def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
                  target: Target, *, namespaces: Listing | None = None,
-                 schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS) -> list[Result]:
+                 schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS, card_gate: bool = False) -> list[Result]:
     """``namespaces``: when the operator maps namespaces to queues, the Namespaces (the usage is then computed as it
-    computes it); None when it does not. ``schedulers``: the ones the operator is told Volcano runs."""
+    computes it); None when it does not. ``schedulers``: the ones the operator is told Volcano runs. ``card_gate``:
+    the operator runs the card-quota gate (then pending card pods past it that a quota cannot hold are named)."""
     listings = ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods"),
                 *(((namespaces, "Namespaces"),) if namespaces is not None else ()))
     for listing, what in listings:
@@ -1095,7 +1097,39 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
         names = [name for name, _ in with_quota]
         results.append(Result(QUEUES, Status.OK, f"{len(names)} queue{_s(names)} with a card quota: usage "
                               f"published and current ({_names(names)})"))
+    if card_gate:
+        results += _past_the_gate_over_quota(ledger, [name for name, _ in with_quota])
     return results
+
+
+def _past_the_gate_over_quota(ledger: Ledger, queues: Sequence[str]) -> list[Result]:
+    """Pending card pods without the gate in a queue whose bound and admitted pods exceed its quota: pods created
+    before the gate (or while its webhook was off), or admitted before the quota was lowered. Under the gated
+    scheduler entry Volcano places them without a card check, past the quota."""
+    over: list[str] = []
+    pods: list[str] = []
+    for name in queues:
+        quota = ledger.usage(name).quota
+        held = ledger.held_cards(name)
+        exceeded = {card for card, limit in quota.items() if held.get(card, 0) > limit}
+        if not exceeded:
+            continue
+        gated = ledger.gated_pods().get(name, set())
+        past = sorted(key for key in ledger.pending_pods(name) - gated
+                      if (charge := ledger.pod_charge(key)) is not None and exceeded & set(charge.cards))
+        if past:
+            over += [f"{name} ({', '.join(f'{held[card]} of {quota[card]} {card}' for card in sorted(exceeded))})"]
+            pods += [f"{namespace}/{pod}" for namespace, pod in past]
+    if not pods:
+        return []
+    return [Result(QUEUES, Status.FAIL, f"{len(pods)} pending card pod{_s(pods)} past the card-quota gate would "
+                   f"exceed {'its queue' if len(over) == 1 else 'their queues'}: {_names(over)} held by bound pods "
+                   "and pods past the gate — created before the gate (or while its webhook was off), or admitted "
+                   "before a quota was lowered; Volcano places them without a card check",
+                   details=_some(pods),
+                   fix="delete them (a Volcano Job, Deployment or Job recreates them at the gate): kubectl delete pod "
+                   "-n NAMESPACE NAME; or keep the extender's full entry (kubectl cardquota scheduler-conf --card-gate "
+                   "off) until they have run")]
 
 
 def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False,

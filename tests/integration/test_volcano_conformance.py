@@ -4,6 +4,7 @@ every behaviour it models), with the configuration we ship. One scenario per way
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
@@ -20,11 +21,13 @@ import yaml
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
 from operator_runs import following_through_a_kubeconfig
 from polling import eventually
-from volcano_replay import EXTENDER, Placement, VolcanoReplay
+from volcano_replay import EXTENDER, PODGROUPS, QUEUES, Placement, VolcanoReplay
 
+from cardquota.cli.doctor import target_of
 from cardquota.cli.main import KUBECTL_PROG, run
 from cardquota.cli.output import usage_json
 from cardquota.core import keys
+from cardquota.core.doctor import Status, check_queues
 from cardquota.core.events import podgroup_event
 from cardquota.core.explain import explain
 from cardquota.core.ledger import Ledger
@@ -794,3 +797,34 @@ async def test_19_memory_requests_are_placed_as_volcano_fits_them(cluster_kmock:
         for _ in range(2):
             await cluster.replay.cycle()
         assert await bound(cluster) == ["lean-0"]
+
+
+async def test_20_moving_to_the_gate_pods_pending_without_it_past_a_quota_are_named_and_the_fix_holds(
+        cluster_kmock: Any, tmp_path: Path) -> None:
+    """Upgrade (docs/install.md, Moving to the card-quota gate): through the extender's full entry, team-a's gang a
+    runs and gang b (created before the gate, so without it) waits on the per-node verbs. Under the gated entry
+    nothing would check b's pods: they count against team-a at once (8 of 4) and Volcano would place them. doctor
+    names them before the entry is switched; deleted and recreated by their controller (at the gate), they wait at it
+    and team-a stays within its quota."""
+    async with start(cluster_kmock) as cluster:
+        await cluster.add(gpu_node("a100-1", A100, 8), team("team-a", {A100: 4}), *job("a", pods=4), *job("b", pods=4))
+        for _ in range(3):
+            await cluster.replay.cycle()
+        assert await bound(cluster) == [f"a-{index}" for index in range(4)]
+        listed = {path: await cluster.replay.items(path) for path in ("/api/v1/nodes", "/api/v1/pods", QUEUES,
+                                                                      PODGROUPS)}
+    args = argparse.Namespace(namespace=None, service="cardquota", tls_secret="cardquota-webhook-tls",
+                              deployment="cardquota")
+    results = check_queues(listed["/api/v1/nodes"], listed[QUEUES], listed[PODGROUPS],
+                           listed["/api/v1/pods"], target_of(args), card_gate=True)
+    (failed,) = [result for result in results if result.status is Status.FAIL and "past the card-quota gate" in
+                 result.message]  # (the other failure: no operator publishes usage here)
+    assert failed.details == tuple(f"{NS}/b-{index}" for index in range(4))
+    assert "team-a (8 of 4 NVIDIA-A100)" in failed.message
+    async with with_the_gate(cluster_kmock, tmp_path) as (cluster, keeper):
+        for index in range(4):  # what the fix says: deleted; the Volcano Job controller recreates them at the gate
+            await cluster.replay.remove_pod(NS, f"b-{index}")
+        await cluster.add(*gated([manifest for manifest in job("b", pods=4) if manifest["kind"] == "Pod"]))
+        await sessions_with_the_gate(cluster, keeper)
+        assert await bound(cluster) == [f"a-{index}" for index in range(4)]
+        assert held_by(await cluster.replay.items("/api/v1/pods"), "team-a") == 4

@@ -1399,3 +1399,23 @@ def test_usage_published_by_an_operator_with_other_schedulers_is_not_taken_for_s
     shown[0]["metadata"]["annotations"].update(queue_annotations(ledger.usage("default")))
     assert statuses(doctor.check_queues(nodes(), shown, [], [notebook], target(), schedulers=told))[0][0] == "ok"
     assert statuses(doctor.check_queues(nodes(), shown, [], [notebook], target()))[0][0] == "warn"
+
+
+def test_pending_card_pods_past_the_gate_that_would_exceed_a_quota_are_named() -> None:
+    """Moving to the gate: card pods created before it (no gate) count against their queue at once, but under the
+    gated scheduler entry Volcano places them without a card check. team-a's 3 bound A100 and two such pods make 5 of
+    4: both are named (the gated one waits and is not); with one of them, or without the gate, nothing is said."""
+    queues, podgroups, pods = workload()
+    late = [pod(f"late-{i}", namespace="ml", card=A100, gpus=1, queue="team-a") for i in range(2)]
+    everything = [*pods, *late, _gated("waits")]
+    shown = published(queues, [*nodes(), *queues, *podgroups, *everything])
+    results = doctor.check_queues(nodes(), shown, podgroups, everything, target(), card_gate=True)
+    (failed,) = only(results, Status.FAIL)
+    assert failed.message.startswith("2 pending card pods past the card-quota gate would exceed its queue: team-a "
+                                     "(5 of 4 NVIDIA-A100) held by bound pods and pods past the gate")
+    assert failed.details == ("ml/late-0", "ml/late-1")
+    assert "kubectl delete pod" in failed.fix
+    assert only(doctor.check_queues(nodes(), shown, podgroups, everything, target()), Status.FAIL) == []
+    fewer = [*pods, late[0]]
+    shown = published(queues, [*nodes(), *queues, *podgroups, *fewer])
+    assert only(doctor.check_queues(nodes(), shown, podgroups, fewer, target(), card_gate=True), Status.FAIL) == []
