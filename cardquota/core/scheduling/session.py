@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from cardquota.core.dra_claims import asked, claim_refs, pod_request
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
@@ -172,10 +173,9 @@ class Session:
                 spec = manifest.get("spec")
                 self.queue_specs[name] = spec if isinstance(spec, MAPPING_TYPES) else {}
             elif manifest.get("kind") == "ResourceClaim":
-                self.claims[(namespace, name)] = dra.claim_amounts(manifest.get("spec") or {})
+                self.claims[(namespace, name)] = asked(manifest)
             elif manifest.get("kind") == "ResourceClaimTemplate":
-                self.claim_templates[(namespace, name)] = dra.claim_amounts(
-                    ((manifest.get("spec") or {}).get("spec")) or {})
+                self.claim_templates[(namespace, name)] = asked(manifest)
         self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues,
                                    volcano_schedulers=self.config.scheduler_names)
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
@@ -244,16 +244,9 @@ class Session:
         return self.config.mgpu.enabled and bool(mgpu.pod_shares(self.pods[key]))
 
     def dra_request(self, key: ObjectKey) -> dra.DeviceAmounts:
-        spec = self.pods[key].get("spec") or {}
-        parts = []
-        for claim in spec.get("resourceClaims") or []:
-            if not isinstance(claim, MAPPING_TYPES):
-                continue
-            if isinstance(claim.get("resourceClaimName"), str):
-                parts.append(self.claims.get((key[0], claim["resourceClaimName"]), {}))
-            elif isinstance(claim.get("resourceClaimTemplateName"), str):
-                parts.append(self.claim_templates.get((key[0], claim["resourceClaimTemplateName"]), {}))
-        return dra.total(parts)
+        spec = self.pods[key].get("spec")
+        return pod_request(key[0], claim_refs(spec if isinstance(spec, MAPPING_TYPES) else {}), self.claims,
+                           self.claim_templates)
 
     # ------------------------------------------------------------------------------------------------ rules
 
@@ -556,8 +549,7 @@ class Session:
         if deleted:
             claims.pop(key, None)
         else:
-            spec = manifest.get("spec") or {}
-            claims[key] = dra.claim_amounts((spec.get("spec") or {}) if template else spec)
+            claims[key] = asked(manifest)
         if claims.get(key) == previous:
             return  # (a status update: the claim's allocation, not what it asks for)
         reference = "resourceClaimTemplateName" if template else "resourceClaimName"

@@ -1,0 +1,188 @@
+"""What a pod's DRA ResourceClaims ask, and whether it fits the DRA queue quotas (dra-queue-quota-design.md): a
+pod's claims, added up per DeviceClass (device count and capacity dimensions), must fit ``spec.dra.capability`` of
+its queue and of every ancestor queue. Read by the card-quota gate (which admits pods) and by the scheduling session
+(which places them), so both judge a claim alike.
+
+Claims are read as ``resource.k8s.io`` writes them: each request names a ``deviceClassName`` and a ``count``
+(default 1; ``allocationMode: All`` counts as 1, the number is only known once allocated), either directly
+(v1beta1) or under ``exactly`` (v1), with consumable capacity in ``capacity.requests``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from cardquota.core.dra_quota import CAPABILITY, ROOT_QUEUE, read_quotas
+from cardquota.core.errors import InputError
+from cardquota.core.jsontypes import MAPPING_TYPES
+from cardquota.core.quantity import parse_quantity
+
+CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
+DRA_API_GROUP = "resource.k8s.io"
+
+ClaimRef = tuple[bool, str]
+"""One entry of a pod's ``spec.resourceClaims``: (names a ResourceClaimTemplate, the claim's or template's name)."""
+
+
+@dataclass
+class DeviceAmount:
+    count: Fraction = Fraction(0)
+    capacity: dict[str, Fraction] = field(default_factory=dict)
+
+    def add(self, other: DeviceAmount, sign: int = 1) -> None:
+        self.count += sign * other.count
+        for dimension, amount in other.capacity.items():
+            self.capacity[dimension] = self.capacity.get(dimension, Fraction(0)) + sign * amount
+
+
+DeviceAmounts = dict[str, DeviceAmount]
+"""DeviceClass → amount."""
+
+
+def is_claim(manifest: Mapping[str, Any]) -> bool:
+    """Whether the object is a ResourceClaim or ResourceClaimTemplate of ``resource.k8s.io`` (any version)."""
+    api_version = manifest.get("apiVersion")
+    return (manifest.get("kind") in CLAIM_KINDS and isinstance(api_version, str)
+            and api_version.startswith(f"{DRA_API_GROUP}/"))
+
+
+def asked(manifest: Mapping[str, Any]) -> DeviceAmounts:
+    """What a ResourceClaim (its ``spec``) or ResourceClaimTemplate (its ``spec.spec``) asks, per DeviceClass."""
+    spec = manifest.get("spec")
+    spec = spec if isinstance(spec, MAPPING_TYPES) else {}
+    if manifest.get("kind") == "ResourceClaimTemplate":
+        inner = spec.get("spec")
+        spec = inner if isinstance(inner, MAPPING_TYPES) else {}
+    return claim_amounts(spec)
+
+
+def claim_amounts(claim_spec: Mapping[str, Any]) -> DeviceAmounts:
+    """One ResourceClaim's (or template's) ``spec``, per DeviceClass; unreadable requests are skipped."""
+    amounts: DeviceAmounts = {}
+    devices = claim_spec.get("devices") if isinstance(claim_spec, MAPPING_TYPES) else None
+    requests = devices.get("requests") if isinstance(devices, MAPPING_TYPES) else None
+    for request in requests if isinstance(requests, list) else []:
+        if not isinstance(request, MAPPING_TYPES):
+            continue
+        exactly = request.get("exactly")
+        exact: Mapping[str, Any] = exactly if isinstance(exactly, MAPPING_TYPES) else request
+        device_class = exact.get("deviceClassName")
+        if not isinstance(device_class, str) or not device_class:
+            continue
+        count = exact.get("count", 1)
+        amount = DeviceAmount(Fraction(count) if isinstance(count, int) and count > 0 else Fraction(1))
+        capacity = exact.get("capacity")
+        dimensions = capacity.get("requests") if isinstance(capacity, MAPPING_TYPES) else None
+        for dimension, value in (dimensions if isinstance(dimensions, MAPPING_TYPES) else {}).items():
+            try:
+                amount.capacity[str(dimension)] = parse_quantity(value) * amount.count
+            except InputError:
+                continue
+        amounts.setdefault(device_class, DeviceAmount()).add(amount)
+    return amounts
+
+
+def claim_refs(pod_spec: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
+    """The claims a pod spec names (``spec.resourceClaims``), in order; entries naming neither are skipped."""
+    claims = pod_spec.get("resourceClaims")
+    refs: list[ClaimRef] = []
+    for claim in claims if isinstance(claims, list) else []:
+        if not isinstance(claim, MAPPING_TYPES):
+            continue
+        if isinstance(name := claim.get("resourceClaimName"), str) and name:
+            refs.append((False, name))
+        elif isinstance(name := claim.get("resourceClaimTemplateName"), str) and name:
+            refs.append((True, name))
+    return tuple(refs)
+
+
+def pod_request(namespace: str, refs: Iterable[ClaimRef], claims: Mapping[tuple[str, str], DeviceAmounts],
+                templates: Mapping[tuple[str, str], DeviceAmounts]) -> DeviceAmounts:
+    """What a pod's claims ask together (a claim or template not known counts as nothing)."""
+    return total((templates if template else claims).get((namespace, name), {}) for template, name in refs)
+
+
+def total(parts: Iterable[DeviceAmounts]) -> DeviceAmounts:
+    """Several claims added up per DeviceClass (the design's aggregation of a pod's claims)."""
+    result: DeviceAmounts = {}
+    for part in parts:
+        for device_class, amount in part.items():
+            result.setdefault(device_class, DeviceAmount()).add(amount)
+    return result
+
+
+def ancestry(queue: str, parents: Mapping[str, str]) -> list[str]:
+    """The queue, its parent, and so on up the hierarchy (``parents`` has every Queue object): ``root`` is included
+    when a Queue object of that name exists (its capability bounds everything under it); stops at a loop."""
+    chain: list[str] = []
+    while queue and queue not in chain and (queue != ROOT_QUEUE or queue in parents):
+        chain.append(queue)
+        if queue == ROOT_QUEUE:
+            break
+        queue = parents.get(queue, "") or (ROOT_QUEUE if queue in parents else "")
+    return chain
+
+
+@dataclass(frozen=True)
+class DraShortage:
+    """The first bound a request would pass: the queue that sets it, the DeviceClass, ``devices`` or the capacity
+    dimension, the total it would reach, the bound as written, and the held amount before the request."""
+
+    queue: str
+    device_class: str
+    what: str
+    total: Fraction
+    limit: str
+    held: Fraction
+
+
+DraOf = Callable[[str], object]
+"""A queue's ``spec.dra`` as written (None or empty when it sets none), by queue name."""
+
+
+def bounded(queue: str, dra_of: DraOf, parents: Mapping[str, str]) -> bool:
+    """Whether the queue or an ancestor sets a DRA capability (then its pods with claims are judged by it)."""
+    return any(_capability(dra_of(name)) for name in ancestry(queue, parents))
+
+
+def shortage(queue: str, request: DeviceAmounts, held: Mapping[str, DeviceAmounts], dra_of: DraOf,
+             parents: Mapping[str, str]) -> DraShortage | None:
+    """None when ``held + request`` fits ``spec.dra.capability`` of the queue and each ancestor (a DeviceClass a
+    queue sets no bound for is not limited there). ``held``: per queue, what it and the queues below it hold."""
+    for name in ancestry(queue, parents):
+        capability = _capability(dra_of(name))
+        for device_class, wanted in request.items():
+            bound = capability.get(device_class)
+            if bound is None:
+                continue
+            have = held.get(name, {}).get(device_class, DeviceAmount())
+            if bound.count is not None and have.count + wanted.count > bound.count.amount:
+                return DraShortage(name, device_class, "devices", have.count + wanted.count, bound.count.written,
+                                   have.count)
+            for dimension, limit in bound.capacity.items():
+                before = have.capacity.get(dimension, Fraction(0))
+                after = before + wanted.capacity.get(dimension, Fraction(0))
+                if wanted.capacity.get(dimension) and after > limit.amount:
+                    return DraShortage(name, device_class, dimension, after, limit.written, before)
+    return None
+
+
+def take(held: dict[str, DeviceAmounts], queue: str, request: DeviceAmounts, parents: Mapping[str, str],
+         sign: int = 1) -> None:
+    """Add (or take back) a request to what the queue and each ancestor hold."""
+    for name in ancestry(queue, parents):
+        queue_held = held.setdefault(name, {})
+        for device_class, amount in request.items():
+            queue_held.setdefault(device_class, DeviceAmount()).add(amount, sign)
+
+
+def number(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+
+
+def _capability(dra: object) -> Any:
+    section = dra.get(CAPABILITY) if isinstance(dra, MAPPING_TYPES) else None
+    return read_quotas(section, "spec.dra.capability") if section else {}
