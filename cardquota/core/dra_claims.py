@@ -99,8 +99,8 @@ def claim_refs(pod_spec: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
     return tuple(refs)
 
 
-def pod_request(namespace: str, refs: Iterable[ClaimRef], claims: Mapping[tuple[str, str], DeviceAmounts],
-                templates: Mapping[tuple[str, str], DeviceAmounts]) -> DeviceAmounts:
+def pod_request(namespace: str, refs: Iterable[ClaimRef], claims: Mapping[tuple[str, ...], DeviceAmounts],
+                templates: Mapping[tuple[str, ...], DeviceAmounts]) -> DeviceAmounts:
     """What a pod's claims ask together (a claim or template not known counts as nothing)."""
     return total((templates if template else claims).get((namespace, name), {}) for template, name in refs)
 
