@@ -22,6 +22,11 @@ once per round over the ledger (:func:`gate_round`), which gated pods to let thr
   alternatives are kept in :data:`~cardquota.core.keys.CARD_NAME_REQUESTED`) and the node affinity with it
   (:func:`cardquota.core.policies.pod.narrowed_affinity_operations`), so the pod can only land on, and is only
   charged for, that type.
+* **DRA quotas**: a pod naming DRA claims in a queue under a ``spec.dra.capability`` (its own or an ancestor's) is
+  gated too, and let through when what its claims ask (:func:`cardquota.core.dra_claims.pod_request`) fits that
+  capability of its queue and every ancestor, beside what the bound pods and those past the gate ask
+  (:func:`cardquota.core.dra_claims.shortage`, the rule the scheduling session applies). Until the claims have been
+  read (``dra_readable``) such a pod waits.
 * **Order**: priority (highest first), then creation time, across all queues (siblings share their parent's
   quota in that order). :class:`HeadOfLine` says whether a unit that does not fit holds back the later ones of its
   queue (``StrictFIFO``) or not (``BestEffortFIFO``, the default: the next smaller gang may fit).
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cardquota.core import keys
+from cardquota.core.dra_claims import DeviceAmounts, DraShortage, bounded, number, shortage, take
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod
@@ -73,6 +79,8 @@ class Lift:
     """Its ``volcano.sh/card.name`` as written."""
     gates: tuple[str, ...]
     """Its gates now (the patch tests them: a pod changed meanwhile is judged again, not patched)."""
+    devices: DeviceAmounts = field(default_factory=dict, compare=False)
+    """What its DRA claims ask, per DeviceClass (empty for a pod without claims): counted while in flight."""
 
     @property
     def narrows(self) -> bool:
@@ -157,12 +165,18 @@ def gate_operations(manifest: Manifest) -> list[PatchOperation]:
 
 def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     """Whether a pod being created waits at the gate: an unbound card pod that its queue's card quota will charge
-    (the same charge the ledger counts: :func:`~cardquota.core.usage.pod_charge`). A pod created with
-    ``spec.nodeName`` skips every scheduler, and the API server refuses gates on it."""
-    if pod.bound or pod.card_name is None or not snapshot.charges_a_queue(pod):
+    (the same charge the ledger counts: :func:`~cardquota.core.usage.pod_charge`), or an unbound pod naming DRA
+    claims in a queue that a DRA capability bounds (its own or an ancestor's: what the claims ask is read when the
+    gate is lifted, a template may not exist yet). A pod created with ``spec.nodeName`` skips every scheduler, and
+    the API server refuses gates on it."""
+    if pod.bound or not snapshot.charges_a_queue(pod):
         return False
-    charge = pod_charge(pod, snapshot.queue_of(pod), None, snapshot.catalog().resources)
-    return charge is not None and charge.bucket is Bucket.PENDING
+    queue = snapshot.queue_of(pod)
+    if pod.card_name is not None:
+        charge = pod_charge(pod, queue, None, snapshot.catalog().resources)
+        if charge is not None and charge.bucket is Bucket.PENDING:
+            return True
+    return bool(pod.claims) and bounded(queue, snapshot.queue_dra, snapshot.queue_parents())
 
 
 def ancestry(snapshot: ClusterSnapshot, queue: str) -> list[str]:
@@ -221,20 +235,67 @@ class _Room:
         return None
 
 
+class _DraRoom:
+    """DRA devices held per queue (each queue: itself and the queues below it), and the capabilities over them."""
+
+    def __init__(self, snapshot: ClusterSnapshot, readable: bool) -> None:
+        self.snapshot = snapshot
+        self.readable = readable
+        self.parents = snapshot.queue_parents()
+        self.held: dict[str, DeviceAmounts] = {}
+
+    def take(self, queue: str, request: DeviceAmounts, sign: int = 1) -> None:
+        if request:
+            take(self.held, queue, request, self.parents, sign)
+
+    def short(self, queue: str, request: DeviceAmounts) -> DraShortage | None:
+        return shortage(queue, request, self.held, self.snapshot.queue_dra, self.parents) if request else None
+
+    def bounded(self, queue: str) -> bool:
+        return bounded(queue, self.snapshot.queue_dra, self.parents)
+
+
+def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
+               ) -> tuple[_DraRoom, dict[str, set[ObjectKey]]]:
+    """What the pods naming DRA claims hold (bound or past the gate, and the lifts in flight), and those of them
+    waiting at the gate in a queue a DRA capability bounds — O(pods naming claims)."""
+    snapshot = ledger.snapshot
+    room = _DraRoom(snapshot, readable)
+    waiting: dict[str, set[ObjectKey]] = {}
+    for key in ledger.claiming_pods():
+        pod = snapshot.pods[key]
+        if pod.terminated or pod.releasing or key in flying or not snapshot.charges_a_queue(pod):
+            continue
+        queue = snapshot.queue_of(pod)
+        if pod.gate is not None and not pod.bound:
+            if room.bounded(queue):
+                waiting.setdefault(queue, set()).add(key)
+        else:
+            room.take(queue, snapshot.dra_request(pod))
+    for lift in flying.values():
+        room.take(lift.queue, lift.devices)
+    return room, waiting
+
+
 def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
                head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO,
-               only: Collection[ObjectKey] | None = None) -> GateRound:
+               only: Collection[ObjectKey] | None = None, *, dra_readable: bool = True) -> GateRound:
     """Which gated pods to let through now, and why the others wait (see the module rules). ``ledger``: a
     :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not yet seen back from the watch;
     ``only``: judge only the units with a pod among these (the others neither go through nor count as ahead: a
-    simulation judging one workload at a time, in its own order)."""
+    simulation judging one workload at a time, in its own order); ``dra_readable``: the DRA claims have been read
+    (else a pod that needs them waits)."""
     snapshot = ledger.snapshot
     flying = {lift.pod: lift for lift in in_flight}
-    gated = ledger.gated_pods()
+    gated: Mapping[str, set[ObjectKey]] = ledger.gated_pods()
+    dra, dra_gated = _dra_state(ledger, flying, dra_readable)
+    if dra_gated:
+        gated = {queue: gated.get(queue, set()) | dra_gated.get(queue, set()) for queue in set(gated) | set(dra_gated)}
     held = {queue: ledger.held_cards(queue) for queue in set(gated) | set(ledger.queue_names())}
     room = _Room(snapshot, held)
     for lift in flying.values():
-        room.take(lift.queue, lift.card_type, lift.cards)
+        if lift.cards:
+            room.take(lift.queue, lift.card_type, lift.cards)
     free = _free_cards(snapshot, held, flying.values())
     units = _units(ledger, snapshot, gated, flying)
     result = GateRound()
@@ -253,9 +314,9 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
         if queue in blocked:
             result.waits.append(Wait(keys_, unit.group, queue, blocked[queue]))
             continue
-        lifts, shortage = _fit(unit, room, free)
+        lifts, short = _fit(unit, room, free, dra)
         if lifts is None:
-            reason = f"waiting at the card-quota gate: {shortage}; {_pods(before)} ahead"
+            reason = f"waiting at the card-quota gate: {short}; {_pods(before)} ahead"
             result.waits.append(Wait(keys_, unit.group, queue, reason))
             if unit.group is not None:
                 failed_groups.add(unit.group)
@@ -344,40 +405,72 @@ def _unit(queue: str, pods: Sequence[Pod], group: ObjectKey | None, *, after_gan
                  after_gang, incomplete)
 
 
-def _fit(unit: _Unit, room: _Room, free: dict[str, int]) -> tuple[list[Lift] | None, str]:
-    """The lifts of a unit whose pods all fit (the room and the free cards taken), else None and why not."""
+def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple[list[Lift] | None, str]:
+    """The lifts of a unit whose pods all fit (the room, the free cards and the DRA room taken), else None and why
+    not."""
     if unit.incomplete is not None:
         exist, wanted = unit.incomplete
         return None, (f"{exist} of the {wanted} pods of its gang ({_unit_name(unit)}'s minMember) exist; "
                       "the gang goes through together")
-    taken: list[tuple[str, str, int]] = []
+    taken: list[tuple[str, int]] = []
+    devices_taken: list[DeviceAmounts] = []
     lifts: list[Lift] = []
-    shortage = ""
+
+    def undo() -> None:  # all or nothing
+        for card, cards in taken:
+            room.take(unit.queue, card, -cards)
+            free[card] = free.get(card, 0) + cards
+        for request in devices_taken:
+            dra.take(unit.queue, request, -1)
+
     for pod in unit.pods:
         card_name = pod.card_name or ""
         amount = unit.cards[pod.key]
-        fitting = []
-        for card in card_alternatives(card_name):
-            short = room.short(unit.queue, card, amount)
-            if short is None:
-                fitting.append(card)
-            elif not shortage:
-                shortage = _shortage(unit.queue, card, short)
-        if not fitting:
-            for queue, card, cards in taken:  # all or nothing
-                room.take(queue, card, -cards)
-                free[card] = free.get(card, 0) + cards
-            return None, shortage
-        choice = next((card for card in fitting if free.get(card, 0) >= amount), fitting[0])
-        room.take(unit.queue, choice, amount)
-        free[choice] = free.get(choice, 0) - amount
-        taken.append((unit.queue, choice, amount))
+        choice = ""
+        if amount:
+            fitting = []
+            reason = ""
+            for card in card_alternatives(card_name):
+                short = room.short(unit.queue, card, amount)
+                if short is None:
+                    fitting.append(card)
+                elif not reason:
+                    reason = _shortage(unit.queue, card, short)
+            if not fitting:
+                undo()
+                return None, reason
+            choice = next((card for card in fitting if free.get(card, 0) >= amount), fitting[0])
+            room.take(unit.queue, choice, amount)
+            free[choice] = free.get(choice, 0) - amount
+            taken.append((choice, amount))
+        request = dra.snapshot.dra_request(pod) if pod.claims and dra.bounded(unit.queue) else {}
+        if pod.claims and dra.bounded(unit.queue) and not dra.readable:
+            undo()
+            return None, "the DRA ResourceClaims are not read yet"
+        devices_short = dra.short(unit.queue, request)
+        if devices_short is not None:
+            undo()
+            return None, _dra_shortage(unit.queue, devices_short)
+        dra.take(unit.queue, request)
+        devices_taken.append(request)
         assert pod.gate is not None
-        lifts.append(Lift(pod.key, pod.uid, unit.queue, choice, amount, card_name, pod.gate.gates))
+        lifts.append(Lift(pod.key, pod.uid, unit.queue, choice or card_name, amount, card_name, pod.gate.gates,
+                          request))
     return lifts, ""
 
 
 def _shortage(queue: str, card: str, short: tuple[str, int, int]) -> str:
     where, free, limit = short
-    named = f"queue {queue}" if where == queue else f"queue {queue} (parent {where})"
-    return f"{named} has {free} of {limit} {card} free"
+    return f"{_named(queue, where)} has {free} of {limit} {card} free"
+
+
+def _dra_shortage(queue: str, short: DraShortage) -> str:
+    if short.what == "devices":
+        free = max(0, int(short.limit) - int(short.held)) if short.limit.isdigit() else 0
+        return f"{_named(queue, short.queue)} has {free} of {short.limit} {short.device_class} devices free"
+    return (f"{_named(queue, short.queue)} has too little {short.device_class} {short.what} quota: total would be "
+            f"{number(short.total)}, but capability is {short.limit}")
+
+
+def _named(queue: str, where: str) -> str:
+    return f"queue {queue}" if where == queue else f"queue {queue} (parent {where})"

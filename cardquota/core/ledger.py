@@ -39,6 +39,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
+from cardquota.core.dra_claims import asked, is_claim
 from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULERS
 from cardquota.core.objects import (
     CPU_MEMORY,
@@ -48,6 +49,7 @@ from cardquota.core.objects import (
     Pod,
     PodGroup,
     forget_shared,
+    read_meta,
     share,
 )
 from cardquota.core.quantity import format_quantity
@@ -278,6 +280,8 @@ class Ledger:
     as written: with the allocated bucket, what the queue holds for the gate (:meth:`held_cards`)."""
     _gated_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
     """Per queue, its card pods waiting at cardquota's gate."""
+    _claiming: KeySet = field(default_factory=dict)
+    """The pods that name DRA claims (what the gate reads for the DRA quotas: O(such pods), not O(pods))."""
     changes: ChangeLog = field(default_factory=ChangeLog, repr=False)
     """The queues, nodes, PodGroups and pods touched since the publisher last drained it."""
     published_usage: bool = False
@@ -326,6 +330,8 @@ class Ledger:
                     by_kind[kind].append(manifest)
                 elif workload_key(manifest) is not None:
                     ledger.upsert(manifest)  # a workload: kept for the HPA rule, as upsert would
+                elif is_claim(manifest):
+                    ledger.upsert_claim(manifest)  # what the card-quota gate reads for the DRA quotas
             ledger._deferred_groups = set()
             try:
                 for manifest in by_kind[Kind.NAMESPACE]:
@@ -352,6 +358,9 @@ class Ledger:
     def upsert(self, manifest: Manifest) -> None:
         """Apply an ADDED or MODIFIED object. Raises InputError (with a field path) for a malformed object."""
         kind = kind_of(manifest)
+        if kind is None and is_claim(manifest):
+            self.upsert_claim(manifest)
+            return
         if kind is None and (workload := workload_key(manifest)) is not None:
             self.snapshot.workloads[workload] = template_only(manifest)  # only the HPA rule reads it
             return
@@ -370,7 +379,9 @@ class Ledger:
         """Apply a DELETED object (only its kind and identity are read)."""
         kind = kind_of(manifest)
         if kind is None:
-            if (workload := workload_key(manifest)) is not None:
+            if is_claim(manifest):
+                self.delete_claim(manifest)
+            elif (workload := workload_key(manifest)) is not None:
                 self.snapshot.workloads.pop(workload, None)
             return
         key = object_key(kind, manifest)
@@ -386,6 +397,19 @@ class Ledger:
             self.delete_pod(key)
 
     # ------------------------------------------------------------------------------------------------ events
+
+    def upsert_claim(self, manifest: Manifest) -> None:
+        """A DRA ResourceClaim or ResourceClaimTemplate: what it asks (its status, the allocation, is not read)."""
+        key = read_meta(manifest, namespaced=True).key
+        table = self.snapshot.claim_templates if manifest.get("kind") == "ResourceClaimTemplate" else \
+            self.snapshot.claims
+        table[key] = asked(manifest)
+
+    def delete_claim(self, manifest: Manifest) -> None:
+        key = read_meta(manifest, namespaced=True).key
+        table = self.snapshot.claim_templates if manifest.get("kind") == "ResourceClaimTemplate" else \
+            self.snapshot.claims
+        table.pop(key, None)
 
     def upsert_node(self, record: NodeRecord) -> None:
         name = record.node.name
@@ -616,6 +640,10 @@ class Ledger:
     def gated_pods(self) -> dict[str, set[ObjectKey]]:
         """Per queue, its card pods waiting at cardquota's gate (the sets are the ledger's own: read, not kept)."""
         return self._gated_by_queue
+
+    def claiming_pods(self) -> Iterable[ObjectKey]:
+        """The pods that name DRA claims (the ledger's own index: read, not kept)."""
+        return self._claiming.keys()
 
     def group_pods(self, key: ObjectKey) -> Iterable[ObjectKey]:
         """The pods naming PodGroup ``key``."""
@@ -874,12 +902,16 @@ class Ledger:
             _index(self._pods_by_node, pod.node_name, pod.key)
         if group_key := pod.group_key:
             _index(self._pods_by_group, group_key, pod.key)
+        if pod.claims:
+            self._claiming[pod.key] = None
 
     def _unindex_pod(self, pod: Pod) -> None:
         if pod.node_name:
             _unindex(self._pods_by_node, pod.node_name, pod.key)
         if group_key := pod.group_key:
             _unindex(self._pods_by_group, group_key, pod.key)
+        if pod.claims:
+            self._claiming.pop(pod.key, None)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core import keys
+from cardquota.core.dra_claims import ClaimRef, claim_refs
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
 from cardquota.core.quantity import parse_quantity
@@ -311,6 +312,8 @@ class Pod(NamedTuple):
     """``spec.schedulerName`` ("" when unset: as written by the tests' builders; the API server defaults it to
     ``default-scheduler``). See :meth:`ClusterSnapshot.charges_a_queue
     <cardquota.core.snapshot.ClusterSnapshot.charges_a_queue>`."""
+    claims: tuple[ClaimRef, ...] = ()
+    """The DRA claims ``spec.resourceClaims`` names (:func:`~cardquota.core.dra_claims.claim_refs`)."""
 
     @property
     def meta(self) -> ObjectMeta:
@@ -320,7 +323,8 @@ class Pod(NamedTuple):
 
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
-           shared: bool = False, deleting: bool = False, gate: GateState | None = None, scheduler: str = "") -> Pod:
+           shared: bool = False, deleting: bool = False, gate: GateState | None = None, scheduler: str = "",
+           claims: tuple[ClaimRef, ...] = ()) -> Pod:
         """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
         pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not kept (see
         :attr:`uid`)."""
@@ -350,6 +354,7 @@ class Pod(NamedTuple):
             resource_version,
             gate,
             scheduler,
+            claims,
         ))
 
     @property
@@ -387,8 +392,9 @@ class Pod(NamedTuple):
         scheduler = _optional_string(spec.get("schedulerName"), "spec.schedulerName")
         if cached:
             scheduler = _intern(scheduler, scheduler)
+        claims = claim_refs(spec) if spec.get("resourceClaims") else ()
         return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
-                      gate=gate, scheduler=scheduler)
+                      gate=gate, scheduler=scheduler, claims=claims)
 
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
@@ -403,7 +409,7 @@ class Pod(NamedTuple):
                           NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS), meta.uid, meta.resource_version)
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
                       shared=True, deleting=self.deleting, gate=self.gate,
-                      scheduler=_intern(self.scheduler, self.scheduler))
+                      scheduler=_intern(self.scheduler, self.scheduler), claims=self.claims)
 
 
 def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:

@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from cardquota.core import keys
 from cardquota.core.cards import CardKind, NodeCards, discover_card_types
+from cardquota.core.dra_claims import DeviceAmounts, pod_request
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, Node, ObjectKey, Pod, PodGroup, Queue, read_meta
 from cardquota.core.quota import CardAmounts, card_quota
@@ -328,6 +329,10 @@ class ClusterSnapshot:
     podgroups: dict[ObjectKey, PodGroup] = field(default_factory=dict)
     pods: dict[ObjectKey, Pod] = field(default_factory=dict)
     workloads: dict[WorkloadKey, Manifest] = field(default_factory=dict)
+    claims: dict[ObjectKey, DeviceAmounts] = field(default_factory=dict)
+    """DRA ResourceClaims (when the cache follows them), what each asks per DeviceClass."""
+    claim_templates: dict[ObjectKey, DeviceAmounts] = field(default_factory=dict)
+    """DRA ResourceClaimTemplates, likewise."""
     """Deployments, StatefulSets, ReplicaSets, DaemonSets, Jobs and CronJobs as written (for the HPA rule)."""
     complete: bool = False
     namespace_queues: dict[str, str] = field(default_factory=dict)
@@ -431,6 +436,19 @@ class ClusterSnapshot:
 
     def children_of(self, queue: str) -> list[QueueRecord]:
         return [record for record in self.queues.values() if record.queue.parent == queue]
+
+    def dra_request(self, pod: Pod) -> DeviceAmounts:
+        """What the pod's DRA claims ask together, per DeviceClass (claims and templates not known: nothing)."""
+        return pod_request(pod.key[0], pod.claims, self.claims, self.claim_templates) if pod.claims else {}
+
+    def queue_dra(self, queue: str) -> object:
+        """The queue's ``spec.dra`` as written (None when the queue is not known)."""
+        record = self.queues.get(queue)
+        return record.queue.dra if record is not None else None
+
+    def queue_parents(self) -> dict[str, str]:
+        """Each queue's parent (``spec.parent``, "" when unset), by name."""
+        return {name: record.queue.parent for name, record in self.queues.items()}
 
 
 def node_record(manifest: Manifest) -> NodeRecord:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cardquota.core.dra_claims import is_claim
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import read_meta
@@ -26,8 +27,6 @@ from cardquota.core.workloads import workload_key
 DELETED = "DELETED"
 Identity = tuple[str, str, str]
 """(kind, namespace, name) of a cached object (see :meth:`ClusterCache.identity`)."""
-SINK_ONLY_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
-"""Kinds only a sink reads (the extender's DRA quota); the admission ledger has no use for them."""
 
 
 class CacheSink(Protocol):
@@ -120,7 +119,7 @@ class ClusterCache:
         workload = workload_key(manifest)
         if workload is not None:
             return (f"{workload[0]}/{workload[1]}", workload[2], workload[3])
-        if self.sink is not None and manifest.get("kind") in SINK_ONLY_KINDS:
+        if is_claim(manifest):  # (DRA claims: the extender's session and the card-quota gate read them)
             meta = read_meta(manifest, namespaced=True)
             return (str(manifest.get("kind")), meta.key[0], meta.key[1])
         return None

@@ -309,3 +309,136 @@ def test_each_waiting_pod_and_the_podgroup_of_a_waiting_gang_are_told_why() -> N
         ("Pod", "ml", "w-1"): "waiting at the card-quota gate: x",
         ("PodGroup", "ml", "job"): "waiting at the card-quota gate: x",
         ("Pod", "ml", "solo"): "waiting at the card-quota gate: y"}
+
+
+# ----------------------------------------------------------------------------------------------- DRA quotas
+
+H100_CLASS = "nvidia-h100"
+
+
+def dra_queue(name: str, count: int | None = None, *, parent: str | None = None,
+              capacity: dict[str, str] | None = None) -> dict[str, Any]:
+    """A queue bounding the DRA DeviceClass ``nvidia-h100`` (``count`` devices, ``capacity`` dimensions)."""
+    made = queue(name, parent=parent)
+    entry: dict[str, Any] = {}
+    if count is not None:
+        entry["count"] = count
+    if capacity:
+        entry["capacity"] = capacity
+    made["spec"]["dra"] = {"capability": {H100_CLASS: entry}}
+    return made
+
+
+def template(name: str, count: int = 1, memory: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": H100_CLASS, "count": count}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}}
+
+
+def claiming(name: str, claim: str = "two", *, queue_name: str = "team", is_template: bool = True,
+             gated_: bool = True, created: str = T0, node_name: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A pod without card.name naming one DRA claim (a template by default)."""
+    made = pod(name, namespace="ml", queue=queue_name, gated=gated_, created=created, uid=f"uid-{name}",
+               node_name=node_name, **fields)
+    made["spec"]["resourceClaims"] = [{"name": "gpu", ("resourceClaimTemplateName" if is_template
+                                                        else "resourceClaimName"): claim}]
+    return made
+
+
+def test_a_pod_naming_claims_goes_through_while_its_devices_fit_its_queues_dra_capability() -> None:
+    """team may use 4 nvidia-h100 devices; each pod's template asks 2: two pods go through, the third waits with
+    the gate's sentence."""
+    result = decide(dra_queue("team", 4), template("two", 2), claiming("a", created=at(1)),
+                    claiming("b", created=at(2)), claiming("c", created=at(3)))
+    assert [lift.pod[1] for lift in result.lifts] == ["a", "b"]
+    assert [lift.card_type for lift in result.lifts] == ["", ""]  # (no card: nothing narrowed)
+    assert not result.lifts[0].narrows
+    assert reasons(result) == {("c",): "waiting at the card-quota gate: queue team has 0 of 4 nvidia-h100 devices "
+                                       "free; 2 pods ahead"}
+
+
+def test_bound_pods_pods_past_the_gate_and_lifts_in_flight_hold_their_devices() -> None:
+    bound = claiming("bound", gated_=False, node_name="h100-1")
+    past = claiming("past", gated_=False)
+    assert reasons(decide(dra_queue("team", 4), template("two", 2), bound, past, claiming("c"))) == {
+        ("c",): "waiting at the card-quota gate: queue team has 0 of 4 nvidia-h100 devices free; 0 pods ahead"}
+    [first] = decide(dra_queue("team", 4), template("two", 2), bound, claiming("c")).lifts
+    assert reasons(decide(dra_queue("team", 4), template("two", 2), bound, claiming("c"), claiming("d", created=at(5)),
+                          in_flight=(first,))) == {
+        ("d",): "waiting at the card-quota gate: queue team has 0 of 4 nvidia-h100 devices free; 0 pods ahead"}
+    done = claiming("done", gated_=False, node_name="h100-1")
+    done["status"] = {"phase": "Succeeded"}
+    assert [lift.pod[1] for lift in decide(dra_queue("team", 4), template("two", 2), done, past,
+                                           claiming("c")).lifts] == ["c"]
+
+
+def test_a_parents_dra_capability_holds_across_its_children_and_capacity_dimensions_count() -> None:
+    org = dra_queue("org", 3)
+    children = [dra_queue("team-a", 2, parent="org"), dra_queue("team-b", 2, parent="org")]
+    result = decide(org, *children, template("one", 1), claiming("a1", "one", queue_name="team-a", created=at(1)),
+                    claiming("a2", "one", queue_name="team-a", created=at(2)),
+                    claiming("b1", "one", queue_name="team-b", created=at(3)),
+                    claiming("b2", "one", queue_name="team-b", created=at(4)))
+    assert [lift.pod[1] for lift in result.lifts] == ["a1", "a2", "b1"]
+    assert reasons(result) == {("b2",): "waiting at the card-quota gate: queue team-b (parent org) has 0 of 3 "
+                                        "nvidia-h100 devices free; 1 pod ahead"}
+    memory = decide(dra_queue("team", capacity={"memory": "80Gi"}), template("big", 1, memory="48Gi"),
+                    claiming("m1", "big", created=at(1)), claiming("m2", "big", created=at(2)))
+    assert [lift.pod[1] for lift in memory.lifts] == ["m1"]
+    assert reasons(memory) == {("m2",): "waiting at the card-quota gate: queue team has too little nvidia-h100 "
+                                        "memory quota: total would be 103079215104, but capability is 80Gi; 1 pod "
+                                        "ahead"}
+
+
+def test_a_card_gang_with_claims_goes_through_only_when_cards_and_devices_both_fit() -> None:
+    group = podgroup("g", namespace="ml", queue="team")
+    group["spec"]["minMember"] = 2
+    members = [gated(f"g-{index}", group="g", created=at(index)) for index in range(2)]
+    for member in members:
+        member["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two"}]
+    team = dra_queue("team", 3)
+    team["metadata"]["annotations"] = {keys.CARD_QUOTA: '{"NVIDIA-A100": 4}'}
+    result = decide(team, template("two", 2), group, *members)
+    assert result.lifts == []
+    assert set(reasons(result).values()) == {
+        "waiting at the card-quota gate: queue team has 1 of 3 nvidia-h100 devices free; 0 pods ahead"}
+    team["spec"]["dra"]["capability"][H100_CLASS]["count"] = 4
+    assert [(lift.pod[1], lift.card_type) for lift in decide(team, template("two", 2), group, *members).lifts] == [
+        ("g-0", A100), ("g-1", A100)]
+
+
+def test_pods_naming_claims_wait_until_the_claims_are_read() -> None:
+    ledger = Ledger.build([*NODES, dra_queue("team", 4), template("two", 2), claiming("a")])
+    result = gate_round(ledger, dra_readable=False)
+    assert result.lifts == []
+    assert reasons(result) == {("a",): "waiting at the card-quota gate: the DRA ResourceClaims are not read yet; "
+                                       "0 pods ahead"}
+    assert [lift.pod[1] for lift in gate_round(ledger).lifts] == ["a"]
+
+
+@pytest.mark.parametrize(("manifests", "expected"), [
+    ([dra_queue("team", 4), claiming("p", gated_=False)], True),
+    ([dra_queue("org", 4), queue("team", parent="org"), claiming("p", gated_=False)], True),  # an ancestor's bound
+    ([queue("team"), claiming("p", gated_=False)], False),  # no DRA capability over the queue
+    ([dra_queue("team", 4), claiming("p", gated_=False, node_name="h100-1")], False),  # created bound
+    ([dra_queue("team", 4), pod("p", namespace="ml", queue="team")], False),  # names no claim
+])
+def test_which_pods_naming_claims_are_gated(manifests: list[dict[str, Any]], expected: bool) -> None:
+    ledger = Ledger.build([*NODES, *manifests])
+    [manifest] = [m for m in manifests if m["kind"] == "Pod"]
+    assert needs_gate(Pod.from_manifest(manifest), ledger.snapshot) is expected
+
+
+def test_claims_follow_their_objects_through_updates_and_deletes() -> None:
+    ledger = Ledger.build([*NODES, dra_queue("team", 4), claiming("a", "solo", is_template=False)])
+    assert [lift.pod[1] for lift in gate_round(ledger).lifts] == ["a"]  # (a claim not known asks nothing)
+    claim = template("solo", 6)
+    claim["kind"] = "ResourceClaim"
+    claim["spec"] = claim["spec"]["spec"]
+    ledger.upsert(claim)
+    assert gate_round(ledger).lifts == []
+    ledger.delete(claim)
+    assert [lift.pod[1] for lift in gate_round(ledger).lifts] == ["a"]
