@@ -89,6 +89,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     tasks: list[asyncio.Task[None]] = []
     runners: list[web.AppRunner] = []
     reflectors: list[Reflector] = []
+    claim_watches: list[Reflector] = []
     try:
         if role.serves_webhooks:
             runners.append(await serve_admissions(settings, cache, api, tasks))
@@ -105,7 +106,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
             arguments = await asyncio.to_thread(plugin_arguments, api, settings.namespace)
             keeper = Gatekeeper(cache, api, is_leader=leads, head_of_line=settings.gate_order,
                                 listed_since=functools.partial(listed_anew, reflectors, LISTED_KINDS),
-                                predecessor_done=functools.partial(predecessor_done, leader)) \
+                                predecessor_done=functools.partial(predecessor_done, leader),
+                                dra_readable=functools.partial(claims_current, claim_watches)) \
                 if settings.card_gate else None
             publisher = Publisher(cache, api, window=settings.publish_window, is_leader=leads,
                                   capacity_card=arguments,
@@ -118,7 +120,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         runners.append(await serve_http(metrics_app(cache, publisher, queues=role.runs_controllers), settings.host,
                                         settings.metrics_port, settings.limits))
         await follow(cache, api, stop, tasks, started=started, pods=role.follows_pods,
-                     namespaces=settings.map_namespace_queues, reflectors=reflectors)
+                     namespaces=settings.map_namespace_queues, reflectors=reflectors,
+                     claims=settings.card_gate and role.runs_controllers, claim_watches=claim_watches)
     finally:
         for task in tasks:
             task.cancel()
@@ -126,6 +129,14 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
                 await task
         for runner in runners:
             await runner.cleanup()
+
+
+def claims_current(claim_watches: list[Reflector]) -> bool:
+    """Whether the DRA claims the card-quota gate reads are in the cache and current: every claim reflector has
+    listed, its kind is served, and its watch is not failing (what it holds may otherwise miss claims created
+    since)."""
+    return bool(claim_watches) and all(reflector.synced.is_set() and reflector.served and not reflector.behind()
+                                       for reflector in claim_watches)
 
 
 def predecessor_done(leader: LeaderElection, since: float) -> float:

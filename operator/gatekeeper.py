@@ -101,6 +101,9 @@ class Gatekeeper:
     """Given when this replica began leading, when (on :attr:`clock`) the former holder's writes had ended: by
     default that same moment; the Lease's expiry when known (:attr:`LeaderElection.predecessor_done`), so a replica
     whose start-up list began after it needs no second list."""
+    dra_readable: Callable[[], bool] = lambda: True
+    """Whether the cache's DRA ResourceClaims and templates are read and current (their reflectors listed, served
+    and not failing): until then a pod naming claims under a DRA quota waits."""
     clock: Callable[[], float] = time.monotonic
     stats: GateStats = field(default_factory=GateStats)
     in_flight: dict[ObjectKey, Flight] = field(default_factory=dict)
@@ -165,7 +168,7 @@ class Gatekeeper:
         for flight in [flight for flight in self.in_flight.values() if flight.unsettled and flight.read_after <= now]:
             await self._read_back(flight, "an earlier write's outcome unknown")
         decided = gate_round(self.cache.ledger, [flight.lift for flight in self.in_flight.values()],
-                             self.head_of_line)
+                             self.head_of_line, dra_readable=self.dra_readable())
         self.stats.rounds += 1
         self.stats.waiting = len(decided.waits)
         self.last_round = decided

@@ -42,16 +42,19 @@ async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", tok
 
 
 @contextlib.asynccontextmanager
-async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any,
-                                         reflectors: list[Reflector] | None = None) -> AsyncIterator[ClusterCache]:
+async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any, reflectors: list[Reflector] | None = None,
+                                         claim_watches: list[Reflector] | None = None
+                                         ) -> AsyncIterator[ClusterCache]:
     """``follow`` (the cache, then Kopf) as `cardquota operator` runs it: through a kubeconfig, no Connection.
-    Yields the cache once it has synced (its reflectors put in ``reflectors``); leaving stops Kopf and every task it
+    Yields the cache once it has synced (its reflectors put in ``reflectors``; with ``claim_watches``, DRA claims
+    followed too, their reflectors put there); leaving stops Kopf and every task it
     started."""
     api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(kmock.url), insecure=True))
     cache = ClusterCache()
     stop, started = asyncio.Event(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
-    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started, reflectors=reflectors))
+    following = asyncio.create_task(follow(cache, api, stop, tasks, started=started, reflectors=reflectors,
+                                           claims=claim_watches is not None, claim_watches=claim_watches))
     try:
         await asyncio.wait_for(started.wait(), timeout=15)
         yield cache

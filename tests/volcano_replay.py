@@ -88,8 +88,18 @@ from typing import Any
 
 import aiohttp
 from polling import eventually
-from volcano_payloads import (ALLOCATED, PENDING, PIPELINED, RELEASING, RUNNING, job_info, node_info, queue_info,
-                              session_open, task_info)
+from volcano_payloads import (
+    ALLOCATED,
+    PENDING,
+    PIPELINED,
+    RELEASING,
+    RUNNING,
+    job_info,
+    node_info,
+    queue_info,
+    session_open,
+    task_info,
+)
 
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.scheduling.extender import Extender

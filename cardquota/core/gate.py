@@ -254,6 +254,16 @@ class _DraRoom:
     def bounded(self, queue: str) -> bool:
         return bounded(queue, self.snapshot.queue_dra, self.parents)
 
+    def unread(self, pod: Pod) -> str:
+        """Why what the pod's claims ask cannot be told yet ("" when it can): the claims are not read, or one it
+        names is not known (created after the pod, and the watch has not brought it yet)."""
+        if not self.readable:
+            return "the DRA ResourceClaims are not read yet"
+        for template, name in pod.claims:
+            if (pod.key[0], name) not in (self.snapshot.claim_templates if template else self.snapshot.claims):
+                return f"its {'ResourceClaimTemplate' if template else 'ResourceClaim'} {name} is not known yet"
+        return ""
+
 
 def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
                ) -> tuple[_DraRoom, dict[str, set[ObjectKey]]]:
@@ -443,10 +453,11 @@ def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple
             room.take(unit.queue, choice, amount)
             free[choice] = free.get(choice, 0) - amount
             taken.append((choice, amount))
-        request = dra.snapshot.dra_request(pod) if pod.claims and dra.bounded(unit.queue) else {}
-        if pod.claims and dra.bounded(unit.queue) and not dra.readable:
+        judged = bool(pod.claims) and dra.bounded(unit.queue)
+        if judged and (unread := dra.unread(pod)):
             undo()
-            return None, "the DRA ResourceClaims are not read yet"
+            return None, unread
+        request = dra.snapshot.dra_request(pod) if judged else {}
         devices_short = dra.short(unit.queue, request)
         if devices_short is not None:
             undo()

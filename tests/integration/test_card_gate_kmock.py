@@ -22,6 +22,7 @@ from cardquota.kube import WatchEvent, api_client
 from cardquota.operator.controller import Publisher
 from cardquota.operator.gatekeeper import LISTED_KINDS, Gatekeeper
 from cardquota.operator.reflector import Reflector, listed_anew
+from cardquota.processes import claims_current
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
@@ -242,3 +243,66 @@ async def test_a_pod_left_at_the_gate_gets_an_event_saying_why_and_the_next_sent
         assert event["message"] == "waiting at the card-quota gate: queue team has 0 of 2 NVIDIA-A100 free; " \
                                    "1 pod ahead"
         assert keeper.sentence(("Pod", "ml", "first")) is None
+
+
+def dra_pod(name: str, second: int) -> dict[str, Any]:
+    """A gated pod without cards naming the ResourceClaimTemplate ``two`` (2 nvidia-h100 devices)."""
+    made = pod(name, namespace="ml", queue="team", gated=True, created=f"2026-12-07T10:00:{second:02d}Z",
+               uid=f"uid-{name}")
+    made["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two"}]
+    return made
+
+
+async def test_pods_naming_dra_claims_go_through_as_their_devices_fit_the_queues_dra_quota(
+        volcano_kmock: Any, tmp_path: Any) -> None:
+    """The DRA quota at the gate, through the claim reflectors as the operator runs them: nothing goes through
+    until the claims are read; then two pods asking 2 devices each fill team's 4, the third waits until one ends."""
+    team = queue("team")
+    team["spec"]["dra"] = {"capability": {"nvidia-h100": {"count": 4}}}
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = team
+    for index, name in enumerate(("first", "second", "third")):
+        volcano_kmock.objects[PODS, "ml", name] = dra_pod(name, index)
+    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
+        volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
+            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
+    volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = {
+        "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "nvidia-h100", "count": 2}]}}}}
+    claim_watches: list[Reflector] = []
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        keeper = Gatekeeper(cache, api, takeover_wait=0, dra_readable=functools.partial(claims_current, claim_watches))
+        await eventually(lambda: claims_current(claim_watches)
+                         and ("ml", "two") in cache.ledger.snapshot.claim_templates)
+        decided = await keeper.round()
+        assert decided is not None
+        assert sorted(lift.pod[1] for lift in decided.lifts) == ["first", "second"]
+        assert gates(volcano_kmock, "third") == [{"name": keys.CARD_GATE}]
+        assert [wait.reason for wait in decided.waits] == [
+            "waiting at the card-quota gate: queue team has 0 of 4 nvidia-h100 devices free; 2 pods ahead"]
+        await eventually(lambda: cache.ledger.snapshot.pods[("ml", "second")].gate is None)
+        url = f"{str(volcano_kmock.url).rstrip('/')}/api/v1/namespaces/ml/pods/first"
+        async with aiohttp.ClientSession() as session, session.delete(url) as response:
+            assert response.status < 300, await response.text()
+        await eventually(lambda: ("ml", "first") not in cache.ledger.snapshot.pods)
+        released = await keeper.round()
+        assert released is not None
+        assert [lift.pod[1] for lift in released.lifts] == ["third"]
+
+
+async def test_pods_naming_dra_claims_wait_while_no_dra_version_is_served(volcano_kmock: Any, tmp_path: Any) -> None:
+    team = queue("team")
+    team["spec"]["dra"] = {"capability": {"nvidia-h100": {"count": 4}}}
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = team
+    volcano_kmock.objects[PODS, "ml", "p"] = dra_pod("p", 0)
+    claim_watches: list[Reflector] = []
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches) as cache:
+        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+        keeper = Gatekeeper(cache, api, takeover_wait=0, dra_readable=functools.partial(claims_current, claim_watches))
+        await eventually(lambda: all(reflector.synced.is_set() for reflector in claim_watches) and claim_watches)
+        decided = await keeper.round()
+        assert decided is not None
+        assert decided.lifts == []
+        assert [wait.reason for wait in decided.waits] == [
+            "waiting at the card-quota gate: the DRA ResourceClaims are not read yet; 0 pods ahead"]

@@ -117,6 +117,13 @@ def made(kmock: Any, *wanted: tuple[str, str]) -> bool:
     return all(item in seen for item in wanted)
 
 
+def serve_dra(kmock: Any) -> None:
+    """kmock serves resource.k8s.io's claims (v1beta1), as a cluster with DRA does."""
+    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
+        kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
+            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
+
+
 async def renew_certificate(kmock: Any) -> None:
     """A certificate close to expiry is replaced in the Secret (a patch)."""
     api = api_client(Connection(host=str(kmock.url).rstrip("/"), insecure=True))
@@ -151,12 +158,14 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))  # renew the Lease within the test
     await webhook_configurations(volcano_kmock)
+    serve_dra(volcano_kmock)
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
                                 publish_window=0.1, card_gate=True):
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
-                                      ("get", "pods"), ("patch", "pods")), timeout=20)
+                                      ("get", "pods"), ("patch", "pods"), ("watch", "resourceclaims"),
+                                      ("watch", "resourceclaimtemplates")), timeout=20)
     await renew_certificate(volcano_kmock)
     assert_exactly_granted(volcano_kmock, setup_requests, *rbac())
 
@@ -175,12 +184,14 @@ async def test_the_webhook_process_is_granted_exactly_what_it_calls(volcano_kmoc
 async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_kmock: Any, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(LeaderElection.run, "__defaults__", (0.2,))
+    serve_dra(volcano_kmock)
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
                                 publish_window=0.1, role=Role.CONTROLLER, card_gate=True):
         await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
-                                      ("get", "pods"), ("patch", "pods")), timeout=20)
+                                      ("get", "pods"), ("patch", "pods"), ("watch", "resourceclaims"),
+                                      ("watch", "resourceclaimtemplates")), timeout=20)
     gate = tmp_path / "gate-role.yaml"
     gate.write_text(gate_role())
     assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml", str(gate)))
@@ -220,10 +231,7 @@ async def test_the_extender_is_granted_exactly_what_it_calls_and_patches_only_th
 
             await eventually(ready, timeout=20)
             await eventually(lambda: made(volcano_kmock, ("create", "events")), timeout=20)
-            for plural, kind in (("resourceclaims", "ResourceClaim"),
-                                 ("resourceclaimtemplates", "ResourceClaimTemplate")):
-                volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
-                    "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
+            serve_dra(volcano_kmock)
             for manifest in (mgpu_pod("busy", node_name="m1"), mgpu_pod("mine")):
                 async with session.post("/allocateFunc", json={"task": task_info(manifest, status=ALLOCATED,
                                                                                  node="m1")}) as response:

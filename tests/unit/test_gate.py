@@ -433,12 +433,18 @@ def test_which_pods_naming_claims_are_gated(manifests: list[dict[str, Any]], exp
 
 
 def test_claims_follow_their_objects_through_updates_and_deletes() -> None:
+    """A claim the watch has not brought yet: the pod waits (it would otherwise count as asking nothing)."""
     ledger = Ledger.build([*NODES, dra_queue("team", 4), claiming("a", "solo", is_template=False)])
-    assert [lift.pod[1] for lift in gate_round(ledger).lifts] == ["a"]  # (a claim not known asks nothing)
+    assert reasons(gate_round(ledger)) == {("a",): "waiting at the card-quota gate: its ResourceClaim solo is not "
+                                                   "known yet; 0 pods ahead"}
     claim = template("solo", 6)
     claim["kind"] = "ResourceClaim"
     claim["spec"] = claim["spec"]["spec"]
     ledger.upsert(claim)
-    assert gate_round(ledger).lifts == []
-    ledger.delete(claim)
+    assert reasons(gate_round(ledger)) == {("a",): "waiting at the card-quota gate: queue team has 4 of 4 nvidia-h100 "
+                                                   "devices free; 0 pods ahead"}
+    claim["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    ledger.upsert(claim)
     assert [lift.pod[1] for lift in gate_round(ledger).lifts] == ["a"]
+    ledger.delete(claim)
+    assert gate_round(ledger).lifts == []

@@ -150,7 +150,9 @@ def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
         expected[(group, plural, "")] = {"list", "watch"}
     expected[("", "nodes", "")].add("patch")  # volcano.sh/card.types
     expected[("", "pods", "")] |= {"get", "patch"}  # the card-quota gate (ClusterRole cardquota-card-gate): a pod
-    # read before its A|B request is narrowed, and the lift written
+    # read before its A|B request is narrowed, and the lift written; and the DRA claims it reads for DRA quotas
+    for plural, _ in CLAIM_KINDS:
+        expected[("resource.k8s.io", plural, "")] = {"list", "watch"}
     expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage
     expected[("", "events", "")] = {"create"}
     expected[("apiextensions.k8s.io", "customresourcedefinitions", "queues.scheduling.volcano.sh")] = {"get"}
@@ -245,8 +247,9 @@ def test_the_card_pod_mutation_fails_closed_with_the_gate_and_open_without() -> 
     to Ignore, drops the gate's role and binding and the Deployments' CARDQUOTA_CARD_GATE."""
     (hook,) = [hook for hook in _webhooks("MutatingWebhookConfiguration") if hook["name"] == GATED_MUTATION]
     assert hook["failurePolicy"] == "Fail"
-    assert hook["matchConditions"] == [{"name": "card-pods-only", "expression": (
-        "has(object.metadata.annotations) && 'volcano.sh/card.name' in object.metadata.annotations")}]
+    assert hook["matchConditions"] == [{"name": "card-or-dra-claim-pods-only", "expression": (
+        "(has(object.metadata.annotations) && 'volcano.sh/card.name' in object.metadata.annotations) || "
+        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)")}]
     assert {"name": "CARDQUOTA_CARD_GATE", "value": "1"} in CONTAINER["env"]
     component = _documents(MANIFESTS / "components" / "no-card-gate" / "kustomization.yaml")[0]
     patched = [json.dumps(patch) for patch in component["patches"]]

@@ -471,3 +471,30 @@ def test_no_fail_closed_webhook_receives_every_write(hook: dict[str, Any]) -> No
     above)."""
     own = {"not-cardquota-itself"}
     assert {condition["name"] for condition in hook.get("matchConditions") or []} - own, hook["name"]
+
+
+def test_with_the_gate_pods_naming_dra_claims_reach_the_pod_mutation_and_are_gated_under_a_dra_quota() -> None:
+    """The gate's pod mutation is called for card pods and for pods naming DRA claims (its matchCondition), and
+    the mutation gates the latter when a DRA capability bounds their queue; a pod naming neither is not sent."""
+    cache = _cluster()
+    bounded = queue("dra-team")
+    bounded["spec"]["dra"] = {"capability": {"gpu.example.com": {"count": 2}}}
+    cache.apply("ADDED", bounded)
+    gating = Admission(cache, PolicyConfig(card_gate=True), own_users=Settings(namespace=NAMESPACE).own_users)
+
+    def claiming(queue_name: str) -> dict[str, Any]:
+        made = pod("p", namespace="ml", queue=queue_name)
+        made["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+        return made
+
+    def patched(manifest: dict[str, Any]) -> bool:
+        request = AdmissionRequest("uid-1", "", "Pod", "CREATE", "ml", "p", manifest, None, False, "alice")
+        return bool(gating.review(request, mutating=True).patch)
+
+    assert "pods.mutate.cardquota.io" in called("Pod", claiming("dra-team"))
+    assert patched(claiming("dra-team"))
+    assert "pods.mutate.cardquota.io" in called("Pod", claiming("team-a"))  # (no DRA bound there: not gated)
+    assert not patched(claiming("team-a"))
+    plain = pod("p", namespace="ml", queue="dra-team")
+    assert "pods.mutate.cardquota.io" not in called("Pod", plain)
+    assert not patched(plain)

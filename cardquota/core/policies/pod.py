@@ -102,6 +102,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
             violations.append(finding)
         elif finding is not None:
             warnings.append(finding)
+        if config.card_gate and old is None and pod.claims and not violations and needs_gate(pod, snapshot):
+            patch = gate_operations(manifest)  # (DRA claims under a DRA quota: the gate reads them)
     return decide(violations, warnings, patch)
 
 

@@ -19,8 +19,13 @@ from volcano_payloads import ALLOCATED, RUNNING, job_info, node_info, task_info
 
 from cardquota.core.objects import ObjectKey
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
-from cardquota.core.scheduling.extender import (ASSUMED_SECONDS, CYCLE_SECONDS, SESSION_SECONDS, STRANGERS_PER_CYCLE,
-                                                Extender)
+from cardquota.core.scheduling.extender import (
+    ASSUMED_SECONDS,
+    CYCLE_SECONDS,
+    SESSION_SECONDS,
+    STRANGERS_PER_CYCLE,
+    Extender,
+)
 from cardquota.core.scheduling.mgpu import MGPUConfig
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.runtime.cache import ClusterCache
