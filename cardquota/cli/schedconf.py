@@ -105,7 +105,7 @@ def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -
         if args.managed != "auto":
             raise InputError("--managed-resources applies with --card-gate off only: with the gate, the stanza "
                              "sends the extender only the tasks placement still needs")
-        gated = gated_stanza(offered, crossquota=crossquota, dra_queues=dra)
+        gated = gated_stanza(offered, crossquota=crossquota)
         _say_gated(gated, err)
         stanza = extender_stanza(url=args.extender_url, gated=gated)
     else:

@@ -829,7 +829,7 @@ def test_with_the_gate_mgpu_nodes_need_the_task_verbs_for_their_tasks_only() -> 
     (leak,) = doctor.check_scheduler(scheduler_configmap(), target(), nodes=node_list, card_gate=True)
     assert leak.status.value == "warn"
     assert any("placement still needs: nodes offer mGPU" in line for line in leak.details), leak.details
-    stanza = extender_stanza(gated=gated_stanza(sorted(mgpu), crossquota=False, dra_queues=()))
+    stanza = extender_stanza(gated=gated_stanza(sorted(mgpu), crossquota=False))
     assert stanza["arguments"]["extender.managedResources"] == sorted(mgpu)
     assert stanza["arguments"]["extender.ignorable"] is False
     fixed = with_conf(yaml.safe_dump(merged_conf(None, stanza)))

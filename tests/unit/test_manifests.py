@@ -764,7 +764,7 @@ def test_the_shipped_fragment_is_the_stanza_the_cli_merges() -> None:
     ``kubectl cardquota scheduler-conf`` merges; the whole-ConfigMap example is that command's output for a cluster
     with no ConfigMap (Volcano's default configuration, the user's plugins kept), not a second definition."""
     fragment = yaml.safe_load((MANIFESTS / "components" / "extender" / "extender-plugin.conf").read_text())
-    gated = extender_stanza(gated=gated_stanza((), crossquota=False, dra_queues=()))  # (the gate is on as shipped)
+    gated = extender_stanza(gated=gated_stanza((), crossquota=False))  # (the gate is on as shipped)
     assert fragment == [gated]
     (example,) = _documents(REPO / "crds" / "examples" / "volcano-scheduler-configmap-extender.yaml")
     assert yaml.safe_load(example["data"]["volcano-scheduler.conf"]) == merged_conf(None, gated)

@@ -27,6 +27,7 @@ from cardquota.core.schedconf.extender import (
     enqueue_leaks,
     managed_resource_leaks,
     offered_resources,
+    placement_needs,
     plugin_entries,
 )
 from cardquota.core.schedconf.fragment import DEFAULT_CONF, extender_stanza, merged_conf
@@ -103,6 +104,19 @@ def test_managed_resources_leaks(stanza: dict[str, Any], crossquota: bool, capab
     assert len(leaks) == expected
     if expected and not crossquota and not capability:
         assert "huawei.com/Ascend910, nvidia.com/mig-1g.5gb" in leaks[0].message
+
+
+def test_dra_quotas_need_every_task_at_the_extender_without_the_gate_and_none_with_it() -> None:
+    """Without the gate the extender checks a queue's DRA quota per task: managedResources would keep pods without
+    cards (the usual DRA pods) from it. With the gate the gate holds the DRA quotas: only mGPU tasks must reach it,
+    and the gated stanza asks no task verb for DRA quotas."""
+    (entry,) = plugin_entries(conf([managed("nvidia.com/gpu")]))
+    offered = {"nvidia.com/gpu"}
+    [leak] = managed_resource_leaks(entry, offered, crossquota=False, capability_queues=[], dra_queues=["team-a"])
+    assert "the DRA quotas of team-a not checked for them" in leak.message
+    assert managed_resource_leaks(entry, offered, crossquota=False, capability_queues=[], dra_queues=["team-a"],
+                                  card_gate=True) == []
+    assert placement_needs(offered, crossquota=False) == []
 
 
 def test_arguments_written_twice_and_differently_are_named() -> None:

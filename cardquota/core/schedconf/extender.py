@@ -141,9 +141,9 @@ def managed_resource_leaks(entry: PluginEntry, offered: Iterable[str], *, crossq
                            dra_queues: Sequence[str] = ()) -> list[Leak]:
     """What ``managedResources`` keeps from the extender: card resources nodes offer that it does not list, and —
     when it is set at all — every pod without a card resource (crossquota and the queues' cpu/memory capability
-    check those at placement). With the card-quota gate (``card_gate``) the gate holds the card quotas: only the
-    mGPU resources must reach it (the card indexes), the capability is checked at enqueue, and crossquota and DRA
-    quotas still need every pod."""
+    check those at placement, and the DRA quotas). With the card-quota gate (``card_gate``) the gate holds the card
+    and DRA quotas: only the mGPU resources must reach it (the card indexes), the capability is checked at enqueue,
+    and crossquota still needs every pod."""
     managed = managed_resources(entry)
     if managed is None:
         return []
@@ -160,7 +160,7 @@ def managed_resource_leaks(entry: PluginEntry, offered: Iterable[str], *, crossq
         unreached.append("crossquota")
     if capability_queues and not card_gate:
         unreached.append(f"the cpu/memory capability of {_listed(list(capability_queues))}")
-    if dra_queues and card_gate:
+    if dra_queues and not card_gate:
         unreached.append(f"the DRA quotas of {_listed(list(dra_queues))}")
     if unreached:
         leaks.append(Leak(path, "managedResources is set, so pods without cards skip the extender's predicate: "
@@ -257,11 +257,11 @@ def _listed(names: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------------------------------- together
 
 
-def placement_needs(offered: Iterable[str], *, crossquota: bool, dra_queues: Sequence[str]) -> list[str]:
+def placement_needs(offered: Iterable[str], *, crossquota: bool) -> list[str]:
     """With the card-quota gate: why tasks must still reach the extender's task verbs when placed, one phrase each
-    (empty: they need not — the gate holds the card quotas and the enqueue check the cpu/memory capability)."""
-    needs = (["crossquota is configured (every task)"] if crossquota else []) + (
-        [f"queues {_listed(list(dra_queues))} have a DRA quota (every task)"] if dra_queues else [])
+    (empty: they need not — the gate holds the card and DRA quotas, and the enqueue check the cpu/memory
+    capability)."""
+    needs = ["crossquota is configured (every task)"] if crossquota else []
     if set(offered) & set(MGPU_RESOURCES):
         needs.append("nodes offer mGPU (its tasks get their card indexes when placed)")
     return needs
@@ -274,15 +274,15 @@ def conf_leaks(scheduler: Sequence[PluginEntry], *, offered: Iterable[str], capa
     extender: ``offered``, the card and mGPU resources nodes offer (:func:`offered_resources`);
     ``capability_queues``, the queues with a cpu/memory ``spec.capability``; ``arguments``, the entries of the
     extender's conf when it is known (the source of the plugins' arguments), else the scheduler's are taken;
-    ``card_gate``, whether the card-quota gate holds the card quotas (then the task verbs are needed only for what
-    ``dra_queues``, crossquota and mGPU need at placement)."""
+    ``card_gate``, whether the card-quota gate holds the card and DRA quotas (then the task verbs are needed only
+    for what crossquota and mGPU need at placement); ``dra_queues``, the queues with a DRA quota."""
     extender = extender_entry(scheduler)
     if extender is None:
         return []
     offered = list(offered)
     source = scheduler if arguments is None else arguments
     crossquota = "crossquota" in plugin_arguments(source)
-    needs = placement_needs(offered, crossquota=crossquota, dra_queues=dra_queues) if card_gate else None
+    needs = placement_needs(offered, crossquota=crossquota) if card_gate else None
     leaks = [*task_verb_leaks(extender, needs), *enqueue_leaks(scheduler)]
     leaks += managed_resource_leaks(extender, offered, crossquota=crossquota, capability_queues=capability_queues,
                                     card_gate=card_gate, dra_queues=dra_queues)

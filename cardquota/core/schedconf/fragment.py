@@ -10,7 +10,7 @@ voter of that tier, and with no voter in an earlier tier), else at the end of th
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +56,8 @@ class GatedStanza:
     The gate decides, once per pod and ahead of Volcano's cycle, whether a card pod's cards fit its queue and every
     ancestor, and pins an ``A|B`` request to one type; the extender's per-(task, node) ``predicate`` and per-task
     ``prioritize`` are then needed only for the rules that are per node by nature: an mGPU pod's card indexes (its
-    tasks only: ``managedResources`` lists the mGPU resources) and crossquota or a queue's DRA quota (every task:
-    neither can be told from a task's resource names)."""
+    tasks only: ``managedResources`` lists the mGPU resources) and crossquota (every task: it cannot be told from a
+    task's resource names). The gate holds the queues' DRA quotas too."""
 
     placement: bool
     """The task verbs (predicate, prioritize, allocateFunc, deallocateFunc, jobReady, onSessionClose) are set."""
@@ -75,16 +75,15 @@ class GatedStanza:
         return not self.placement
 
 
-def gated_stanza(offered: Iterable[str], *, crossquota: bool, dra_queues: Sequence[str]) -> GatedStanza:
+def gated_stanza(offered: Iterable[str], *, crossquota: bool) -> GatedStanza:
     """The stanza's shape with the card-quota gate on: ``offered`` the card and mGPU resources nodes offer,
-    ``crossquota`` whether the crossquota plugin is configured, ``dra_queues`` the queues with a ``spec.dra``
-    quota. A queue's cpu/memory ``spec.capability`` is checked at enqueue (the job's ``minResources``), once per
-    job; Volcano's own proportion or capacity plugin caps a set capability at placement."""
+    ``crossquota`` whether the crossquota plugin is configured. A queue's cpu/memory ``spec.capability`` is checked
+    at enqueue (the job's ``minResources``), once per job; Volcano's own proportion or capacity plugin caps a set
+    capability at placement; the gate holds the card and DRA quotas."""
     offered = list(offered)
-    needs = placement_needs(offered, crossquota=crossquota, dra_queues=dra_queues)
+    needs = placement_needs(offered, crossquota=crossquota)
     mgpu = tuple(sorted(set(offered) & set(MGPU_RESOURCES)))
-    every_task = crossquota or bool(dra_queues)
-    return GatedStanza(bool(needs), None if every_task or not needs else mgpu, tuple(needs))
+    return GatedStanza(bool(needs), None if crossquota or not needs else mgpu, tuple(needs))
 
 
 DEFAULT_CONF: Mapping[str, Any] = {
