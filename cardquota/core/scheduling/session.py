@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from cardquota.core.dra_claims import asked, claim_refs, pod_request
+from cardquota.core.dra_claims import claim_refs, pod_request
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
@@ -151,8 +151,7 @@ class Session:
         self.nodes: dict[str, Manifest] = {}
         self.pods: dict[ObjectKey, Manifest] = {}
         self.queue_specs: dict[str, Mapping[str, Any]] = {}
-        self.claims: dict[ObjectKey, dra.DeviceAmounts] = {}
-        self.claim_templates: dict[ObjectKey, dra.DeviceAmounts] = {}
+        claims: list[Manifest] = []
         self.podgroup_conditions: dict[ObjectKey, list[Any]] = {}
         """``status.conditions`` of the PodGroups that have some (the scheduler's last word, for ``explain``)."""
         for manifest in manifests:
@@ -172,12 +171,12 @@ class Session:
             elif kind is Kind.QUEUE:
                 spec = manifest.get("spec")
                 self.queue_specs[name] = spec if isinstance(spec, MAPPING_TYPES) else {}
-            elif manifest.get("kind") == "ResourceClaim":
-                self.claims[(namespace, name)] = asked(manifest)
-            elif manifest.get("kind") == "ResourceClaimTemplate":
-                self.claim_templates[(namespace, name)] = asked(manifest)
+            elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
+                claims.append(manifest)
         self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues,
                                    volcano_schedulers=self.config.scheduler_names)
+        for manifest in claims:  # (kept by the ledger, which the card-quota gate reads too)
+            self.ledger.upsert_claim(manifest)
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
         self.node_pods: dict[str, set[ObjectKey]] = {name: set() for name in self.nodes}
         self.queue_used: dict[str, dict[str, Fraction]] = {}
@@ -207,6 +206,15 @@ class Session:
         if self._parents is None:
             self._parents = {name: record.queue.parent for name, record in self.ledger.snapshot.queues.items()}
         return self._parents
+
+    @property
+    def claims(self) -> dict[ObjectKey, dra.DeviceAmounts]:
+        """DRA ResourceClaims, what each asks (the ledger's)."""
+        return self.ledger.snapshot.claims
+
+    @property
+    def claim_templates(self) -> dict[ObjectKey, dra.DeviceAmounts]:
+        return self.ledger.snapshot.claim_templates
 
     def view(self, key: ObjectKey) -> Pod:
         return self.ledger.snapshot.pods[key]
@@ -547,9 +555,9 @@ class Session:
         claims = self.claim_templates if template else self.claims
         previous = claims.get(key)
         if deleted:
-            claims.pop(key, None)
+            self.ledger.delete_claim(manifest)
         else:
-            claims[key] = asked(manifest)
+            self.ledger.upsert_claim(manifest)
         if claims.get(key) == previous:
             return  # (a status update: the claim's allocation, not what it asks for)
         reference = "resourceClaimTemplateName" if template else "resourceClaimName"

@@ -403,3 +403,29 @@ def test_simulate_tables_fit_80_columns_and_wide_keeps_every_column() -> None:
     assert wide.getvalue().splitlines()[0].split() == ["POD", "NODE", "CARD-TYPE", "GPU-INDEXES", "REASON"]
     assert "team-b/too-big            Pending  Queue team-b has insufficient NVIDIA-A100 quota: requested 64, " \
            "total would be 64, but capability is 3" in wide.getvalue()
+
+
+def test_with_the_gate_pods_naming_dra_claims_wait_for_their_queues_dra_quota() -> None:
+    """team-a may use 2 devices of the DeviceClass ``gpu.example.com``; three single-pod jobs whose pods name a
+    template asking one device each: the gate lets two through, the third waits with the gate's DRA sentence."""
+    team = queue("team-a")
+    team["spec"]["dra"] = {"capability": {"gpu.example.com": {"count": 2}}}
+    team["spec"]["capability"] = {"cpu": "8", "memory": "8Gi"}
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one", "namespace": "ml"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": "gpu.example.com"}}]}}}}
+    workload = []
+    for name in ("first", "second", "third"):
+        job = volcano_job(name, A100, 1, request={}, queue_name="team-a", min_available=1)
+        job["metadata"]["annotations"] = {}
+        spec = job["spec"]["tasks"][0]["template"]
+        spec["metadata"] = {}
+        spec["spec"] = {"containers": [{"name": "w", "resources": {"requests": {"cpu": "1"}}}],
+                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one"}]}
+        workload.append(job)
+    result = simulate([node("n1"), team, template], workload, UNLIMITED, card_gate=True)
+    assert {name: outcome.phase for name, outcome in result.podgroups.items()} == {
+        "ml/first": "Running", "ml/second": "Running", "ml/third": "Inqueue"}
+    assert result.podgroups["ml/third"].reason == (
+        "waiting at the card-quota gate: queue team-a has 0 of 2 gpu.example.com devices free; 0 pods ahead")
