@@ -384,6 +384,14 @@ DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 Kubernetes 1.34 on (v1beta1 and v1beta2 only when enabled there), v1beta1 is what 1.32 serves."""
 
 
+def dra_resources(version: str) -> tuple[tuple[str, str, str, str], ...]:
+    """ResourceClaims and ResourceClaimTemplates read through ``version`` of ``resource.k8s.io`` (as
+    :data:`CARD_RESOURCES` lists kinds)."""
+    return tuple((f"/apis/{DRA_GROUP}/{version}", plural, kind, f"{DRA_GROUP}/{version}")
+                 for plural, kind in (("resourceclaims", "ResourceClaim"),
+                                      ("resourceclaimtemplates", "ResourceClaimTemplate")))
+
+
 def preferred_dra_version(served: Iterable[str]) -> str | None:
     """The first of :data:`DRA_VERSIONS` among the versions ``served``; None when none is."""
     offered = set(served)

@@ -69,17 +69,26 @@ class Cluster:
             self._api = _kube(lambda: api_client(kubeconfig=self.kubeconfig, context=self.context))
         return self._api
 
-    def objects(self, *, workloads: bool = False, namespaces: bool = False) -> list[Manifest]:
+    def objects(self, *, workloads: bool = False, namespaces: bool = False, claims: bool = False) -> list[Manifest]:
         """Nodes, Queues, PodGroups and Pods — and, with ``workloads``, the Deployments, StatefulSets and ReplicaSets
-        an HPA can scale, with ``namespaces`` the Namespaces, when this user may list them (offline: whatever the
-        files hold)."""
+        an HPA can scale, with ``namespaces`` the Namespaces, with ``claims`` the DRA ResourceClaims and templates
+        (when ``resource.k8s.io`` is served), when this user may list them (offline: whatever the files hold)."""
         if not self.live:
             documents = load_paths(self.files)
             validate(documents)
             return [document.manifest for document in documents]
-        from cardquota.kube import CARD_RESOURCES, NAMESPACE_RESOURCES, WORKLOAD_RESOURCES, list_all
+        from cardquota.kube import (
+            CARD_RESOURCES,
+            NAMESPACE_RESOURCES,
+            WORKLOAD_RESOURCES,
+            dra_resources,
+            list_all,
+            served_dra_version,
+        )
 
         optional = (*(WORKLOAD_RESOURCES if workloads else ()), *(NAMESPACE_RESOURCES if namespaces else ()))
+        if claims and (version := _kube(lambda: served_dra_version(self.api()))) is not None:
+            optional = (*optional, *dra_resources(version))
         return _kube(lambda: list(list_all(self.api(), CARD_RESOURCES, optional=optional)))
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
@@ -312,7 +321,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     refreshes = 0
     warned: set[str] = set()
     while True:
-        objects = cluster.objects(namespaces=args.map_namespace_queues)
+        objects = cluster.objects(namespaces=args.map_namespace_queues, claims=True)
         ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
                               volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS)
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
@@ -376,7 +385,7 @@ def nodes_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cluster = _cluster(args)
-    objects = cluster.objects(namespaces=args.map_namespace_queues)
+    objects = cluster.objects(namespaces=args.map_namespace_queues, claims=True)
     submitted = load_paths(args.files) if args.files else []
     if submitted:
         validate(submitted)

@@ -158,7 +158,7 @@ def _at_the_gate(session: Session, key: ObjectKey, explanation: Explanation) -> 
     sentence = decided.sentences().get(("Pod", key[0], key[1]))
     if sentence is not None:
         explanation.blockers.append(f"{sentence[0].upper()}{sentence[1:]} (cardquota's controller lets it through "
-                                    "when its cards fit its queue and every ancestor).")
+                                    "when what it asks fits its queue and every ancestor).")
     elif any(lift.pod == key for lift in decided.lifts):
         explanation.facts.append(f"It carries the card-quota gate ({keys.CARD_GATE}) and its cards fit: cardquota's "
                                  "controller lets it through in its next round (if it stays gated, see kubectl "

@@ -105,3 +105,26 @@ async def test_explain_job_falls_back_to_the_podgroup_its_controller_made(volcan
     assert err == ("note: no Volcano Job ml/gone in the cluster: explaining the PodGroup its job controller made, "
                    "ml/gone-5f0c1a52, and its pods\n")
     assert text.startswith("PodGroup ml/gone-5f0c1a52:\n")
+
+
+async def test_explain_reads_the_dra_claims_a_gated_pod_names(volcano_kmock: Any, tmp_path: Path) -> None:
+    """A pod naming a ResourceClaimTemplate waits at the gate under its queue's DRA quota: explain lists the claims
+    through the version the API server serves and gives the gate's sentence (not "not known yet")."""
+    team = queue("team-a")
+    team["spec"]["dra"] = {"capability": {"gpu.example.com": {"count": 1}}}
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = team
+    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
+        volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
+            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
+    volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = {
+        "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two", "namespace": "ml"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "g", "deviceClassName": "gpu.example.com", "count": 2}]}}}}
+    waiting = pod("wants-two", namespace="ml", queue="team-a", gated=True, uid="uid-1")
+    waiting["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "two"}]
+    volcano_kmock.objects["v1/pods", "ml", "wants-two"] = waiting
+    config = kubeconfig(tmp_path, str(volcano_kmock.url))
+    code, text, err = await plugin("explain", "pod/wants-two", "--kubeconfig", config)
+    said = " ".join(text.split())
+    assert "Waiting at the card-quota gate: queue team-a has 1 of 1 gpu.example.com devices free" in said, (said, err)
+    assert code == 1

@@ -267,7 +267,7 @@ def test_a_pod_at_the_card_quota_gate_says_what_the_gate_keeper_would() -> None:
     waiting = explain(cluster, gated_pod("third", 2, 2), UNLIMITED)
     assert waiting.blockers == [
         "Waiting at the card-quota gate: queue team-a has 0 of 4 NVIDIA-A100 free; 2 pods ahead (cardquota's "
-        "controller lets it through when its cards fit its queue and every ancestor)."]
+        "controller lets it through when what it asks fits its queue and every ancestor)."]
     first = explain(cluster, gated_pod("first", 2, 0), UNLIMITED)
     assert not first.blocked
     assert first.facts[-1].startswith("It carries the card-quota gate (cardquota.io/card-quota) and its cards fit")
