@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from cardquota.core.dra_quota import CAPABILITY, ROOT_QUEUE, read_quotas
+from cardquota.core.dra_quota import CAPABILITY, ROOT_QUEUE, Quotas, read_quotas
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.quantity import parse_quantity
@@ -139,23 +139,29 @@ class DraShortage:
     held: Fraction
 
 
-DraOf = Callable[[str], object]
-"""A queue's ``spec.dra`` as written (None or empty when it sets none), by queue name."""
+CapabilityOf = Callable[[str], Quotas]
+"""A queue's ``spec.dra.capability`` read (:func:`capability`), by queue name."""
 
 
-def bounded(queue: str, dra_of: DraOf, parents: Mapping[str, str]) -> bool:
+def capability(dra: object) -> Quotas:
+    """The valid bounds of a queue's ``spec.dra`` (as written) ``capability``; empty when it sets none."""
+    section = dra.get(CAPABILITY) if isinstance(dra, MAPPING_TYPES) else None
+    return read_quotas(section, "spec.dra.capability") if section else {}
+
+
+def bounded(queue: str, capability_of: CapabilityOf, parents: Mapping[str, str]) -> bool:
     """Whether the queue or an ancestor sets a DRA capability (then its pods with claims are judged by it)."""
-    return any(_capability(dra_of(name)) for name in ancestry(queue, parents))
+    return any(capability_of(name) for name in ancestry(queue, parents))
 
 
-def shortage(queue: str, request: DeviceAmounts, held: Mapping[str, DeviceAmounts], dra_of: DraOf,
+def shortage(queue: str, request: DeviceAmounts, held: Mapping[str, DeviceAmounts], capability_of: CapabilityOf,
              parents: Mapping[str, str]) -> DraShortage | None:
     """None when ``held + request`` fits ``spec.dra.capability`` of the queue and each ancestor (a DeviceClass a
     queue sets no bound for is not limited there). ``held``: per queue, what it and the queues below it hold."""
     for name in ancestry(queue, parents):
-        capability = _capability(dra_of(name))
+        bounds = capability_of(name)
         for device_class, wanted in request.items():
-            bound = capability.get(device_class)
+            bound = bounds.get(device_class)
             if bound is None:
                 continue
             have = held.get(name, {}).get(device_class, DeviceAmount())
@@ -174,15 +180,16 @@ def take(held: dict[str, DeviceAmounts], queue: str, request: DeviceAmounts, par
          sign: int = 1) -> None:
     """Add (or take back) a request to what the queue and each ancestor hold."""
     for name in ancestry(queue, parents):
-        queue_held = held.setdefault(name, {})
-        for device_class, amount in request.items():
-            queue_held.setdefault(device_class, DeviceAmount()).add(amount, sign)
+        add(held, name, request, sign)
+
+
+def add(held: dict[str, DeviceAmounts], queue: str, request: DeviceAmounts, sign: int = 1) -> None:
+    """Add (or take back) a request to what one queue holds."""
+    queue_held = held.setdefault(queue, {})
+    for device_class, amount in request.items():
+        queue_held.setdefault(device_class, DeviceAmount()).add(amount, sign)
 
 
 def number(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 
-
-def _capability(dra: object) -> Any:
-    section = dra.get(CAPABILITY) if isinstance(dra, MAPPING_TYPES) else None
-    return read_quotas(section, "spec.dra.capability") if section else {}

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cardquota.core import keys
-from cardquota.core.dra_claims import DeviceAmounts, DraShortage, bounded, number, shortage, take
+from cardquota.core.dra_claims import DeviceAmounts, DraShortage, bounded, capability, number, shortage, take
+from cardquota.core.dra_quota import Quotas
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod
@@ -176,7 +177,8 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
         charge = pod_charge(pod, queue, None, snapshot.catalog().resources)
         if charge is not None and charge.bucket is Bucket.PENDING:
             return True
-    return bool(pod.claims) and bounded(queue, snapshot.queue_dra, snapshot.queue_parents())
+    return bool(pod.claims) and bounded(queue, lambda name: capability(snapshot.queue_dra(name)),
+                                        snapshot.queue_parents())
 
 
 def ancestry(snapshot: ClusterSnapshot, queue: str) -> list[str]:
@@ -243,16 +245,28 @@ class _DraRoom:
         self.readable = readable
         self.parents = snapshot.queue_parents()
         self.held: dict[str, DeviceAmounts] = {}
+        self._capabilities: dict[str, Quotas] = {}
+        self._bounded: dict[str, bool] = {}
+
+    def capability_of(self, queue: str) -> Quotas:
+        """The queue's DRA capability, read once per round."""
+        found = self._capabilities.get(queue)
+        if found is None:
+            found = self._capabilities[queue] = capability(self.snapshot.queue_dra(queue))
+        return found
 
     def take(self, queue: str, request: DeviceAmounts, sign: int = 1) -> None:
         if request:
             take(self.held, queue, request, self.parents, sign)
 
     def short(self, queue: str, request: DeviceAmounts) -> DraShortage | None:
-        return shortage(queue, request, self.held, self.snapshot.queue_dra, self.parents) if request else None
+        return shortage(queue, request, self.held, self.capability_of, self.parents) if request else None
 
     def bounded(self, queue: str) -> bool:
-        return bounded(queue, self.snapshot.queue_dra, self.parents)
+        found = self._bounded.get(queue)
+        if found is None:
+            found = self._bounded[queue] = bounded(queue, self.capability_of, self.parents)
+        return found
 
     def unread(self, pod: Pod) -> str:
         """Why what the pod's claims ask cannot be told yet ("" when it can): the claims are not read, or one it
@@ -267,21 +281,23 @@ class _DraRoom:
 
 def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
                ) -> tuple[_DraRoom, dict[str, set[ObjectKey]]]:
-    """What the pods naming DRA claims hold (bound or past the gate, and the lifts in flight), and those of them
-    waiting at the gate in a queue a DRA capability bounds — O(pods naming claims)."""
+    """The pods naming DRA claims that wait at the gate in a queue a DRA capability bounds, and what the others
+    hold (bound or past the gate, as the ledger keeps it, and the lifts in flight) over each queue's subtree —
+    O(waiting pods + queues), nothing when none waits."""
     snapshot = ledger.snapshot
     room = _DraRoom(snapshot, readable)
     waiting: dict[str, set[ObjectKey]] = {}
-    for key in ledger.claiming_pods():
+    for key in ledger.gated_claiming_pods():
         pod = snapshot.pods[key]
         if pod.terminated or pod.releasing or key in flying or not snapshot.charges_a_queue(pod):
             continue
         queue = snapshot.queue_of(pod)
-        if pod.gate is not None and not pod.bound:
-            if room.bounded(queue):
-                waiting.setdefault(queue, set()).add(key)
-        else:
-            room.take(queue, snapshot.dra_request(pod))
+        if room.bounded(queue):
+            waiting.setdefault(queue, set()).add(key)
+    if not waiting:
+        return room, waiting  # (nothing to judge: what the others hold is not read)
+    for queue, held in ledger.dra_held().items():
+        room.take(queue, held)
     for lift in flying.values():
         room.take(lift.queue, lift.devices)
     return room, waiting

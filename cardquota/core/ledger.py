@@ -39,7 +39,8 @@ from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
-from cardquota.core.dra_claims import asked, is_claim
+from cardquota.core.dra_claims import DeviceAmounts, asked, is_claim
+from cardquota.core.dra_claims import add as dra_add
 from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULERS
 from cardquota.core.objects import (
     CPU_MEMORY,
@@ -282,6 +283,15 @@ class Ledger:
     """Per queue, its card pods waiting at cardquota's gate."""
     _claiming: KeySet = field(default_factory=dict)
     """The pods that name DRA claims (what the gate reads for the DRA quotas: O(such pods), not O(pods))."""
+    _claiming_gated: KeySet = field(default_factory=dict)
+    """Of those, the unbound ones carrying cardquota's gate."""
+    _pods_by_claim: dict[ObjectKey, KeySet] = field(default_factory=dict)
+    """The pods naming each claim or template: (namespace, kind, name) → pods."""
+    _dra_holds: dict[ObjectKey, tuple[str, DeviceAmounts]] = field(default_factory=dict)
+    """Per pod holding DRA devices (bound or past the gate, not ended, charged to a queue): its queue and what its
+    claims ask, as added to :attr:`_dra_held` (taken back exactly)."""
+    _dra_held: dict[str, DeviceAmounts] = field(default_factory=dict)
+    """Per queue, the DRA devices its own pods hold (kept as pods and claims change: a round does not add them up)."""
     changes: ChangeLog = field(default_factory=ChangeLog, repr=False)
     """The queues, nodes, PodGroups and pods touched since the publisher last drained it."""
     published_usage: bool = False
@@ -400,16 +410,40 @@ class Ledger:
 
     def upsert_claim(self, manifest: Manifest) -> None:
         """A DRA ResourceClaim or ResourceClaimTemplate: what it asks (its status, the allocation, is not read)."""
-        key = read_meta(manifest, namespaced=True).key
-        table = self.snapshot.claim_templates if manifest.get("kind") == "ResourceClaimTemplate" else \
-            self.snapshot.claims
-        table[key] = asked(manifest)
+        self._put_claim(manifest, asked(manifest))
 
     def delete_claim(self, manifest: Manifest) -> None:
+        self._put_claim(manifest, None)
+
+    def _put_claim(self, manifest: Manifest, amounts: DeviceAmounts | None) -> None:
         key = read_meta(manifest, namespaced=True).key
-        table = self.snapshot.claim_templates if manifest.get("kind") == "ResourceClaimTemplate" else \
-            self.snapshot.claims
-        table.pop(key, None)
+        template = manifest.get("kind") == "ResourceClaimTemplate"
+        table = self.snapshot.claim_templates if template else self.snapshot.claims
+        if table.get(key) == amounts:
+            return  # (a status write: the allocation, not what it asks)
+        if amounts is None:
+            table.pop(key, None)
+        else:
+            table[key] = amounts
+        for pod_key in list(self._pods_by_claim.get((key[0], _claim_kind(template), key[1]), ())):
+            self._redo_dra(pod_key)
+
+    def dra_held(self) -> Mapping[str, DeviceAmounts]:
+        """Per queue, the DRA devices its own pods hold (bound or past the gate; the ledger's own: read, not kept)."""
+        return self._dra_held
+
+    def _redo_dra(self, key: ObjectKey) -> None:
+        """Take back what the pod held of DRA devices and count what it holds now."""
+        previous = self._dra_holds.pop(key, None)
+        if previous is not None:
+            dra_add(self._dra_held, previous[0], previous[1], -1)
+        pod = self.snapshot.pods.get(key)
+        if (pod is None or not pod.claims or pod.terminated or pod.releasing or (pod.gate is not None and not pod.bound)
+                or not self.snapshot.charges_a_queue(pod)):
+            return
+        hold = (self.snapshot.queue_of(pod), self.snapshot.dra_request(pod))
+        self._dra_holds[key] = hold
+        dra_add(self._dra_held, hold[0], hold[1])
 
     def upsert_node(self, record: NodeRecord) -> None:
         name = record.node.name
@@ -645,6 +679,10 @@ class Ledger:
         """The pods that name DRA claims (the ledger's own index: read, not kept)."""
         return self._claiming.keys()
 
+    def gated_claiming_pods(self) -> Iterable[ObjectKey]:
+        """The unbound pods naming DRA claims that carry cardquota's gate (the ledger's own index)."""
+        return self._claiming_gated.keys()
+
     def group_pods(self, key: ObjectKey) -> Iterable[ObjectKey]:
         """The pods naming PodGroup ``key``."""
         return self._pods_by_group.get(key, ())
@@ -665,6 +703,8 @@ class Ledger:
         self.snapshot.pods[key] = pod
         self.changes.pod(key)
         self._index_pod(pod)
+        if pod.claims:
+            self._redo_dra(key)
         charge = self._charge_pod(pod)
         if charge is not None:
             self._pod_charges[key] = charge
@@ -680,6 +720,8 @@ class Ledger:
         touched = self.changes.pod
         for key in list(pod_keys):
             touched(key)
+            if key in self._claiming or key in self._dra_holds:
+                self._redo_dra(key)
             old = self._pod_charges.pop(key, None)
             pod = self.snapshot.pods.get(key)
             new = self._charge_pod(pod) if pod is not None else None
@@ -904,6 +946,10 @@ class Ledger:
             _index(self._pods_by_group, group_key, pod.key)
         if pod.claims:
             self._claiming[pod.key] = None
+            if pod.gate is not None and not pod.node_name:
+                self._claiming_gated[pod.key] = None
+            for template, name in pod.claims:
+                _index(self._pods_by_claim, (pod.key[0], _claim_kind(template), name), pod.key)
 
     def _unindex_pod(self, pod: Pod) -> None:
         if pod.node_name:
@@ -912,6 +958,9 @@ class Ledger:
             _unindex(self._pods_by_group, group_key, pod.key)
         if pod.claims:
             self._claiming.pop(pod.key, None)
+            self._claiming_gated.pop(pod.key, None)
+            for template, name in pod.claims:
+                _unindex(self._pods_by_claim, (pod.key[0], _claim_kind(template), name), pod.key)
 
 
 @contextlib.contextmanager
@@ -929,6 +978,10 @@ def _cyclic_collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _claim_kind(template: bool) -> str:
+    return "ResourceClaimTemplate" if template else "ResourceClaim"
 
 
 def _index(index: dict[IndexKey, KeySet], key: IndexKey, item: ObjectKey) -> None:

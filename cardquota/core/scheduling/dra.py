@@ -11,6 +11,7 @@ from cardquota.core.dra_claims import (
     DeviceAmount,
     DeviceAmounts,
     ancestry,
+    capability,
     claim_amounts,
     number,
     shortage,
@@ -27,7 +28,8 @@ def quota_refusal(queue: str, request: DeviceAmounts, allocated: Mapping[str, De
                   queue_specs: Mapping[str, Mapping[str, Any]], parents: Mapping[str, str]) -> Refusal | None:
     """None when ``allocated + request`` fits ``spec.dra.capability`` of the queue and each ancestor (a DeviceClass
     a queue sets no bound for is not limited there)."""
-    short = shortage(queue, request, allocated, lambda name: (queue_specs.get(name) or {}).get("dra"), parents)
+    short = shortage(queue, request, allocated, lambda name: capability((queue_specs.get(name) or {}).get("dra")),
+                     parents)
     if short is None:
         return None
     through = "" if short.queue == queue else f" (through queue {queue})"
