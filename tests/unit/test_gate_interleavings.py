@@ -1,9 +1,10 @@
-"""The card-quota gate over random interleavings of what happens to pods and to the controller: creation (alone or as
-a gang), lifts written, answers lost or refused, binding, deletion, controller restarts, and watch events delivered
-late. Two properties:
+"""The card-quota gate over random interleavings of what happens to pods (card pods and pods naming DRA claims) and
+to the controller: creation (alone or as a gang), lifts written, answers lost or refused, binding, deletion,
+controller restarts, and watch events delivered late. Two properties:
 
 * **never over-admitted** — at every step, in the API server's state (the truth, not the controller's view), no
-  queue or ancestor holds more cards in pods past the gate than its card quota;
+  queue or ancestor holds more cards in pods past the gate than its card quota, nor more DRA devices than its DRA
+  capability;
 * **eventually admitted** — once the watch has caught up and the rounds have settled, every pod still gated is one
   whose cards do not fit (a fresh controller, listing the API anew, would let none through).
 
@@ -28,10 +29,27 @@ from cardquota.core.gate import Lift, ancestry, gate_round
 from cardquota.core.ledger import Ledger
 
 A100 = "NVIDIA-A100"
+DEVICES = "gpu.example.com"
 QUOTAS = {"org": (None, 4), "team-a": ("org", 3), "team-b": ("org", 3)}
-STATIC = [gpu_node("a100-1", A100, 16),
-          *(queue(name, {A100: amount}, parent=parent) for name, (parent, amount) in QUOTAS.items())]
+"""Each queue's parent and its quota: as many A100 cards (``card.quota``) as DRA devices (``spec.dra``)."""
 Manifest = dict[str, Any]
+
+
+def bounded_queue(name: str, parent: str | None, amount: int) -> Manifest:
+    made = queue(name, {A100: amount}, parent=parent)
+    made["spec"]["dra"] = {"capability": {DEVICES: {"count": amount}}}
+    return made
+
+
+def device_template(name: str, count: int) -> Manifest:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "d", "exactly": {"deviceClassName": DEVICES,
+                                                                                 "count": count}}]}}}}
+
+
+STATIC = [gpu_node("a100-1", A100, 16), device_template("one", 1), device_template("two", 2),
+          *(bounded_queue(name, parent, amount) for name, (parent, amount) in QUOTAS.items())]
 
 
 def through(manifest: Manifest) -> bool:
@@ -39,7 +57,13 @@ def through(manifest: Manifest) -> bool:
 
 
 def cards(manifest: Manifest) -> int:
-    return int(manifest["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    limits = manifest["spec"]["containers"][0]["resources"].get("limits") or {}
+    return int(limits.get("nvidia.com/gpu", 0))
+
+
+def devices(manifest: Manifest) -> int:
+    return sum({"one": 1, "two": 2}[claim["resourceClaimTemplateName"]]
+               for claim in manifest["spec"].get("resourceClaims") or [])
 
 
 class GateInterleavings(RuleBasedStateMachine):
@@ -58,29 +82,36 @@ class GateInterleavings(RuleBasedStateMachine):
     def _emit(self, kind: str, manifest: Manifest) -> None:
         self.watch.append((kind, copy.deepcopy(manifest)))
 
-    def _new_pod(self, queue_name: str, gpus: int, group: str | None = None, priority: int = 0) -> None:
+    def _new_pod(self, queue_name: str, gpus: int, group: str | None = None, priority: int = 0,
+                 dra: bool = False) -> None:
+        """A card pod asking ``gpus`` cards, or (``dra``) a pod naming templates for as many DRA devices."""
         self.counter += 1
         name = f"p{self.counter}"
-        manifest = pod(name, namespace="ml", card=A100, gpus=gpus, queue=queue_name, gated=True, group=group,
-                       priority=priority,
+        manifest = pod(name, namespace="ml", card=None if dra else A100, gpus=None if dra else gpus,
+                       queue=queue_name, gated=True, group=group, priority=priority,
                        created=f"2026-12-07T10:{self.counter // 60:02d}:{self.counter % 60:02d}Z",
                        uid=f"uid-{name}")
+        if dra:
+            manifest["spec"]["resourceClaims"] = [
+                {"name": f"d{index}", "resourceClaimTemplateName": template}
+                for index, template in enumerate(["two"] * (gpus // 2) + ["one"] * (gpus % 2))]
         self.api[name] = manifest
         self._emit("upsert", manifest)
 
-    @rule(queue_name=st.sampled_from(["team-a", "team-b"]), gpus=st.integers(1, 3), priority=st.integers(0, 2))
-    def create_pod(self, queue_name: str, gpus: int, priority: int) -> None:
-        self._new_pod(queue_name, gpus, priority=priority)
+    @rule(queue_name=st.sampled_from(["team-a", "team-b"]), gpus=st.integers(1, 3), priority=st.integers(0, 2),
+          dra=st.booleans())
+    def create_pod(self, queue_name: str, gpus: int, priority: int, dra: bool) -> None:
+        self._new_pod(queue_name, gpus, priority=priority, dra=dra)
 
-    @rule(queue_name=st.sampled_from(["team-a", "team-b"]), size=st.integers(2, 3))
-    def create_gang(self, queue_name: str, size: int) -> None:
+    @rule(queue_name=st.sampled_from(["team-a", "team-b"]), size=st.integers(2, 3), dra=st.booleans())
+    def create_gang(self, queue_name: str, size: int, dra: bool) -> None:
         self.counter += 1
         name = f"g{self.counter}"
         group = podgroup(name, namespace="ml", queue=queue_name, min_member=size)
         self.groups[name] = group
         self._emit("upsert", group)
         for _ in range(size):
-            self._new_pod(queue_name, 1, group=name)
+            self._new_pod(queue_name, 1, group=name, dra=dra)
 
     @precondition(lambda self: any(through(m) and not m["spec"].get("nodeName") for m in self.api.values()))
     @rule(data=st.data())
@@ -146,12 +177,15 @@ class GateInterleavings(RuleBasedStateMachine):
     @invariant()
     def never_over_admitted(self) -> None:
         held: dict[str, int] = {}
+        held_devices: dict[str, int] = {}
         for manifest in self.api.values():
             if through(manifest):
                 for member in ancestry(self.ledger.snapshot, manifest["metadata"]["annotations"][keys.QUEUE_NAME]):
                     held[member] = held.get(member, 0) + cards(manifest)
+                    held_devices[member] = held_devices.get(member, 0) + devices(manifest)
         for name, (_, quota) in QUOTAS.items():
-            assert held.get(name, 0) <= quota, f"queue {name} holds {held.get(name)} of {quota}"
+            assert held.get(name, 0) <= quota, f"queue {name} holds {held.get(name)} of {quota} cards"
+            assert held_devices.get(name, 0) <= quota, f"queue {name} holds {held_devices.get(name)} of {quota} devices"
 
     def teardown(self) -> None:
         """Eventually admitted: the watch caught up and the rounds settled, a fresh list lets nothing more through
