@@ -27,15 +27,28 @@ ClaimRef = tuple[bool, str]
 """One entry of a pod's ``spec.resourceClaims``: (names a ResourceClaimTemplate, the claim's or template's name)."""
 
 
+ZERO = Fraction(0)
+
+
 @dataclass
 class DeviceAmount:
-    count: Fraction = Fraction(0)
+    count: int = 0
+    """Devices (whole: a request's ``count``, or 1)."""
     capacity: dict[str, Fraction] = field(default_factory=dict)
+    """Consumable capacity per dimension (quantities: exact fractions)."""
 
     def add(self, other: DeviceAmount, sign: int = 1) -> None:
-        self.count += sign * other.count
-        for dimension, amount in other.capacity.items():
-            self.capacity[dimension] = self.capacity.get(dimension, Fraction(0)) + sign * amount
+        """Add (``sign`` 1) or take back (-1) another amount (no multiplication: this runs once per pod and queue
+        in a gate round)."""
+        capacity = self.capacity
+        if sign > 0:
+            self.count += other.count
+            for dimension, amount in other.capacity.items():
+                capacity[dimension] = capacity.get(dimension, ZERO) + amount
+        else:
+            self.count -= other.count
+            for dimension, amount in other.capacity.items():
+                capacity[dimension] = capacity.get(dimension, ZERO) - amount
 
 
 DeviceAmounts = dict[str, DeviceAmount]
@@ -73,7 +86,7 @@ def claim_amounts(claim_spec: Mapping[str, Any]) -> DeviceAmounts:
         if not isinstance(device_class, str) or not device_class:
             continue
         count = exact.get("count", 1)
-        amount = DeviceAmount(Fraction(count) if isinstance(count, int) and count > 0 else Fraction(1))
+        amount = DeviceAmount(count if type(count) is int and count > 0 else 1)
         capacity = exact.get("capacity")
         dimensions = capacity.get("requests") if isinstance(capacity, MAPPING_TYPES) else None
         for dimension, value in (dimensions if isinstance(dimensions, MAPPING_TYPES) else {}).items():
@@ -134,9 +147,9 @@ class DraShortage:
     queue: str
     device_class: str
     what: str
-    total: Fraction
+    total: Fraction | int
     limit: str
-    held: Fraction
+    held: Fraction | int
 
 
 CapabilityOf = Callable[[str], Quotas]
@@ -190,6 +203,6 @@ def add(held: dict[str, DeviceAmounts], queue: str, request: DeviceAmounts, sign
         queue_held.setdefault(device_class, DeviceAmount()).add(amount, sign)
 
 
-def number(value: Fraction) -> str:
+def number(value: Fraction | int) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 

@@ -54,6 +54,16 @@ def test_gate_bench_reports_its_ratio() -> None:
     assert lines[3].startswith("  ratio ")
 
 
+def test_gate_dra_bench_lets_every_pod_through_and_reports_its_ratio() -> None:
+    result = subprocess.run([sys.executable, "bench/gate_dra.py", "--pods", "400", "--nodes", "20", "--gangs", "2",
+                             "--holders", "50", "--repeats", "1"], cwd=REPO, capture_output=True, text=True,
+                            check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[1].endswith("(16 let through)")
+    assert lines[2].endswith("(16 let through)")
+    assert lines[3].startswith("  ratio ")
+
+
 def test_gate_writes_bench_lets_every_pod_through_and_reports_its_ratio() -> None:
     result = subprocess.run([sys.executable, "bench/gate_writes.py", "--pods", "400", "--nodes", "20", "--gangs",
                              "2", "--runs", "1"], cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
