@@ -59,7 +59,7 @@ def test_gate_dra_bench_lets_every_pod_through_and_reports_its_ratio() -> None:
                              "--holders", "50", "--repeats", "1"], cwd=REPO, capture_output=True, text=True,
                             check=True, timeout=120)
     lines = result.stdout.splitlines()
-    assert lines[1].endswith("(16 let through)")
+    assert lines[1].endswith("; 16 let through)")
     assert lines[2].endswith("(16 let through)")
     assert lines[3].startswith("  ratio ")
 
