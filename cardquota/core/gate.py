@@ -243,10 +243,17 @@ class _DraRoom:
     def __init__(self, snapshot: ClusterSnapshot, readable: bool) -> None:
         self.snapshot = snapshot
         self.readable = readable
-        self.parents = snapshot.queue_parents()
         self.held: dict[str, DeviceAmounts] = {}
+        self._parents: dict[str, str] | None = None
         self._capabilities: dict[str, Quotas] = {}
         self._bounded: dict[str, bool] = {}
+
+    @property
+    def parents(self) -> dict[str, str]:
+        """Each queue's parent (read once per round, and only in a round that judges a pod naming claims)."""
+        if self._parents is None:
+            self._parents = self.snapshot.queue_parents()
+        return self._parents
 
     def capability_of(self, queue: str) -> Quotas:
         """The queue's DRA capability, read once per round."""
@@ -281,9 +288,9 @@ class _DraRoom:
 
 def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
                ) -> tuple[_DraRoom, dict[str, set[ObjectKey]]]:
-    """The pods naming DRA claims that wait at the gate in a queue a DRA capability bounds, and what the others
-    hold (bound or past the gate, as the ledger keeps it, and the lifts in flight) over each queue's subtree —
-    O(waiting pods + queues), nothing when none waits."""
+    """The pods naming DRA claims that wait at the gate (one whose queue no DRA capability bounds any more goes
+    through), and what the others hold (bound or past the gate, as the ledger keeps it, and the lifts in flight)
+    over each queue's subtree — O(waiting pods + queues), nothing when none waits."""
     snapshot = ledger.snapshot
     room = _DraRoom(snapshot, readable)
     waiting: dict[str, set[ObjectKey]] = {}
@@ -291,9 +298,7 @@ def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
         pod = snapshot.pods[key]
         if pod.terminated or pod.releasing or key in flying or not snapshot.charges_a_queue(pod):
             continue
-        queue = snapshot.queue_of(pod)
-        if room.bounded(queue):
-            waiting.setdefault(queue, set()).add(key)
+        waiting.setdefault(snapshot.queue_of(pod), set()).add(key)
     if not waiting:
         return room, waiting  # (nothing to judge: what the others hold is not read)
     for queue, held in ledger.dra_held().items():

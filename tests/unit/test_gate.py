@@ -410,6 +410,10 @@ def test_a_card_gang_with_claims_goes_through_only_when_cards_and_devices_both_f
         ("g-0", A100), ("g-1", A100)]
 
 
+def test_a_pod_gated_under_a_dra_quota_since_removed_goes_through() -> None:
+    assert [lift.pod[1] for lift in decide(queue("team"), template("two", 2), claiming("a")).lifts] == ["a"]
+
+
 def test_pods_naming_claims_wait_until_the_claims_are_read() -> None:
     ledger = Ledger.build([*NODES, dra_queue("team", 4), template("two", 2), claiming("a")])
     result = gate_round(ledger, dra_readable=False)
