@@ -26,11 +26,12 @@ A100 = "NVIDIA-A100"
 NAMESPACE = "cardquota-e2e"
 QUEUE = "e2e-team-a"
 SMALL_QUEUE = "e2e-team-one-card"
+DRA_QUEUE = "e2e-team-one-device"
 
 
 def _clean(kubectl: Kubectl) -> None:
     kubectl.run("delete", "namespace", NAMESPACE, "--wait", "--ignore-not-found", "--timeout=120s")
-    kubectl.run("delete", "queue", QUEUE, SMALL_QUEUE, "e2e-bad", "--ignore-not-found")
+    kubectl.run("delete", "queue", QUEUE, SMALL_QUEUE, DRA_QUEUE, "e2e-bad", "--ignore-not-found")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -167,3 +168,38 @@ def test_a_card_pod_beyond_its_queues_quota_waits_at_the_gate_until_cards_are_re
     kubectl.run("delete", "pod", "first", "-n", namespace, "--wait", "--timeout=60s", "--grace-period=0")
     until(lambda: True if not kubectl.get("pod", "second", namespace)["spec"].get("schedulingGates") else None,
           what="the second pod's gate lifted once the first's card was released")
+
+
+def _claim_pod(name: str, namespace: str) -> dict[str, Any]:
+    """A pod without cards naming the ResourceClaimTemplate ``one-device``, which no scheduler places."""
+    manifest = pod(name, namespace=namespace, queue=DRA_QUEUE)
+    manifest["spec"].update({"schedulerName": "volcano", "nodeSelector": {"cardquota.io/e2e-held": "true"},
+                             "resourceClaims": [{"name": "d", "resourceClaimTemplateName": "one-device"}]})
+    container = manifest["spec"]["containers"][0]
+    container["image"] = "registry.k8s.io/pause:3.10"
+    container["resources"] = {"requests": {"cpu": "10m"}, "claims": [{"name": "d"}]}
+    return manifest
+
+
+def test_a_pod_naming_dra_claims_waits_at_the_gate_under_its_queues_dra_quota(kubectl: Kubectl,
+                                                                             namespace: str) -> None:
+    """Through the real API server (resource.k8s.io/v1): the pod mutation's matchCondition sends pods naming claims,
+    the webhook creates them gated under a queue's DRA capability of one device, the leader (which lists and watches
+    the claims with its ClusterRole) lifts the first and keeps the second gated until the first is deleted."""
+    bounded = queue(DRA_QUEUE)
+    bounded["spec"]["dra"] = {"capability": {"gpu.e2e.example.com": {"count": 1}}}
+    kubectl.apply(bounded)
+    kubectl.apply({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                   "metadata": {"name": "one-device", "namespace": namespace},
+                   "spec": {"spec": {"devices": {"requests": [
+                       {"name": "d", "exactly": {"deviceClassName": "gpu.e2e.example.com"}}]}}}})
+    kubectl.apply(_claim_pod("claims-first", namespace))
+    until(lambda: True if not kubectl.get("pod", "claims-first", namespace)["spec"].get("schedulingGates") else None,
+          what="the first claiming pod's gate lifted")
+    kubectl.apply(_claim_pod("claims-second", namespace))
+    assert kubectl.get("pod", "claims-second", namespace)["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
+    time.sleep(3)  # fifteen of the leader's rounds
+    assert kubectl.get("pod", "claims-second", namespace)["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
+    kubectl.run("delete", "pod", "claims-first", "-n", namespace, "--wait", "--timeout=60s", "--grace-period=0")
+    until(lambda: True if not kubectl.get("pod", "claims-second", namespace)["spec"].get("schedulingGates")
+          else None, what="the second claiming pod's gate lifted once the first's device was released")
