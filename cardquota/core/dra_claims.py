@@ -5,7 +5,9 @@ its queue and of every ancestor queue. Read by the card-quota gate (which admits
 
 Claims are read as ``resource.k8s.io`` writes them: each request names a ``deviceClassName`` and a ``count``
 (default 1; ``allocationMode: All`` counts as 1, the number is only known once allocated), either directly
-(v1beta1) or under ``exactly`` (v1), with consumable capacity in ``capacity.requests``.
+(v1beta1) or under ``exactly`` (v1), with consumable capacity in ``capacity.requests``. A request listing
+alternatives (``firstAvailable``, v1) counts every alternative, as the allocator may take any one of them: a count
+that can delay a pod, never let one past a quota.
 """
 
 from __future__ import annotations
@@ -81,10 +83,23 @@ def claim_amounts(claim_spec: Mapping[str, Any]) -> DeviceAmounts:
         if not isinstance(request, MAPPING_TYPES):
             continue
         exactly = request.get("exactly")
-        exact: Mapping[str, Any] = exactly if isinstance(exactly, MAPPING_TYPES) else request
-        device_class = exact.get("deviceClassName")
-        if not isinstance(device_class, str) or not device_class:
-            continue
+        alternatives = request.get("firstAvailable")
+        if isinstance(exactly, MAPPING_TYPES):
+            choices: list[Any] = [exactly]
+        elif isinstance(alternatives, list):
+            choices = alternatives
+        else:
+            choices = [request]
+        for exact in choices:
+            if isinstance(exact, MAPPING_TYPES):
+                _add_request(amounts, exact)
+    return amounts
+
+
+def _add_request(amounts: DeviceAmounts, exact: Mapping[str, Any]) -> None:
+    """One device request (or sub-request) added to ``amounts``; one naming no DeviceClass is skipped."""
+    device_class = exact.get("deviceClassName")
+    if isinstance(device_class, str) and device_class:
         count = exact.get("count", 1)
         amount = DeviceAmount(count if type(count) is int and count > 0 else 1)
         capacity = exact.get("capacity")
@@ -95,12 +110,19 @@ def claim_amounts(claim_spec: Mapping[str, Any]) -> DeviceAmounts:
             except InputError:
                 continue
         amounts.setdefault(device_class, DeviceAmount()).add(amount)
-    return amounts
 
 
-def claim_refs(pod_spec: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
-    """The claims a pod spec names (``spec.resourceClaims``), in order; entries naming neither are skipped."""
+def claim_refs(pod_spec: Mapping[str, Any], pod_status: object = None) -> tuple[ClaimRef, ...]:
+    """The claims a pod names (``spec.resourceClaims``), in order, each once; entries naming neither are skipped.
+    A template's entry is the ResourceClaim generated from it for the pod once ``status.resourceClaimStatuses`` names
+    it (what the pod holds then, even when the template has gone or changed), the template until then."""
     claims = pod_spec.get("resourceClaims")
+    generated: dict[str, str] = {}
+    statuses = pod_status.get("resourceClaimStatuses") if isinstance(pod_status, MAPPING_TYPES) else None
+    for entry in statuses if isinstance(statuses, list) else []:
+        if (isinstance(entry, MAPPING_TYPES) and isinstance(entry.get("name"), str)
+                and isinstance(claim_name := entry.get("resourceClaimName"), str) and claim_name):
+            generated[entry["name"]] = claim_name
     refs: list[ClaimRef] = []
     for claim in claims if isinstance(claims, list) else []:
         if not isinstance(claim, MAPPING_TYPES):
@@ -108,14 +130,22 @@ def claim_refs(pod_spec: Mapping[str, Any]) -> tuple[ClaimRef, ...]:
         if isinstance(name := claim.get("resourceClaimName"), str) and name:
             refs.append((False, name))
         elif isinstance(name := claim.get("resourceClaimTemplateName"), str) and name:
-            refs.append((True, name))
-    return tuple(refs)
+            made = generated.get(str(claim.get("name")))
+            refs.append((False, made) if made else (True, name))
+    return tuple(dict.fromkeys(refs))
 
 
 def pod_request(namespace: str, refs: Iterable[ClaimRef], claims: Mapping[tuple[str, ...], DeviceAmounts],
                 templates: Mapping[tuple[str, ...], DeviceAmounts]) -> DeviceAmounts:
     """What a pod's claims ask together (a claim or template not known counts as nothing)."""
     return total((templates if template else claims).get((namespace, name), {}) for template, name in refs)
+
+
+def unknown_ref(namespace: str, refs: Iterable[ClaimRef], claims: Mapping[tuple[str, ...], DeviceAmounts],
+                templates: Mapping[tuple[str, ...], DeviceAmounts]) -> ClaimRef | None:
+    """The first claim or template the pod names that is not known (None when all are)."""
+    return next(((template, name) for template, name in refs
+                 if (namespace, name) not in (templates if template else claims)), None)
 
 
 def total(parts: Iterable[DeviceAmounts]) -> DeviceAmounts:

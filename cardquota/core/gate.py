@@ -43,7 +43,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cardquota.core import keys
-from cardquota.core.dra_claims import DeviceAmounts, DraShortage, bounded, capability, number, shortage, take
+from cardquota.core.dra_claims import (
+    DeviceAmounts,
+    DraShortage,
+    bounded,
+    capability,
+    number,
+    shortage,
+    take,
+    unknown_ref,
+)
+from cardquota.core.dra_claims import (
+    ancestry as dra_ancestry,
+)
 from cardquota.core.dra_quota import Quotas
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
@@ -167,9 +179,10 @@ def gate_operations(manifest: Manifest) -> list[PatchOperation]:
 def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     """Whether a pod being created waits at the gate: an unbound card pod that its queue's card quota will charge
     (the same charge the ledger counts: :func:`~cardquota.core.usage.pod_charge`), or an unbound pod naming DRA
-    claims in a queue that a DRA capability bounds (its own or an ancestor's: what the claims ask is read when the
-    gate is lifted, a template may not exist yet). A pod created with ``spec.nodeName`` skips every scheduler, and
-    the API server refuses gates on it."""
+    claims while some queue sets a DRA capability — whichever its queue turns out to be (its PodGroup may not be
+    known yet when it is created): the round lets one whose queue no DRA capability bounds through at once, and
+    reads what the claims ask when it judges the others. A pod created with ``spec.nodeName`` skips every
+    scheduler, and the API server refuses gates on it."""
     if pod.bound or not snapshot.charges_a_queue(pod):
         return False
     queue = snapshot.queue_of(pod)
@@ -177,8 +190,7 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
         charge = pod_charge(pod, queue, None, snapshot.catalog().resources)
         if charge is not None and charge.bucket is Bucket.PENDING:
             return True
-    return bool(pod.claims) and bounded(queue, lambda name: capability(snapshot.queue_dra(name)),
-                                        snapshot.queue_parents())
+    return bool(pod.claims) and snapshot.sets_dra_capability()
 
 
 def ancestry(snapshot: ClusterSnapshot, queue: str) -> list[str]:
@@ -240,9 +252,11 @@ class _Room:
 class _DraRoom:
     """DRA devices held per queue (each queue: itself and the queues below it), and the capabilities over them."""
 
-    def __init__(self, snapshot: ClusterSnapshot, readable: bool) -> None:
-        self.snapshot = snapshot
+    def __init__(self, ledger: Ledger, readable: bool) -> None:
+        self.ledger = ledger
+        self.snapshot = ledger.snapshot
         self.readable = readable
+        self.unread_queues: set[str] | None = None
         self.held: dict[str, DeviceAmounts] = {}
         self._parents: dict[str, str] | None = None
         self._capabilities: dict[str, Quotas] = {}
@@ -275,14 +289,24 @@ class _DraRoom:
             found = self._bounded[queue] = bounded(queue, self.capability_of, self.parents)
         return found
 
-    def unread(self, pod: Pod) -> str:
-        """Why what the pod's claims ask cannot be told yet ("" when it can): the claims are not read, or one it
-        names is not known (created after the pod, and the watch has not brought it yet)."""
+    def unread(self, pod: Pod, queue: str) -> str:
+        """Why the pod's claims cannot be judged yet ("" when they can): the claims are not read, one it names is not
+        known (created after the pod, and the watch has not brought it yet), or a pod past the gate under the same
+        DRA quota names one not known (what it holds cannot be told)."""
         if not self.readable:
             return "the DRA ResourceClaims are not read yet"
-        for template, name in pod.claims:
-            if (pod.key[0], name) not in (self.snapshot.claim_templates if template else self.snapshot.claims):
-                return f"its {'ResourceClaimTemplate' if template else 'ResourceClaim'} {name} is not known yet"
+        snapshot = self.snapshot
+        missing = unknown_ref(pod.key[0], pod.claims, snapshot.claims, snapshot.claim_templates)
+        if missing is not None:
+            return f"its {'ResourceClaimTemplate' if missing[0] else 'ResourceClaim'} {missing[1]} is not known yet"
+        if self.unread_queues is None:
+            self.unread_queues = {member for other in self.ledger.dra_unread_queues()
+                                  for member in dra_ancestry(other, self.parents)}
+        shared = next((member for member in dra_ancestry(queue, self.parents)
+                       if member in self.unread_queues and self.capability_of(member)), None)
+        if shared is not None:
+            return (f"a pod past the gate under queue {shared} names a ResourceClaim not known yet (what it holds "
+                    "cannot be told)")
         return ""
 
 
@@ -292,7 +316,7 @@ def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
     through), and what the others hold (bound or past the gate, as the ledger keeps it, and the lifts in flight)
     over each queue's subtree — O(waiting pods + queues), nothing when none waits."""
     snapshot = ledger.snapshot
-    room = _DraRoom(snapshot, readable)
+    room = _DraRoom(ledger, readable)
     waiting: dict[str, set[ObjectKey]] = {}
     for key in ledger.gated_claiming_pods():
         pod = snapshot.pods[key]
@@ -475,11 +499,11 @@ def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple
             free[choice] = free.get(choice, 0) - amount
             taken.append((choice, amount))
         judged = bool(pod.claims) and dra.bounded(unit.queue)
-        if judged and (unread := dra.unread(pod)):
+        if judged and (unread := dra.unread(pod, unit.queue)):
             undo()
             return None, unread
-        request = dra.snapshot.dra_request(pod) if judged else {}
-        devices_short = dra.short(unit.queue, request)
+        request = dra.snapshot.dra_request(pod) if pod.claims else {}  # (counted in flight even where unbounded)
+        devices_short = dra.short(unit.queue, request) if judged else None
         if devices_short is not None:
             undo()
             return None, _dra_shortage(unit.queue, devices_short)

@@ -39,7 +39,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
-from cardquota.core.dra_claims import DeviceAmounts, asked, is_claim
+from cardquota.core.dra_claims import DeviceAmounts, asked, is_claim, unknown_ref
 from cardquota.core.dra_claims import add as dra_add
 from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULERS
 from cardquota.core.objects import (
@@ -87,6 +87,15 @@ AmountKey = TypeVar("AmountKey", str, Bucket, ObjectKey)
 KeySet = dict[ObjectKey, None]
 """A set of object keys kept as a dict's keys: per member about half a set's memory at the sizes of a job's pods
 and a node's (8 keys: 352 bytes vs 728; 20: 632 vs 2,264), the same O(1) add, remove and membership."""
+
+
+class _DraHold(NamedTuple):
+    """What one pod holds of DRA devices, as counted in its queue."""
+
+    queue: str
+    request: DeviceAmounts
+    complete: bool
+    """Every claim and template the pod names was known when :attr:`request` was read."""
 
 
 ZERO = Fraction(0)
@@ -287,9 +296,12 @@ class Ledger:
     """Of those, the unbound ones carrying cardquota's gate."""
     _pods_by_claim: dict[ObjectKey, KeySet] = field(default_factory=dict)
     """The pods naming each claim or template: (namespace, kind, name) → pods."""
-    _dra_holds: dict[ObjectKey, tuple[str, DeviceAmounts]] = field(default_factory=dict)
+    _dra_holds: dict[ObjectKey, _DraHold] = field(default_factory=dict)
     """Per pod holding DRA devices (bound or past the gate, not ended, charged to a queue): its queue and what its
     claims ask, as added to :attr:`_dra_held` (taken back exactly)."""
+    _dra_unread: dict[ObjectKey, str] = field(default_factory=dict)
+    """Pods holding DRA devices that name a claim or template not known (the watch has not brought it, or it is
+    gone) and whose full request was never read: their queue. The gate holds back pods sharing a quota with them."""
     _dra_held: dict[str, DeviceAmounts] = field(default_factory=dict)
     """Per queue, the DRA devices its own pods hold (kept as pods and claims change: a round does not add them up)."""
     changes: ChangeLog = field(default_factory=ChangeLog, repr=False)
@@ -432,18 +444,34 @@ class Ledger:
         """Per queue, the DRA devices its own pods hold (bound or past the gate; the ledger's own: read, not kept)."""
         return self._dra_held
 
+    def dra_unread_queues(self) -> Iterable[str]:
+        """The queues of the pods holding DRA devices whose request cannot be read in full (see
+        :attr:`_dra_unread`)."""
+        return self._dra_unread.values()
+
     def _redo_dra(self, key: ObjectKey) -> None:
-        """Take back what the pod held of DRA devices and count what it holds now."""
+        """Take back what the pod held of DRA devices and count what it holds now. A pod that names a claim or
+        template no longer (or not yet) known keeps what it was last read to hold in full: a template may be deleted
+        while the pods made from it run, and what they hold does not change."""
         previous = self._dra_holds.pop(key, None)
         if previous is not None:
-            dra_add(self._dra_held, previous[0], previous[1], -1)
+            dra_add(self._dra_held, previous.queue, previous.request, -1)
+        self._dra_unread.pop(key, None)
         pod = self.snapshot.pods.get(key)
         if (pod is None or not pod.claims or pod.terminated or pod.releasing or (pod.gate is not None and not pod.bound)
                 or not self.snapshot.charges_a_queue(pod)):
             return
-        hold = (self.snapshot.queue_of(pod), self.snapshot.dra_request(pod))
+        queue = self.snapshot.queue_of(pod)
+        snapshot = self.snapshot
+        if unknown_ref(key[0], pod.claims, snapshot.claims, snapshot.claim_templates) is None:
+            hold = _DraHold(queue, snapshot.dra_request(pod), complete=True)
+        elif previous is not None and previous.complete and previous.queue == queue:
+            hold = previous
+        else:
+            hold = _DraHold(queue, snapshot.dra_request(pod), complete=False)
+            self._dra_unread[key] = queue
         self._dra_holds[key] = hold
-        dra_add(self._dra_held, hold[0], hold[1])
+        dra_add(self._dra_held, hold.queue, hold.request)
 
     def upsert_node(self, record: NodeRecord) -> None:
         name = record.node.name

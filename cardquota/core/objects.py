@@ -392,7 +392,7 @@ class Pod(NamedTuple):
         scheduler = _optional_string(spec.get("schedulerName"), "spec.schedulerName")
         if cached:
             scheduler = _intern(scheduler, scheduler)
-        claims = claim_refs(spec) if spec.get("resourceClaims") else ()
+        claims = claim_refs(spec, status) if spec.get("resourceClaims") else ()
         return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
                       gate=gate, scheduler=scheduler, claims=claims)
 

@@ -446,6 +446,11 @@ class ClusterSnapshot:
         record = self.queues.get(queue)
         return record.queue.dra if record is not None else None
 
+    def sets_dra_capability(self) -> bool:
+        """Whether some queue sets a DRA capability (``spec.dra.capability``, as written)."""
+        return any(isinstance(dra := record.queue.dra.get("capability"), Mapping) and dra
+                   for record in self.queues.values())
+
     def queue_parents(self) -> dict[str, str]:
         """Each queue's parent (``spec.parent``, "" when unset), by name."""
         return {name: record.queue.parent for name, record in self.queues.items()}

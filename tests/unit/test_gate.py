@@ -452,3 +452,72 @@ def test_claims_follow_their_objects_through_updates_and_deletes() -> None:
     assert [lift.pod[1] for lift in gate_round(ledger).lifts] == ["a"]
     ledger.delete(claim)
     assert gate_round(ledger).lifts == []
+
+
+def named_claim(name: str, count: int) -> dict[str, Any]:
+    made = template(name, count)
+    made["kind"] = "ResourceClaim"
+    made["spec"] = made["spec"]["spec"]
+    return made
+
+
+def test_a_template_deleted_while_a_pod_made_from_it_runs_still_counts_that_pods_devices() -> None:
+    """(Review finding: the running pod counted zero after the delete, and a pod asking 4 went past a capability of
+    4 beside its 2.)"""
+    made_from = template("two", 2)
+    ledger = Ledger.build([*NODES, dra_queue("team", 4), made_from, claiming("bound", gated_=False, node_name="h100-1"),
+                           named_claim("four", 4), claiming("new", "four", is_template=False, created=at(5))])
+    assert gate_round(ledger).lifts == []
+    ledger.delete(made_from)
+    assert gate_round(ledger).lifts == []
+    assert reasons(gate_round(ledger)) == {
+        ("new",): "waiting at the card-quota gate: queue team has 2 of 4 nvidia-h100 devices free; 0 pods ahead"}
+
+
+def test_a_request_listing_alternatives_counts_every_one() -> None:
+    """``firstAvailable`` (resource.k8s.io/v1): the allocator may take any alternative, so each is counted (review
+    finding: they counted nothing, and two pods went past a capability of 1)."""
+    from cardquota.core.dra_claims import asked
+
+    prioritized = named_claim("prio", 1)
+    prioritized["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": H100_CLASS, "count": 4},
+        {"name": "small", "deviceClassName": H100_CLASS, "count": 2}]}]
+    assert asked(prioritized)[H100_CLASS].count == 6
+    assert decide(dra_queue("team", 6), prioritized, claiming("a", "prio", is_template=False, created=at(1)),
+                  claiming("b", "prio", is_template=False, created=at(2))).lifts[0].pod[1] == "a"
+    assert decide(dra_queue("team", 1), prioritized, claiming("a", "prio", is_template=False)).lifts == []
+
+
+def test_a_lift_in_flight_counts_its_devices_even_where_no_dra_quota_bounded_it() -> None:
+    """(Review finding: a pod let through where no capability applied had no devices on its lift; a capability set
+    before the watch brought it back then let another pod past it.)"""
+    ledger = Ledger.build([*NODES, queue("team"), template("two", 2), claiming("a", created=at(1))])
+    [lift] = gate_round(ledger).lifts
+    assert lift.devices[H100_CLASS].count == 2
+    ledger.upsert(dra_queue("team", 2))
+    ledger.upsert(claiming("b", created=at(2)))
+    assert gate_round(ledger, [lift]).lifts == []
+
+
+def test_pods_under_a_quota_wait_while_a_pod_past_the_gate_there_names_an_unknown_claim() -> None:
+    """(Review finding: a pod created without the gate whose claim the watch had not brought yet counted zero.)"""
+    ledger = Ledger.build([*NODES, dra_queue("team", 2), template("two", 2),
+                           claiming("past", "solo", is_template=False, gated_=False), claiming("w", created=at(3))])
+    assert reasons(gate_round(ledger)) == {("w",): "waiting at the card-quota gate: a pod past the gate under queue "
+                                                   "team names a ResourceClaim not known yet (what it holds cannot "
+                                                   "be told); 0 pods ahead"}
+    ledger.upsert(named_claim("solo", 2))
+    assert reasons(gate_round(ledger)) == {
+        ("w",): "waiting at the card-quota gate: queue team has 0 of 2 nvidia-h100 devices free; 0 pods ahead"}
+
+
+def test_a_pod_naming_claims_is_gated_whatever_its_queue_while_some_queue_sets_a_dra_capability() -> None:
+    """Its PodGroup may not be known yet when it is created (review finding: read as queue default, it was not
+    gated); one whose queue turns out unbounded goes through in the next round."""
+    manifest = claiming("p", gated_=False, queue_name=None, group="g")
+    without_group = Ledger.build([*NODES, dra_queue("team", 2)])
+    assert needs_gate(Pod.from_manifest(manifest), without_group.snapshot)
+    assert not needs_gate(Pod.from_manifest(manifest), Ledger.build([*NODES, queue("team")]).snapshot)
+    assert [lift.pod[1] for lift in decide(dra_queue("team", 2), queue("default"), template("two", 2),
+                                           claiming("x", queue_name="default")).lifts] == ["x"]

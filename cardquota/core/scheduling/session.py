@@ -253,8 +253,8 @@ class Session:
 
     def dra_request(self, key: ObjectKey) -> dra.DeviceAmounts:
         spec = self.pods[key].get("spec")
-        return pod_request(key[0], claim_refs(spec if isinstance(spec, MAPPING_TYPES) else {}), self.claims,
-                           self.claim_templates)
+        return pod_request(key[0], claim_refs(spec if isinstance(spec, MAPPING_TYPES) else {},
+                                              self.pods[key].get("status")), self.claims, self.claim_templates)
 
     # ------------------------------------------------------------------------------------------------ rules
 
