@@ -502,7 +502,7 @@ def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple
         if judged and (unread := dra.unread(pod, unit.queue)):
             undo()
             return None, unread
-        request = dra.snapshot.dra_request(pod) if pod.claims else {}  # (counted in flight even where unbounded)
+        request = dra.ledger.dra_asked(pod, unit.queue) if pod.claims else {}  # (counted in flight even unbounded)
         devices_short = dra.short(unit.queue, request) if judged else None
         if devices_short is not None:
             undo()

@@ -39,7 +39,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from cardquota.core.changes import ChangeLog
-from cardquota.core.dra_claims import DeviceAmounts, asked, is_claim, unknown_ref
+from cardquota.core.dra_claims import DeviceAmounts, asked, is_claim, pod_request, unknown_ref
 from cardquota.core.dra_claims import add as dra_add
 from cardquota.core.keys import CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_REQUEST, VOLCANO_SCHEDULERS
 from cardquota.core.objects import (
@@ -93,9 +93,12 @@ class _DraHold(NamedTuple):
     """What one pod holds of DRA devices, as counted in its queue."""
 
     queue: str
-    request: DeviceAmounts
+    own: DeviceAmounts
+    """What the templates it names ask (a claim made from a template is the pod's own)."""
+    named: tuple[ObjectKey, ...]
+    """The ResourceClaims it names: counted once per queue, however many of its pods share one."""
     complete: bool
-    """Every claim and template the pod names was known when :attr:`request` was read."""
+    """Every claim and template the pod names was known when this was read."""
 
 
 ZERO = Fraction(0)
@@ -299,6 +302,8 @@ class Ledger:
     _dra_holds: dict[ObjectKey, _DraHold] = field(default_factory=dict)
     """Per pod holding DRA devices (bound or past the gate, not ended, charged to a queue): its queue and what its
     claims ask, as added to :attr:`_dra_held` (taken back exactly)."""
+    _claim_counts: dict[ObjectKey, dict[str, list[Any]]] = field(default_factory=dict)
+    """Per ResourceClaim, per queue whose pods hold it: [how many of them, the amounts counted for it there]."""
     _dra_unread: dict[ObjectKey, str] = field(default_factory=dict)
     """Pods holding DRA devices that name a claim or template not known (the watch has not brought it, or it is
     gone) and whose full request was never read: their queue. The gate holds back pods sharing a quota with them."""
@@ -434,9 +439,13 @@ class Ledger:
         if table.get(key) == amounts:
             return  # (a status write: the allocation, not what it asks)
         if amounts is None:
-            table.pop(key, None)
+            table.pop(key, None)  # (a claim its pods still hold stays counted: what they hold does not change)
         else:
             table[key] = amounts
+            for queue, counted in (self._claim_counts.get(key, {}) if not template else {}).items():
+                dra_add(self._dra_held, queue, counted[1], -1)
+                counted[1] = amounts
+                dra_add(self._dra_held, queue, amounts)
         for pod_key in list(self._pods_by_claim.get((key[0], _claim_kind(template), key[1]), ())):
             self._redo_dra(pod_key)
 
@@ -449,29 +458,66 @@ class Ledger:
         :attr:`_dra_unread`)."""
         return self._dra_unread.values()
 
+    def dra_asked(self, pod: Pod, queue: str) -> DeviceAmounts:
+        """What letting the pod through in ``queue`` adds there: what its templates ask, and its ResourceClaims that
+        no pod of the queue holds yet (a shared claim's devices are allocated once)."""
+        snapshot = self.snapshot
+        namespace = pod.key[0]
+        refs = [(template, name) for template, name in pod.claims
+                if template or queue not in self._claim_counts.get((namespace, name), {})]
+        return pod_request(namespace, refs, snapshot.claims, snapshot.claim_templates)
+
     def _redo_dra(self, key: ObjectKey) -> None:
-        """Take back what the pod held of DRA devices and count what it holds now. A pod that names a claim or
+        """Count what the pod holds of DRA devices now, in place of what it held. A pod that names a claim or
         template no longer (or not yet) known keeps what it was last read to hold in full: a template may be deleted
         while the pods made from it run, and what they hold does not change."""
-        previous = self._dra_holds.pop(key, None)
-        if previous is not None:
-            dra_add(self._dra_held, previous.queue, previous.request, -1)
+        previous = self._dra_holds.get(key)
         self._dra_unread.pop(key, None)
+        hold = self._dra_hold(key, previous)
+        if hold == previous:
+            return
+        if previous is not None:
+            del self._dra_holds[key]
+            self._apply_dra_hold(previous, -1)
+        if hold is not None:
+            self._dra_holds[key] = hold
+            self._apply_dra_hold(hold, +1)
+
+    def _dra_hold(self, key: ObjectKey, previous: _DraHold | None) -> _DraHold | None:
         pod = self.snapshot.pods.get(key)
         if (pod is None or not pod.claims or pod.terminated or pod.releasing or (pod.gate is not None and not pod.bound)
                 or not self.snapshot.charges_a_queue(pod)):
-            return
-        queue = self.snapshot.queue_of(pod)
+            return None
         snapshot = self.snapshot
-        if unknown_ref(key[0], pod.claims, snapshot.claims, snapshot.claim_templates) is None:
-            hold = _DraHold(queue, snapshot.dra_request(pod), complete=True)
-        elif previous is not None and previous.complete and previous.queue == queue:
-            hold = previous
-        else:
-            hold = _DraHold(queue, snapshot.dra_request(pod), complete=False)
+        queue = snapshot.queue_of(pod)
+        complete = unknown_ref(key[0], pod.claims, snapshot.claims, snapshot.claim_templates) is None
+        if not complete and previous is not None and previous.complete and previous.queue == queue:
+            return previous
+        if not complete:
             self._dra_unread[key] = queue
-        self._dra_holds[key] = hold
-        dra_add(self._dra_held, hold.queue, hold.request)
+        own = pod_request(key[0], [ref for ref in pod.claims if ref[0]], snapshot.claims, snapshot.claim_templates)
+        return _DraHold(queue, own, tuple((key[0], name) for template, name in pod.claims if not template), complete)
+
+    def _apply_dra_hold(self, hold: _DraHold, sign: int) -> None:
+        """Add (+1) or take back (-1) a pod's hold: its own devices, and its claims counted once per queue."""
+        dra_add(self._dra_held, hold.queue, hold.own, sign)
+        for claim in hold.named:
+            per_queue = self._claim_counts.setdefault(claim, {})
+            counted = per_queue.get(hold.queue)
+            if sign > 0:
+                if counted is None:
+                    amounts = self.snapshot.claims.get(claim, {})
+                    per_queue[hold.queue] = [1, amounts]
+                    dra_add(self._dra_held, hold.queue, amounts)
+                else:
+                    counted[0] += 1
+            elif counted is not None:
+                counted[0] -= 1
+                if not counted[0]:
+                    dra_add(self._dra_held, hold.queue, counted[1], -1)
+                    del per_queue[hold.queue]
+            if not per_queue:
+                del self._claim_counts[claim]
 
     def upsert_node(self, record: NodeRecord) -> None:
         name = record.node.name

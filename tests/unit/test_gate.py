@@ -521,3 +521,18 @@ def test_a_pod_naming_claims_is_gated_whatever_its_queue_while_some_queue_sets_a
     assert not needs_gate(Pod.from_manifest(manifest), Ledger.build([*NODES, queue("team")]).snapshot)
     assert [lift.pod[1] for lift in decide(dra_queue("team", 2), queue("default"), template("two", 2),
                                            claiming("x", queue_name="default")).lifts] == ["x"]
+
+
+def test_a_shared_resource_claim_counts_once_in_its_queue() -> None:
+    """The devices of a ResourceClaim are allocated once, whichever pods share it (review finding: counted once per
+    pod, a pod sharing a running pod's claim waited for ever; one naming it twice was said to fit and still
+    waited)."""
+    sharing = decide(dra_queue("team", 2), named_claim("shared", 2),
+                     claiming("a", "shared", is_template=False, gated_=False, node_name="h100-1"),
+                     claiming("b", "shared", is_template=False, created=at(2)))
+    assert [lift.pod[1] for lift in sharing.lifts] == ["b"]
+    assert sharing.lifts[0].devices == {}  # (nothing more held once it is through)
+    twice = claiming("c", "shared", is_template=False, created=at(3))
+    twice["spec"]["resourceClaims"].append({"name": "again", "resourceClaimName": "shared"})
+    assert [lift.pod[1] for lift in decide(dra_queue("team", 2), named_claim("shared", 2), twice).lifts] == ["c"]
+    assert decide(dra_queue("team", 1), named_claim("shared", 2), twice).lifts == []

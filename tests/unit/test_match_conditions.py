@@ -475,7 +475,7 @@ def test_no_fail_closed_webhook_receives_every_write(hook: dict[str, Any]) -> No
 
 def test_with_the_gate_pods_naming_dra_claims_reach_the_pod_mutation_and_are_gated_under_a_dra_quota() -> None:
     """The gate's pod mutation is called for card pods and for pods naming DRA claims (its matchCondition), and
-    the mutation gates the latter when a DRA capability bounds their queue; a pod naming neither is not sent."""
+    the mutation gates the latter while some queue sets a DRA capability; a pod naming neither is not sent."""
     cache = _cluster()
     bounded = queue("dra-team")
     bounded["spec"]["dra"] = {"capability": {"gpu.example.com": {"count": 2}}}
@@ -493,8 +493,12 @@ def test_with_the_gate_pods_naming_dra_claims_reach_the_pod_mutation_and_are_gat
 
     assert "pods.mutate.cardquota.io" in called("Pod", claiming("dra-team"))
     assert patched(claiming("dra-team"))
-    assert "pods.mutate.cardquota.io" in called("Pod", claiming("team-a"))  # (no DRA bound there: not gated)
-    assert not patched(claiming("team-a"))
+    # Some queue sets a DRA capability: a pod naming claims is gated whatever its queue (its PodGroup may not be
+    # known yet); one whose queue turns out unbounded goes through in the gate's next round.
+    assert patched(claiming("team-a"))
+    unbounded = Admission(_cluster(), PolicyConfig(card_gate=True), own_users=Settings(namespace=NAMESPACE).own_users)
+    request = AdmissionRequest("uid-1", "", "Pod", "CREATE", "ml", "p", claiming("team-a"), None, False, "alice")
+    assert not unbounded.review(request, mutating=True).patch  # (no queue sets one: nothing to gate for)
     plain = pod("p", namespace="ml", queue="dra-team")
     assert "pods.mutate.cardquota.io" not in called("Pod", plain)
     assert not patched(plain)
