@@ -190,7 +190,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         help="admit manifests offline, exactly as the admission webhooks would",
         description="Admit each document of FILE in order, as kubectl apply would send it (an object already in "
         "the snapshot is an UPDATE); each allowed object, mutated, joins the snapshot for the documents after it. "
-        "Exit 0 when all are allowed, 1 when any is denied, 2 for unreadable input.",
+        "Exit 0 when all are allowed, 1 when any is denied (or, with --strict, warned), 2 for unreadable input.",
     )
     check.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
                        help="manifests to admit (file, directory or -); repeatable")
@@ -203,6 +203,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     add_namespace_queues_option(check)
+    add_strict_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command)
 
@@ -300,7 +301,8 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     check = commands.add_parser(
         "check", parents=[common], help="admit manifests against the live cluster, as the webhooks would",
         description="`cardquota check` with the live cluster (or --cluster files) as the snapshot. Exit 0 when all "
-        "are allowed, 1 when any is denied, 2 for unreadable input or an unreachable cluster.")
+        "are allowed, 1 when any is denied (or, with --strict, warned), 2 for unreadable input or an unreachable "
+        "cluster.")
     check.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
                        help="manifests to admit (file, directory or -); repeatable")
     check.add_argument("--card-aware-scheduler", dest="schedulers", action="append", metavar="NAME",
@@ -308,6 +310,7 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     add_namespace_queues_option(check)
+    add_strict_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
     return parser
@@ -474,11 +477,25 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _located(Document(admitted, document.source), ledger.upsert)
             existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
-    for note in skipped_notes(results, complete=ledger.snapshot.complete):
+    notes = list(skipped_notes(results, complete=ledger.snapshot.complete))
+    for note in notes:
         err.write(f"warning: {note}\n")
     _write(args, out, [result.as_json() for result in results],
            lambda wide: output.check_table(results, color=_use_color(out), width=output.width_of(out)))
-    return EXIT_OK if all(result.verdict.allowed for result in results) else EXIT_DENIED
+    if not all(result.verdict.allowed for result in results):
+        return EXIT_DENIED
+    warned = sum(len(result.verdict.warnings) for result in results) + len(notes) + (no_nodes is not None)
+    if args.strict and warned:
+        err.write(f"check --strict: {warned} warning{'' if warned == 1 else 's'}, each a failure here\n")
+        return EXIT_DENIED
+    return EXIT_OK
+
+
+def add_strict_option(parser: argparse.ArgumentParser) -> None:
+    """``--strict`` for ``check``: a warning fails the check as a denial does (a CI gate whose cluster is known)."""
+    parser.add_argument("--strict", action="store_true",
+                        help="warnings are failures (exit 1): a quota naming a card type no node offers, rules "
+                        "skipped for want of a cluster, … — for CI, where the cluster is known")
 
 
 def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

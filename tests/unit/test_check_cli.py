@@ -179,3 +179,31 @@ def test_the_table_shows_the_suggestion_under_the_allowed_row(tmp_path: Path) ->
         "ALLOWED  Queues ns/x  ok",
         "         warning: kind Queues is not a kind of scheduling.volcano.sh (did you",
         "           mean Queue?): not checked"]
+
+
+# -------------------------------------------------------------------------------------------------- --strict
+
+
+def test_strict_makes_the_readmes_headline_mistake_fail_the_gate(tmp_path: Path) -> None:
+    """A quota keyed by a card type no node offers (…-80G where nodes offer …-80GB) is a warning: exit 0, as the
+    webhook admits it; with --strict the CI gate fails (exit 1) and says why (issue: a CI gate that fails)."""
+    from builders import gpu_node
+
+    cluster = write(tmp_path / "cluster.yaml", gpu_node("a1", "NVIDIA-A100-SXM4-80GB", 8))
+    manifests = write(tmp_path / "queue.yaml", queue("team", '{"NVIDIA-A100-SXM4-80G": 4}'))
+    code, _, err = check("-f", manifests, "--cluster", cluster, "-o", "json")
+    assert code == 0
+    code, out, err = check("-f", manifests, "--cluster", cluster, "-o", "json", "--strict")
+    assert code == 1
+    assert json.loads(out)[0]["allowed"] is True  # (the verdict is the webhook's; only the exit status changes)
+    assert err.splitlines()[-1] == "check --strict: 1 warning, each a failure here"
+    clean = write(tmp_path / "clean.yaml", queue("team", '{"NVIDIA-A100-SXM4-80GB": 4}'))
+    assert check("-f", clean, "--cluster", cluster, "--strict")[0] == 0
+
+
+def test_strict_fails_on_rules_skipped_for_want_of_a_cluster(tmp_path: Path) -> None:
+    manifests = write(tmp_path / "queue.yaml", queue("team", '{"NVIDIA-A100": 4}'))
+    code, _, err = check("-f", manifests, "--strict")
+    assert code == 1
+    assert "warning:" in err
+    assert err.splitlines()[-1].startswith("check --strict: ")
