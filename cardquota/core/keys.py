@@ -70,3 +70,9 @@ its queue and every ancestor. Volcano skips a task carrying any gate in allocate
 CARD_NAME_REQUESTED = "cardquota.io/card-name-requested"
 """Pod annotation: the ``volcano.sh/card.name`` alternatives (``A|B``) as the pod was created with, kept when the
 gate is lifted and ``volcano.sh/card.name`` is narrowed to the alternative chosen."""
+
+
+CARD_KEYS = frozenset({CARD_QUOTA, CARD_REQUEST, CARD_NAME, CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE})
+"""Every ``volcano.sh/card.*`` annotation key cardquota reads or writes (another one is a misspelling cardquota
+warns about: :func:`cardquota.core.policies.common.unknown_card_key_warnings`)."""
+CARD_KEY_PREFIX = "volcano.sh/card."

@@ -207,3 +207,16 @@ def test_strict_fails_on_rules_skipped_for_want_of_a_cluster(tmp_path: Path) -> 
     assert code == 1
     assert "warning:" in err
     assert err.splitlines()[-1].startswith("check --strict: ")
+
+
+def test_a_misspelt_card_annotation_key_is_warned_about_with_the_key_it_resembles(tmp_path: Path) -> None:
+    """``volcano.sh/card.quotas`` is ignored (the queue then has no quota at all): the check warns, naming the key
+    it resembles, and --strict fails (issue: a fence without holes, item 7)."""
+    misspelt = queue("team")
+    misspelt["metadata"]["annotations"] = {"volcano.sh/card.quotas": '{"NVIDIA-A100": 4}'}
+    manifests = write(tmp_path / "queue.yaml", misspelt)
+    code, out, _ = check("-f", manifests, "-o", "json")
+    assert code == 0
+    assert ("metadata.annotations[volcano.sh/card.quotas]: not an annotation cardquota reads (did you mean "
+            "volcano.sh/card.quota?): ignored, so this queue is judged without it") in json.loads(out)[0]["warnings"]
+    assert check("-f", manifests, "--strict")[0] == 1

@@ -502,3 +502,14 @@ def test_with_the_gate_pods_naming_dra_claims_reach_the_pod_mutation_and_are_gat
     plain = pod("p", namespace="ml", queue="dra-team")
     assert "pods.mutate.cardquota.io" not in called("Pod", plain)
     assert not patched(plain)
+
+
+def test_a_queue_with_a_misspelt_card_annotation_reaches_the_queue_webhook() -> None:
+    """The Queue webhook's condition sends queues with any volcano.sh/card.* annotation: one whose only card key is
+    misspelt (``card.quotas``) is warned about at apply time, not silently left without a quota."""
+    misspelt = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                "metadata": {"name": "team", "annotations": {"volcano.sh/card.quotas": '{"NVIDIA-A100": 4}'}},
+                "spec": {"weight": 1}}
+    assert "queues.validate.cardquota.io" in called("Queue", misspelt)
+    plain = {**misspelt, "metadata": {"name": "team", "annotations": {"team": "ml"}}}
+    assert "queues.validate.cardquota.io" not in called("Queue", plain)

@@ -3,11 +3,13 @@ ratcheting updates."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
@@ -37,6 +39,21 @@ def annotations_of(manifest: object) -> Mapping[Any, Any]:
     metadata = manifest.get("metadata") if isinstance(manifest, MAPPING_TYPES) else None
     annotations = metadata.get("annotations") if isinstance(metadata, MAPPING_TYPES) else None
     return annotations if isinstance(annotations, MAPPING_TYPES) else {}
+
+
+def unknown_card_key_warnings(manifest: Manifest, old: Manifest | None, kind: str) -> list[str]:
+    """A warning for each ``volcano.sh/card.*`` annotation key cardquota does not know (a misspelling: the key is
+    ignored, so what it was meant to say does not apply), with the closest it knows; only when the key is new."""
+    before = annotations_of(old) if old is not None else {}
+    warnings = []
+    for key in annotations_of(manifest):
+        if (isinstance(key, str) and key.startswith(keys.CARD_KEY_PREFIX) and key not in keys.CARD_KEYS
+                and key not in before):
+            close = difflib.get_close_matches(key, sorted(keys.CARD_KEYS), n=1, cutoff=0.8)
+            hint = f" (did you mean {close[0]}?)" if close else f" (it reads {', '.join(sorted(keys.CARD_KEYS))})"
+            warnings.append(f"metadata.annotations[{key}]: not an annotation cardquota reads{hint}: ignored, "
+                            f"so this {kind} is judged without it")
+    return warnings
 
 
 SKIPPED = f"not checked: {NO_CLUSTER} (pass --cluster, or wait for the webhook's first full list)"
