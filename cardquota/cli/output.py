@@ -75,23 +75,32 @@ Paint = Callable[[int, int, str], str]
 """(row index among the data rows, column index, padded cell text) -> the text to print (colour codes added)."""
 
 
+NAMES_CUT = "names cut: -o wide shows them whole"
+"""The line a table ends with when it cut a name to fit."""
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint: Paint | None = None, *,
-                 width: int | None = None, elide: Collection[int] = (), notes: Sequence[str] = ()) -> str:
+                 width: int | None = None, elide: Collection[int] = (), notes: Sequence[str] = (),
+                 keep: int = 0) -> str:
     """Columns left-aligned, separated by two spaces; ``paint`` colours data cells after the widths are measured,
     so colour never shifts a column. ``-o wide`` passes no ``width`` and shows every cell whole. With ``width``,
     a table wider than that has its ``elide`` columns (names) cut, widest first and never below
     :data:`MIN_ELIDED`, keeping what tells the names apart (:func:`fit_names`); if it is still too wide, the
     columns that do not fit are folded under each row (``INQUEUE=0  PENDING=2``, indented, wrapped), so no line
-    is wider than ``width`` (from :data:`MIN_WIDTH` up). ``notes`` (one per row, empty for none: why a pod was not
-    placed) go under their row, indented and wrapped to ``width``."""
+    is wider than ``width`` (from :data:`MIN_WIDTH` up) — but the first ``keep`` columns, shown whole on their
+    row whatever the width (names users copy). ``notes`` (one per row, empty for none: why a pod was not placed)
+    go under their row, indented and wrapped to ``width``. A table that cut a name ends with :data:`NAMES_CUT`."""
     cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
     widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
     shown = len(headers)
+    cut = False
     if width is not None:
+        before = list(widths)
         _fit(cells, widths, width, elide)
-        shown = _shown_columns(widths, width)
-        if shown == 1 and widths[0] > width:  # (a first column that is no name: cut all the same)
+        shown = max(_shown_columns(widths, width), keep)
+        if shown == 1 and widths[0] > width and not keep:  # (a first column that is no name: cut all the same)
             _cut(cells, widths, 0, width)
+        cut = widths != before
     lines = []
     for index, row in enumerate(cells):
         padded = [cell.ljust(size) for cell, size in zip(row[:shown], widths, strict=False)]
@@ -104,6 +113,8 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], paint
         note = notes[index - 1] if 0 < index <= len(notes) else ""
         if note:
             lines.extend(wrapped(INDENT + note, width or len(INDENT) + len(note), break_long_words=width is not None))
+    if cut:
+        lines.append(NAMES_CUT)
     return "\n".join(lines) + "\n"
 
 
@@ -248,11 +259,12 @@ def discovery_table(nodes: Mapping[str, NodeCards], *, wide: bool = False, width
             rows.append([name, card.name, _kind(card), *([card.resource] if wide else []),
                          NONE if card.cards is None else card.cards, card.count])
     headers = ["NODE", "CARD TYPE", "KIND", *(["RESOURCE"] if wide else []), "CARDS", "COUNT"]
-    text = render_table(headers, rows, width=None if wide else width, elide=(0, 1))
+    # Card type names are what users copy into quotas: never cut (a node name may be, the other columns fold).
+    text = render_table(headers, rows, width=None if wide else width, elide=(0,), keep=2)
     totals = cluster_totals(nodes.values())
     if totals:
         text += "\n" + render_table(["CARD TYPE", "TOTAL"], [[name, count] for name, count in totals.items()],
-                                    width=None if wide else width, elide=(0,))
+                                    width=None if wide else width, keep=1)
     return text
 
 

@@ -64,9 +64,27 @@ def test_names_too_long_for_80_columns_are_cut_in_the_middle_and_wide_keeps_them
     assert widest(table) <= 80
     assert "…" in table
     assert "mig-1g.10gb-mixed" in table  # both ends of a cut name stay
+    assert "names cut: -o wide shows them whole" in table.splitlines()  # (under the table it cut)
     wide = output("kubectl cardquota", "nodes", "--cluster", str(path), "-o", "wide")
     assert f"{product}/mig-1g.10gb-mixed" in wide
     assert "…" not in wide
+    assert "names cut" not in wide
+
+
+def test_discover_never_cuts_a_card_type_name(tmp_path: Path) -> None:
+    """The names discover prints are what users copy into quotas: whole at 80 columns (the other columns fold,
+    a node name may be cut), where other tables would cut them (issue 40, item 10)."""
+    product = "NVIDIA-A100-SXM4-80GB-WITH-A-VERY-LONG-VENDOR-SUFFIX-AND-MORE"  # (+ a profile: 79 characters)
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-node-with-a-long-name-in-rack-17", "labels": {
+                "nvidia.com/gpu.product": product, "nvidia.com/mig.strategy": "mixed"}},
+            "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "2"}}}
+    path = tmp_path / "nodes.yaml"
+    path.write_text(yaml.safe_dump(node))
+    table = output("cardquota", "discover", "-f", str(path), "-o", "table")
+    for profile in ("mig-1g.10gb-mixed", "mig-3g.40gb-mixed"):
+        assert sum(f"{product}/{profile}" in line for line in table.splitlines()) == 2  # its row and its total
+    assert "…" not in table.split("\n\n")[1]  # (the totals: names only)
 
 
 def test_render_table_cuts_only_the_named_columns_and_folds_what_still_does_not_fit() -> None:
