@@ -147,10 +147,14 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
                         CARD_QUOTA_PATH,
                         f"{shown(card)} quota {amount} exceeds parent queue {shown(queue.parent)}'s quota of {limit}",
                     ).depending_on(PARENT_PATH))
+            if quota.ok:
+                siblings = [child.quota.values for child in snapshot.children_of(queue.parent)
+                            if child.queue.name != queue.name and child.quota.present and child.quota.ok]
+                warnings.extend(_shared_parent_warnings(queue.parent, parent.quota.values, [quota.values, *siblings]))
     if quota.present and quota.ok:
-        for child in snapshot.children_of(queue.name):
-            if child.queue.name == queue.name or not child.quota.present:
-                continue
+        children = [child for child in snapshot.children_of(queue.name)
+                    if child.queue.name != queue.name and child.quota.present]
+        for child in children:
             for card, amount in child.quota.values.items():
                 limit = quota.values.get(card, 0)
                 if amount > limit:
@@ -159,7 +163,23 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
                         f"{shown(card)} quota {limit} is below child queue {shown(child.queue.name)}'s quota of "
                         f"{amount}",
                     ))
+        warnings.extend(_shared_parent_warnings(queue.name, quota.values,
+                                                [child.quota.values for child in children if child.quota.ok]))
     return violations, warnings
+
+
+def _shared_parent_warnings(parent: str, limits: Mapping[str, int], children: list[Mapping[str, int]]) -> list[str]:
+    """Children whose quotas of a card type add up to more than their parent's: allowed (they share it, and the gate
+    lets them through in order until the parent's is used), but said — a child may wait while its own quota has
+    room."""
+    warnings = []
+    for card in sorted({card for child in children for card in child}):
+        together = sum(child.get(card, 0) for child in children)
+        limit = limits.get(card, 0)
+        if len(children) > 1 and together > limit:
+            warnings.append(f"{shown(card)} quotas of parent queue {shown(parent)}'s children add up to {together}, "
+                            f"above its {limit}: they share it (a child may wait while its own quota has room)")
+    return warnings
 
 
 def _overcommit_warnings(queue: Queue, values: Mapping[str, int], snapshot: ClusterSnapshot) -> list[str]:

@@ -153,6 +153,24 @@ def test_missing_parent_is_denied_on_a_full_snapshot_and_skipped_otherwise() -> 
     assert any("parent queue ghost" in warning and "not checked" in warning for warning in verdict.warnings)
 
 
+def test_children_adding_up_to_more_than_their_parent_are_allowed_and_said() -> None:
+    """Overcommitting a parent is a choice (the children share it, first through the gate first served), but said
+    when a child or the parent is written (issue 40, item 9)."""
+    shared = "NVIDIA-A100 quotas of parent queue org's children add up to 8, above its 4: they share it (a child may " \
+             "wait while its own quota has room)"
+    snapshot = cluster(queue("org", {A100: 4}), queue("team-a", {A100: 4}, parent="org"))
+    child = check(queue("team-b", {A100: 4}, parent="org"), snapshot)
+    assert child.allowed
+    assert shared in child.warnings
+    both = cluster(queue("org", {A100: 8}), queue("team-a", {A100: 4}, parent="org"),
+                   queue("team-b", {A100: 4}, parent="org"))
+    parent = check(queue("org", {A100: 4}), both, old=queue("org", {A100: 8}))
+    assert parent.allowed
+    assert shared in parent.warnings
+    assert not any("add up" in warning for warning in check(queue("team-b", {A100: 4}, parent="org"), both,
+                                                             old=queue("team-b", {A100: 4}, parent="org")).warnings)
+
+
 def test_parent_must_not_drop_below_a_child() -> None:
     snapshot = cluster(queue("org", {A100: 8}), queue("team", {A100: 6}, parent="org"))
     verdict = check(queue("org", {A100: 4}), snapshot, old=queue("org", {A100: 8}))
