@@ -220,3 +220,15 @@ def test_a_misspelt_card_annotation_key_is_warned_about_with_the_key_it_resemble
     assert ("metadata.annotations[volcano.sh/card.quotas]: not an annotation cardquota reads (did you mean "
             "volcano.sh/card.quota?): ignored, so this queue is judged without it") in json.loads(out)[0]["warnings"]
     assert check("-f", manifests, "--strict")[0] == 1
+
+
+def test_a_fractional_gpu_request_is_refused_offline_as_kubectl_apply_would_meet_it(tmp_path: Path) -> None:
+    from builders import pod
+
+    manifest = pod("p", namespace="ml", card="NVIDIA-A100", gpus=None, containers=[
+        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}])
+    code, out, _ = check("-f", write(tmp_path / "pod.yaml", manifest), "-o", "json")
+    assert code == 1
+    [verdict] = json.loads(out)
+    assert verdict["allowed"] is False
+    assert any(v["path"] == 'spec.containers[0].resources.limits["nvidia.com/gpu"]' for v in verdict["violations"])

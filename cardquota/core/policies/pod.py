@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core import keys
+from cardquota.core.errors import InputError
 from cardquota.core.gate import ancestry, gate_operations, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, Pod
@@ -44,6 +45,7 @@ from cardquota.core.policies.common import ratcheting, read_view, skipped
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
+from cardquota.core.quantity import parse_quantity
 from cardquota.core.quota import card_alternatives, card_name_violation
 from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
 from cardquota.core.verdict import SHARED_OPERATIONS, PatchOperation, Verdict, decide, pointer
@@ -57,6 +59,7 @@ from cardquota.core.violations import (
     not_supported,
     required,
     shown,
+    written,
 )
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -80,6 +83,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     pod, violations = read_view(Pod.from_manifest, manifest)
     if pod is None:
         return decide(violations)
+    violations.extend(extended_resource_violations(manifest))
     violations.extend(_rebinding_violations(pod, old))
     if may_break_mgpu_rules(pod.annotations, pod.requests):
         violations.extend(mgpu_violations(manifest))
@@ -289,3 +293,54 @@ def affinity_typo_warnings(manifest: Manifest) -> list[str]:
         return []
     return [f"spec.affinity.nodeAffinity.{typo} is not a Kubernetes field and is ignored (did you mean {right}?)"
             for typo, right in AFFINITY_TYPOS.items() if typo in node]
+
+
+def is_extended_resource(name: str) -> bool:
+    """A resource name outside ``kubernetes.io`` (``nvidia.com/gpu``), not a quota's ``requests.``: Kubernetes
+    counts it in whole units and never overcommits it (``IsExtendedResourceName``, pkg/apis/core/helper,
+    Kubernetes v1.35)."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def extended_resource_violations(manifest: Manifest) -> list[Violation]:
+    """What the API server refuses in a container's extended resources (``ValidateResourceRequirements`` in
+    pkg/apis/core/validation/validation.go, Kubernetes v1.35), so offline ``check`` refuses it too: a quantity that
+    is not a whole number ("must be an integer"), a request without a limit ("Limit must be set for non
+    overcommitable resources") and a request unlike its limit ("must be equal to … limit of …"). Quantities that do
+    not read are another rule's."""
+    spec = manifest.get("spec")
+    if not isinstance(spec, MAPPING_TYPES):
+        return []
+    violations: list[Violation] = []
+    for list_name in ("containers", "initContainers"):
+        containers = spec.get(list_name)
+        for index, container in enumerate(containers if isinstance(containers, list) else []):
+            resources = container.get("resources") if isinstance(container, MAPPING_TYPES) else None
+            if not isinstance(resources, MAPPING_TYPES):
+                continue
+            path = FieldPath.of("spec", list_name).index(index).child("resources")
+            sections = {name: resources.get(name) for name in ("requests", "limits")}
+            amounts: dict[str, dict[str, Fraction]] = {}
+            for section, listing in sections.items():
+                amounts[section] = {}
+                for name, value in (listing.items() if isinstance(listing, MAPPING_TYPES) else ()):
+                    if not isinstance(name, str) or not is_extended_resource(name):
+                        continue
+                    try:
+                        amount = parse_quantity(value)
+                    except InputError:
+                        continue
+                    amounts[section][name] = amount
+                    if amount.denominator != 1:
+                        violations.append(invalid(path.child(section).key(name), f"{written(value)}: must be an "
+                                                  "integer (an extended resource is counted in whole units)"))
+            for name, amount in amounts["requests"].items():
+                if name not in amounts["limits"]:
+                    if not (isinstance(sections["limits"], MAPPING_TYPES) and name in sections["limits"]):
+                        violations.append(required(path.child("limits").key(name),
+                                                   "Limit must be set for non overcommitable resources"))
+                elif amount != amounts["limits"][name]:
+                    violations.append(invalid(path.child("requests").key(name),
+                                              f"{written(resources['requests'][name])}: must be equal to {name} "
+                                              f"limit of {resources['limits'][name]}"))
+    return violations

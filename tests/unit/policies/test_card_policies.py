@@ -552,3 +552,24 @@ def test_a_request_key_naming_a_type_twice_or_with_spaces_is_denied(key: str, re
     assert (REQUEST, reason) in [(violation.path, violation.reason) for violation in verdict.violations]
     assert not verdict.allowed
     denied_with(check(group({f"{A100}|{A100}": 20}), snapshot), "NVIDIA-A100|NVIDIA-A100 lists a card type twice")
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    ({"limits": {"nvidia.com/gpu": "500m"}},
+     [('spec.containers[0].resources.limits["nvidia.com/gpu"]', '"500m": must be an integer (an extended resource '
+                                                               'is counted in whole units)')]),
+    ({"requests": {"nvidia.com/gpu": "1"}},
+     [('spec.containers[0].resources.limits["nvidia.com/gpu"]', "Limit must be set for non overcommitable resources")]),
+    ({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+     [('spec.containers[0].resources.requests["nvidia.com/gpu"]', '"1": must be equal to nvidia.com/gpu limit of 2')]),
+    ({"requests": {"nvidia.com/gpu": "2", "cpu": "500m"}, "limits": {"nvidia.com/gpu": "2", "cpu": "1"}}, []),
+    ({"limits": {"nvidia.com/gpu": "1", "hugepages-2Mi": "1Mi", "example.kubernetes.io/x": "500m"}}, []),
+])
+def test_extended_resources_are_refused_as_the_api_server_refuses_them(resources: dict[str, Any],
+                                                                       expected: list[tuple[str, str]]) -> None:
+    """Offline ``check`` meets what ``kubectl apply`` would (issue 40, item 7): extended resources are whole numbers,
+    need a limit, and a request equal to it (ValidateResourceRequirements, pkg/apis/core/validation/validation.go,
+    Kubernetes v1.35). cpu may be overcommitted; kubernetes.io names and hugepages are not extended resources."""
+    manifest = pod("p", namespace="ml", card=A100, containers=[container(**resources)])
+    verdict = check(manifest, cluster(queue("default", {A100: 8})))
+    assert [(v.path, v.message) for v in verdict.violations] == expected
