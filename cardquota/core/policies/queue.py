@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from cardquota.core import keys
 from cardquota.core.crd_additions import DRA_ADDITION, restore_command
+from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
@@ -27,10 +28,11 @@ from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unkno
 from cardquota.core.policies.common import annotations_of, ratcheting, read_view, skipped, unknown_card_key_warnings
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import PARENT_PATH, dra_violations
+from cardquota.core.quantity import parse_quantity
 from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
-from cardquota.core.violations import Violation, invalid, merge_violations, not_found, shown
+from cardquota.core.violations import FieldPath, Violation, invalid, merge_violations, not_found, shown
 
 ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
@@ -43,6 +45,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         return decide(violations)
     quota = card_quota(queue.meta.annotations)
     violations.extend(quota.violations)
+    violations.extend(resource_list_violations(manifest))
     warnings: list[str] = []
     if quota.ok and quota.values:
         warnings.extend(unknown_type_warnings(list(quota.values), snapshot))
@@ -221,3 +224,24 @@ def delete_warnings(name: str, ledger: Ledger) -> list[str]:
         return []
     return [f"queue {shown(name)} still has card work ({'; '.join(parts)}); deleting it leaves that work without "
             "a queue"]
+
+
+RESOURCE_LISTS = (("spec", "capability"), ("spec", "deserved"), ("spec", "guarantee", "resource"))
+"""A Queue's resource lists (``v1.ResourceList``: resource name → quantity)."""
+
+
+def resource_list_violations(manifest: Manifest) -> list[Violation]:
+    """A quantity in a Queue's resource lists that is not one (``64cores``, ``4TB``): the API server refuses it
+    (the CRD's quantity pattern), so offline ``check`` does too; Volcano would read nothing of it, and ``usage`` would
+    leave the row out."""
+    violations = []
+    for path in RESOURCE_LISTS:
+        listing: object = manifest
+        for step in path:
+            listing = listing.get(step) if isinstance(listing, MAPPING_TYPES) else None
+        for name, value in (listing.items() if isinstance(listing, MAPPING_TYPES) else ()):
+            try:
+                parse_quantity(value)
+            except InputError as error:
+                violations.append(invalid(FieldPath.of(*path).key(str(name)), error.message))
+    return violations

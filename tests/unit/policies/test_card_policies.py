@@ -573,3 +573,19 @@ def test_extended_resources_are_refused_as_the_api_server_refuses_them(resources
     manifest = pod("p", namespace="ml", card=A100, containers=[container(**resources)])
     verdict = check(manifest, cluster(queue("default", {A100: 8})))
     assert [(v.path, v.message) for v in verdict.violations] == expected
+
+
+def test_a_queue_capability_that_is_not_a_quantity_is_refused_as_the_api_server_refuses_it() -> None:
+    """``64cores`` and ``4TB`` are no Kubernetes quantities: kubectl apply is refused by the Queue CRD's schema, so
+    offline check refuses them too (issue 40, item 7; before, usage then left those rows out without a word)."""
+    team = queue("team", {A100: 2})
+    team["spec"]["capability"] = {"cpu": "64cores", "memory": "4TB", "nvidia.com/gpu": "8"}
+    team["spec"]["deserved"] = {"cpu": "lots"}
+    verdict = check(team, cluster())
+    assert [v.path for v in verdict.violations] == ['spec.capability["cpu"]', 'spec.capability["memory"]',
+                                                    'spec.deserved["cpu"]']
+    assert verdict.violations[0].message == ('"64cores" is not a quantity (expected e.g. "2", "500m", "80Gi", '
+                                             '"1e3")')
+    team["spec"]["capability"] = {"cpu": "64", "memory": "4Ti"}
+    team["spec"].pop("deserved")
+    assert check(team, cluster()).allowed
