@@ -232,3 +232,18 @@ def test_a_fractional_gpu_request_is_refused_offline_as_kubectl_apply_would_meet
     [verdict] = json.loads(out)
     assert verdict["allowed"] is False
     assert any(v["path"] == 'spec.containers[0].resources.limits["nvidia.com/gpu"]' for v in verdict["violations"])
+
+
+def test_a_version_the_api_server_does_not_serve_is_refused(tmp_path: Path) -> None:
+    """kubectl apply of a scheduling.volcano.sh/v1beta2 Queue fails ("no matches for kind"): so does check, where it
+    was checked as if v1beta1 (issue 40, item 7)."""
+    beta2 = queue("team", '{"NVIDIA-A100": 2}')
+    beta2["apiVersion"] = "scheduling.volcano.sh/v1beta2"
+    code, out, _ = check("-f", write(tmp_path / "queue.yaml", beta2), "-o", "json")
+    assert code == 1
+    [verdict] = json.loads(out)
+    assert verdict["violations"][0]["path"] == "apiVersion"
+    assert "(use scheduling.volcano.sh/v1beta1)" in verdict["violations"][0]["message"]
+    hpa = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}, "maxReplicas": 2}}
+    assert check("-f", write(tmp_path / "hpa.yaml", hpa))[0] == 0  # (served in v1 and v2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
-from cardquota.core.verdict import Verdict, allow
+from cardquota.core.verdict import Verdict, allow, decide
 
 
 def policy_for(manifest: Manifest) -> Admit | None:
@@ -29,6 +29,11 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     """The verdict on creating (``old`` None) or updating an object."""
     policy = policy_for(manifest)
     if policy is not None:
+        from cardquota.core.policies.kinds import unserved_version_violation
+
+        unserved = unserved_version_violation(str(manifest["apiVersion"]), str(manifest["kind"]))
+        if unserved is not None:
+            return decide([unserved])
         return policy(manifest, old, snapshot, config)
     warning = _unknown_kind(manifest)
     return allow([warning] if warning is not None else [])

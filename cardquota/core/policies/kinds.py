@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 
 from cardquota.core.snapshot import CLOSEST_CUTOFF
-from cardquota.core.violations import shown
+from cardquota.core.violations import Violation, invalid, shown
 
 VOLCANO_KINDS: dict[str, frozenset[str]] = {
     "scheduling.volcano.sh": frozenset({"Queue", "PodGroup"}),
@@ -29,6 +29,19 @@ VOLCANO_KINDS: dict[str, frozenset[str]] = {
 }
 """Volcano's API groups and their kinds, as its CRDs define them (volcano v1.15.1 and master ed72c7c8:
 ``config/crd/volcano/bases/*.yaml`` and ``config/crd/jobflow/bases/*.yaml``, ``spec.group`` and ``spec.names.kind``)."""
+
+SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("scheduling.volcano.sh", "Queue"): ("v1beta1",),
+    ("scheduling.volcano.sh", "PodGroup"): ("v1beta1",),
+    ("batch.volcano.sh", "Job"): ("v1alpha1",),
+    ("batch.volcano.sh", "CronJob"): ("v1alpha1",),
+    ("", "Pod"): ("v1",), ("", "Node"): ("v1",), ("", "ConfigMap"): ("v1",),
+    **{("apps", kind): ("v1",) for kind in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")},
+    ("batch", "Job"): ("v1",), ("batch", "CronJob"): ("v1",),
+    ("autoscaling", "HorizontalPodAutoscaler"): ("v1", "v2"),
+}
+"""The versions the API server serves for each kind a policy admits: Volcano's CRDs (v1.15.1,
+``config/crd/volcano/bases/*.yaml``, ``spec.versions[].served``) and Kubernetes v1.35's built-in groups."""
 
 VOLCANO_DOMAIN = "volcano.sh"
 
@@ -65,6 +78,18 @@ def unknown_kind_warning(group: str, kind: str, checked: frozenset[str]) -> str 
         return f"kind {shown(kind)} is not a kind of {where}{suggestion}: not checked"
     suggestion = _did_you_mean(kind, checked)
     return f"kind {shown(kind)} is not a kind of {where}{suggestion}: not checked" if suggestion else None
+
+
+def unserved_version_violation(api_version: str, kind: str) -> Violation | None:
+    """A kind a policy admits written with a version the API server does not serve (``scheduling.volcano.sh/v1beta2``
+    Queue): ``kubectl apply`` is refused ("no matches for kind"), so ``check`` refuses it too."""
+    group, _, version = api_version.rpartition("/")
+    served = SERVED_VERSIONS.get((group, kind))
+    if served is None or version in served:
+        return None
+    versions = " or ".join(f"{group}/{name}" if group else name for name in served)
+    return invalid("apiVersion", f"{shown(api_version)} is not served for {kind} (use {versions}): kubectl apply "
+                                 f"would be refused with no matches for kind {kind} in version {api_version}")
 
 
 def _did_you_mean(name: str, choices: frozenset[str] | dict[str, frozenset[str]]) -> str:
