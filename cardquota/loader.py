@@ -47,7 +47,7 @@ def parse_documents(data: bytes, name: str) -> list[Document]:
     text = _decode(data, name)
     documents: list[Document] = []
     try:
-        for index, value in load_documents(text):
+        for index, value in load_documents(text, as_kubectl=True):
             if value is not None:
                 documents.extend(_objects(value, f"{name}: document {index}"))
     except InputError as error:

@@ -28,8 +28,10 @@ YAML_LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Loader = YAML_LOADER
 
 
-def load_documents(text: str) -> Iterator[tuple[int, Any]]:
+def load_documents(text: str, *, as_kubectl: bool = False) -> Iterator[tuple[int, Any]]:
     """(document number, value) for each document of a multi-document YAML or JSON text; empty documents are None.
+    ``as_kubectl``: a text that starts with ``{`` is JSON, strictly (:func:`_json_stream`), as kubectl reads manifests
+    (a scheduler configuration is YAML, flow style included, as Volcano reads it).
 
     Raises InputError located as ``document N``.
     """
@@ -37,6 +39,9 @@ def load_documents(text: str) -> Iterator[tuple[int, Any]]:
         value = _json(text)
         if value is not _NOT_JSON:
             yield 1, value
+            return
+        if as_kubectl and text.lstrip()[:1] == "{" and not _YAML_MARKER.search(text) and not json_nesting_exceeds(text):
+            yield from _json_stream(text)  # (as kubectl reads it: strictly, JSON after JSON)
             return
     try:
         yield from _built_documents(text)
@@ -184,6 +189,30 @@ def _json(text: str) -> Any:
     except ValueError:
         return _NOT_JSON  # not JSON after all (YAML flow style, several documents): read it as YAML
     return value  # (no deeper than MAX_NESTING: json_nesting_exceeds measured the text json.loads read)
+
+
+_YAML_MARKER = re.compile(r"^---", re.MULTILINE)
+"""A YAML document marker at a line's start: JSON documents between such markers are read as YAML documents."""
+
+
+def _json_stream(text: str) -> Iterator[tuple[int, Any]]:
+    """A text that starts with ``{`` and is not one JSON value: kubectl's YAML-or-JSON decoder reads such a stream as
+    JSON values one after the other (k8s.io/apimachinery pkg/util/yaml ``NewYAMLOrJSONDecoder``, ``hasJSONPrefix``),
+    so a trailing comma, a comment or an unquoted key is an error there — and here, where YAML would accept them."""
+    decoder = json.JSONDecoder()
+    position, index = 0, 0
+    while True:
+        while position < len(text) and text[position] in " \t\r\n":
+            position += 1
+        if position >= len(text):
+            return
+        index += 1
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as error:
+            raise InputError(f"is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}; kubectl "
+                             "reads a text that starts with { as JSON)", where=f"document {index}") from None
+        yield index, value
 
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)

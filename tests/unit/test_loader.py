@@ -496,3 +496,23 @@ def test_json_nesting_is_measured_in_the_encoding_json_reads():
     assert json_nesting_exceeds("[[1]]".encode("utf-16"), 1)
     assert not json_nesting_exceeds("[[1]]".encode("utf-16"), 2)
     assert not json_nesting_exceeds('["' + "\\\\" + '", "[[["]', 1)
+
+
+def test_a_manifest_starting_with_a_brace_is_json_read_strictly_as_kubectl_reads_it():
+    """kubectl's YAML-or-JSON decoder takes a stream that starts with ``{`` as JSON (k8s.io/apimachinery
+    pkg/util/yaml, hasJSONPrefix): a trailing comma is refused there, where YAML flow style accepted it, so check
+    passed what kubectl apply refuses (issue 40, item 7). JSON objects one after the other are read."""
+    with pytest.raises(InputError) as refused:
+        parse_documents(b'{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"},}', NAME)
+    assert str(refused.value) == (f"{NAME}: document 1: is not valid JSON: Expecting property name enclosed in double "
+                                  "quotes (line 1, column 64; kubectl reads a text that starts with { as JSON)")
+    stream = (json.dumps(node("a")) + "\n" + json.dumps(node("b"))).encode()
+    assert located(parse_documents(stream, NAME)) == [(f"{NAME}: document 1", "Node", "a"),
+                                                      (f"{NAME}: document 2", "Node", "b")]
+
+
+def test_a_scheduler_configuration_in_yaml_flow_style_is_still_yaml():
+    """Volcano reads its configuration as YAML (flow style included): only manifests are read as kubectl reads them."""
+    from cardquota.core.yamltext import load_one
+
+    assert load_one("{actions: 'enqueue, allocate', tiers: []}") == {"actions": "enqueue, allocate", "tiers": []}
