@@ -72,7 +72,8 @@ CARD_NAME_REQUESTED = "cardquota.io/card-name-requested"
 gate is lifted and ``volcano.sh/card.name`` is narrowed to the alternative chosen."""
 
 
-CARD_KEYS = frozenset({CARD_QUOTA, CARD_REQUEST, CARD_NAME, CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE})
-"""Every ``volcano.sh/card.*`` annotation key cardquota reads or writes (another one is a misspelling cardquota
-warns about: :func:`cardquota.core.policies.common.unknown_card_key_warnings`)."""
-CARD_KEY_PREFIX = "volcano.sh/card."
+CARD_KEYS = frozenset({CARD_QUOTA, CARD_REQUEST, CARD_NAME, CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE,
+                       CARD_NAME_REQUESTED})
+"""Every ``volcano.sh/card.*`` and ``cardquota.io/*`` annotation key cardquota reads or writes (another one is a
+misspelling cardquota warns about: :func:`cardquota.core.policies.common.unknown_card_key_warnings`)."""
+CARD_KEY_PREFIXES = ("volcano.sh/card.", "cardquota.io/")

@@ -247,3 +247,26 @@ def test_a_version_the_api_server_does_not_serve_is_refused(tmp_path: Path) -> N
     hpa = {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"},
            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}, "maxReplicas": 2}}
     assert check("-f", write(tmp_path / "hpa.yaml", hpa))[0] == 0  # (served in v1 and v2)
+
+
+def test_misspelt_card_keys_on_podgroups_pods_and_volcano_jobs_are_warned_about(tmp_path: Path) -> None:
+    from builders import pod, podgroup
+
+    group = podgroup("g", namespace="ml", queue="team")
+    group["metadata"]["annotations"] = {"volcano.sh/card.requests": '{"NVIDIA-A100": 2}'}
+    card_pod = pod("p", namespace="ml", card="NVIDIA-A100", gpus=1)
+    card_pod["metadata"]["annotations"]["volcano.sh/card.nmae"] = "NVIDIA-A100"
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "metadata": {"name": "j", "namespace": "ml", "annotations": {"cardquota.io/card-name-request": "x"}},
+           "spec": {"tasks": [{"name": "t", "replicas": 1, "template": {"spec": {"containers": [
+               {"name": "c", "image": "x"}]}}}]}}
+    code, out, _ = check("-f", write(tmp_path / "objects.yaml", group, card_pod, job), "-o", "json")
+    assert code == 0
+    said = [warning for verdict in json.loads(out) for warning in verdict["warnings"] if "not an annotation" in warning]
+    assert said == [
+        "metadata.annotations[volcano.sh/card.requests]: not an annotation cardquota reads (did you mean "
+        "volcano.sh/card.request?): ignored, so this PodGroup is judged without it",
+        "metadata.annotations[volcano.sh/card.nmae]: not an annotation cardquota reads (did you mean "
+        "volcano.sh/card.name?): ignored, so this pod is judged without it",
+        "metadata.annotations[cardquota.io/card-name-request]: not an annotation cardquota reads (did you mean "
+        "cardquota.io/card-name-requested?): ignored, so this Volcano Job is judged without it"]

@@ -3,6 +3,7 @@ ratcheting updates."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from collections.abc import Callable, Mapping
@@ -42,18 +43,32 @@ def annotations_of(manifest: object) -> Mapping[Any, Any]:
 
 
 def unknown_card_key_warnings(manifest: Manifest, old: Manifest | None, kind: str) -> list[str]:
-    """A warning for each ``volcano.sh/card.*`` annotation key cardquota does not know (a misspelling: the key is
-    ignored, so what it was meant to say does not apply), with the closest it knows; only when the key is new."""
+    """A warning for each ``volcano.sh/card.*`` or ``cardquota.io/*`` annotation key cardquota does not know (a
+    misspelling: the key is ignored, so what it was meant to say does not apply), with the closest it knows; only
+    when the key is new."""
     before = annotations_of(old) if old is not None else {}
     warnings = []
     for key in annotations_of(manifest):
-        if (isinstance(key, str) and key.startswith(keys.CARD_KEY_PREFIX) and key not in keys.CARD_KEYS
+        if (isinstance(key, str) and key.startswith(keys.CARD_KEY_PREFIXES) and key not in keys.CARD_KEYS
                 and key not in before):
             close = difflib.get_close_matches(key, sorted(keys.CARD_KEYS), n=1, cutoff=0.8)
             hint = f" (did you mean {close[0]}?)" if close else f" (it reads {', '.join(sorted(keys.CARD_KEYS))})"
             warnings.append(f"metadata.annotations[{key}]: not an annotation cardquota reads{hint}: ignored, "
                             f"so this {kind} is judged without it")
     return warnings
+
+
+def warning_unknown_card_keys(kind: str) -> Callable[[Admit], Admit]:
+    """The policy with :func:`unknown_card_key_warnings` added to its verdict (whatever else it decides)."""
+    def wrap(admit: Admit) -> Admit:
+        @functools.wraps(admit)
+        def admitted(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot,
+                     config: PolicyConfig) -> Verdict:
+            verdict = admit(manifest, old, snapshot, config)
+            found = unknown_card_key_warnings(manifest, old, kind)
+            return dataclasses.replace(verdict, warnings=(*verdict.warnings, *found)) if found else verdict
+        return admitted
+    return wrap
 
 
 SKIPPED = f"not checked: {NO_CLUSTER} (pass --cluster, or wait for the webhook's first full list)"

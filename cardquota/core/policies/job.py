@@ -29,7 +29,7 @@ from cardquota.core.policies.cards import (
     job_tasks_violation,
     request_against_queue,
 )
-from cardquota.core.policies.common import annotations_of, ratcheting
+from cardquota.core.policies.common import annotations_of, ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import mgpu_violations
@@ -43,6 +43,7 @@ from cardquota.core.violations import FieldPath, Violation, invalid, shown
 from cardquota.core.workloads import gang_pod_counts, job_min_available
 
 
+@warning_unknown_card_keys("Volcano Job")
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     header = read_request_header(manifest, snapshot, created=True)  # the job controller creates its PodGroup

@@ -41,7 +41,7 @@ from cardquota.core.policies.cards import (
     product_label,
     unknown_type_warnings,
 )
-from cardquota.core.policies.common import ratcheting, read_view, skipped
+from cardquota.core.policies.common import ratcheting, read_view, skipped, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
@@ -78,6 +78,7 @@ CARD_RULE_INPUTS = (CARD_NAME_PATH, ANNOTATIONS.key(keys.QUEUE_NAME), ANNOTATION
 PodGroup's), its scheduler and what it requests (the effective requests' fields)."""
 
 
+@warning_unknown_card_keys("pod")
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     pod, violations = read_view(Pod.from_manifest, manifest)

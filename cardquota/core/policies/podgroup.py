@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from cardquota.core import keys
 from cardquota.core.objects import Manifest, ObjectMeta, read_meta
 from cardquota.core.policies.cards import CARD_REQUEST_PATH, QUEUE_PATH, request_against_queue
-from cardquota.core.policies.common import ratcheting, read_view
+from cardquota.core.policies.common import ratcheting, read_view, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quota import CardAmounts, card_request
 from cardquota.core.scheduling.capacity_card import minimum_beyond_capability
@@ -45,6 +45,7 @@ def read_request_header(manifest: Manifest, snapshot: ClusterSnapshot, *, create
                          [*violations, *queue_violations, *request.violations])
 
 
+@warning_unknown_card_keys("PodGroup")
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     # (a validating webhook sees a PodGroup after Volcano's mutation, which leaves no mapped ``default``: resolving

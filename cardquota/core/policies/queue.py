@@ -25,7 +25,13 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
-from cardquota.core.policies.common import annotations_of, ratcheting, read_view, skipped, unknown_card_key_warnings
+from cardquota.core.policies.common import (
+    annotations_of,
+    ratcheting,
+    read_view,
+    skipped,
+    warning_unknown_card_keys,
+)
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import PARENT_PATH, dra_violations
 from cardquota.core.quantity import parse_quantity
@@ -38,6 +44,7 @@ ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
 
 
+@warning_unknown_card_keys("queue")
 @ratcheting
 def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
     queue, violations = read_view(Queue.from_manifest, manifest)
@@ -58,7 +65,6 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
-    warnings.extend(unknown_card_key_warnings(manifest, old, "queue"))
     return decide(violations, warnings, _canonical_quota_patch(manifest, old, queue, quota))
 
 
