@@ -96,11 +96,20 @@ test-compiled: ## the unit and integration suites against the compiled core (ski
 		echo "make test-compiled: skipped: no C compiler ('$(CC)') to build the compiled core"; exit 0; fi; \
 	$(MAKE) --no-print-directory compiled && $(MAKE) --no-print-directory run-compiled
 
-# The suites against the wheel `make compiled` built: its extension modules laid over the copied tree.
+# The suites against the wheel `make compiled` built: its extension modules laid over the copied tree. Left out there:
+# the slowest bench-script smoke tests, the e2e harness's guard and the containers' start-up (scripts and processes
+# around the core, the same compiled or not, which the first run covers; the webhook bench, which says whether the
+# core is compiled, stays): about a minute of worker time.
+BENCH_SMOKE = tests/unit/test_bench_smoke.py
+COMPILED_SKIPPED = --ignore=tests/unit/test_e2e_guard.py --ignore=tests/unit/test_pods_start.py \
+	--deselect $(BENCH_SMOKE)::test_bounded_servers_bench_reports_every_figure_for_both_servers \
+	--deselect $(BENCH_SMOKE)::test_scale_bench_smoke_reports_every_figure \
+	--deselect $(BENCH_SMOKE)::test_tls_start_bench_reports_start_and_handshake_figures \
+	--deselect $(BENCH_SMOKE)::test_ratcheting_bench_reports_every_case
 run-compiled:
 	$(BIN)/python -m zipfile -e $(COMPILED)/wheel/cardquota-*.whl $(COMPILED)/unpacked && \
 	(cd $(COMPILED)/unpacked && find . -name '*.so' | tar -cf - -T -) | tar -xf - -C $(COMPILED)/tree && \
-	cd $(COMPILED)/tree && CARDQUOTA_EXPECT_COMPILED=1 PYTHONPATH=$$PWD $(abspath $(BIN))/pytest $(XDIST) tests/unit tests/integration $(PYTEST_ARGS)
+	cd $(COMPILED)/tree && CARDQUOTA_EXPECT_COMPILED=1 PYTHONPATH=$$PWD $(abspath $(BIN))/pytest $(XDIST) tests/unit tests/integration $(COMPILED_SKIPPED) $(PYTEST_ARGS)
 
 # The release artifacts (nothing is uploaded): the sdist, the pure wheel built from it (what `pip install` gets; the
 # image ships the compiled one, `make compiled`), checked by twine and by tests/tools/check_dist.py, which installs
