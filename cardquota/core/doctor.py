@@ -46,7 +46,7 @@ from cardquota.core.schedconf.extender import (
 )
 from cardquota.core.schedconf.reader import CONF_KEY
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
-from cardquota.core.snapshot import ClusterSnapshot, Kind, describe, kind_of, node_record, queue_record
+from cardquota.core.snapshot import ClusterSnapshot, Kind, QueueRecord, describe, kind_of, node_record, queue_record
 from cardquota.core.yamltext import load_one
 
 VOLCANO = "Volcano"
@@ -1098,18 +1098,18 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
         results.append(Result(QUEUES, Status.OK, f"{len(names)} queue{_s(names)} with a card quota: usage "
                               f"published and current ({_names(names)})"))
     if card_gate:
-        results += _past_the_gate_over_quota(ledger, [name for name, _ in with_quota])
+        results += _past_the_gate_over_quota(ledger, with_quota)
     return results
 
 
-def _past_the_gate_over_quota(ledger: Ledger, queues: Sequence[str]) -> list[Result]:
+def _past_the_gate_over_quota(ledger: Ledger, queues: Sequence[tuple[str, QueueRecord]]) -> list[Result]:
     """Pending card pods without the gate in a queue whose bound and admitted pods exceed its quota: pods created
     before the gate (or while its webhook was off), or admitted before the quota was lowered. Under the gated
     scheduler entry Volcano places them without a card check, past the quota."""
     over: list[str] = []
     pods: list[str] = []
-    for name in queues:
-        quota = ledger.usage(name).quota
+    for name, record in queues:
+        quota = record.quota.values
         held = ledger.held_cards(name)
         exceeded = {card for card, limit in quota.items() if held.get(card, 0) > limit}
         if not exceeded:

@@ -212,8 +212,8 @@ def shortage(queue: str, request: DeviceAmounts, held: Mapping[str, DeviceAmount
                 return DraShortage(name, device_class, "devices", have.count + wanted.count, bound.count.written,
                                    have.count)
             for dimension, limit in bound.capacity.items():
-                before = have.capacity.get(dimension, Fraction(0))
-                after = before + wanted.capacity.get(dimension, Fraction(0))
+                before = have.capacity.get(dimension, ZERO)
+                after = before + wanted.capacity.get(dimension, ZERO)
                 if wanted.capacity.get(dimension) and after > limit.amount:
                     return DraShortage(name, device_class, dimension, after, limit.written, before)
     return None

@@ -293,10 +293,8 @@ class Ledger:
     as written: with the allocated bucket, what the queue holds for the gate (:meth:`held_cards`)."""
     _gated_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
     """Per queue, its card pods waiting at cardquota's gate."""
-    _claiming: KeySet = field(default_factory=dict)
-    """The pods that name DRA claims (what the gate reads for the DRA quotas: O(such pods), not O(pods))."""
     _claiming_gated: KeySet = field(default_factory=dict)
-    """Of those, the unbound ones carrying cardquota's gate."""
+    """The unbound pods naming DRA claims that carry cardquota's gate (what a round judges for the DRA quotas)."""
     _pods_by_claim: dict[ObjectKey, KeySet] = field(default_factory=dict)
     """The pods naming each claim or template: (namespace, kind, name) → pods."""
     _dra_holds: dict[ObjectKey, _DraHold] = field(default_factory=dict)
@@ -749,10 +747,6 @@ class Ledger:
         """Per queue, its card pods waiting at cardquota's gate (the sets are the ledger's own: read, not kept)."""
         return self._gated_by_queue
 
-    def claiming_pods(self) -> Iterable[ObjectKey]:
-        """The pods that name DRA claims (the ledger's own index: read, not kept)."""
-        return self._claiming.keys()
-
     def gated_claiming_pods(self) -> Iterable[ObjectKey]:
         """The unbound pods naming DRA claims that carry cardquota's gate (the ledger's own index)."""
         return self._claiming_gated.keys()
@@ -794,10 +788,10 @@ class Ledger:
         touched = self.changes.pod
         for key in list(pod_keys):
             touched(key)
-            if key in self._claiming or key in self._dra_holds:
+            pod = self.snapshot.pods.get(key)
+            if (pod is not None and pod.claims) or key in self._dra_holds:
                 self._redo_dra(key)
             old = self._pod_charges.pop(key, None)
-            pod = self.snapshot.pods.get(key)
             new = self._charge_pod(pod) if pod is not None else None
             if new is not None:
                 self._pod_charges[key] = new
@@ -1019,7 +1013,6 @@ class Ledger:
         if group_key := pod.group_key:
             _index(self._pods_by_group, group_key, pod.key)
         if pod.claims:
-            self._claiming[pod.key] = None
             if pod.gate is not None and not pod.node_name:
                 self._claiming_gated[pod.key] = None
             for template, name in pod.claims:
@@ -1031,7 +1024,6 @@ class Ledger:
         if group_key := pod.group_key:
             _unindex(self._pods_by_group, group_key, pod.key)
         if pod.claims:
-            self._claiming.pop(pod.key, None)
             self._claiming_gated.pop(pod.key, None)
             for template, name in pod.claims:
                 _unindex(self._pods_by_claim, (pod.key[0], _claim_kind(template), name), pod.key)

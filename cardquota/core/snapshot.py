@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from cardquota.core import keys
 from cardquota.core.cards import CardKind, NodeCards, discover_card_types
-from cardquota.core.dra_claims import DeviceAmounts, pod_request
+from cardquota.core.dra_claims import DeviceAmounts
 from cardquota.core.errors import InputError
 from cardquota.core.objects import Manifest, Node, ObjectKey, Pod, PodGroup, Queue, read_meta
 from cardquota.core.quota import CardAmounts, card_quota
@@ -436,10 +436,6 @@ class ClusterSnapshot:
 
     def children_of(self, queue: str) -> list[QueueRecord]:
         return [record for record in self.queues.values() if record.queue.parent == queue]
-
-    def dra_request(self, pod: Pod) -> DeviceAmounts:
-        """What the pod's DRA claims ask together, per DeviceClass (claims and templates not known: nothing)."""
-        return pod_request(pod.key[0], pod.claims, self.claims, self.claim_templates) if pod.claims else {}
 
     def queue_dra(self, queue: str) -> object:
         """The queue's ``spec.dra`` as written (None when the queue is not known)."""

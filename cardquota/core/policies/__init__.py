@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import Admit, PolicyConfig
+from cardquota.core.policies.kinds import unserved_version_violation
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, allow, decide
 
@@ -29,8 +30,6 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     """The verdict on creating (``old`` None) or updating an object."""
     policy = policy_for(manifest)
     if policy is not None:
-        from cardquota.core.policies.kinds import unserved_version_violation
-
         unserved = unserved_version_violation(str(manifest["apiVersion"]), str(manifest["kind"]))
         if unserved is not None:
             return decide([unserved])

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from cardquota.core.dra_claims import claim_refs, pod_request
+from cardquota.core.dra_claims import CLAIM_KINDS, claim_refs, pod_request
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
@@ -45,7 +45,6 @@ from cardquota.core.usage import cards_on_node
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
-RESOURCE_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,7 @@ class Session:
             elif kind is Kind.QUEUE:
                 spec = manifest.get("spec")
                 self.queue_specs[name] = spec if isinstance(spec, MAPPING_TYPES) else {}
-            elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
+            elif manifest.get("kind") in CLAIM_KINDS:
                 claims.append(manifest)
         self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues,
                                    volcano_schedulers=self.config.scheduler_names)
@@ -472,7 +471,7 @@ class Session:
             self._upsert_queue(manifest)
         elif kind is Kind.PODGROUP:
             self._upsert_podgroup(manifest)
-        elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
+        elif manifest.get("kind") in CLAIM_KINDS:
             self._upsert_claim(manifest, deleted=False)
         else:
             return
@@ -497,7 +496,7 @@ class Session:
             self.ledger.delete(manifest)
             self.podgroup_conditions.pop(key, None)
             self._take_uses_again(self._members.get(key, set()))
-        elif manifest.get("kind") in RESOURCE_CLAIM_KINDS:
+        elif manifest.get("kind") in CLAIM_KINDS:
             self._upsert_claim(manifest, deleted=True)
         else:
             return
