@@ -157,3 +157,11 @@ def ascend_node(name: str, chip: str = "910B3", npus: int = 8, *, product: str |
     if product is not None:
         labels["huawei.com/npu.product"] = product
     return node(name, labels=labels, allocatable={"huawei.com/Ascend910": str(npus)})
+
+
+def claim_template(name: str, device_class: str, count: int, *, namespace: str = "ml") -> Manifest:
+    """A ResourceClaimTemplate as resource.k8s.io/v1beta1 writes it: one request of ``count`` devices of the class."""
+    return {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "d", "deviceClassName": device_class,
+                                                         "count": count}]}}}}

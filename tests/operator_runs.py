@@ -74,3 +74,11 @@ def end_kept_alive_requests() -> None:
         if getattr(running.get_coro(), "__qualname__", "") in ("RequestHandler._handle_request",
                                                                 "RequestHandler.start"):
             running.cancel()
+
+
+def serve_dra(kmock: Any, version: str = "v1beta1") -> None:
+    """kmock serves resource.k8s.io's ResourceClaims and ResourceClaimTemplates through ``version``, as a cluster
+    with DRA does (discovery then lists the group, and the claim reflectors read it)."""
+    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
+        kmock.resources[f"resource.k8s.io/{version}/{plural}"] = {
+            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get", "create"]}

@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from builders import pod, queue
+from builders import claim_template, pod, queue
 from kubeconfigs import write_kubeconfig
-from operator_runs import following_through_a_kubeconfig
+from operator_runs import following_through_a_kubeconfig, serve_dra
 from polling import eventually
 
 from cardquota.core import keys
@@ -39,6 +39,14 @@ def gated(name: str, gpus: int, second: int) -> dict[str, Any]:
 
 def gates(kmock: Any, name: str) -> list[Any]:
     return list(kmock.objects[PODS, "ml", name]["spec"].get("schedulingGates") or [])
+
+
+async def delete_pod(kmock: Any, name: str, cache: Any) -> None:
+    """Deletes pod ml/NAME through the API and waits until the cache's watch no longer shows it."""
+    url = f"{str(kmock.url).rstrip('/')}/api/v1/namespaces/ml/pods/{name}"
+    async with aiohttp.ClientSession() as session, session.delete(url) as response:
+        assert response.status < 300, await response.text()
+    await eventually(lambda: ("ml", name) not in cache.ledger.snapshot.pods)
 
 
 async def test_the_gate_is_lifted_for_what_fits_and_the_rest_waits_until_cards_are_released(
@@ -66,10 +74,7 @@ async def test_the_gate_is_lifted_for_what_fits_and_the_rest_waits_until_cards_a
         assert keeper.in_flight == {}
         assert cache.ledger.held_cards("team") == {A100: 4}
 
-        url = f"{str(volcano_kmock.url).rstrip('/')}/api/v1/namespaces/ml/pods/first"
-        async with aiohttp.ClientSession() as session, session.delete(url) as response:
-            assert response.status < 300, await response.text()
-        await eventually(lambda: ("ml", "first") not in cache.ledger.snapshot.pods)
+        await delete_pod(volcano_kmock, "first", cache)
         released = await keeper.round()
         assert released is not None
         assert [lift.pod[1] for lift in released.lifts] == ["third"]
@@ -262,13 +267,9 @@ async def test_pods_naming_dra_claims_go_through_as_their_devices_fit_the_queues
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = team
     for index, name in enumerate(("first", "second", "third")):
         volcano_kmock.objects[PODS, "ml", name] = dra_pod(name, index)
-    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
-        volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
-            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
-    volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = {
-        "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two", "namespace": "ml"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "nvidia-h100", "count": 2}]}}}}
+    serve_dra(volcano_kmock)
+    volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = claim_template(
+        "two", "nvidia-h100", 2)
     claim_watches: list[Reflector] = []
     async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches) as cache:
         api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
@@ -282,10 +283,7 @@ async def test_pods_naming_dra_claims_go_through_as_their_devices_fit_the_queues
         assert [wait.reason for wait in decided.waits] == [
             "waiting at the card-quota gate: queue team has 0 of 4 nvidia-h100 devices free; 2 pods ahead"]
         await eventually(lambda: cache.ledger.snapshot.pods[("ml", "second")].gate is None)
-        url = f"{str(volcano_kmock.url).rstrip('/')}/api/v1/namespaces/ml/pods/first"
-        async with aiohttp.ClientSession() as session, session.delete(url) as response:
-            assert response.status < 300, await response.text()
-        await eventually(lambda: ("ml", "first") not in cache.ledger.snapshot.pods)
+        await delete_pod(volcano_kmock, "first", cache)
         released = await keeper.round()
         assert released is not None
         assert [lift.pod[1] for lift in released.lifts] == ["third"]

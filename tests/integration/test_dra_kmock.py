@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import gpu_node, pod, podgroup, queue
+from operator_runs import serve_dra
 from polling import eventually
 from volcano_payloads import node_info, task_info
 
@@ -28,12 +29,6 @@ pytestmark = [pytest.mark.asyncio,
                   base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
 
 DEVICE_CLASS = "gpu.example.com"
-
-
-def serve_dra(kmock: Any, version: str) -> None:
-    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
-        kmock.resources[f"resource.k8s.io/{version}/{plural}"] = {
-            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get", "create"]}
 
 
 def v1_claim(name: str, count: int) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from builders import pod, podgroup, queue
+from builders import claim_template, pod, podgroup, queue
 from kubeconfigs import write_kubeconfig
+from operator_runs import serve_dra
 
 from cardquota.cli.main import run
 
@@ -113,13 +114,9 @@ async def test_explain_reads_the_dra_claims_a_gated_pod_names(volcano_kmock: Any
     team = queue("team-a")
     team["spec"]["dra"] = {"capability": {"gpu.example.com": {"count": 1}}}
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = team
-    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
-        volcano_kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
-            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
-    volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = {
-        "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "two", "namespace": "ml"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "g", "deviceClassName": "gpu.example.com", "count": 2}]}}}}
+    serve_dra(volcano_kmock)
+    volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = claim_template(
+        "two", "gpu.example.com", 2)
     waiting = pod("wants-two", namespace="ml", queue="team-a", gated=True, uid="uid-1")
     waiting["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "two"}]
     volcano_kmock.objects["v1/pods", "ml", "wants-two"] = waiting

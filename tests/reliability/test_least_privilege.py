@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 from builders import node, pod, queue
-from operator_runs import operator_running
+from operator_runs import operator_running, serve_dra
 from polling import eventually
 from volcano_payloads import ALLOCATED, task_info
 
@@ -115,13 +115,6 @@ def made(kmock: Any, *wanted: tuple[str, str]) -> bool:
     """Whether the operator has made a request of each (verb, resource)."""
     seen = {(verb(r), r.resource.plural) for r in kmock if r.resource is not None}
     return all(item in seen for item in wanted)
-
-
-def serve_dra(kmock: Any) -> None:
-    """kmock serves resource.k8s.io's claims (v1beta1), as a cluster with DRA does."""
-    for plural, kind in (("resourceclaims", "ResourceClaim"), ("resourceclaimtemplates", "ResourceClaimTemplate")):
-        kmock.resources[f"resource.k8s.io/v1beta1/{plural}"] = {
-            "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["list", "watch", "get"]}
 
 
 async def renew_certificate(kmock: Any) -> None:

@@ -52,14 +52,20 @@ def test_usage_is_the_same_table_in_both_commands() -> None:
         output("kubectl cardquota", "usage", "--cluster", CLUSTER, "-o", "json"))
 
 
-def test_names_too_long_for_80_columns_are_cut_in_the_middle_and_wide_keeps_them(tmp_path: Path) -> None:
-    product = "NVIDIA-A100-SXM4-80GB"
+def mig_node_file(tmp_path: Path, product: str) -> Path:
+    """A file holding a node with a long name offering two MIG profiles of ``product`` (mixed strategy)."""
     node = {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "gpu-node-with-a-long-name-in-rack-17", "labels": {
                 "nvidia.com/gpu.product": product, "nvidia.com/mig.strategy": "mixed"}},
             "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "2"}}}
     path = tmp_path / "nodes.yaml"
     path.write_text(yaml.safe_dump(node))
+    return path
+
+
+def test_names_too_long_for_80_columns_are_cut_in_the_middle_and_wide_keeps_them(tmp_path: Path) -> None:
+    product = "NVIDIA-A100-SXM4-80GB"
+    path = mig_node_file(tmp_path, product)
     table = output("kubectl cardquota", "nodes", "--cluster", str(path), "-o", "table")
     assert widest(table) <= 80
     assert "…" in table
@@ -75,12 +81,7 @@ def test_discover_never_cuts_a_card_type_name(tmp_path: Path) -> None:
     """The names discover prints are what users copy into quotas: whole at 80 columns (the other columns fold,
     a node name may be cut), where other tables would cut them (issue 40, item 10)."""
     product = "NVIDIA-A100-SXM4-80GB-WITH-A-VERY-LONG-VENDOR-SUFFIX-AND-MORE"  # (+ a profile: 79 characters)
-    node = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-node-with-a-long-name-in-rack-17", "labels": {
-                "nvidia.com/gpu.product": product, "nvidia.com/mig.strategy": "mixed"}},
-            "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7", "nvidia.com/mig-3g.40gb": "2"}}}
-    path = tmp_path / "nodes.yaml"
-    path.write_text(yaml.safe_dump(node))
+    path = mig_node_file(tmp_path, product)
     table = output("cardquota", "discover", "-f", str(path), "-o", "table")
     for profile in ("mig-1g.10gb-mixed", "mig-3g.40gb-mixed"):
         assert sum(f"{product}/{profile}" in line for line in table.splitlines()) == 2  # its row and its total
