@@ -83,6 +83,7 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
     bound (useful with port 0)."""
     role = settings.role
     cache = ClusterCache(ledger=Ledger(ClusterSnapshot(map_namespace_queues=settings.map_namespace_queues,
+                                                       card_policy=settings.card_policy,
                                                        volcano_schedulers=settings.schedulers),
                                        published_usage=not role.follows_pods))
     api = api_client(connection)

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from cardquota.core.errors import InputError
 from cardquota.core.gate import HeadOfLine
+from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy, OutsideVolcano, UnquotedQueues
 from cardquota.core.policies.config import (
     DEFAULT_CARD_AWARE_SCHEDULERS,
     DEFAULT_SCHEDULER_CONFIGMAP,
@@ -68,6 +69,8 @@ ENV_MAX_CONNECTIONS = "CARDQUOTA_MAX_CONNECTIONS"
 ENV_HANDSHAKE_TIMEOUT = "CARDQUOTA_HANDSHAKE_TIMEOUT"
 ENV_IDLE_TIMEOUT = "CARDQUOTA_IDLE_TIMEOUT"
 ENV_CARD_GATE = "CARDQUOTA_CARD_GATE"
+ENV_UNQUOTED_QUEUES = "CARDQUOTA_UNQUOTED_QUEUES"
+ENV_OUTSIDE_VOLCANO = "CARDQUOTA_CARD_PODS_OUTSIDE_VOLCANO"
 ENV_GATE_ORDER = "CARDQUOTA_GATE_ORDER"
 
 _SERVICE_LINK_NAME = re.compile(
@@ -221,6 +224,9 @@ class Settings:
     holds its pod."""
     gate_order: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO
     """Whether a gang or pod that does not fit holds back the later ones of its queue (StrictFIFO) or not."""
+    card_policy: CardPolicy = DEFAULT_CARD_POLICY
+    """How many cards a queue without a card quota holds, and what becomes of card pods Volcano does not schedule
+    (:class:`~cardquota.core.snapshot.CardPolicy`): the snapshot every path reads carries it."""
 
     @property
     def own_users(self) -> frozenset[str]:
@@ -245,6 +251,8 @@ class ExtenderSettings:
     """The names Volcano schedules pods under (``spec.schedulerName``): their pods count against their queue's quota
     without a PodGroup, and only theirs get mGPU results patched on."""
     limits: ServerLimits = field(default_factory=ServerLimits)
+    card_policy: CardPolicy = DEFAULT_CARD_POLICY
+    """As the operator's (:attr:`Settings.card_policy`): the scheduling rules read it from the session's snapshot."""
 
 
 def parse_failure_modes(items: Sequence[str]) -> dict[str, FailureMode]:
@@ -256,6 +264,32 @@ def parse_failure_modes(items: Sequence[str]) -> dict[str, FailureMode]:
             raise ValueError(f"{item!r}: expected KIND=open|closed with KIND one of {', '.join(KINDS)}")
         modes[kind] = FailureMode(mode)
     return modes
+
+
+def add_card_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--unquoted-queues`` and ``--card-pods-outside-volcano`` (:class:`~cardquota.core.snapshot.CardPolicy`), for
+    the operator and the extender alike (each defaults to None: :func:`card_policy_from` reads the environment)."""
+    parser.add_argument("--unquoted-queues", choices=[value.value for value in UnquotedQueues],
+                        help="how many cards a queue without volcano.sh/card.quota holds: zero, as the capacity-card "
+                        "design says (card work there is refused at apply time), or unlimited (pods naming no card "
+                        f"type are not limited there) (env {ENV_UNQUOTED_QUEUES}; default zero)")
+    parser.add_argument("--card-pods-outside-volcano", choices=[value.value for value in OutsideVolcano],
+                        help="card pods another scheduler places, which Volcano charges to no queue: enforce (charged "
+                        "to the queue Volcano would give them: gated with --card-gate, refused without it), warn or "
+                        f"off (env {ENV_OUTSIDE_VOLCANO}; default warn: cluster add-ons such as GPU validators "
+                        "request cards on the default scheduler)")
+
+
+def card_policy_from(args: argparse.Namespace, env: Mapping[str, str]) -> CardPolicy:
+    """The :class:`~cardquota.core.snapshot.CardPolicy` of :func:`add_card_policy_arguments`' options, else their
+    variables, else the defaults."""
+    return CardPolicy(
+        unquoted_queues=UnquotedQueues(_chosen(getattr(args, "unquoted_queues", None), env, ENV_UNQUOTED_QUEUES,
+                                               UnquotedQueues, " or ".join(UnquotedQueues),
+                                               DEFAULT_CARD_POLICY.unquoted_queues)),
+        outside_volcano=OutsideVolcano(_chosen(getattr(args, "card_pods_outside_volcano", None), env,
+                                               ENV_OUTSIDE_VOLCANO, OutsideVolcano, " or ".join(OutsideVolcano),
+                                               DEFAULT_CARD_POLICY.outside_volcano)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -290,6 +324,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="admission by scheduling gate: card pods are created gated and the controllers' leader "
                         "lifts the gate when their cards fit their queue and every ancestor (the webhook and the "
                         f"controller both need it; env {ENV_CARD_GATE}=1; default off)")
+    add_card_policy_arguments(parser)
     parser.add_argument("--gate-order", choices=[order.value for order in HeadOfLine],
                         help="a gang or pod that does not fit: later ones of its queue may go first (BestEffortFIFO) "
                         f"or wait behind it (StrictFIFO) (env {ENV_GATE_ORDER}; default {defaults.gate_order})")
@@ -413,6 +448,7 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
                           defaults.card_gate),
         gate_order=HeadOfLine(_chosen(getattr(args, "gate_order", None), env, ENV_GATE_ORDER, HeadOfLine,
                                       " or ".join(HeadOfLine), defaults.gate_order)),
+        card_policy=card_policy_from(args, env),
     )
 
 
@@ -428,4 +464,5 @@ def extender_settings(args: argparse.Namespace, environ: Mapping[str, str] | Non
         scheduler_conf=args.scheduler_conf or env.get(ENV_SCHEDULER_CONF) or None,
         schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,
         limits=limits_from(args, env),
+        card_policy=card_policy_from(args, env),
     )

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
 
 from cardquota.cli import crd, doctor, output, schedconf
-from cardquota.cli.check import add_namespace_queues_option, in_namespace, validate
+from cardquota.cli.check import (
+    add_card_policy_options,
+    add_namespace_queues_option,
+    card_policy_of,
+    in_namespace,
+    validate,
+)
 from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
@@ -282,6 +288,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                        "without a PodGroup count against their queue; other schedulers' pods without one count "
                        "against none (default: volcano)")
     add_namespace_queues_option(usage)
+    add_card_policy_options(usage)
     usage.set_defaults(command=usage_command, namespace_options=())
 
     nodes = commands.add_parser("nodes", parents=[common], help="the card types each node offers and uses",
@@ -306,6 +313,7 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                                 help="explain these objects as if they were submitted now")
     explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     add_namespace_queues_option(explain_parser)
+    add_card_policy_options(explain_parser)
     explain_parser.set_defaults(command=explain_command, namespace_options=("-n", "-A"))
 
     crd.add_command(commands, common)
@@ -323,7 +331,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     while True:
         objects = cluster.objects(namespaces=args.map_namespace_queues, claims=True)
         ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
-                              volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS)
+                              volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS,
+                              card_policy=card_policy_of(args))
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
         # cpu/memory capability (the only queues whose usage shows them).
         unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())
@@ -395,7 +404,8 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         replaced = {_object_identity(document.manifest) for document in submitted}
         objects = [m for m in objects if _object_identity(m) not in replaced]
         objects.extend(document.manifest for document in submitted)
-    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues)
+    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues,
+                                 card_policy=card_policy_of(args))
     targets: list[tuple[Manifest, str]] = []
     if args.target:
         kind, _, name = args.target.partition("/")

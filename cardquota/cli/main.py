@@ -25,8 +25,10 @@ from cardquota.cli import output
 from cardquota.cli.check import (
     CheckResult,
     Identity,
+    add_card_policy_options,
     add_namespace_queues_option,
     apply_patch,
+    card_policy_of,
     identity,
     in_namespace,
     skipped_notes,
@@ -182,6 +184,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        "repeatable")
     usage.add_argument("-f", dest="files", action="append", help=argparse.SUPPRESS)  # an alias older scripts use
     add_namespace_queues_option(usage)
+    add_card_policy_options(usage)
     _add_output(usage)
     usage.set_defaults(command=usage_command)
 
@@ -203,6 +206,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     add_namespace_queues_option(check)
+    add_card_policy_options(check)
     add_strict_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command)
@@ -235,6 +239,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           help="with the gate, as the operator's --gate-order: a group that does not fit lets the "
                           "next ones of its queue go first (BestEffortFIFO, the default) or holds them (StrictFIFO)")
     add_namespace_queues_option(simulate)
+    add_card_policy_options(simulate)
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
@@ -267,6 +272,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                           f"{', '.join(sorted(DEFAULT_CARD_AWARE_SCHEDULERS))})")
     extender.add_argument("--no-patch", action="store_true",
                           help="do not patch mGPU results onto pods")
+    settings.add_card_policy_arguments(extender)
     extender.add_argument("--session-from-body", action="store_true",
                           help="read the cluster from each onSessionOpen body instead of watching it (no Kubernetes "
                           "API access needed with --no-patch; parses the whole cluster every cycle: for small "
@@ -310,6 +316,7 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     check.add_argument("--scheduler-configmap", default=DEFAULT_SCHEDULER_CONFIGMAP, metavar="NAME",
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     add_namespace_queues_option(check)
+    add_card_policy_options(check)
     add_strict_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
@@ -347,7 +354,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.files:
         raise InputError("name the cluster to read: --cluster FILE (a file, a directory or - for stdin)",
                          where="usage")
-    ledger = Ledger(ClusterSnapshot(map_namespace_queues=args.map_namespace_queues))
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=args.map_namespace_queues, card_policy=card_policy_of(args)))
     documents = load_paths(args.files)
     for document in _unique(documents, set(Kind), err):
         _located(document, ledger.upsert)
@@ -384,7 +391,7 @@ def extender_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise InputError(f"cannot read it: {error.strerror}", where=settings.scheduler_conf) from None
         except InputError as error:
             raise error.located(settings.scheduler_conf) from None
-    config = dataclasses.replace(config, scheduler_names=settings.schedulers)
+    config = dataclasses.replace(config, scheduler_names=settings.schedulers, card_policy=settings.card_policy)
     patcher, api = None, None
     if not (args.no_patch and args.session_from_body):
         from cardquota.kube import KubeError, api_client
@@ -445,7 +452,7 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
         raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
     ledger = Ledger(ClusterSnapshot(map_namespace_queues=config.map_namespace_queues,
-                                    volcano_schedulers=config.card_aware_schedulers))
+                                    volcano_schedulers=config.card_aware_schedulers, card_policy=card_policy_of(args)))
     existing: dict[Identity, Manifest] = {}
     if args.cluster:
         cluster = load_paths(args.cluster)
@@ -504,7 +511,7 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     validate([*cluster, *workload])
     manifests = [document.manifest for document in [*cluster, *workload]]
     config = dataclasses.replace(SchedulerConfig.from_manifests(manifests, args.scheduler_configmap),
-                                 map_namespace_queues=args.map_namespace_queues)
+                                 map_namespace_queues=args.map_namespace_queues, card_policy=card_policy_of(args))
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config,
                       card_gate=args.card_gate == "on", gate_order=HeadOfLine(args.gate_order))
     _write(args, out, result.as_json(),

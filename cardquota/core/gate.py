@@ -65,9 +65,6 @@ from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import Bucket, pod_charge
 from cardquota.core.verdict import PatchOperation, pointer
 
-MAX_DEPTH = 64
-"""Ancestors followed at most (a cycle of ``spec.parent`` stops here; Volcano refuses one)."""
-
 
 class HeadOfLine(StrEnum):
     """What a unit (a gang or a pod) that does not fit does to the later ones of its queue."""
@@ -193,19 +190,6 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     return bool(pod.claims) and snapshot.sets_dra_capability()
 
 
-def ancestry(snapshot: ClusterSnapshot, queue: str) -> list[str]:
-    """``queue`` and its ancestors (``spec.parent``), nearest first; a cycle or an unknown parent ends it."""
-    chain = [queue]
-    record = snapshot.queues.get(queue)
-    while record is not None and record.queue.parent and len(chain) < MAX_DEPTH:
-        parent = record.queue.parent
-        if parent in chain:
-            break
-        chain.append(parent)
-        record = snapshot.queues.get(parent)
-    return chain
-
-
 class _Room:
     """Cards held per (queue, card type), over each queue's subtree, with the limits that apply to them."""
 
@@ -221,7 +205,7 @@ class _Room:
     def chain(self, queue: str) -> list[str]:
         found = self.chains.get(queue)
         if found is None:
-            found = self.chains[queue] = ancestry(self.snapshot, queue)
+            found = self.chains[queue] = self.snapshot.ancestry(queue)
         return found
 
     def limit(self, queue: str, card: str, own: bool) -> int | None:

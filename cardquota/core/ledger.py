@@ -56,6 +56,8 @@ from cardquota.core.objects import (
 from cardquota.core.quantity import format_quantity
 from cardquota.core.quota import canonical_key, card_request
 from cardquota.core.snapshot import (
+    DEFAULT_CARD_POLICY,
+    CardPolicy,
     ClusterSnapshot,
     Kind,
     NodeRecord,
@@ -336,16 +338,18 @@ class Ledger:
 
     @classmethod
     def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False,
-              volcano_schedulers: frozenset[str] = VOLCANO_SCHEDULERS) -> Ledger:
+              volcano_schedulers: frozenset[str] = VOLCANO_SCHEDULERS,
+              card_policy: CardPolicy = DEFAULT_CARD_POLICY) -> Ledger:
         """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup and Pod, and the
         workloads the HPA rule reads, are ignored).
 
         The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
-        Its :attr:`changes` start empty. ``map_namespace_queues`` and ``volcano_schedulers``: see
+        Its :attr:`changes` start empty. ``map_namespace_queues``, ``volcano_schedulers`` and ``card_policy``: see
         :class:`ClusterSnapshot`.
         """
-        ledger = cls(ClusterSnapshot(map_namespace_queues=map_namespace_queues, volcano_schedulers=volcano_schedulers))
+        ledger = cls(ClusterSnapshot(map_namespace_queues=map_namespace_queues, volcano_schedulers=volcano_schedulers,
+                                     card_policy=card_policy))
         forget_shared(SHARED_CHARGES, SHARED_CARDS, _POD_CPU_MEMORY, _HOLDING_SLOTS)
         with _cyclic_collector_paused():
             by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}

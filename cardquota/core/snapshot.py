@@ -25,6 +25,57 @@ from cardquota.core.quota import CardAmounts, card_quota
 from cardquota.core.workloads import WorkloadKey
 
 VOLCANO_SCHEDULING_GROUP = "scheduling.volcano.sh"
+MAX_ANCESTRY = 64
+"""Ancestors of a queue followed at most (a cycle of ``spec.parent`` stops here; Volcano refuses one)."""
+
+
+class UnquotedQueues(StrEnum):
+    """How many cards a queue without ``volcano.sh/card.quota`` holds (cardquota's ``--unquoted-queues``)."""
+
+    ZERO = "zero"
+    """None, as the capacity-card design says ("Card types without quotas default to 0, and must have a quota to use
+    that card type"): card work in a queue (and every ancestor) without a card quota is refused at apply time,
+    including pods that name no ``volcano.sh/card.name`` (which Volcano's plugin never charges)."""
+    UNLIMITED = "unlimited"
+    """Pods naming no card type are not limited in such a queue (what cardquota did before the setting existed).
+    Named card requests are still held to 0 there: Volcano's capacity-card plugin refuses them itself."""
+
+
+class OutsideVolcano(StrEnum):
+    """What cardquota does with card pods Volcano does not schedule (another ``spec.schedulerName``, no PodGroup):
+    no queue is charged for them, so no card quota holds them (cardquota's ``--card-pods-outside-volcano``)."""
+
+    ENFORCE = "enforce"
+    """Charged to the queue Volcano would give them (their queue-name annotation, their namespace's, else
+    ``default``) like Volcano's pods: with the card-quota gate they wait at it, or are refused as Volcano's pods are;
+    without the gate nothing could hold them, so they are refused."""
+    WARN = "warn"
+    """Admitted with a warning naming the quota that does not hold them (the default: cluster add-ons such as the
+    GPU Operator's validators request cards on the default scheduler, and refusing them would stop a node's
+    bring-up on the day cardquota is installed; ``enforce`` once such pods are exempted by namespace)."""
+    OFF = "off"
+    """Admitted without a word."""
+
+
+@dataclass(frozen=True)
+class CardPolicy:
+    """The cluster's card-quota settings every path reads from its snapshot (admission, the gate, the scheduling
+    rules, ``check``, ``simulate``, ``usage``, ``explain``, ``doctor``), copied there by whoever builds it."""
+
+    unquoted_queues: UnquotedQueues = UnquotedQueues.ZERO
+    outside_volcano: OutsideVolcano = OutsideVolcano.WARN
+
+    @property
+    def unquoted_hold_zero(self) -> bool:
+        return self.unquoted_queues is UnquotedQueues.ZERO
+
+    def flags(self) -> str:
+        """The settings as the command-line options that set them."""
+        return (f"--unquoted-queues={self.unquoted_queues.value} "
+                f"--card-pods-outside-volcano={self.outside_volcano.value}")
+
+
+DEFAULT_CARD_POLICY = CardPolicy()
 
 
 class Kind(StrEnum):
@@ -343,6 +394,8 @@ class ClusterSnapshot:
     from the settings): :meth:`volcano_queue` reads it."""
     volcano_schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS
     """The ``spec.schedulerName`` values Volcano schedules (:meth:`charges_a_queue`)."""
+    card_policy: CardPolicy = DEFAULT_CARD_POLICY
+    """The cluster's card-quota settings (:class:`CardPolicy`)."""
     queue_crd_missing: tuple[str, ...] = ()
     """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as
     the operator's drift check last found them; empty when all are there or nobody looked (the CLI offline)."""
@@ -432,7 +485,34 @@ class ClusterSnapshot:
         v1.15.1); for its own pods that lasts until vc-controller creates their PodGroup (whose queue cardquota
         charges meanwhile, :meth:`queue_of`), for another scheduler's it lasts: vc-controller makes PodGroups for
         the pods of Volcano's schedulers only (pkg/controllers/podgroup)."""
+        return self.volcano_schedules(pod) or self.card_policy.outside_volcano is OutsideVolcano.ENFORCE
+
+    def volcano_schedules(self, pod: Pod) -> bool:
+        """Whether Volcano charges a queue for the pod by itself (:meth:`charges_a_queue` without
+        ``--card-pods-outside-volcano=enforce``)."""
         return pod.group_key is not None or not pod.scheduler or pod.scheduler in self.volcano_schedulers
+
+    def ancestry(self, queue: str) -> list[str]:
+        """``queue`` and its ancestors (``spec.parent``), nearest first; a cycle or an unknown parent ends it."""
+        chain = [queue]
+        record = self.queues.get(queue)
+        while record is not None and record.queue.parent and len(chain) < MAX_ANCESTRY:
+            parent = record.queue.parent
+            if parent in chain:
+                break
+            chain.append(parent)
+            record = self.queues.get(parent)
+        return chain
+
+    def card_limit_queue(self, queue: str) -> str | None:
+        """The queue whose card quota limits pods of ``queue`` that name no card type: ``queue`` itself when unquoted
+        queues hold 0 cards (:class:`UnquotedQueues`: every queue has a card quota, empty or not; its ancestors'
+        hold the subtree besides); otherwise the nearest of ``queue`` and its ancestors (``spec.parent``) with a card
+        quota, None with none (not limited)."""
+        if self.card_policy.unquoted_hold_zero:
+            return queue
+        return next((name for name in self.ancestry(queue)
+                     if (record := self.queues.get(name)) is not None and record.quota.values), None)
 
     def children_of(self, queue: str) -> list[QueueRecord]:
         return [record for record in self.queues.values() if record.queue.parent == queue]

@@ -15,7 +15,6 @@ from cardquota.core.gate import (
     HeadOfLine,
     Lift,
     Wait,
-    ancestry,
     gate_operations,
     gate_round,
     needs_gate,
@@ -146,7 +145,7 @@ def test_an_ancestor_without_card_quota_limits_nothing_and_a_missing_type_there_
 
 def test_a_cycle_of_parents_ends() -> None:
     ledger = Ledger.build([queue("a", {A100: 1}, parent="b"), queue("b", {A100: 1}, parent="a")])
-    assert ancestry(ledger.snapshot, "a") == ["a", "b"]
+    assert ledger.snapshot.ancestry("a") == ["a", "b"]
 
 
 # ---------------------------------------------------------------------------------------------------- gangs

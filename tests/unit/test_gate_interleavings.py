@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cardquota.core import keys
-from cardquota.core.gate import Lift, ancestry, gate_round
+from cardquota.core.gate import Lift, gate_round
 from cardquota.core.ledger import Ledger
 
 A100 = "NVIDIA-A100"
@@ -180,7 +180,7 @@ class GateInterleavings(RuleBasedStateMachine):
         held_devices: dict[str, int] = {}
         for manifest in self.api.values():
             if through(manifest):
-                for member in ancestry(self.ledger.snapshot, manifest["metadata"]["annotations"][keys.QUEUE_NAME]):
+                for member in self.ledger.snapshot.ancestry(manifest["metadata"]["annotations"][keys.QUEUE_NAME]):
                     held[member] = held.get(member, 0) + cards(manifest)
                     held_devices[member] = held_devices.get(member, 0) + devices(manifest)
         for name, (_, quota) in QUOTAS.items():

@@ -55,7 +55,8 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     request, violations = header.request, header.violations
     tasks, task_violations = _card_tasks(manifest, snapshot)
     violations.extend(task_violations)
-    unnamed = _unnamed_task_findings(manifest, header.queue, snapshot, refuse=config.card_gate and old is None) \
+    unnamed = _unnamed_task_findings(manifest, header.queue, snapshot, refuse=config.card_gate and old is None,
+                                     creating=old is None) \
         if header.queue_ok else []
     violations.extend(finding for finding in unnamed if isinstance(finding, Violation))
     reported = {violation.path for violation in violations}  # a value the card checks already refused: once
@@ -157,7 +158,7 @@ def _card_tasks(manifest: Manifest, snapshot: ClusterSnapshot) -> tuple[list[_Ca
 
 
 def _unnamed_task_findings(manifest: Manifest, queue: str, snapshot: ClusterSnapshot, *,
-                           refuse: bool) -> list[Violation | str]:
+                           refuse: bool, creating: bool) -> list[Violation | str]:
     """The pod rule for card requests without volcano.sh/card.name (:func:`unnamed_card_finding`), on each task's
     template: its pods would be refused (or unchecked) the same way."""
     spec = manifest.get("spec")
@@ -174,7 +175,8 @@ def _unnamed_task_findings(manifest: Manifest, queue: str, snapshot: ClusterSnap
             continue  # (said by the card checks)
         raw_name = task.get("name")
         name = raw_name if isinstance(raw_name, str) and raw_name else f"#{index}"
-        finding = unnamed_card_finding(requests, queue, snapshot, refuse=refuse, path=_card_name_path(path),
+        finding = unnamed_card_finding(requests, queue, snapshot, refuse=refuse, creating=creating,
+                                       path=_card_name_path(path),
                                        subject=f"task {shown(name)}'s pod template")
         if finding is not None:
             findings.append(finding)

@@ -31,13 +31,14 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
-from cardquota.core.gate import ancestry, gate_operations, needs_gate
+from cardquota.core.gate import gate_operations, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, Pod
 from cardquota.core.policies.cards import (
     CARD_NAME_PATH,
     card_name_resource_violations,
     card_product,
+    listed_names,
     product_label,
     unknown_type_warnings,
 )
@@ -47,7 +48,7 @@ from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.quota import card_alternatives, card_name_violation
-from cardquota.core.snapshot import CardCatalog, ClusterSnapshot
+from cardquota.core.snapshot import CardCatalog, ClusterSnapshot, OutsideVolcano, UnquotedQueues
 from cardquota.core.verdict import SHARED_OPERATIONS, PatchOperation, Verdict, decide, pointer
 from cardquota.core.violations import (
     ANNOTATIONS,
@@ -101,14 +102,21 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
             if config.card_gate and needs_gate(pod, snapshot):
                 patch = [*patch, *gate_operations(manifest)]
     elif not pod.bound and snapshot.charges_a_queue(pod):
-        finding = unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
-                                       refuse=config.card_gate and old is None)
+        outside = outside_volcano_finding(pod, snapshot, gate=config.card_gate, creating=old is None)
+        finding = outside or unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
+                                                  refuse=config.card_gate and old is None, creating=old is None)
         if isinstance(finding, Violation):
             violations.append(finding)
         elif finding is not None:
             warnings.append(finding)
         if config.card_gate and old is None and pod.claims and not violations and needs_gate(pod, snapshot):
             patch = gate_operations(manifest)  # (DRA claims under a DRA quota: the gate reads them)
+    else:
+        outside = outside_volcano_finding(pod, snapshot, gate=config.card_gate, creating=old is None)
+        if isinstance(outside, Violation):
+            violations.append(outside)
+        elif outside is not None:
+            warnings.append(outside)
     return decide(violations, warnings, patch)
 
 
@@ -135,7 +143,8 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
     alternatives = card_alternatives(card_name)
     violations = card_name_resource_violations(card_name, pod.requests, catalog, CARD_NAME_PATH, "the pod")
     scheduler = _scheduler_name(manifest)
-    if scheduler not in config.card_aware_schedulers:
+    gate_holds_it = config.card_gate and snapshot.card_policy.outside_volcano is OutsideVolcano.ENFORCE
+    if scheduler not in config.card_aware_schedulers and not gate_holds_it:
         aware = ", ".join(sorted(config.card_aware_schedulers))
         violations.append(not_supported(
             FieldPath.of("spec", "schedulerName"),
@@ -165,22 +174,37 @@ def _scheduler_name(manifest: Manifest) -> str:
 
 
 def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot: ClusterSnapshot, *, refuse: bool,
-                         path: FieldPath = CARD_NAME_PATH, subject: str = "the pod") -> Violation | str | None:
+                         creating: bool = True, path: FieldPath = CARD_NAME_PATH,
+                         subject: str = "the pod") -> Violation | str | None:
     """What is said of a pod (or a pod template: ``subject``, its card.name at ``path``) requesting a card resource
-    without volcano.sh/card.name, charged to ``queue``: nothing when neither the queue nor an ancestor
-    (``spec.parent``) has a card quota (or the pod asks for no card); else a warning — or, with the card-quota gate
-    (``refuse``), a violation giving the card.name that would admit it: the gate admits card pods by that name alone,
-    and Volcano's extender, asked only at enqueue, would place an unnamed one past those quotas."""
+    without volcano.sh/card.name, charged to ``queue``: nothing when no card quota limits it
+    (:meth:`~cardquota.core.snapshot.ClusterSnapshot.card_limit_queue`: unquoted queues are unlimited and neither
+    the queue nor an ancestor has one) or it asks for no card; a violation when it is being created (``creating``)
+    in a queue held to 0 cards because it has no card quota (``--unquoted-queues=zero``: it can never run);
+    else a warning — or, with the card-quota gate (``refuse``), a violation giving the card.name
+    that would admit it: the gate admits card pods by that name alone, and Volcano's extender, asked only at
+    enqueue, would place an unnamed one past those quotas."""
     catalog = snapshot.catalog()
     requested = sorted(name for name, amount in requests.items() if name in catalog.resources and amount > 0)
     if not requested:
         return None
-    limiting = next((name for name in ancestry(snapshot, queue)
-                     if (found := snapshot.queues.get(name)) is not None and found.quota.values), None)
+    limiting = snapshot.card_limit_queue(queue)
     if limiting is None:
         return None
     own = snapshot.queues.get(queue)
     asked, shown_queue = ", ".join(requested), shown(queue)
+    limit = snapshot.queues.get(limiting)
+    if limit is None or not limit.quota.values:  # no card quota: held to 0 (UnquotedQueues.ZERO)
+        if own is None:  # (a queue that does not exist is said by the rules that read the queue's name)
+            return None if snapshot.complete else skipped(f"card quota of queue {shown_queue} for {asked}")
+        offered = sorted(card for card in catalog.entries if catalog.resource_of(card) in requested)
+        types = f" (nodes offer {listed_names(offered)} through {asked})" if offered else ""
+        message = (f"{subject} requests {asked} in queue {shown_queue}, which has no card quota ({keys.CARD_QUOTA}): "
+                   f"a queue without one holds 0 cards "
+                   f"(--unquoted-queues={UnquotedQueues.ZERO.value}, as the capacity-card design says), so it can "
+                   f"never run; give queue {shown_queue} a card quota for the card type{types} and name it in "
+                   f"{keys.CARD_NAME}, or run cardquota with --unquoted-queues={UnquotedQueues.UNLIMITED.value}")
+        return invalid(path, message) if creating else message
     quotas = f"queue {shown_queue}'s card quota" if limiting == queue else \
         f"the card quota of queue {shown_queue}'s ancestor {shown(limiting)}"
     if not refuse:
@@ -193,6 +217,35 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
            "to 0)")
     return required(path, f"{subject} requests {asked} in queue {shown_queue}: {quotas}, which the card-quota gate "
                           f"enforces by {keys.CARD_NAME}, would not hold it; {fix}")
+
+
+def outside_volcano_finding(pod: Pod, snapshot: ClusterSnapshot, *, gate: bool,
+                            creating: bool) -> Violation | str | None:
+    """What is said of an unbound pod requesting cards that Volcano does not schedule (another scheduler, no
+    PodGroup), by ``--card-pods-outside-volcano`` (:class:`~cardquota.core.snapshot.OutsideVolcano`): ``warn``, a
+    warning naming the quota that does not hold it; ``enforce`` without the card-quota gate, refused on creation
+    (nothing could hold it: Volcano's extender never sees it); ``off``, or ``enforce`` with the gate (which holds it
+    like Volcano's pods, :meth:`~cardquota.core.snapshot.ClusterSnapshot.charges_a_queue`), nothing here."""
+    policy = snapshot.card_policy.outside_volcano
+    if pod.bound or snapshot.volcano_schedules(pod) or policy is OutsideVolcano.OFF:
+        return None
+    if policy is OutsideVolcano.ENFORCE and gate:
+        return None
+    catalog = snapshot.catalog()
+    requested = sorted(name for name, amount in pod.requests.items() if name in catalog.resources and amount > 0)
+    if not requested:
+        return None
+    queue = snapshot.queue_of(pod)
+    scheduler = shown(pod.scheduler or DEFAULT_SCHEDULER)
+    volcano = ", ".join(sorted(snapshot.volcano_schedulers))
+    if policy is OutsideVolcano.ENFORCE:
+        message = (f"the pod requests {', '.join(requested)} with scheduler {scheduler}, which no card quota holds: "
+                   f"card pods must be scheduled by {volcano} (--card-pods-outside-volcano=enforce; without the "
+                   "card-quota gate nothing else can hold them)")
+        return invalid(FieldPath.of("spec", "schedulerName"), message) if creating else message
+    return (f"the pod requests {', '.join(requested)} with scheduler {scheduler}: Volcano charges no queue for it, so "
+            f"no card quota holds it (--card-pods-outside-volcano=warn); with spec.schedulerName {volcano} it would "
+            f"be charged to queue {shown(queue)}")
 
 
 def _affinity_patch(manifest: Manifest, card_name: str, pod: Pod, catalog: CardCatalog) -> list[PatchOperation]:

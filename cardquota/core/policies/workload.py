@@ -23,6 +23,7 @@ from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.pod import DEFAULT_SCHEDULER
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.quota import card_alternatives, card_name_problem
 from cardquota.core.snapshot import ClusterSnapshot
@@ -60,7 +61,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {**(template_metadata if isinstance(template_metadata, MAPPING_TYPES) else {}),
                         "name": f"{(metadata or {}).get('name')}-template", "namespace": namespace},
-           "spec": template.get("spec") or {}}
+           "spec": as_defaulted(template.get("spec") or {})}
     if template_metadata is not None and not isinstance(template_metadata, MAPPING_TYPES):
         return decide([invalid(where.child("metadata"), "must be a map")])
     verdict = admit_pod(pod, None, snapshot, config)
@@ -85,6 +86,15 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
             warnings.append(f"{replicas} {noun} need {replicas * card.cards_per_pod} {card.card_name}, queue "
                             f"{card.queue} allows {_allowed(card, snapshot)}")
     return decide([], warnings)
+
+
+def as_defaulted(spec: Any) -> Any:
+    """A pod template's spec as the API server stores it: ``schedulerName`` defaults to ``default-scheduler``
+    (``SetDefaults_PodSpec``, k8s.io/kubernetes pkg/apis/core/v1/defaults.go, v1.35 — run on the templates of
+    Deployments and the other workloads too), so a template offline that names no scheduler is not Volcano's."""
+    if isinstance(spec, MAPPING_TYPES) and not spec.get("schedulerName"):
+        return {**spec, "schedulerName": DEFAULT_SCHEDULER}
+    return spec
 
 
 def _template_unchanged(old: Manifest | None, path: tuple[str, ...], template: Mapping[str, Any]) -> bool:

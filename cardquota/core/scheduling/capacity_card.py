@@ -417,14 +417,16 @@ def task_allocate_refusal(queue: str, card_name: str, wanted: int, capability: M
 
 
 def charged_cards_refusal(queue: str, charged: Mapping[str, int], capability: Mapping[str, int],
-                          allocated: Mapping[str, int]) -> Refusal | None:
+                          allocated: Mapping[str, int], *, unquoted_hold_zero: bool) -> Refusal | None:
     """Task mode for a pod that names no ``volcano.sh/card.name`` but requests a card resource: on a node it is
     charged the card type the node offers for that resource (``charged``:
     :func:`~cardquota.core.usage.cards_on_node`, what the ledger will count once it is bound), so that is what is
-    checked — never charged unchecked. Only in a queue with a card quota: a queue without any is not card-limited
-    for pods that name no card type (the ledger still shows what they hold)."""
+    checked — never charged unchecked. A queue without any card quota holds 0 such cards when
+    ``unquoted_hold_zero`` (``--unquoted-queues=zero``, the seed's "card types without quotas default to 0"), and is
+    not card-limited for them otherwise (the ledger still shows what they hold)."""
     if not capability:
-        return None
+        return empty_capability(queue, "card pods in it cannot be allocated (a queue without one holds 0 cards: "
+                                       "--unquoted-queues=zero)") if unquoted_hold_zero and charged else None
     for card, wanted in charged.items():
         total = allocated.get(card, 0) + wanted
         if total > capability.get(card, 0):

@@ -40,7 +40,7 @@ from cardquota.core.schedconf.source import arguments_text
 from cardquota.core.scheduling import capacity_card, crossquota, dra, mgpu
 from cardquota.core.scheduling.predicates import required_affinity_matches, untolerated_taint
 from cardquota.core.scheduling.refusal import Refusal
-from cardquota.core.snapshot import Kind, kind_of
+from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy, Kind, kind_of
 from cardquota.core.usage import cards_on_node
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
@@ -61,6 +61,9 @@ class SchedulerConfig:
     """Whether Volcano maps namespaces to queues (:attr:`ClusterSnapshot.map_namespace_queues
     <cardquota.core.snapshot.ClusterSnapshot.map_namespace_queues>`): the PodGroups a replay creates, and pods
     without one yet, follow their namespace's queue."""
+    card_policy: CardPolicy = DEFAULT_CARD_POLICY
+    """cardquota's card-quota settings (:class:`~cardquota.core.snapshot.CardPolicy`), given to the session's
+    ledger."""
 
     @classmethod
     def from_conf(cls, text: str) -> SchedulerConfig:
@@ -173,7 +176,7 @@ class Session:
             elif manifest.get("kind") in CLAIM_KINDS:
                 claims.append(manifest)
         self.ledger = Ledger.build(accounted, map_namespace_queues=self.config.map_namespace_queues,
-                                   volcano_schedulers=self.config.scheduler_names)
+                                   volcano_schedulers=self.config.scheduler_names, card_policy=self.config.card_policy)
         for manifest in claims:  # (kept by the ledger, which the card-quota gate reads too)
             self.ledger.upsert_claim(manifest)
         self.node_used: dict[str, dict[str, Fraction]] = {name: {} for name in self.nodes}
@@ -314,8 +317,9 @@ class Session:
             charged = self.cards_on(key, node)
             if charged:
                 queue = self.queue_of(key)
-                refusal = capacity_card.charged_cards_refusal(queue, charged, self.quota(queue),
-                                                              self.ledger.usage(queue).allocated)
+                refusal = capacity_card.charged_cards_refusal(
+                    queue, charged, self.quota(queue), self.ledger.usage(queue).allocated,
+                    unquoted_hold_zero=self.ledger.snapshot.card_policy.unquoted_hold_zero)
                 if refusal is not None:
                     return refusal
         refusal = self._crossquota_refusal(key, node)

@@ -13,7 +13,7 @@ from verdicts import denied_at
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.snapshot import ClusterSnapshot
+from cardquota.core.snapshot import CardPolicy, ClusterSnapshot, UnquotedQueues
 from cardquota.core.verdict import Verdict
 from cardquota.core.violations import Reason
 
@@ -38,6 +38,12 @@ NODES = [
 def cluster(*objects: dict[str, Any], complete: bool = True, nodes: bool = True) -> ClusterSnapshot:
     snapshot = Ledger.build([*(NODES if nodes else []), *objects]).snapshot
     snapshot.complete = complete
+    return snapshot
+
+
+def unlimited(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The snapshot of a cluster run with ``--unquoted-queues=unlimited``."""
+    snapshot.card_policy = CardPolicy(unquoted_queues=UnquotedQueues.UNLIMITED)
     return snapshot
 
 
@@ -290,8 +296,11 @@ def test_with_the_gate_a_volcano_job_task_asking_for_gpus_unnamed_is_refused_and
     assert plain.allowed
     assert plain.warnings == ("task worker's pod template requests nvidia.com/gpu without volcano.sh/card.name: "
                               "queue team-a's card quota cannot check it before it is scheduled",)
-    assert check(vcjob(None, task("worker", None, replicas=2), queue_name="default"),
-                 cluster(team_a(), queue("default", {})), config=GATED).allowed  # (a queue with no card quota)
+    in_default = vcjob(None, task("worker", None, replicas=2), queue_name="default")
+    # a queue with no card quota holds 0 cards (the seed's default): the task's pods could never run
+    denied_at(check(in_default, cluster(team_a(), queue("default", {})), config=GATED),
+              ('spec.tasks[0].template.metadata.annotations["volcano.sh/card.name"]', Reason.INVALID))
+    assert check(in_default, unlimited(cluster(team_a(), queue("default", {}))), config=GATED).allowed
 
 
 def test_seed_job_example_is_allowed() -> None:
@@ -492,7 +501,8 @@ def other_scheduler(manifest: dict[str, Any]) -> dict[str, Any]:
     (pod("p", gpus=1, queue="team-a"), cluster(team_a(**{MPS: 4})), "no type of its quota offers nvidia.com/gpu"),
     (pod("p", gpus=1, queue="team-a", node_name="a100-1"), cluster(team_a()), "bound: skips every scheduler"),
     (other_scheduler(pod("p", gpus=1, queue="team-a")), cluster(team_a()), "charged to no queue"),
-    (pod("p", gpus=1, queue="no-quota"), cluster(queue("no-quota", {})), "its queue has no card quota"),
+    (pod("p", gpus=1, queue="no-quota"), unlimited(cluster(queue("no-quota", {}))),
+     "its queue has no card quota, and unquoted queues are unlimited"),
     (pod("p", queue="team-a"), cluster(team_a()), "no card resource"),
 ])
 def test_with_the_gate_which_unnamed_pods_are_refused(manifest: dict[str, Any], snapshot: ClusterSnapshot,
@@ -507,9 +517,19 @@ def test_with_the_gate_which_unnamed_pods_are_refused(manifest: dict[str, Any], 
         assert verdict.allowed, why
 
 
-def test_with_the_gate_an_unnamed_gpu_pod_in_a_child_queue_without_a_quota_is_refused_for_its_parents() -> None:
-    """The parent's card quota holds its children's pods: one without card.name would pass it unchecked."""
+def test_an_unnamed_gpu_pod_in_a_child_queue_without_a_quota_is_held_to_0_by_default() -> None:
     snapshot = cluster(queue("org", {A100: 1}), queue("team-c", {}, parent="org"))
+    for config in (GATED, CONFIG):
+        verdict = check(pod("p", gpus=8, queue="team-c"), snapshot, config=config)
+        denied_at(verdict, (CARD_NAME, Reason.INVALID))
+        assert "queue team-c, which has no card quota (volcano.sh/card.quota): a queue without one holds 0 cards" \
+            in verdict.message
+
+
+def test_with_the_gate_an_unnamed_gpu_pod_in_a_child_queue_without_a_quota_is_refused_for_its_parents() -> None:
+    """With unquoted queues unlimited, the parent's card quota still holds its children's pods: one without
+    card.name would pass it unchecked."""
+    snapshot = unlimited(cluster(queue("org", {A100: 1}), queue("team-c", {}, parent="org")))
     verdict = check(pod("p", gpus=8, queue="team-c"), snapshot, config=GATED)
     denied_at(verdict, (CARD_NAME, Reason.REQUIRED))
     assert verdict.violations[0].message == (

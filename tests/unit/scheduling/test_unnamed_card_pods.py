@@ -11,7 +11,8 @@ from typing import Any
 from builders import gpu_node, pod, queue
 
 from cardquota.core.scheduling.capacity_card import INSUFFICIENT_SCALAR
-from cardquota.core.scheduling.session import Session
+from cardquota.core.scheduling.session import SchedulerConfig, Session
+from cardquota.core.snapshot import CardPolicy, UnquotedQueues
 
 A100, H100 = "NVIDIA-A100", "NVIDIA-H100"
 
@@ -22,10 +23,11 @@ def _queue(name: str, quota: dict[str, int] | None = None) -> dict[str, Any]:
     return manifest
 
 
-def _session(*extra: dict[str, Any]) -> Session:
+def _session(*extra: dict[str, Any], unquoted: UnquotedQueues = UnquotedQueues.ZERO) -> Session:
     return Session([gpu_node("a100", A100, 8), gpu_node("h100", H100, 8),
                     _queue("team-a", {A100: 2, H100: 4}), _queue("plain"),
-                    pod("held", card=A100, gpus=1, queue="team-a", node_name="a100"), *extra])
+                    pod("held", card=A100, gpus=1, queue="team-a", node_name="a100"), *extra],
+                   SchedulerConfig(card_policy=CardPolicy(unquoted_queues=unquoted)))
 
 
 def test_an_unnamed_gpu_pod_is_refused_where_its_charge_would_exceed_the_quota() -> None:
@@ -60,6 +62,10 @@ def test_the_check_and_the_charge_agree_up_to_the_quota() -> None:
     assert placed == ["a100", "h100", "h100", "h100", "h100"]
 
 
-def test_a_queue_without_any_card_quota_is_not_card_limited_for_unnamed_pods() -> None:
+def test_a_queue_without_any_card_quota_holds_0_cards_unless_unquoted_queues_are_unlimited() -> None:
     session = _session(pod("p", gpus=2, queue="plain"))
+    refusal = session.node_refusal(("default", "p"), "a100")
+    assert refusal is not None and refusal.reason == "EmptyQueueCapability"
+    assert refusal.message.endswith("(a queue without one holds 0 cards: --unquoted-queues=zero)")
+    session = _session(pod("p", gpus=2, queue="plain"), unquoted=UnquotedQueues.UNLIMITED)
     assert session.node_refusal(("default", "p"), "a100") is None
