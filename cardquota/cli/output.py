@@ -14,12 +14,14 @@ from typing import Any, TextIO
 import yaml
 
 from cardquota.cli.check import CheckResult
+from cardquota.core import keys
 from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_warnings, unlabelled_accelerators
 from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage, SubtreeUsage
 from cardquota.core.objects import CPU_MEMORY, Node
 from cardquota.core.policies.common import skipped_rule
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
+from cardquota.core.snapshot import CardPolicy
 
 NONE = "-"
 
@@ -291,7 +293,18 @@ def usage_warnings(ledger: Ledger, queues: Collection[str] | None = None, *, sou
                 for violation in record.quota.violations]
     warnings.extend(f"warning: queue {name} has card usage but no Queue object in {source}"
                     for name in ledger.queue_names() if name in shown and name not in ledger.snapshot.queues)
+    warnings.extend(unquoted_warning(name, cards, ledger.snapshot.card_policy)
+                    for name, cards in ledger.unquoted_holdings().items() if name in shown)
     return warnings
+
+
+def unquoted_warning(queue: str, cards: int, policy: CardPolicy) -> str:
+    """The line for a queue without a card quota whose pods hold cards (:meth:`Ledger.unquoted_holdings`)."""
+    held = f"warning: queue {queue} has no {keys.CARD_QUOTA} and its pods hold {cards} card{'s' if cards != 1 else ''}"
+    if policy.unquoted_hold_zero:
+        return (f"{held}: a queue without a card quota holds 0 cards (--unquoted-queues=zero), so new card work there "
+                "is refused; give it a quota")
+    return f"{held}: pods naming no card type are not limited there (--unquoted-queues=unlimited)"
 
 
 def no_nodes_warning(ledger: Ledger, files: Sequence[str], consequence: str) -> str | None:

@@ -638,6 +638,19 @@ class Ledger:
             waiting=_sorted(waiting),
         )
 
+    def unquoted_holdings(self) -> dict[str, int]:
+        """Cards held (allocated, inqueue or pending) per queue that has no card quota, whichever
+        :class:`~cardquota.core.snapshot.UnquotedQueues` the cluster runs with: what ``--unquoted-queues=zero``
+        refuses more of (``usage`` and ``doctor`` say so)."""
+        held: dict[str, int] = {}
+        for queue in self.queue_names():
+            usage = self.usage(queue)
+            if not usage.quota:
+                total = sum(usage.allocated.values()) + sum(usage.inqueue.values()) + sum(usage.pending.values())
+                if total:
+                    held[queue] = total
+        return held
+
     def all_usage(self, *, card_unlimited_cpu_memory: bool = False) -> dict[str, QueueUsage]:
         """Every queue's usage; a queue with queues below it also gets its subtree's totals."""
         usage = {queue: self.usage(queue, card_unlimited_cpu_memory=card_unlimited_cpu_memory)
