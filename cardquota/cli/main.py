@@ -514,6 +514,11 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                  map_namespace_queues=args.map_namespace_queues, card_policy=card_policy_of(args))
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config,
                       card_gate=args.card_gate == "on", gate_order=HeadOfLine(args.gate_order))
+    for skipped in result.not_simulated:
+        err.write(f"warning: not simulated: {skipped}\n")
+    if not result.placements and not result.podgroups:  # (a gate pointed at the wrong file must not pass)
+        raise InputError("nothing to simulate: no pod, PodGroup or workload with pods in "
+                         f"{', '.join(args.files)}" + (" that cardquota can expand" if result.not_simulated else ""))
     _write(args, out, result.as_json(),
            lambda wide: output.simulation_table(result, wide=wide, width=output.width_of(out)))
     placed = all(outcome.node is not None for outcome in result.placements.values())

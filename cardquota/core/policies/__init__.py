@@ -39,11 +39,12 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
 
 
 def _unknown_kind(manifest: Manifest) -> str | None:
-    from cardquota.core.policies.kinds import unknown_kind_warning
+    from cardquota.core.policies.kinds import unchecked_workload_warning, unknown_kind_warning
     from cardquota.core.policies.registry import CHECKED_KINDS
 
     api_version, kind = manifest.get("apiVersion"), manifest.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return None
     group = api_version.rpartition("/")[0]
-    return unknown_kind_warning(group, kind, CHECKED_KINDS.get(group, frozenset()))
+    return (unknown_kind_warning(group, kind, CHECKED_KINDS.get(group, frozenset()))
+            or unchecked_workload_warning(manifest, group, kind))

@@ -27,15 +27,15 @@ from cardquota.core.policies.cards import (
     CARD_REQUEST_PATH,
     card_name_resource_violations,
     job_tasks_violation,
-    request_against_queue,
 )
 from cardquota.core.policies.common import annotations_of, ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
+from cardquota.core.policies.gang import CardRole, derived_request, gang_against_queue
 from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.policies.pod import affinity_typo_warnings, unnamed_card_finding
 from cardquota.core.policies.podgroup import read_request_header
-from cardquota.core.quota import card_alternatives, card_name_violation, clipped, quota_allows
+from cardquota.core.quota import card_alternatives, card_name_violation, clipped
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
@@ -76,28 +76,27 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings: list[str] = [*_template_pod_warnings(manifest), *(f for f in unnamed if isinstance(f, str))]
     full: dict[str, int] = {}
     if not request.present and tasks:
-        wanted = _derived_request(tasks, _gang_counts(manifest))
-        full = _derived_request(tasks, None)
+        wanted = derived_request(tasks, _gang_counts(manifest))
+        full = derived_request(tasks, None)
         if wanted:
             patch = set_annotation(manifest, keys.CARD_REQUEST, json.dumps(wanted, separators=(",", ":")))
     if wanted and header.queue_ok and request.ok:
-        fit, fit_warnings = request_against_queue(wanted, header.queue, snapshot, CARD_REQUEST_PATH)
+        fit, fit_warnings = gang_against_queue(wanted, full, sum(task.replicas for task in tasks), header.queue,
+                                               snapshot, CARD_REQUEST_PATH, _derived_said)
         # a request derived from the tasks depends on them, their replicas and minAvailable: on the whole spec
         violations.extend(fit if request.present else [violation.depending_on(SPEC) for violation in fit])
         warnings.extend(fit_warnings)
-        if full and not fit and full != wanted:
-            warnings.extend(_elastic_warnings(wanted, full, tasks, header.queue, snapshot))
     return decide(violations, warnings, patch)
 
 
-class _CardTask:
-    def __init__(self, name: str, index: int, card_name: str, replicas: int, cards_per_pod: int) -> None:
-        self.name = name
-        self.index = index
-        self.card_name = card_name
-        self.replicas = replicas
-        self.cards_per_pod = cards_per_pod
-        self.card_name_path = _card_name_path(TASKS.index(index))
+def _derived_said(key: str, amount: int) -> str:
+    return f"{keys.CARD_REQUEST} set to the gang's {amount} {clipped(key)} (minAvailable's pods)"
+
+
+class _CardTask(CardRole):
+    @property
+    def card_name_path(self) -> FieldPath:
+        return _card_name_path(TASKS.index(self.index))
 
 
 SPEC = FieldPath.of("spec")
@@ -218,34 +217,3 @@ def _gang_counts(manifest: Manifest) -> list[int]:
     raw = spec.get("tasks")
     tasks = [task if isinstance(task, MAPPING_TYPES) else {} for task in raw] if isinstance(raw, list) else []
     return gang_pod_counts(tasks, job_min_available(spec, tasks))
-
-
-def _derived_request(tasks: list[_CardTask], gang: list[int] | None) -> dict[str, int]:
-    """Pods x cards per pod, summed per card key, in task order: the gang's pods (``gang``: pods per task index),
-    or every replica (None)."""
-    request: dict[str, int] = {}
-    for task in tasks:
-        pods = task.replicas if gang is None else min(gang[task.index], task.replicas)
-        amount = pods * task.cards_per_pod
-        if amount > 0:
-            request[task.card_name] = request.get(task.card_name, 0) + amount
-    return request
-
-
-def _elastic_warnings(wanted: Mapping[str, int], full: Mapping[str, int], tasks: list[_CardTask], queue: str,
-                      snapshot: ClusterSnapshot) -> list[str]:
-    """An elastic Job (minAvailable below its replicas) whose replicas together need more cards than its queue's
-    quota allows: it is enqueued with its gang's cards, and the pods beyond the quota stay Pending."""
-    record = snapshot.queues.get(queue)
-    if record is None or not record.quota.values:
-        return []
-    pods = sum(task.replicas for task in tasks)
-    warnings = []
-    for key, amount in full.items():
-        allowed = quota_allows(key, record.quota.values)
-        if amount > allowed:
-            warnings.append(
-                f"{keys.CARD_REQUEST} set to the gang's {wanted.get(key, 0)} {clipped(key)} (minAvailable's pods); "
-                f"all {pods} pods need {amount} {clipped(key)}, but queue {shown(queue)} allows at most {allowed}: "
-                f"at most {allowed} of those cards are ever in use, the other pods stay Pending")
-    return warnings

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import difflib
 
+from cardquota.core.objects import Manifest
 from cardquota.core.snapshot import CLOSEST_CUTOFF
 from cardquota.core.violations import Violation, invalid, shown
+from cardquota.core.workload_kinds import NOT_CHECKED, pod_template_path
+from cardquota.core.workload_kinds import SERVED_VERSIONS as WORKLOAD_KIND_VERSIONS
 
 VOLCANO_KINDS: dict[str, frozenset[str]] = {
     "scheduling.volcano.sh": frozenset({"Queue", "PodGroup"}),
@@ -39,9 +42,11 @@ SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     **{("apps", kind): ("v1",) for kind in ("Deployment", "StatefulSet", "ReplicaSet", "DaemonSet")},
     ("batch", "Job"): ("v1",), ("batch", "CronJob"): ("v1",),
     ("autoscaling", "HorizontalPodAutoscaler"): ("v1", "v2"),
+    **WORKLOAD_KIND_VERSIONS,
 }
 """The versions the API server serves for each kind a policy admits: Volcano's CRDs (v1.15.1,
-``config/crd/volcano/bases/*.yaml``, ``spec.versions[].served``) and Kubernetes v1.35's built-in groups."""
+``config/crd/volcano/bases/*.yaml``, ``spec.versions[].served``), Kubernetes v1.35's built-in groups, and the
+registered workload kinds' CRDs (:data:`cardquota.core.workload_kinds.SERVED_VERSIONS`)."""
 
 VOLCANO_DOMAIN = "volcano.sh"
 
@@ -99,3 +104,19 @@ def _did_you_mean(name: str, choices: frozenset[str] | dict[str, frozenset[str]]
     # as alike as a card type suggested for a typo, case ignored (outside Volcano's groups: whether to warn at all)
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=CLOSEST_CUTOFF)
     return f" (did you mean {by_lower[close[0]]}?)" if close else ""
+
+
+def unchecked_workload_warning(manifest: Manifest, group: str, kind: str) -> str | None:
+    """``kind X (group) is not checked`` for an object no policy admits that holds a pod template (a kind cardquota
+    knows it cannot check, :data:`~cardquota.core.workload_kinds.NOT_CHECKED`, with the reason; any other, found
+    by a bounded walk, :func:`~cardquota.core.workload_kinds.pod_template_path`): its pods are checked only when
+    they are created, so a quota they can never fit is found late."""
+    where = shown(group) if group else "core"
+    reason = NOT_CHECKED.get((group, kind))
+    if reason is not None:
+        return f"kind {shown(kind)} ({where}) is not checked: {reason}"
+    path = pod_template_path(manifest)
+    if path is None:
+        return None
+    return (f"kind {shown(kind)} ({where}) is not checked: it holds a pod template ({path}) whose pods cardquota "
+            "checks only when they are created")

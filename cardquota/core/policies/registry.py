@@ -11,6 +11,7 @@ from cardquota.core.policies import queue as queue_policy
 from cardquota.core.policies import schedconf as schedconf_policy
 from cardquota.core.policies import workload as workload_policy
 from cardquota.core.policies.config import Admit
+from cardquota.core.workload_kinds import ADAPTERS
 from cardquota.core.workloads import TEMPLATE_PATHS
 
 POLICIES: dict[tuple[str, str], Admit] = {
@@ -23,6 +24,7 @@ POLICIES: dict[tuple[str, str], Admit] = {
     ("", "ConfigMap"): schedconf_policy.admit,
     **dict.fromkeys(TEMPLATE_PATHS, workload_policy.admit),
     ("autoscaling", "HorizontalPodAutoscaler"): workload_policy.admit_hpa,
+    **dict.fromkeys(ADAPTERS, workload_policy.admit_gang),
 }
 
 CHECKED_KINDS: dict[str, frozenset[str]] = {

@@ -14,6 +14,7 @@ HorizontalPodAutoscalers that scale them: the pod rules at ``kubectl apply`` tim
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,14 +23,17 @@ from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, effective_requests
+from cardquota.core.policies.common import ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.policies.gang import CardRole, derived_request, gang_against_queue
 from cardquota.core.policies.pod import DEFAULT_SCHEDULER
 from cardquota.core.policies.pod import admit as admit_pod
-from cardquota.core.quota import card_alternatives, card_name_problem
+from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import FieldPath, invalid
+from cardquota.core.violations import FieldPath, Violation, invalid, shown
+from cardquota.core.workload_kinds import Gang, GroupShape, gang_of
 from cardquota.core.workloads import TEMPLATE_PATHS
 
 SCALABLE = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")})
@@ -55,27 +59,11 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if problem is not None:
         return decide([invalid(where, problem)])
     assert template is not None
-    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
-    namespace = str((metadata or {}).get("namespace") or "default")
-    template_metadata = template.get("metadata")
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {**(template_metadata if isinstance(template_metadata, MAPPING_TYPES) else {}),
-                        "name": f"{(metadata or {}).get('name')}-template", "namespace": namespace},
-           "spec": as_defaulted(template.get("spec") or {})}
-    if template_metadata is not None and not isinstance(template_metadata, MAPPING_TYPES):
-        return decide([invalid(where.child("metadata"), "must be a map")])
-    verdict = admit_pod(pod, None, snapshot, config)
-    violations = [violation.under(where) for violation in verdict.violations]
-    warnings = list(verdict.warnings)
-    deleting = bool((metadata or {}).get("deletionTimestamp"))
-    if violations and (deleting or _template_unchanged(old, path, template)):
-        # The template was admitted before (the queue or the cluster changed since): denying now would only block
-        # scaling, rollouts' bookkeeping and deletion. Said, not enforced; the pods are still checked one by one.
-        warnings = [*(f"{v.path}: {v.message} (already in the template before this update, so not denied)"
-                      for v in violations), *warnings]
-        violations = []
+    namespace, name, deleting = _identity(manifest)
+    previous = _template(old, path)[0] if old is not None else None
+    violations, warnings = template_findings(template, where, namespace, name, previous, deleting, snapshot, config)
     if violations:
-        return decide(violations, verdict.warnings)
+        return decide(violations, warnings)
     card = card_template(template, namespace, snapshot)
     replicas = _replicas(manifest, path)
     if card is not None and replicas is not None and snapshot.complete:
@@ -88,6 +76,13 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     return decide([], warnings)
 
 
+def _identity(manifest: Manifest) -> tuple[str, str, bool]:
+    """A workload's namespace, name and whether it is being deleted."""
+    metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
+    return (str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name")),
+            bool((metadata or {}).get("deletionTimestamp")))
+
+
 def as_defaulted(spec: Any) -> Any:
     """A pod template's spec as the API server stores it: ``schedulerName`` defaults to ``default-scheduler``
     (``SetDefaults_PodSpec``, k8s.io/kubernetes pkg/apis/core/v1/defaults.go, v1.35 — run on the templates of
@@ -97,11 +92,28 @@ def as_defaulted(spec: Any) -> Any:
     return spec
 
 
-def _template_unchanged(old: Manifest | None, path: tuple[str, ...], template: Mapping[str, Any]) -> bool:
-    if old is None:
-        return False
-    previous, _ = _template(old, path)
-    return previous == template
+def template_findings(template: Mapping[str, Any], where: FieldPath, namespace: str, name: str,
+                      previous: Mapping[str, Any] | None, deleting: bool, snapshot: ClusterSnapshot,
+                      config: PolicyConfig) -> tuple[list[Violation], list[str]]:
+    """A pod template through the Pod policy, as a pod of it would be admitted, its violations at the template's
+    path (``where``). ``previous``: the same template before this update (None on CREATE); a violation of a
+    template that was already admitted (unchanged, or the workload being deleted) is said, not enforced: denying
+    would only block scaling, rollouts' bookkeeping and deletion, and the pods are still checked one by one."""
+    template_metadata = template.get("metadata")
+    if template_metadata is not None and not isinstance(template_metadata, MAPPING_TYPES):
+        return [invalid(where.child("metadata"), "must be a map")], []
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {**(template_metadata if isinstance(template_metadata, MAPPING_TYPES) else {}),
+                        "name": f"{name}-template", "namespace": namespace},
+           "spec": as_defaulted(template.get("spec") or {})}
+    verdict = admit_pod(pod, None, snapshot, config)
+    violations = [violation.under(where) for violation in verdict.violations]
+    warnings = list(verdict.warnings)
+    if violations and (deleting or (previous is not None and previous == template)):
+        warnings = [*(f"{v.path}: {v.message} (already in the template before this update, so not denied)"
+                      for v in violations), *warnings]
+        violations = []
+    return violations, warnings
 
 
 def admit_hpa(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
@@ -202,3 +214,110 @@ def _replicas(manifest: Manifest, path: tuple[str, ...]) -> int | None:
         completions = count("completions") if "completions" in holder else parallelism  # unset: a work queue
         return None if parallelism is None or completions is None else min(parallelism, completions)
     return count("replicas")
+
+
+@warning_unknown_card_keys("workload")
+@ratcheting
+def admit_gang(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, config: PolicyConfig) -> Verdict:
+    """A registered workload kind (:mod:`cardquota.core.workload_kinds`: Kubeflow training jobs, KubeRay, JobSet,
+    LeaderWorkerSet): each pod template through the Pod policy as its operator creates the pods (on Volcano: with
+    the operator's queue and ``schedulerName``), at the template's path; then each PodGroup the operator creates,
+    judged as a Volcano Job's gang is (:func:`~cardquota.core.policies.gang.gang_against_queue`): the cards of the
+    ``minMember`` pods it must place together must fit the queue — else denied, it can never run — and the
+    replicas beyond them that need more than the queue allows are said (they only wait). Which ``minMember`` pods
+    the operator counts depends on an order cardquota cannot know offline (the training operator sorts roles by
+    priority class, Go's map order among equals), so the gang is counted from the pods with the fewest cards: a
+    denial holds whatever that order is."""
+    gang = gang_of(manifest)
+    if gang is None:
+        return allow()
+    namespace, name, deleting = _identity(manifest)
+    previous = gang_of(old) if old is not None else None
+    before = {str(role.path): role.template for role in previous.roles} if previous is not None else {}
+    queue = snapshot.volcano_queue(gang.queue, namespace)
+    violations: list[Violation] = []
+    warnings: list[str] = []
+    created: dict[str, Mapping[str, Any]] = {}
+    for role in {str(role.path): role for role in gang.roles}.values():  # (LWS: a leader of the worker template)
+        template = as_created(role.template, gang, queue)
+        created[str(role.path)] = template
+        earlier = before.get(str(role.path))
+        found, said = template_findings(template, role.path, namespace, name,
+                                        as_created(earlier, gang, queue) if earlier is not None else None, deleting,
+                                        snapshot, config)
+        queue_written = str(role.path.child("metadata", "annotations").key(keys.QUEUE_NAME))
+        violations.extend(dataclasses.replace(violation, path=gang.queue_path.text)  # (where the operator reads it)
+                          if gang.volcano and violation.path == queue_written else violation for violation in found)
+        warnings.extend(said)
+    if gang.cut:
+        warnings.append(f"only the first {len(gang.roles)} roles are checked ({gang.cut:,} more left out)")
+    violations = list(dict.fromkeys(violations))  # (a queue missing: said once, not per role)
+    warnings = list(dict.fromkeys(warnings))
+    if violations or not gang.volcano:
+        return decide(violations, warnings)
+    for group in gang.groups:
+        found, said = _group_against_queue(group, gang, created, queue, namespace, snapshot)
+        violations.extend(found)
+        warnings.extend(said)
+    return decide(violations, warnings)
+
+
+def as_created(template: Mapping[str, Any], gang: Gang, queue: str) -> Mapping[str, Any]:
+    """A role's pod template as its operator creates the pods on Volcano: in the PodGroup's queue, with the
+    operator's ``schedulerName`` where the template names none. Off Volcano, as written."""
+    if not gang.volcano:
+        return template
+    metadata = template.get("metadata")
+    metadata = metadata if isinstance(metadata, MAPPING_TYPES) else {}
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, MAPPING_TYPES) else {}
+    spec = template.get("spec")
+    spec = dict(spec) if isinstance(spec, MAPPING_TYPES) else {}
+    if gang.scheduler is not None and not spec.get("schedulerName"):
+        spec["schedulerName"] = gang.scheduler
+    return {**template, "metadata": {**metadata, "annotations": {**annotations, keys.QUEUE_NAME: queue}},
+            "spec": spec}
+
+
+def _group_against_queue(group: GroupShape, gang: Gang, created: Mapping[str, Mapping[str, Any]], queue: str,
+                         namespace: str, snapshot: ClusterSnapshot) -> tuple[list[Violation], list[str]]:
+    members = [role for role in group.roles if role.in_gang]
+    roles: list[CardRole] = []
+    per_pod: list[int] = []
+    for index, role in enumerate(members):
+        card = card_template(created[str(role.path)], namespace, snapshot)
+        per_pod.append(card.cards_per_pod if card is not None else 0)
+        if card is not None:
+            roles.append(CardRole(role.name, index, card.card_name, role.pods, card.cards_per_pod))
+    if not roles:
+        return [], []
+    counts = [0] * len(members)
+    left = group.min_member
+    for index in sorted(range(len(members)), key=per_pod.__getitem__):  # the fewest cards first: a lower bound
+        counts[index] = min(members[index].pods, left)
+        left -= counts[index]
+    wanted = derived_request(roles, counts)
+    full = derived_request(roles, None)
+    pods = sum(role.pods for role in members)
+    first = next(group.names())
+    said = f"its PodGroup {shown(first)} ({gang.what}, minMember {group.min_member})"
+
+    def gang_said(key: str, amount: int) -> str:
+        return f"{said} must start with {amount} {clipped(key)}"
+
+    violations, warnings = gang_against_queue(wanted, full, pods, queue, snapshot, SPEC, gang_said) \
+        if wanted else ([], [])
+    violations = [violation.with_message(f"{said} {violation.message}").depending_on(gang.queue_path)
+                  for violation in violations]
+    if not violations and group.copies > 1:
+        record = snapshot.queues.get(queue)
+        for key, amount in full.items():
+            allowed = quota_allows(key, record.quota.values) if record is not None else 0
+            if record is not None and amount * group.copies > allowed:
+                warnings.append(f"{group.copies} PodGroups like {shown(first)} need {amount * group.copies} "
+                                f"{clipped(key)}, queue {shown(queue)} allows at most {allowed}: the groups "
+                                "beyond it wait")
+    return violations, warnings
+
+
+SPEC = FieldPath.of("spec")

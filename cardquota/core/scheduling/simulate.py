@@ -33,7 +33,8 @@ from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
-from cardquota.core.workloads import count_of, gang_pod_counts, job_min_available
+from cardquota.core.workload_kinds import NOT_CHECKED, Gang, gang_of, pod_template_path
+from cardquota.core.workloads import TEMPLATE_PATHS, count_of, gang_pod_counts, job_min_available
 
 VOLCANO_JOB_API = "batch.volcano.sh/"
 PODGROUP_API = "scheduling.volcano.sh/v1beta1"
@@ -71,48 +72,151 @@ class Simulation:
     queues: dict[str, dict[str, Any]]
     """Each queue's usage after the run, as ``cardquota usage`` writes it (:meth:`QueueUsage.as_json`)."""
     usage: dict[str, QueueUsage] = field(default_factory=dict)
+    not_simulated: list[str] = field(default_factory=list)
+    """The workloads of the input whose pods the simulation cannot know, each named with the reason."""
 
     def as_json(self) -> dict[str, Any]:
         return {"placements": {name: outcome.as_json() for name, outcome in self.placements.items()},
                 "podgroups": {name: outcome.as_json() for name, outcome in self.podgroups.items()},
-                "queues": self.queues}
+                "queues": self.queues} | ({"notSimulated": self.not_simulated} if self.not_simulated else {})
+
+
+REPLICATED = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"), ("batch", "Job")}
+"""Built-in workloads whose pods the simulation creates as their controllers would: ``replicas`` pods (a batch Job:
+``parallelism``, at most ``completions``), ``<name>-<index>``, with no PodGroup — vc-controller makes theirs later
+(one per controller, ``podgroup-<owner UID>``, minMember 1: ``buildPodGroupFromPod``,
+pkg/controllers/podgroup/pg_controller_handler.go, v1.15.1), so each pod is placed on its own, as a group of one."""
+
+
+@dataclass
+class Expansion:
+    """A workload as the controllers create it: its manifests (PodGroups and pods in place of the workloads), the
+    PodGroups whose pods are created only once they are enqueued, and the workloads that could not be expanded."""
+
+    manifests: list[Manifest]
+    gangs: set[ObjectKey]
+    not_simulated: list[str]
 
 
 def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
     """The workload with every Volcano Job replaced by its PodGroup and its tasks' pods (as the job controller
     would create them: ``<job>-<task>-<index>``, named in the group's ``scheduling.k8s.io/group-name``)."""
+    return expand_workloads(workload).manifests
+
+
+def expand_workloads(workload: Iterable[Manifest]) -> Expansion:
+    """Every workload replaced by what its controller creates: a Volcano Job by its PodGroup and its tasks' pods; a
+    registered kind (:mod:`cardquota.core.workload_kinds`) on Volcano by the PodGroups and pods its operator
+    creates; a Deployment, StatefulSet, ReplicaSet or batch Job by its pods (:data:`REPLICATED`). Any other
+    workload with pods (a DaemonSet, a CronJob, a kind whose pods depend on another object) is named, not
+    simulated."""
     expanded: list[Manifest] = []
+    gangs: set[ObjectKey] = set()
+    skipped: list[str] = []
     for manifest in workload:
-        if manifest.get("kind") != "Job" or not str(manifest.get("apiVersion", "")).startswith(VOLCANO_JOB_API):
-            expanded.append(manifest)
-            continue
+        group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
+        kind = str(manifest.get("kind", ""))
         metadata = _map(manifest.get("metadata"))
-        spec = _map(manifest.get("spec"))
-        name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
-        raw_tasks = spec.get("tasks")
-        tasks = [task for task in raw_tasks if isinstance(task, MAPPING_TYPES)] if isinstance(raw_tasks, list) else []
-        group_annotations = {k: v for k, v in _map(metadata.get("annotations")).items() if k == keys.CARD_REQUEST}
-        min_member = job_min_available(spec, tasks)
-        group_spec: dict[str, Any] = {"queue": spec.get("queue") or keys.DEFAULT_QUEUE, "minMember": min_member}
-        minimum = min_resources(tasks, min_member)
-        if minimum:
-            group_spec["minResources"] = minimum
-        expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
-                         "metadata": {"name": name, "namespace": namespace, "annotations": group_annotations},
-                         "spec": group_spec, "status": {"phase": "Pending"}})
-        for task_index, task in enumerate(tasks):
-            template = copy.deepcopy(_map(task.get("template")))
-            pod_metadata = _map(template.get("metadata"))
-            pod_spec = dict(_map(template.get("spec")))
-            pod_spec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
-            # unnamed: Volcano's Job mutation names it "default<index>" (mutate_job.go mutateSpec, v1.15.1)
-            task_name = task.get("name") or f"default{task_index}"
-            for index in range(_count(task.get("replicas"), 0)):
-                annotations = {**_map(pod_metadata.get("annotations")), keys.GROUP_NAME: name}
-                expanded.append({"apiVersion": "v1", "kind": "Pod",
-                                 "metadata": {**pod_metadata, "name": f"{name}-{task_name}-{index}",
-                                              "namespace": namespace, "annotations": annotations},
-                                 "spec": copy.deepcopy(pod_spec)})
+        name, namespace = str(metadata.get("name", "")), str(metadata.get("namespace") or "default")
+        if kind == "Job" and str(manifest.get("apiVersion", "")).startswith(VOLCANO_JOB_API):
+            expanded.extend(_volcano_job(manifest))
+            gangs.add((namespace, name))
+        elif (group, kind) in REPLICATED:
+            expanded.extend(_replicated(manifest, kind, name, namespace))
+        elif (gang := gang_of(manifest)) is not None:
+            expanded.extend(_operator_gang(gang, name, namespace, gangs))
+        elif (group, kind) in TEMPLATE_PATHS or (group, kind) in NOT_CHECKED or \
+                (kind not in ("Pod", "PodGroup") and pod_template_path(manifest) is not None):
+            reason = "one pod per node" if kind == "DaemonSet" else \
+                "its pods come on schedule" if kind == "CronJob" else \
+                NOT_CHECKED.get((group, kind), "cardquota does not know how its controller creates pods")
+            skipped.append(f"{kind} {namespace}/{name} ({reason})")
+        else:
+            expanded.append(manifest)
+    return Expansion(expanded, gangs, skipped)
+
+
+def _volcano_job(manifest: Manifest) -> list[Manifest]:
+    """A Volcano Job's PodGroup and its tasks' pods, as its job controller creates them."""
+    expanded: list[Manifest] = []
+    metadata = _map(manifest.get("metadata"))
+    spec = _map(manifest.get("spec"))
+    name, namespace = metadata.get("name", ""), metadata.get("namespace") or "default"
+    raw_tasks = spec.get("tasks")
+    tasks = [task for task in raw_tasks if isinstance(task, MAPPING_TYPES)] if isinstance(raw_tasks, list) else []
+    group_annotations = {k: v for k, v in _map(metadata.get("annotations")).items() if k == keys.CARD_REQUEST}
+    min_member = job_min_available(spec, tasks)
+    group_spec: dict[str, Any] = {"queue": spec.get("queue") or keys.DEFAULT_QUEUE, "minMember": min_member}
+    minimum = min_resources(tasks, min_member)
+    if minimum:
+        group_spec["minResources"] = minimum
+    expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
+                     "metadata": {"name": name, "namespace": namespace, "annotations": group_annotations},
+                     "spec": group_spec, "status": {"phase": "Pending"}})
+    for task_index, task in enumerate(tasks):
+        template = copy.deepcopy(_map(task.get("template")))
+        pod_metadata = _map(template.get("metadata"))
+        pod_spec = dict(_map(template.get("spec")))
+        pod_spec.setdefault("schedulerName", spec.get("schedulerName") or "volcano")
+        # unnamed: Volcano's Job mutation names it "default<index>" (mutate_job.go mutateSpec, v1.15.1)
+        task_name = task.get("name") or f"default{task_index}"
+        for index in range(_count(task.get("replicas"), 0)):
+            annotations = {**_map(pod_metadata.get("annotations")), keys.GROUP_NAME: name}
+            expanded.append({"apiVersion": "v1", "kind": "Pod",
+                             "metadata": {**pod_metadata, "name": f"{name}-{task_name}-{index}",
+                                          "namespace": namespace, "annotations": annotations},
+                             "spec": copy.deepcopy(pod_spec)})
+    return expanded
+
+
+def _replicated(manifest: Manifest, kind: str, name: str, namespace: str) -> list[Manifest]:
+    spec = _map(manifest.get("spec"))
+    template = _map(spec.get("template"))
+    if kind == "Job":
+        parallelism = _count(spec.get("parallelism"), 1)
+        count = min(parallelism, _count(spec.get("completions"), parallelism))
+    else:
+        count = _count(spec.get("replicas"), 1)
+    pod_metadata = _map(template.get("metadata"))
+    return [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {**copy.deepcopy(dict(pod_metadata)), "name": f"{name}-{index}", "namespace": namespace},
+             "spec": copy.deepcopy(dict(_map(template.get("spec"))))} for index in range(count)]
+
+
+def _operator_gang(gang: Gang, name: str, namespace: str, gangs: set[ObjectKey]) -> list[Manifest]:
+    """A registered kind's PodGroups and pods as its operator creates them on Volcano (each pod named in its
+    group's ``scheduling.k8s.io/group-name``, with the operator's ``schedulerName`` where the template names none);
+    off Volcano, its pods alone."""
+    expanded: list[Manifest] = []
+    for shape in gang.groups:
+        members = [role for role in shape.roles if role.in_gang]
+        tasks = [{"replicas": role.pods, "template": role.template} for role in members]
+        for group_name in shape.names():
+            if gang.volcano:
+                group_spec: dict[str, Any] = {"queue": gang.queue or keys.DEFAULT_QUEUE,
+                                              "minMember": shape.min_member}
+                minimum = min_resources(tasks, shape.min_member)
+                if minimum:
+                    group_spec["minResources"] = minimum
+                expanded.append({"apiVersion": PODGROUP_API, "kind": "PodGroup",
+                                 "metadata": {"name": group_name, "namespace": namespace,
+                                              "annotations": dict(gang.group_annotations)},
+                                 "spec": group_spec, "status": {"phase": "Pending"}})
+                gangs.add((namespace, group_name))
+            for role in members:
+                template = copy.deepcopy(dict(role.template))
+                pod_metadata = _map(template.get("metadata"))
+                pod_spec = dict(_map(template.get("spec")))
+                annotations = dict(_map(pod_metadata.get("annotations")))
+                if gang.volcano:
+                    annotations[keys.GROUP_NAME] = group_name
+                    if gang.scheduler is not None:
+                        pod_spec.setdefault("schedulerName", gang.scheduler)
+                for index in range(role.pods):
+                    expanded.append({"apiVersion": "v1", "kind": "Pod",
+                                     "metadata": {**pod_metadata, "name": f"{group_name}-{role.name.lower()}-{index}",
+                                                  "namespace": namespace, "annotations": dict(annotations)},
+                                     "spec": copy.deepcopy(pod_spec)})
     return expanded
 
 
@@ -139,11 +243,11 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
              *, card_gate: bool = False, gate_order: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO) -> Simulation:
     # A Volcano Job's pods are created once its PodGroup is no longer Pending (the job controller's ``syncJob``,
     # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in its enqueue decision.
-    jobs: set[ObjectKey] = {
-        (str(_map(m.get("metadata")).get("namespace") or "default"), str(_map(m.get("metadata")).get("name", "")))
-        for m in workload
-            if m.get("kind") == "Job" and str(m.get("apiVersion", "")).startswith(VOLCANO_JOB_API)}
-    workload = expand_volcano_jobs(workload)
+    # So are a registered kind's on Volcano (the training operator's ``DelayPodCreationDueToPodGroup``,
+    # pkg/controller.v1/control/podgroup_control.go, v1.9.0), and here every operator's.
+    expansion = expand_workloads(workload)
+    jobs = expansion.gangs
+    workload = expansion.manifests
     mapping = config is not None and config.map_namespace_queues
     namespaces = namespaces_snapshot([*cluster, *workload], map_namespace_queues=mapping)
     # created now: stored as Volcano's PodGroup mutation stores them
@@ -193,7 +297,8 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
             gate.judge(keys_of_unit, placements)
         _place_gang(session, [key for key in keys_of_unit if not _gated(gate, key)], 1, placements, memo)
     usage = session.ledger.all_usage(card_unlimited_cpu_memory=session.config.capacity_card.card_unlimited_cpu_memory)
-    return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage)
+    return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage,
+                      expansion.not_simulated)
 
 
 def created_at(second: int) -> str:

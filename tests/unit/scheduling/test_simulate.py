@@ -429,3 +429,50 @@ def test_with_the_gate_pods_naming_dra_claims_wait_for_their_queues_dra_quota() 
         "ml/first": "Running", "ml/second": "Running", "ml/third": "Inqueue"}
     assert result.podgroups["ml/third"].reason == (
         "waiting at the card-quota gate: queue team-a has 0 of 2 gpu.example.com devices free; 0 pods ahead")
+
+
+# ------------------------------------------------------------ workloads expanded as their controllers create them
+
+def _simulate_files(tmp_path: Path, cluster: list[dict[str, Any]],
+                    workload: list[dict[str, Any]]) -> tuple[int, str, str]:
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(cluster))
+    (tmp_path / "work.yaml").write_text(yaml.safe_dump_all(workload))
+    out, err = io.StringIO(), io.StringIO()
+    code = run("cardquota", ["simulate", "--cluster", str(tmp_path / "cluster.yaml"), "-f", str(tmp_path / "work.yaml"),
+                             "-o", "json", "--card-gate", "off"], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _gpu_template(gpus: int) -> dict[str, Any]:
+    return {"metadata": {"annotations": {"volcano.sh/card.name": "NVIDIA-H100"}},
+            "spec": {"containers": [{"name": "m", "image": "m", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+
+
+def test_a_deployment_and_a_pytorchjob_are_expanded_and_a_daemonset_is_named(tmp_path: Path) -> None:
+    cluster = [gpu_node("h1", "NVIDIA-H100", 8), queue("train", {"NVIDIA-H100": 8})]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ml"},
+                  "spec": {"replicas": 2, "template": {**_gpu_template(1), "spec": {
+                      **_gpu_template(1)["spec"], "schedulerName": "volcano"}}}}
+    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = "train"
+    pytorch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt", "namespace": "ml"},
+               "spec": {"runPolicy": {"schedulingPolicy": {"queue": "train"}},
+                        "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": _gpu_template(2)},
+                                                "Worker": {"replicas": 2, "template": _gpu_template(2)}}}}
+    daemonset = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "ml"},
+                 "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "a"}]}}}}
+    code, out, err = _simulate_files(tmp_path, cluster, [deployment, pytorch, daemonset])
+    document = json.loads(out)
+    assert set(document["placements"]) == {"ml/web-0", "ml/web-1", "ml/pt-master-0", "ml/pt-worker-0",
+                                           "ml/pt-worker-1"}
+    assert all(outcome["node"] == "h1" for outcome in document["placements"].values())
+    assert document["podgroups"] == {"ml/pt": {"phase": "Running"}}
+    assert document["notSimulated"] == ["DaemonSet ml/agent (one pod per node)"]
+    assert "warning: not simulated: DaemonSet ml/agent (one pod per node)" in err
+    assert code == 0
+
+
+def test_an_input_with_nothing_to_simulate_exits_2(tmp_path: Path) -> None:
+    code, _, err = _simulate_files(tmp_path, [gpu_node("h1", "NVIDIA-H100", 8)],
+                                   [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}])
+    assert code == 2
+    assert "nothing to simulate" in err
