@@ -28,7 +28,6 @@ from typing import TypeVar
 
 from cardquota.core.errors import InputError
 from cardquota.core.gate import HeadOfLine
-from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy, OutsideVolcano, UnquotedQueues
 from cardquota.core.policies.config import (
     DEFAULT_CARD_AWARE_SCHEDULERS,
     DEFAULT_SCHEDULER_CONFIGMAP,
@@ -38,6 +37,7 @@ from cardquota.core.policies.config import (
 from cardquota.core.policies.config import (
     read_flag as read_flag_value,
 )
+from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy, OutsideVolcano, UnquotedQueues
 from cardquota.runtime.limits import ServerLimits
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")

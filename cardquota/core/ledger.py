@@ -639,11 +639,11 @@ class Ledger:
         )
 
     def unquoted_holdings(self) -> dict[str, int]:
-        """Cards held (allocated, inqueue or pending) per queue that has no card quota, whichever
+        """Cards held (allocated, inqueue or pending) per Queue that has no card quota, whichever
         :class:`~cardquota.core.snapshot.UnquotedQueues` the cluster runs with: what ``--unquoted-queues=zero``
         refuses more of (``usage`` and ``doctor`` say so)."""
         held: dict[str, int] = {}
-        for queue in self.queue_names():
+        for queue in self.snapshot.queues:  # (usage charged to a queue with no Queue object is said apart)
             usage = self.usage(queue)
             if not usage.quota:
                 total = sum(usage.allocated.values()) + sum(usage.inqueue.values()) + sum(usage.pending.values())

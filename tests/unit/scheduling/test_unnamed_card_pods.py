@@ -65,7 +65,8 @@ def test_the_check_and_the_charge_agree_up_to_the_quota() -> None:
 def test_a_queue_without_any_card_quota_holds_0_cards_unless_unquoted_queues_are_unlimited() -> None:
     session = _session(pod("p", gpus=2, queue="plain"))
     refusal = session.node_refusal(("default", "p"), "a100")
-    assert refusal is not None and refusal.reason == "EmptyQueueCapability"
+    assert refusal is not None
+    assert refusal.reason == "EmptyQueueCapability"
     assert refusal.message.endswith("(a queue without one holds 0 cards: --unquoted-queues=zero)")
     session = _session(pod("p", gpus=2, queue="plain"), unquoted=UnquotedQueues.UNLIMITED)
     assert session.node_refusal(("default", "p"), "a100") is None
