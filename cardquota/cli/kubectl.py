@@ -27,7 +27,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
-from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.scheduling.session import SchedulerConfig, read_scheduler_config
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
 from cardquota.operator.settings import read_count, read_seconds
@@ -53,6 +53,8 @@ class Cluster:
     kubeconfig: str | None
     context: str | None
     _api: Any = None
+    _noted: bool = False
+    """Whether the plugins' arguments were said (:meth:`scheduler_config`)."""
 
     @property
     def live(self) -> bool:
@@ -93,8 +95,13 @@ class Cluster:
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
         """The plugins' arguments, from where the extender and the controller read them (the extender's conf, else
-        the scheduler ConfigMap: :func:`~cardquota.core.schedconf.source.arguments_text`)."""
-        return SchedulerConfig.from_manifests([*objects, *self.configmaps(err)], DEFAULT_SCHEDULER_CONFIGMAP)
+        the scheduler ConfigMap: :func:`~cardquota.core.schedconf.source.arguments_text`). Offline, which ones and
+        where from are said on ``err``, once: a dump without the ConfigMaps is read with the plugins' defaults."""
+        read = read_scheduler_config([*objects, *self.configmaps(err)], DEFAULT_SCHEDULER_CONFIGMAP)
+        if not self.live and not self._noted:
+            self._noted = True
+            err.write(read.note + "\n")
+        return read.config
 
     def configmaps(self, err: TextIO) -> list[Manifest]:
         """Live: the extender's conf and the scheduler ConfigMap, those that exist and can be read (offline: none,
@@ -324,15 +331,15 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         objects = cluster.objects(namespaces=args.map_namespace_queues, claims=True)
         ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
                               volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS)
+        missing = [name for name in args.queues if name not in set(ledger.queue_names())]
+        if missing:
+            raise InputError(f"no queue named {', '.join(missing)}")
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
         # cpu/memory capability (the only queues whose usage shows them).
         unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())
                      and cluster.scheduler_config(objects, err).capacity_card.card_unlimited_cpu_memory)
         usage = {name: entry for name, entry in ledger.all_usage(card_unlimited_cpu_memory=unlimited).items()
                  if not args.queues or name in args.queues}
-        missing = [name for name in args.queues if name not in usage]
-        if missing:
-            raise InputError(f"no queue named {', '.join(missing)}")
         warnings = output.usage_warnings(ledger, usage, source="the cluster" if cluster.live else "the input")
         no_nodes = output.no_nodes_warning(ledger, cluster.files, output.NO_NODES_IN_USAGE)
         for warning in [*warnings, *([no_nodes] if no_nodes else [])]:
@@ -395,7 +402,6 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         replaced = {_object_identity(document.manifest) for document in submitted}
         objects = [m for m in objects if _object_identity(m) not in replaced]
         objects.extend(document.manifest for document in submitted)
-    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues)
     targets: list[tuple[Manifest, str]] = []
     if args.target:
         kind, _, name = args.target.partition("/")
@@ -415,6 +421,7 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise InputError("holds no pod, PodGroup or Volcano Job to explain", where=", ".join(args.files))
     if not targets:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
+    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues)
     explanations: list[Explanation] = []
     for target, source in targets:
         try:

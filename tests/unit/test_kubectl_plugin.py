@@ -27,6 +27,12 @@ class Terminal(io.StringIO):
         return True
 
 
+EXAMPLE_ARGUMENTS_NOTE = (
+    "assumed: cardUnlimitedCpuMemory=false, predicate.MGPUEnable=false, crossquota off (the plugins' defaults: no "
+    "ConfigMap cardquota-extender-conf or volcano-scheduler-configmap in the input)\n")
+"""What an offline command that applies the scheduler's rules says of the bundled example (it holds no ConfigMap)."""
+
+
 def plugin(*argv: str, stdout: io.StringIO | None = None) -> tuple[int, str, str]:
     out, err = stdout or io.StringIO(), io.StringIO()
     code = run("kubectl cardquota", list(argv), stdout=out, stderr=err)
@@ -232,7 +238,7 @@ def test_explain_kind_name_with_a_file_explains_that_object_of_the_file(tmp_path
          "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "resources": {
              "limits": {"nvidia.com/gpu": 1}}}]}}]))
     code, text, err = plugin("explain", "job/newjob", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)
-    assert (code, err) == (0, "")
+    assert (code, err) == (0, EXAMPLE_ARGUMENTS_NOTE)
     assert text.startswith("Job team-a/newjob:\n")
     assert "Pod " not in text  # only the object named
     code, text, _ = plugin("explain", "pod/huge-0", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)

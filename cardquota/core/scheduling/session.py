@@ -78,8 +78,49 @@ class SchedulerConfig:
         """From the ConfigMap among ``manifests`` the plugins' arguments are read from (the extender's conf, else
         the scheduler ConfigMap ``configmap``: :func:`~cardquota.core.schedconf.source.arguments_text`, the one
         reading the extender, the CLI and the controller share); the defaults when there is none."""
-        text = arguments_text(manifests, configmap).text
-        return cls() if text is None else cls.from_conf(text)
+        return read_scheduler_config(manifests, configmap).config
+
+
+@dataclass(frozen=True)
+class ReadSchedulerConfig:
+    """The plugins' arguments an offline command applies, and a line saying which and where they came from."""
+
+    config: SchedulerConfig
+    found: bool
+    """Whether a ConfigMap was found (else ``config`` holds the plugins' defaults)."""
+    note: str
+    """``read: cardUnlimitedCpuMemory=true, … from ConfigMap volcano-system/volcano-scheduler-configmap`` or
+    ``assumed: cardUnlimitedCpuMemory=false, … (no extender ConfigMap … in the input)``: a verdict that depends on
+    them says what it rests on (the same job is "never enqueued" or "Running" by ``cardUnlimitedCpuMemory``)."""
+
+
+NOTED_ARGUMENTS = ((capacity_card.PLUGIN, capacity_card.CARD_UNLIMITED_CPU_MEMORY),
+                   ("predicates", "predicate.MGPUEnable"))
+"""The arguments a note names (besides whether crossquota is on): those that change what is enqueued or placed."""
+
+
+def read_scheduler_config(manifests: Iterable[Manifest], configmap: str, where: str = "the input"
+                          ) -> ReadSchedulerConfig:
+    """:meth:`SchedulerConfig.from_manifests`, with its note (``where``: what ``manifests`` are, for the note)."""
+    source = arguments_text(manifests, configmap)
+    if source.text is None:
+        config = SchedulerConfig()
+        return ReadSchedulerConfig(config, False, f"assumed: {_noted(config)} (the plugins' defaults: {source.source} "
+                                           f"in {where})")
+    config = SchedulerConfig.from_conf(source.text)
+    plugins = plugin_arguments(plugin_entries(read_conf(source.text)))
+    unwritten = [argument for plugin, argument in NOTED_ARGUMENTS if argument not in plugins.get(plugin, {})]
+    note = f"read: {_noted(config)} from {source.source}"
+    if unwritten:
+        note += f" ({', '.join(unwritten)} not written there: the default)"
+    return ReadSchedulerConfig(config, True, note)
+
+
+def _noted(config: SchedulerConfig) -> str:
+    values = {capacity_card.CARD_UNLIMITED_CPU_MEMORY: config.capacity_card.card_unlimited_cpu_memory,
+              "predicate.MGPUEnable": config.mgpu.enabled}
+    said = [f"{argument}={str(values[argument]).lower()}" for _, argument in NOTED_ARGUMENTS]
+    return ", ".join([*said, f"crossquota {'off' if config.crossquota is None else 'on'}"])
 
 
 @dataclass(frozen=True)
