@@ -357,7 +357,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 err.write(output.NO_RESOURCES + "\n")
         else:
             out.write(output.usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err,
-                                         width=output.width_of(out)))
+                                         width=output.width_of(out), parents=ledger.snapshot.queue_parents()))
         refreshes += 1
         if not args.watch or (args.refreshes and refreshes >= args.refreshes):
             return EXIT_OK

@@ -364,7 +364,8 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = read.config
     usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
     _write(args, out, output.usage_json(usage),
-           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)),
+           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out),
+                                           parents=ledger.snapshot.queue_parents()),
            empty=(not usage, err))
     return EXIT_OK
 
