@@ -709,15 +709,16 @@ class Session:
             return None
         record = self.ledger.snapshot.nodes.get(node)
         pod = self.view(key)
-        if record is None or not crossquota.is_gpu_node(record.node.allocatable, config):
+        cards = record.cards.by_resource if record is not None else {}
+        if record is None or not crossquota.is_gpu_node(record.node.allocatable, config, cards):
             return None
-        if not crossquota.is_cpu_pod(pod.requests, config):
+        if not crossquota.is_cpu_pod(pod.requests, config, cards):
             return None
         quota = crossquota.node_quota(record.node.meta.annotations, record.node.allocatable, config)
         used: dict[str, Fraction] = {}
         for other in self.node_pods.get(node, ()):
             other_pod = self.ledger.snapshot.pods.get(other)
-            if other_pod is not None and crossquota.is_cpu_pod(other_pod.requests, config):
+            if other_pod is not None and crossquota.is_cpu_pod(other_pod.requests, config, cards):
                 for resource, amount in other_pod.requests.items():
                     used[resource] = used.get(resource, Fraction(0)) + amount
         return config, quota, used
