@@ -21,7 +21,7 @@ from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
-from cardquota.core.explain import Explanation, explain, job_podgroups
+from cardquota.core.explain import Explanation, explain, explain_submitted, job_podgroups
 from cardquota.core.keys import VOLCANO_SCHEDULERS
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, namespaced_key
@@ -423,7 +423,12 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
     config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues)
     explanations: list[Explanation] = []
-    for target, source in targets:
+    if submitted:  # as if submitted now: the rules, and simulate's enqueue and placement of the whole of FILE
+        workload = [document.manifest for document in submitted]
+        replaced = {_object_identity(manifest) for manifest in workload}
+        before = [m for m in objects if _object_identity(m) not in replaced]
+        explanations = explain_submitted(before, workload, [target for target, _ in targets], config)
+    for target, source in [] if submitted else targets:
         try:
             explanations.append(explain(objects, target, config))
         except InputError as error:

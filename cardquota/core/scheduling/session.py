@@ -45,6 +45,8 @@ from cardquota.core.usage import cards_on_node
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
+NODES_AVAILABLE = "nodes are available"
+"""The words of the scheduler-style summary of a pod no node can take (``0/3 nodes are available: …``)."""
 
 
 @dataclass(frozen=True)
@@ -645,7 +647,7 @@ class Session:
         counts = Counter(refusal.message for refusal in refusals)
         parts = ", ".join(f"{count} {message}" for message, count in
                           sorted(counts.items(), key=lambda item: (-item[1], item[0])))
-        return f"0/{nodes} nodes are available: {parts}" if parts else f"0/{nodes} nodes are available"
+        return f"0/{nodes} {NODES_AVAILABLE}: {parts}" if parts else f"0/{nodes} {NODES_AVAILABLE}"
 
     # ------------------------------------------------------------------------------------------- internals
 
