@@ -105,6 +105,8 @@ async def run(settings: Settings, *, connection: Connection | None = None, stop:
         publisher: Publisher | None = None
         if leader is not None:
             arguments = await asyncio.to_thread(plugin_arguments, api, settings.namespace)
+            if arguments is not None:  # the Queue policy's warning about a card queue without cpu/memory rests on it
+                cache.ledger.snapshot.card_unlimited_cpu_memory = arguments.card_unlimited_cpu_memory
             keeper = Gatekeeper(cache, api, is_leader=leads, head_of_line=settings.gate_order,
                                 listed_since=functools.partial(listed_anew, reflectors, LISTED_KINDS),
                                 predecessor_done=functools.partial(predecessor_done, leader),

@@ -37,13 +37,16 @@ def gpu_node(name: str, product: str, gpus: int, *, resource: str = "nvidia.com/
     return node(name, labels=gpu_labels(product, count=gpus, **label_args), allocatable={resource: str(gpus)})
 
 
-def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str | None = None) -> Manifest:
+def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str | None = None,
+          capability: dict[str, str] | None = None) -> Manifest:
     metadata: dict[str, Any] = {"name": name}
     if quota is not None:
         metadata["annotations"] = {"volcano.sh/card.quota": quota if isinstance(quota, str) else json.dumps(quota)}
     spec: dict[str, Any] = {"weight": 1}
     if parent is not None:
         spec["parent"] = parent
+    if capability is not None:
+        spec["capability"] = capability
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": metadata, "spec": spec}
 
 

@@ -27,13 +27,13 @@ from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
 from cardquota.core.errors import InputError
-from cardquota.core.explain import Explanation, explain, job_podgroups
+from cardquota.core.explain import Explanation, explain, explain_submitted, job_podgroups
 from cardquota.core.keys import VOLCANO_SCHEDULERS
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
-from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.scheduling.session import SchedulerConfig, read_scheduler_config
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
 from cardquota.operator.settings import read_count, read_seconds
@@ -59,6 +59,8 @@ class Cluster:
     kubeconfig: str | None
     context: str | None
     _api: Any = None
+    _noted: bool = False
+    """Whether the plugins' arguments were said (:meth:`scheduler_config`)."""
 
     @property
     def live(self) -> bool:
@@ -99,8 +101,13 @@ class Cluster:
 
     def scheduler_config(self, objects: Sequence[Manifest], err: TextIO) -> SchedulerConfig:
         """The plugins' arguments, from where the extender and the controller read them (the extender's conf, else
-        the scheduler ConfigMap: :func:`~cardquota.core.schedconf.source.arguments_text`)."""
-        return SchedulerConfig.from_manifests([*objects, *self.configmaps(err)], DEFAULT_SCHEDULER_CONFIGMAP)
+        the scheduler ConfigMap: :func:`~cardquota.core.schedconf.source.arguments_text`). Offline, which ones and
+        where from are said on ``err``, once: a dump without the ConfigMaps is read with the plugins' defaults."""
+        read = read_scheduler_config([*objects, *self.configmaps(err)], DEFAULT_SCHEDULER_CONFIGMAP)
+        if not self.live and not self._noted:
+            self._noted = True
+            err.write(read.note + "\n")
+        return read.config
 
     def configmaps(self, err: TextIO) -> list[Manifest]:
         """Live: the extender's conf and the scheduler ConfigMap, those that exist and can be read (offline: none,
@@ -333,15 +340,15 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
                               volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS,
                               card_policy=card_policy_of(args))
+        missing = [name for name in args.queues if name not in set(ledger.queue_names())]
+        if missing:
+            raise InputError(f"no queue named {', '.join(missing)}")
         # cpu/memory are counted as the scheduler's capacity-card arguments say, read only when a queue has a
         # cpu/memory capability (the only queues whose usage shows them).
         unlimited = (any(record.queue.capability is not None for record in ledger.snapshot.queues.values())
                      and cluster.scheduler_config(objects, err).capacity_card.card_unlimited_cpu_memory)
         usage = {name: entry for name, entry in ledger.all_usage(card_unlimited_cpu_memory=unlimited).items()
                  if not args.queues or name in args.queues}
-        missing = [name for name in args.queues if name not in usage]
-        if missing:
-            raise InputError(f"no queue named {', '.join(missing)}")
         warnings = output.usage_warnings(ledger, usage, source="the cluster" if cluster.live else "the input")
         no_nodes = output.no_nodes_warning(ledger, cluster.files, output.NO_NODES_IN_USAGE)
         for warning in [*warnings, *([no_nodes] if no_nodes else [])]:
@@ -359,7 +366,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 err.write(output.NO_RESOURCES + "\n")
         else:
             out.write(output.usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err,
-                                         width=output.width_of(out)))
+                                         width=output.width_of(out), parents=ledger.snapshot.queue_parents()))
         refreshes += 1
         if not args.watch or (args.refreshes and refreshes >= args.refreshes):
             return EXIT_OK
@@ -404,8 +411,6 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         replaced = {_object_identity(document.manifest) for document in submitted}
         objects = [m for m in objects if _object_identity(m) not in replaced]
         objects.extend(document.manifest for document in submitted)
-    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues,
-                                 card_policy=card_policy_of(args))
     targets: list[tuple[Manifest, str]] = []
     if args.target:
         kind, _, name = args.target.partition("/")
@@ -425,8 +430,15 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise InputError("holds no pod, PodGroup or Volcano Job to explain", where=", ".join(args.files))
     if not targets:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
+    config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues,
+                                 card_policy=card_policy_of(args))
     explanations: list[Explanation] = []
-    for target, source in targets:
+    if submitted:  # as if submitted now: the rules, and simulate's enqueue and placement of the whole of FILE
+        workload = [document.manifest for document in submitted]
+        replaced = {_object_identity(manifest) for manifest in workload}
+        before = [m for m in objects if _object_identity(m) not in replaced]
+        explanations = explain_submitted(before, workload, [target for target, _ in targets], config)
+    for target, source in [] if submitted else targets:
         try:
             explanations.append(explain(objects, target, config))
         except InputError as error:

@@ -49,7 +49,8 @@ from cardquota.core.policies.config import (
     PolicyConfig,
 )
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
-from cardquota.core.scheduling.session import SchedulerConfig
+from cardquota.core.scheduling.capacity_card import CARD_UNLIMITED_CPU_MEMORY
+from cardquota.core.scheduling.session import SchedulerConfig, read_scheduler_config
 from cardquota.core.scheduling.simulate import simulate
 from cardquota.core.snapshot import (
     ClusterSnapshot,
@@ -364,10 +365,14 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if no_nodes is not None:
         err.write(no_nodes + "\n")
     # cpu/memory counted as the plugins' arguments say, read where the extender reads them (as kubectl cardquota's)
-    config = SchedulerConfig.from_manifests([document.manifest for document in documents], DEFAULT_SCHEDULER_CONFIGMAP)
+    read = read_scheduler_config([document.manifest for document in documents], DEFAULT_SCHEDULER_CONFIGMAP)
+    if any(record.queue.capability is not None for record in ledger.snapshot.queues.values()):
+        err.write(read.note + "\n")  # (the cpu/memory counts rest on it; nothing else in usage does)
+    config = read.config
     usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
     _write(args, out, output.usage_json(usage),
-           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out)),
+           lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out),
+                                           parents=ledger.snapshot.queue_parents()),
            empty=(not usage, err))
     return EXIT_OK
 
@@ -466,6 +471,11 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _located(document, ledger.upsert)
         existing[identity(document.manifest)] = document.manifest
     ledger.snapshot.complete = bool(cluster)
+    offline = bool(args.cluster) or not getattr(args, "live", False)
+    arguments = read_scheduler_config([document.manifest for document in [*cluster, *documents]],
+                                      args.scheduler_configmap)
+    if offline and arguments.found:  # (the webhooks do not know it: a warning that rests on it says so)
+        ledger.snapshot.card_unlimited_cpu_memory = arguments.config.capacity_card.card_unlimited_cpu_memory
     no_nodes = output.no_nodes_warning(ledger, args.cluster, output.NO_NODES_IN_CHECK) if cluster else None
     if no_nodes is not None:
         err.write(no_nodes + "\n")
@@ -485,6 +495,9 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             existing[stored] = admitted
         results.append(CheckResult(document, key, verdict))
     notes = list(skipped_notes(results, complete=ledger.snapshot.complete))
+    if offline and any(CARD_UNLIMITED_CPU_MEMORY in warning
+                       for result in results for warning in result.verdict.warnings):
+        err.write(arguments.note + "\n")  # a warning resting on a scheduler argument: which, and where from
     for note in notes:
         err.write(f"warning: {note}\n")
     _write(args, out, [result.as_json() for result in results],
@@ -510,8 +523,10 @@ def simulate_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     workload = load_paths(args.files)
     validate([*cluster, *workload])
     manifests = [document.manifest for document in [*cluster, *workload]]
-    config = dataclasses.replace(SchedulerConfig.from_manifests(manifests, args.scheduler_configmap),
-                                 map_namespace_queues=args.map_namespace_queues, card_policy=card_policy_of(args))
+    read = read_scheduler_config(manifests, args.scheduler_configmap)
+    err.write(read.note + "\n")
+    config = dataclasses.replace(read.config, map_namespace_queues=args.map_namespace_queues,
+                                 card_policy=card_policy_of(args))
     result = simulate([d.manifest for d in cluster], [d.manifest for d in workload], config,
                       card_gate=args.card_gate == "on", gate_order=HeadOfLine(args.gate_order))
     for skipped in result.not_simulated:

@@ -333,19 +333,23 @@ WIDE_USAGE_HEADERS = [*USAGE_HEADERS, "FREE", "USED", "BAR"]
 
 
 def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: bool = False,
-                limit: int | None = None, err: TextIO | None = None, width: int | None = WIDTH) -> str:
+                limit: int | None = None, err: TextIO | None = None, width: int | None = WIDTH,
+                parents: Mapping[str, str] | None = None) -> str:
     """``cardquota usage``'s and ``kubectl cardquota usage``'s table: QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE and
     PENDING; ``wide`` adds FREE (quota - allocated - inqueue), USED ((allocated + inqueue) / quota) and a bar. When
     pods wait at the card-quota gate, WAITING follows PENDING: the part of it not let through yet (the rest is
     admitted and held against the quota). A queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows; a
     queue with queues below it (``spec.parent``) gets ``<queue> (subtree)`` rows: its quota against its whole
-    subtree's cards, as the card-quota gate holds them. With ``color``, the share used tints ALLOCATED and INQUEUE
+    subtree's cards, as the card-quota gate holds them. ``wide`` with ``parents`` (each queue's ``spec.parent``, empty
+    or absent when it names none) adds PARENT after QUEUE. With ``color``, the share used tints ALLOCATED and INQUEUE
     (``wide``: FREE, USED and the bar): green, yellow from 80 %, red from 100 %."""
     rows: list[list[object]] = []
     shares: list[float | None] = []
+    owners: list[str] = []
+    """The queue of each row (its PARENT)."""
     gated = any(entry.waiting or (entry.subtree is not None and entry.subtree.waiting) for entry in usage.values())
     waiting_cell: list[object] = [0] if gated else []
-    def card_rows(label: str, quotas: Mapping[str, int], counted: QueueUsage | SubtreeUsage,
+    def card_rows(owner: str, label: str, quotas: Mapping[str, int], counted: QueueUsage | SubtreeUsage,
                   cards: list[str]) -> None:
         for card in cards:
             quota = quotas.get(card)
@@ -358,6 +362,7 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
                 row += [free, f"{share:.0%}" if share is not None else NONE, _bar(share)]
             rows.append(row)
             shares.append(share)
+            owners.append(owner)
 
     for queue in sorted(usage):
         entry = usage[queue]
@@ -365,21 +370,30 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
         if not cards:
             rows.append([queue, NONE, NONE, 0, 0, 0, *waiting_cell, *([NONE, NONE, ""] if wide else [])])
             shares.append(None)
-        card_rows(queue, entry.quota, entry, cards)
+            owners.append(queue)
+        card_rows(queue, queue, entry.quota, entry, cards)
         if entry.cpu_memory is not None:
             for cpu_row, cpu_share in _cpu_memory_rows(queue, entry.cpu_memory, wide=wide):
                 rows.append([*cpu_row[:6], *([NONE] if gated else []), *cpu_row[6:]])
                 shares.append(cpu_share)
+                owners.append(queue)
         if entry.subtree is not None:  # a parent: its quota against its whole subtree, on rows of their own
             subtree = entry.subtree
-            card_rows(f"{queue} (subtree)", entry.quota, subtree,
+            card_rows(queue, f"{queue} (subtree)", entry.quota, subtree,
                       sorted({*entry.quota, *subtree.allocated, *subtree.inqueue, *subtree.pending}))
     if limit is not None and len(rows) > limit:
         if err is not None:
             more = len(rows) - limit
             err.write(f"{more} more row{'s' if more != 1 else ''} not shown (raise --limit)\n")
-        rows, shares = rows[:max(limit, 0)], shares[:max(limit, 0)]
+        rows, shares, owners = rows[:max(limit, 0)], shares[:max(limit, 0)], owners[:max(limit, 0)]
     tinted = range(6 + len(waiting_cell), 9 + len(waiting_cell)) if wide else range(3, 5)
+    headers = WIDE_USAGE_HEADERS if wide else USAGE_HEADERS
+    if gated:
+        headers = [*headers[:6], "WAITING", *headers[6:]]
+    if wide and parents is not None:  # PARENT after QUEUE (a subtree row's parent is its queue's)
+        rows = [[row[0], parents.get(str(owner)) or NONE, *row[1:]] for row, owner in zip(rows, owners, strict=True)]
+        headers = [headers[0], "PARENT", *headers[1:]]
+        tinted = range(tinted.start + 1, tinted.stop + 1)
 
     def paint(row: int, column: int, text: str) -> str:
         share = shares[row] if row < len(shares) else None
@@ -388,9 +402,6 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
         tint = _RED if share >= 1 else _YELLOW if share >= 0.8 else _GREEN
         return f"{tint}{text}{_RESET}"
 
-    headers = WIDE_USAGE_HEADERS if wide else USAGE_HEADERS
-    if gated:
-        headers = [*headers[:6], "WAITING", *headers[6:]]
     return render_table(headers, rows, paint if color else None, width=None if wide else width, elide=(0, 1))
 
 

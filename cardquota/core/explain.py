@@ -27,12 +27,14 @@ from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.gate import gate_round
 from cardquota.core.jsontypes import MAPPING_TYPES
+from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
-from cardquota.core.scheduling.session import SchedulerConfig, Session
-from cardquota.core.scheduling.simulate import expand_volcano_jobs
+from cardquota.core.scheduling.session import NODES_AVAILABLE, SchedulerConfig, Session
+from cardquota.core.scheduling.simulate import Simulation, expand_volcano_jobs, simulate
 from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
+from cardquota.core.usage import cards_on_node, pending_cards
 
 DEFAULT_SCHEDULER = "default-scheduler"
 JOB_NAME = "volcano.sh/job-name"
@@ -82,6 +84,116 @@ def explain(cluster: Sequence[Manifest], target: Manifest, config: SchedulerConf
         session = Session([*others, target], config)
         return _explain_podgroup(session, PodGroup.from_manifest(target), card_aware_schedulers)
     raise InputError(f"explain needs a Pod, a PodGroup or a Volcano Job, not {target.get('kind')}")
+
+
+# ------------------------------------------------------------------------------------------- submitted workloads
+
+
+def explain_submitted(cluster: Sequence[Manifest], workload: Sequence[Manifest], targets: Sequence[Manifest],
+                      config: SchedulerConfig | None = None, *, card_gate: bool = True,
+                      card_aware_schedulers: frozenset[str] = frozenset({"volcano"})) -> list[Explanation]:
+    """``explain -f``: each of ``targets`` (objects of ``workload``) explained as if ``workload`` were submitted now
+    to ``cluster`` — the rules' sentences (:func:`explain`), the cards it would request, and what ``simulate``'s
+    enqueue and placement (:func:`~cardquota.core.scheduling.simulate.simulate`, called once for the whole
+    workload, with the card-quota gate as the manifests ship it) make of its pods: where each goes, or why not and,
+    when nodes lack the cards, which pods hold them there (whatever their scheduler)."""
+    simulation = simulate(cluster, workload, config, card_gate=card_gate)
+    ledger = Ledger.build(cluster)
+    everything = [*cluster, *workload]
+    explanations = []
+    for target in targets:
+        explanation = explain(everything, target, config, card_aware_schedulers)
+        pods = _target_pods(target, workload)
+        _add_placement(explanation, pods, simulation, ledger)
+        explanations.append(explanation)
+    return explanations
+
+
+def _target_pods(target: Manifest, workload: Sequence[Manifest]) -> list[Manifest]:
+    """The pods ``target`` stands for: a pod itself, a PodGroup's pods in the workload, a Volcano Job's as its job
+    controller would create them."""
+    kind = kind_of(target)
+    if kind is Kind.POD:
+        return [target]
+    if kind is Kind.PODGROUP:
+        namespace, name = namespaced_key(target)
+        return [m for m in workload if kind_of(m) is Kind.POD and namespaced_key(m)[0] == namespace
+                and _marks(m).get(keys.GROUP_NAME) == name]
+    return [m for m in expand_volcano_jobs([target]) if kind_of(m) is Kind.POD]
+
+
+def _add_placement(explanation: Explanation, pods: Sequence[Manifest], simulation: Simulation,
+                   ledger: Ledger) -> None:
+    wanted: dict[str, int] = {}
+    for manifest in pods:
+        pod = Pod.from_manifest(manifest)
+        if pod.card_name is not None:
+            amount = pending_cards(pod.requests, ledger.card_resources)
+            wanted[pod.card_name] = wanted.get(pod.card_name, 0) + amount
+    if wanted:
+        asked = ", ".join(_cards(amount, card) for card, amount in sorted(wanted.items()))
+        explanation.facts.append(f"Its {len(pods)} pod{'s' if len(pods) != 1 else ''} would request {asked}.")
+    elif pods:
+        explanation.facts.append(f"Its {len(pods)} pod{'s' if len(pods) != 1 else ''} would request no card.")
+    outcomes = [(manifest, simulation.placements.get("/".join(namespaced_key(manifest)))) for manifest in pods]
+    missing = [manifest for manifest, outcome in outcomes if outcome is None]
+    if not pods:
+        explanation.facts.append("Not checked: where its pods would go (the input holds none of them to place).")
+    elif missing:
+        explanation.facts.append(f"Not checked: where {len(missing)} of its pods would go (simulate does not place "
+                                 "them).")
+    unplaced = [(manifest, outcome) for manifest, outcome in outcomes if outcome is not None and outcome.node is None]
+    placed = [(manifest, outcome) for manifest, outcome in outcomes if outcome is not None and outcome.node is not None]
+    if placed and not unplaced:
+        where = [f"{'/'.join(namespaced_key(manifest))} on {outcome.node}"
+                 + (f" ({outcome.card_type})" if outcome.card_type else "") for manifest, outcome in placed]
+        more = f" and {len(where) - TOP_HOLDERS} more" if len(where) > TOP_HOLDERS else ""
+        explanation.facts.append(f"simulate places {'them' if len(placed) > 1 else 'it'}: "
+                                 f"{', '.join(where[:TOP_HOLDERS])}{more}.")
+        return
+    if not unplaced or explanation.blockers:  # (what the rules said first already says why)
+        return
+    running = [outcome for outcome in (simulation.podgroups.get(_group_of(manifest)) for manifest, _ in unplaced)
+               if outcome is not None and outcome.phase == "Running"]
+    if running:  # its gang runs; the pods beyond it wait (an elastic job): not a blocker
+        explanation.facts.append(f"simulate runs it: {len(placed)} of its {len(outcomes)} pods placed; the other "
+                                 f"{len(unplaced)} wait ({unplaced[0][1].reason}).")
+        return
+    # the pod no node could take first (a gang's other pods say only that the gang fell short), card pods first
+    manifest, outcome = min(unplaced, key=lambda item: (NODES_AVAILABLE not in str(item[1].reason),
+                                                        Pod.from_manifest(item[0]).card_name is None))
+    key = "/".join(namespaced_key(manifest))
+    more = f" (and {len(unplaced) - 1} more of its pods)" if len(unplaced) > 1 else ""
+    explanation.blockers.append(f"simulate cannot place pod {key}{more}: {outcome.reason}.")
+    if NODES_AVAILABLE in str(outcome.reason):  # no node could take it: who holds the cards there
+        explanation.blockers.extend(_node_holders(Pod.from_manifest(manifest), ledger))
+
+
+def _group_of(manifest: Manifest) -> str:
+    """``namespace/name`` of the PodGroup a pod names (as simulate keys its groups)."""
+    return f"{namespaced_key(manifest)[0]}/{_marks(manifest).get(keys.GROUP_NAME)}"
+
+
+def _node_holders(pod: Pod, ledger: Ledger) -> list[str]:
+    """Who holds the cards ``pod`` lacks on the nodes offering its card types: ``2 NVIDIA-H100 on h100-03 are held
+    by pod ml/notebook-0 of scheduler default-scheduler`` — every bound pod, whatever its scheduler or queue."""
+    if pod.card_name is None:
+        return []
+    types = set(card_alternatives(pod.card_name))
+    held: list[tuple[int, str, str, ObjectKey, str]] = []
+    for key, other in ledger.snapshot.pods.items():
+        if not other.bound or other.terminated:
+            continue
+        node = ledger.snapshot.nodes.get(other.node_name)
+        for card, amount in cards_on_node(other.requests, node).items():
+            if card in types:
+                held.append((-amount, card, other.node_name, key, other.scheduler or DEFAULT_SCHEDULER))
+    holders = [f"{-amount} {card} on {node_name} {'is' if amount == -1 else 'are'} held by pod {key[0]}/{key[1]} of "
+               f"scheduler {scheduler}." for amount, card, node_name, key, scheduler in sorted(held)]
+    if len(holders) > TOP_HOLDERS:
+        holders = [*holders[:TOP_HOLDERS], f"… and {len(holders) - TOP_HOLDERS} more holders of "
+                                            f"{' or '.join(sorted(types))}."]
+    return holders
 
 
 # --------------------------------------------------------------------------------------------------------- pods

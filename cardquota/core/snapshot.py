@@ -399,6 +399,9 @@ class ClusterSnapshot:
     queue_crd_missing: tuple[str, ...] = ()
     """cardquota's additions the installed Queue CRD lacks (``crd_additions`` labels, e.g. ``schema spec.dra``), as
     the operator's drift check last found them; empty when all are there or nobody looked (the CLI offline)."""
+    card_unlimited_cpu_memory: bool | None = None
+    """The capacity-card plugin's ``cardUnlimitedCpuMemory`` when the scheduler's configuration is known (``check``
+    with the ConfigMap in its input); None when it is not (the webhooks): the rules that depend on it say so."""
     queue_use: Callable[[str], Mapping[str, int]] | None = field(default=None, repr=False, compare=False)
     """Cards a queue holds or has reserved now (allocated + inqueue, per card type), when a ledger keeps it."""
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)

@@ -109,7 +109,7 @@ async def test_the_drift_check_notices_a_volcano_upgrade_and_its_repair(volcano_
         REASON, "CustomResourceDefinition", "default")
     assert "kubectl cardquota crd install" in event["message"]
 
-    with_dra = queue("team-a", {"NVIDIA-A100": 2})
+    with_dra = queue("team-a", {"NVIDIA-A100": 2}, capability={"cpu": "8", "memory": "8Gi"})
     with_dra["spec"]["dra"] = {"capability": {"gpu.example.com": {"count": 2}}}
     verdict = admit(with_dra, None, cache.ledger.snapshot, PolicyConfig())
     assert verdict.allowed

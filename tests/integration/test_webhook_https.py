@@ -40,7 +40,8 @@ def scheduler_configmap(conf: str) -> dict[str, Any]:
 
 
 async def test_queue_allowed_mutated_and_denied(server: Server) -> None:
-    good = queue("team-b", '{ "NVIDIA-H100": 1, "NVIDIA-A100/mps-80g*1/8": 2 }')
+    good = queue("team-b", '{ "NVIDIA-H100": 1, "NVIDIA-A100/mps-80g*1/8": 2 }',
+                 capability={"cpu": "8", "memory": "8Gi"})
     body = review(good)
     assert await server.validate(body) == {"uid": body["request"]["uid"], "allowed": True}
     mutated = await server.mutate(review(good))
@@ -55,7 +56,7 @@ async def test_queue_allowed_mutated_and_denied(server: Server) -> None:
 
 
 async def test_queue_warnings_reach_kubectl_once(server: Server) -> None:
-    body = review(queue("typo", {"NVIDIA-A10O": 1}))
+    body = review(queue("typo", {"NVIDIA-A10O": 1}, capability={"cpu": "8", "memory": "8Gi"}))
     assert (await server.validate(body))["warnings"] == [
         "card type NVIDIA-A10O is not offered by any node (did you mean NVIDIA-A100?)"]
     assert "warnings" not in await server.mutate(body)

@@ -77,7 +77,8 @@ def test_only_whole_words_extend_a_name(written: str) -> None:
 
 
 def test_a_quota_keyed_by_the_docs_name_is_told_the_real_products() -> None:
-    verdict = admit(queue("team-a", {"NVIDIA-A100": 8}), None, gfd_cluster(), PolicyConfig())
+    verdict = admit(queue("team-a", {"NVIDIA-A100": 8}, capability={"cpu": "8", "memory": "8Gi"}), None,
+                    gfd_cluster(), PolicyConfig())
     assert verdict.allowed
     assert verdict.warnings == (f"card type NVIDIA-A100 is not offered by any node (did you mean {A100S}?)",)
 

@@ -37,7 +37,7 @@ def check(*argv: str, out: io.StringIO | None = None) -> tuple[int, Any, str]:
 
 
 def test_json_has_one_verdict_per_document_with_the_contract_fields(tmp_path: Path) -> None:
-    path = write(tmp_path / "in.yaml", queue("q", '{ "NVIDIA-A100": 2 }'),
+    path = write(tmp_path / "in.yaml", queue("q", '{ "NVIDIA-A100": 2 }', capability={"cpu": "8", "memory": "8Gi"}),
                  {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"}})
     code, verdicts, err = check("-f", path, "-o", "json")
     assert code == 0

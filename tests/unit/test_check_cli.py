@@ -119,8 +119,12 @@ def test_a_known_or_foreign_kind_gets_no_warning(tmp_path: Path, api_version: st
 SKIPPED = "warning: not checked without --cluster: "
 
 
+ROOM = {"cpu": "8", "memory": "32Gi"}
+"""A cpu/memory capability (a card queue without one is warned about: its card jobs would get none)."""
+
+
 def child(name: str, parent: str) -> dict[str, Any]:
-    manifest = queue(name, '{"NVIDIA-A100": 1}')
+    manifest = queue(name, '{"NVIDIA-A100": 1}', capability=ROOM)
     manifest["spec"]["parent"] = parent
     return manifest
 
@@ -190,14 +194,14 @@ def test_strict_makes_the_readmes_headline_mistake_fail_the_gate(tmp_path: Path)
     from builders import gpu_node
 
     cluster = write(tmp_path / "cluster.yaml", gpu_node("a1", "NVIDIA-A100-SXM4-80GB", 8))
-    manifests = write(tmp_path / "queue.yaml", queue("team", '{"NVIDIA-A100-SXM4-80G": 4}'))
+    manifests = write(tmp_path / "queue.yaml", queue("team", '{"NVIDIA-A100-SXM4-80G": 4}', capability=ROOM))
     code, _, err = check("-f", manifests, "--cluster", cluster, "-o", "json")
     assert code == 0
     code, out, err = check("-f", manifests, "--cluster", cluster, "-o", "json", "--strict")
     assert code == 1
     assert json.loads(out)[0]["allowed"] is True  # (the verdict is the webhook's; only the exit status changes)
     assert err.splitlines()[-1] == "check --strict: 1 warning, each a failure here"
-    clean = write(tmp_path / "clean.yaml", queue("team", '{"NVIDIA-A100-SXM4-80GB": 4}'))
+    clean = write(tmp_path / "clean.yaml", queue("team", '{"NVIDIA-A100-SXM4-80GB": 4}', capability=ROOM))
     assert check("-f", clean, "--cluster", cluster, "--strict")[0] == 0
 
 

@@ -112,6 +112,11 @@ UNLABELLED_EXAMPLE_WARNING = (
     "nvidia.com/gpu.product=<product>): the node offers no card type; label it: kubectl label node gpu-unlabeled-01 "
     "nvidia.com/gpu.product=<product> (docs/cards.md: Card types discovered from a node)\n")
 """What ``discover`` says of the bundled example (as ``doctor`` does): its one GPU node without a product label."""
+EXAMPLE_ARGUMENTS_NOTE = (
+    "assumed: cardUnlimitedCpuMemory=false, predicate.MGPUEnable=false, crossquota off (the plugins' defaults: no "
+    "ConfigMap cardquota-extender-conf or volcano-scheduler-configmap in the input)\n")
+"""What ``usage`` says of the bundled example, whose queues with a cpu/memory capability are counted as the
+scheduler's arguments say, and which holds neither ConfigMap they are read from."""
 
 
 def test_discover_on_the_bundled_example():
@@ -204,7 +209,7 @@ def test_usage_lists_every_queue_even_unused(tmp_path):
 ])
 def test_usage_on_the_bundled_example(queue_name, field, expected):
     result = cardquota("usage", "--cluster", str(EXAMPLE), "-o", "json")
-    assert (result.code, result.err) == (0, EXAMPLE_UNQUOTED_WARNING)
+    assert (result.code, result.err) == (0, EXAMPLE_UNQUOTED_WARNING + EXAMPLE_ARGUMENTS_NOTE)
     assert result.json()["queues"][queue_name][field] == expected
 
 
@@ -353,7 +358,7 @@ def test_usage_table_is_aligned(cluster_file):
 def test_tables_of_the_bundled_example_are_aligned(command, headers):
     result = cardquota(command, "-f", str(EXAMPLE), "-o", "table")
     assert (result.code, result.err) == (0, UNLABELLED_EXAMPLE_WARNING if command == "discover" else
-                                         EXAMPLE_UNQUOTED_WARNING)
+                                         EXAMPLE_UNQUOTED_WARNING + EXAMPLE_ARGUMENTS_NOTE)
     rows = assert_aligned(result.out.split("\n\n")[0], headers)
     if command == "usage":
         assert ["cpu-batch", "-", "-", "0", "0", "0"] in [row.split() for row in rows]

@@ -91,4 +91,5 @@ def test_a_pipe_closed_before_any_output_ends_quietly_with_141(entry: str, argv:
     process.stdout.close()
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == EXIT_CLOSED_PIPE, stderr.decode()
-    assert stderr.decode() == ""
+    # nothing but what explain says of the scheduler arguments it read (stderr is still open)
+    assert all(line.startswith(("read: ", "assumed: ")) for line in stderr.decode().splitlines()), stderr.decode()

@@ -27,6 +27,12 @@ class Terminal(io.StringIO):
         return True
 
 
+EXAMPLE_ARGUMENTS_NOTE = (
+    "assumed: cardUnlimitedCpuMemory=false, predicate.MGPUEnable=false, crossquota off (the plugins' defaults: no "
+    "ConfigMap cardquota-extender-conf or volcano-scheduler-configmap in the input)\n")
+"""What an offline command that applies the scheduler's rules says of the bundled example (it holds no ConfigMap)."""
+
+
 def plugin(*argv: str, stdout: io.StringIO | None = None) -> tuple[int, str, str]:
     out, err = stdout or io.StringIO(), io.StringIO()
     code = run("kubectl cardquota", list(argv), stdout=out, stderr=err)
@@ -217,7 +223,8 @@ def test_explain_kind_name_with_a_file_explains_that_object_of_the_file(tmp_path
     workload = tmp_path / "workload.yaml"
     workload.write_text(yaml.safe_dump_all([
         {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-         # (1 card: team-a holds 8 of its 10 NVIDIA-A100 and 2 of its 5 NVIDIA-H100, and reserves 4 more on either)
+         # (1 card: team-a holds 8 of its 10 NVIDIA-A100 and 2 of its 5 NVIDIA-H100, and reserves 4 more on either:
+         # enqueued, then held at the gate)
          "metadata": {"name": "newjob", "annotations": {"volcano.sh/card.request": '{"NVIDIA-A100": 1}'}},
          "spec": {"schedulerName": "volcano", "queue": "team-a", "minAvailable": 1, "tasks": [
              {"name": "w", "replicas": 1, "template": {
@@ -232,7 +239,10 @@ def test_explain_kind_name_with_a_file_explains_that_object_of_the_file(tmp_path
          "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "resources": {
              "limits": {"nvidia.com/gpu": 1}}}]}}]))
     code, text, err = plugin("explain", "job/newjob", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)
-    assert (code, err) == (0, "")
+    # Its enqueue check lets it in; simulate's gate then holds its pod, team-a's A100|H100 reservation counted
+    # against the A100 it asks for (issue 40, item 5: explain -f runs simulate's enqueue and placement).
+    assert (code, err) == (1, EXAMPLE_ARGUMENTS_NOTE)
+    assert "simulate cannot place pod team-a/newjob-w-0: waiting at the card-quota gate" in " ".join(text.split())
     assert text.startswith("Job team-a/newjob:\n")
     assert "Pod " not in text  # only the object named
     code, text, _ = plugin("explain", "pod/huge-0", "-n", "team-a", "-f", str(workload), "--cluster", CLUSTER)

@@ -271,3 +271,28 @@ def test_a_parent_queue_shows_its_quota_against_its_whole_subtree() -> None:
     assert "subtree" not in usage_json(usage)["queues"]["product"]
     rows = [line.split() for line in usage_table(usage, wide=True).splitlines()]
     assert rows[2][:10] == ["org", "(subtree)", "NVIDIA-A100", "4", "3", "0", "2", "2", "1", "75%"]
+
+
+@pytest.mark.parametrize("prog", ["cardquota", "kubectl cardquota"])
+def test_usage_wide_names_each_queue_s_parent_beside_its_own_and_its_subtree_s_rows(tmp_path: Path, prog: str) -> None:
+    """Issue 40, item 9: ``usage -o wide`` has PARENT (``-`` under Volcano's root); a parent's own row counts its own
+    pods, its ``(subtree)`` row those of every queue below it too, at any depth. The 80-column table stays as it was."""
+    from builders import gpu_node, pod, queue
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([
+        gpu_node("a1", "NVIDIA-A100", 8), queue("org", {"NVIDIA-A100": 6}),
+        queue("product", {"NVIDIA-A100": 4}, parent="org"), queue("serving", {"NVIDIA-A100": 2}, parent="product"),
+        pod("own", namespace="ml", card="NVIDIA-A100", gpus=1, queue="org", node_name="a1"),
+        pod("p1", namespace="ml", card="NVIDIA-A100", gpus=2, queue="product", node_name="a1"),
+        pod("s1", namespace="ml", card="NVIDIA-A100", gpus=1, queue="serving", node_name="a1")]))
+    rows = [line.split() for line in output(prog, "usage", "--cluster", str(cluster), "-o", "wide").splitlines()]
+    assert rows[0][:4] == ["QUEUE", "PARENT", "CARD", "QUOTA"]
+    assert [row[:6] for row in rows[1:]] == [
+        ["org", "-", "NVIDIA-A100", "6", "1", "0"],
+        ["org", "(subtree)", "-", "NVIDIA-A100", "6", "4"],  # (the label is two words: org (subtree))
+        ["product", "org", "NVIDIA-A100", "4", "2", "0"],
+        ["product", "(subtree)", "org", "NVIDIA-A100", "4", "3"],
+        ["serving", "product", "NVIDIA-A100", "2", "1", "0"],
+    ]
+    assert "PARENT" not in output(prog, "usage", "--cluster", str(cluster), "-o", "table")

@@ -6,6 +6,9 @@
   an existing child;
 * card types no node offers are allowed with a "did you mean" warning; a type whose quotas over all top-level
   queues exceed the cards in the cluster is allowed with an over-commit warning;
+* a card quota on a queue whose ``spec.capability`` sets no cpu or no memory is allowed with a warning: its card jobs
+  get 0 of it unless the capacity-card plugin's ``cardUnlimitedCpuMemory`` is on (a scheduler argument admission
+  does not read);
 * mutation: the annotation a write sets or changes is rewritten in canonical form (sorted keys, no whitespace) when
   it differs (an update that carries a stored value over leaves it as it is: the webhook is not even called for it);
 * ``spec.dra`` is validated by :mod:`cardquota.core.policies.dra`; while the installed Queue CRD lacks cardquota's
@@ -23,7 +26,7 @@ from cardquota.core.crd_additions import DRA_ADDITION, restore_command
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import Manifest, Queue
+from cardquota.core.objects import CPU_MEMORY, Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
 from cardquota.core.policies.common import (
     annotations_of,
@@ -36,6 +39,7 @@ from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import PARENT_PATH, dra_violations
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request, quota_allows
+from cardquota.core.scheduling.capacity_card import CARD_UNLIMITED_CPU_MEMORY
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
 from cardquota.core.violations import FieldPath, Violation, invalid, merge_violations, not_found, shown
@@ -57,6 +61,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if quota.ok and quota.values:
         warnings.extend(unknown_type_warnings(list(quota.values), snapshot))
         warnings.extend(_overcommit_warnings(queue, quota.values, snapshot))
+        warnings.extend(_no_cpu_memory_warnings(queue, quota.values, snapshot))
     hierarchy_violations, hierarchy_warnings = _hierarchy(queue, quota, snapshot)
     violations.extend(hierarchy_violations)
     warnings.extend(hierarchy_warnings)
@@ -66,6 +71,23 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
     return decide(violations, warnings, _canonical_quota_patch(manifest, old, queue, quota))
+
+
+def _no_cpu_memory_warnings(queue: Queue, values: Mapping[str, int], snapshot: ClusterSnapshot) -> list[str]:
+    """A queue with cards to give but no cpu or memory in ``spec.capability``: the capacity-card plugin's cpu/memory
+    quota is then 0 (capacity-card-design.md, "CPU/Memory Quotas": "If not set, the default quota is also 0"), so
+    its card jobs are never enqueued (``EmptyQueueCapability``, or short of cpu/memory) unless the plugin's
+    ``cardUnlimitedCpuMemory`` is on — a scheduler argument: said, not judged, and not said when it is known to be
+    on (:attr:`ClusterSnapshot.card_unlimited_cpu_memory`)."""
+    if snapshot.card_unlimited_cpu_memory or not any(amount > 0 for amount in values.values()):
+        return []
+    missing = [resource for resource in CPU_MEMORY if resource not in (queue.capability or {})]
+    if not missing:
+        return []
+    return [f"queue {shown(queue.name)} has a card quota but spec.capability sets no {' or '.join(missing)}: its "
+            f"card jobs get 0 {' and '.join(missing)} and are never enqueued unless the scheduler's capacity-card "
+            f"argument {CARD_UNLIMITED_CPU_MEMORY} is true; set spec.capability {' and '.join(missing)}, or turn "
+            f"{CARD_UNLIMITED_CPU_MEMORY} on"]
 
 
 def _pruned_dra_warnings(manifest: Manifest, snapshot: ClusterSnapshot) -> list[str]:

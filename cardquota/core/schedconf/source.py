@@ -34,12 +34,13 @@ class ArgumentsText:
     text: str | None
     """None: no conf was found (every plugin's defaults)."""
     source: str
+    """``ConfigMap NAMESPACE/NAME`` (the namespace when the manifest names one), or what was looked for."""
 
 
 def arguments_text(manifests: Iterable[Manifest], scheduler_configmap: str,
                    extender_configmap: str = EXTENDER_CONFIGMAP) -> ArgumentsText:
     """The extender's conf among ``manifests`` when there is one, else the scheduler's ConfigMap's."""
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}
     for manifest in manifests:
         metadata = manifest.get("metadata")
         data = manifest.get("data")
@@ -48,8 +49,11 @@ def arguments_text(manifests: Iterable[Manifest], scheduler_configmap: str,
         name = metadata.get("name")
         if name in (scheduler_configmap, extender_configmap) and isinstance(data, MAPPING_TYPES) and \
                 isinstance(data.get(CONF_KEY), str):
-            found.setdefault(str(name), data[CONF_KEY])
+            namespace = metadata.get("namespace")
+            where = f"{namespace}/{name}" if isinstance(namespace, str) and namespace else str(name)
+            found.setdefault(str(name), (data[CONF_KEY], where))
     for name in (extender_configmap, scheduler_configmap):
         if name in found:
-            return ArgumentsText(found[name], f"ConfigMap {name}")
-    return ArgumentsText(None, "no scheduler configuration (the plugins' defaults)")
+            text, where = found[name]
+            return ArgumentsText(text, f"ConfigMap {where}")
+    return ArgumentsText(None, f"no ConfigMap {extender_configmap} or {scheduler_configmap}")

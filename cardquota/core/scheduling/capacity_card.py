@@ -39,6 +39,8 @@ from cardquota.core.schedconf.reader import read_bool, read_number
 from cardquota.core.scheduling.refusal import Refusal
 
 PLUGIN = "capacity-card"
+CARD_UNLIMITED_CPU_MEMORY = "cardUnlimitedCpuMemory"
+"""The plugin's argument under which a card job's cpu/memory are not its queue's business."""
 INSUFFICIENT_SCALAR = "InsufficientScalarQuota"
 INSUFFICIENT_CPU = "InsufficientCPUQuota"
 INSUFFICIENT_MEMORY = "InsufficientMemoryQuota"
@@ -55,7 +57,7 @@ class CapacityCardConfig:
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> CapacityCardConfig:
         """The plugin's arguments as the scheduler ConfigMap writes them (validated there; bad values → defaults)."""
-        unlimited = read_bool(arguments.get("cardUnlimitedCpuMemory"))
+        unlimited = read_bool(arguments.get(CARD_UNLIMITED_CPU_MEMORY))
         weight = read_number(arguments.get("nodeOrderWeight"))
         try:
             node_order_weight = float(weight) if weight is not None and weight > 0 else 1.0

@@ -2,7 +2,12 @@
 GPU may take, and where such pods fit best.
 
 * a **GPU node** offers (allocatable) a resource matching one of ``gpu-resource-names`` (Go regular expressions,
-  searched anywhere in the name); a **CPU pod** requests none;
+  searched anywhere in the name); a **CPU pod** requests none. Without ``gpu-resource-names`` (cardquota's reading;
+  the upstream plugin's default is ``nvidia.com/gpu`` alone), the GPU resources are the card resources nodes offer,
+  as ``kubectl cardquota scheduler-conf --managed-resources offered`` lists them
+  (:func:`~cardquota.core.schedconf.extender.offered_resources`: those card discovery names, any resource that can
+  be a card by its name, NPUs such as ``huawei.com/Ascend910`` included, and the mGPU resources) — so the cap holds
+  on every accelerator node, not on NVIDIA's only;
 * a GPU node's **quota** per quota resource, first found: node annotation ``volcano.sh/crossquota-<r>`` (absolute),
   node annotation ``volcano.sh/crossquota-percentage-<r>`` (of allocatable), plugin argument ``quota.<r>``,
   plugin argument ``quota-percentage.<r>``, else the whole allocatable;
@@ -16,7 +21,7 @@ GPU may take, and where such pods fit best.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -30,6 +35,7 @@ from cardquota.core.keys import (
     SCORING_STRATEGY_ANNOTATION,
 )
 from cardquota.core.quantity import parse_quantity
+from cardquota.core.schedconf.extender import offered_resources
 from cardquota.core.schedconf.goregex import compile_go_regex
 from cardquota.core.schedconf.reader import read_number
 from cardquota.core.scheduling.refusal import Refusal
@@ -38,13 +44,12 @@ PLUGIN = "crossquota"
 QUOTA_EXCEEDED = "CrossQuotaExceeded"
 DEFAULT_PLUGIN_WEIGHT = 10
 DEFAULT_RESOURCE_WEIGHTS = {"cpu": 10, "memory": 1}
-DEFAULT_GPU_RESOURCE_NAMES = ("nvidia.com/gpu",)
 
 
 @dataclass(frozen=True)
 class CrossQuotaConfig:
-    gpu_patterns: tuple[re.Pattern[str], ...] = field(
-        default_factory=lambda: tuple(re.compile(re.escape(name)) for name in DEFAULT_GPU_RESOURCE_NAMES))
+    gpu_patterns: tuple[re.Pattern[str], ...] | None = None
+    """``gpu-resource-names`` as written; None when it is not: the card resources nodes offer (the module's doc)."""
     quota_resources: tuple[str, ...] = ("cpu",)
     quotas: Mapping[str, Fraction] = field(default_factory=dict)
     quota_percentages: Mapping[str, Fraction] = field(default_factory=dict)
@@ -54,8 +59,8 @@ class CrossQuotaConfig:
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> CrossQuotaConfig:
         """The plugin's arguments (validated by the ConfigMap policy; what cannot be read falls back to defaults)."""
-        names = _list(arguments.get("gpu-resource-names")) or list(DEFAULT_GPU_RESOURCE_NAMES)
-        patterns = tuple(p for p in (compile_go_regex(name) for name in names) if p is not None)
+        names = _list(arguments.get("gpu-resource-names"))
+        patterns = tuple(p for p in (compile_go_regex(name) for name in names) if p is not None) if names else None
         quotas: dict[str, Fraction] = {}
         percentages: dict[str, Fraction] = {}
         weights: dict[str, float] = dict(DEFAULT_RESOURCE_WEIGHTS)
@@ -85,11 +90,20 @@ class CrossQuotaConfig:
         return self.resource_weights.get(resource, 1.0)
 
 
-def is_gpu_node(allocatable: Iterable[str], config: CrossQuotaConfig) -> bool:
+def is_gpu_node(allocatable: Mapping[str, object], config: CrossQuotaConfig,
+                card_resources: Collection[str] = ()) -> bool:
+    """Whether the node offers a GPU resource (``card_resources``: those card discovery found on it)."""
+    if config.gpu_patterns is None:
+        return bool(offered_resources([allocatable], card_resources))
     return any(pattern.search(resource) for resource in allocatable for pattern in config.gpu_patterns)
 
 
-def is_cpu_pod(requests: Mapping[str, Fraction], config: CrossQuotaConfig) -> bool:
+def is_cpu_pod(requests: Mapping[str, Fraction], config: CrossQuotaConfig,
+               card_resources: Collection[str] = ()) -> bool:
+    """Whether the pod requests no GPU resource (``card_resources``: those of the node it is judged on)."""
+    if config.gpu_patterns is None:
+        return not offered_resources([requests], ()) and not any(
+            amount and resource in card_resources for resource, amount in requests.items())
     return not any(amount and pattern.search(resource)
                    for resource, amount in requests.items() for pattern in config.gpu_patterns)
 

@@ -45,6 +45,8 @@ from cardquota.core.usage import cards_on_node
 
 CARD_TYPE_MISMATCH = "NodeCardTypeMismatch"
 UNSCHEDULABLE = "Unschedulable"
+NODES_AVAILABLE = "nodes are available"
+"""The words of the scheduler-style summary of a pod no node can take (``0/3 nodes are available: …``)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,49 @@ class SchedulerConfig:
         """From the ConfigMap among ``manifests`` the plugins' arguments are read from (the extender's conf, else
         the scheduler ConfigMap ``configmap``: :func:`~cardquota.core.schedconf.source.arguments_text`, the one
         reading the extender, the CLI and the controller share); the defaults when there is none."""
-        text = arguments_text(manifests, configmap).text
-        return cls() if text is None else cls.from_conf(text)
+        return read_scheduler_config(manifests, configmap).config
+
+
+@dataclass(frozen=True)
+class ReadSchedulerConfig:
+    """The plugins' arguments an offline command applies, and a line saying which and where they came from."""
+
+    config: SchedulerConfig
+    found: bool
+    """Whether a ConfigMap was found (else ``config`` holds the plugins' defaults)."""
+    note: str
+    """``read: cardUnlimitedCpuMemory=true, … from ConfigMap volcano-system/volcano-scheduler-configmap`` or
+    ``assumed: cardUnlimitedCpuMemory=false, … (no extender ConfigMap … in the input)``: a verdict that depends on
+    them says what it rests on (the same job is "never enqueued" or "Running" by ``cardUnlimitedCpuMemory``)."""
+
+
+NOTED_ARGUMENTS = ((capacity_card.PLUGIN, capacity_card.CARD_UNLIMITED_CPU_MEMORY),
+                   ("predicates", "predicate.MGPUEnable"))
+"""The arguments a note names (besides whether crossquota is on): those that change what is enqueued or placed."""
+
+
+def read_scheduler_config(manifests: Iterable[Manifest], configmap: str, where: str = "the input"
+                          ) -> ReadSchedulerConfig:
+    """:meth:`SchedulerConfig.from_manifests`, with its note (``where``: what ``manifests`` are, for the note)."""
+    source = arguments_text(manifests, configmap)
+    if source.text is None:
+        config = SchedulerConfig()
+        return ReadSchedulerConfig(config, False, f"assumed: {_noted(config)} (the plugins' defaults: {source.source} "
+                                           f"in {where})")
+    config = SchedulerConfig.from_conf(source.text)
+    plugins = plugin_arguments(plugin_entries(read_conf(source.text)))
+    unwritten = [argument for plugin, argument in NOTED_ARGUMENTS if argument not in plugins.get(plugin, {})]
+    note = f"read: {_noted(config)} from {source.source}"
+    if unwritten:
+        note += f" ({', '.join(unwritten)} not written there: the default)"
+    return ReadSchedulerConfig(config, True, note)
+
+
+def _noted(config: SchedulerConfig) -> str:
+    values = {capacity_card.CARD_UNLIMITED_CPU_MEMORY: config.capacity_card.card_unlimited_cpu_memory,
+              "predicate.MGPUEnable": config.mgpu.enabled}
+    said = [f"{argument}={str(values[argument]).lower()}" for _, argument in NOTED_ARGUMENTS]
+    return ", ".join([*said, f"crossquota {'off' if config.crossquota is None else 'on'}"])
 
 
 @dataclass(frozen=True)
@@ -608,7 +651,7 @@ class Session:
         counts = Counter(refusal.message for refusal in refusals)
         parts = ", ".join(f"{count} {message}" for message, count in
                           sorted(counts.items(), key=lambda item: (-item[1], item[0])))
-        return f"0/{nodes} nodes are available: {parts}" if parts else f"0/{nodes} nodes are available"
+        return f"0/{nodes} {NODES_AVAILABLE}: {parts}" if parts else f"0/{nodes} {NODES_AVAILABLE}"
 
     # ------------------------------------------------------------------------------------------- internals
 
@@ -672,15 +715,16 @@ class Session:
             return None
         record = self.ledger.snapshot.nodes.get(node)
         pod = self.view(key)
-        if record is None or not crossquota.is_gpu_node(record.node.allocatable, config):
+        cards = record.cards.by_resource if record is not None else {}
+        if record is None or not crossquota.is_gpu_node(record.node.allocatable, config, cards):
             return None
-        if not crossquota.is_cpu_pod(pod.requests, config):
+        if not crossquota.is_cpu_pod(pod.requests, config, cards):
             return None
         quota = crossquota.node_quota(record.node.meta.annotations, record.node.allocatable, config)
         used: dict[str, Fraction] = {}
         for other in self.node_pods.get(node, ()):
             other_pod = self.ledger.snapshot.pods.get(other)
-            if other_pod is not None and crossquota.is_cpu_pod(other_pod.requests, config):
+            if other_pod is not None and crossquota.is_cpu_pod(other_pod.requests, config, cards):
                 for resource, amount in other_pod.requests.items():
                     used[resource] = used.get(resource, Fraction(0)) + amount
         return config, quota, used

@@ -75,8 +75,12 @@ def patched(manifest: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- Queue
 
 
+ROOM = {"cpu": "64", "memory": "256Gi"}
+"""A capability with cpu and memory: a card queue without it is warned about (its card jobs would get none)."""
+
+
 def test_canonical_quota_is_allowed_without_patch_or_warning() -> None:
-    verdict = check(queue("q", '{"NVIDIA-A100":4,"NVIDIA-H100":2}'), cluster())
+    verdict = check(queue("q", '{"NVIDIA-A100":4,"NVIDIA-H100":2}', capability=ROOM), cluster())
     assert verdict == Verdict(allowed=True)
 
 
@@ -116,18 +120,18 @@ def test_invalid_quota_is_denied_naming_the_annotation_and_type(text: str, reaso
 
 
 def test_unknown_card_type_warns_with_the_closest_discovered_type() -> None:
-    verdict = check(queue("q", {"NVIDIA-A10O": 2}), cluster())
+    verdict = check(queue("q", {"NVIDIA-A10O": 2}, capability=ROOM), cluster())
     assert verdict.allowed
     assert verdict.warnings == ("card type NVIDIA-A10O is not offered by any node (did you mean NVIDIA-A100?)",)
 
 
 def test_unknown_types_are_not_judged_without_the_cluster() -> None:
-    assert check(queue("q", {"NVIDIA-A10O": 2}), cluster(complete=False, nodes=False)).warnings == ()
+    assert check(queue("q", {"NVIDIA-A10O": 2}, capability=ROOM), cluster(complete=False, nodes=False)).warnings == ()
 
 
 def test_overcommit_warns_naming_type_and_both_numbers() -> None:
     snapshot = cluster(queue("team-b", {H100: 5}))
-    verdict = check(queue("team-a", {H100: 5}), snapshot)
+    verdict = check(queue("team-a", {H100: 5}, capability=ROOM), snapshot)
     assert verdict.allowed
     assert verdict.warnings == ("NVIDIA-H100 is over-committed: top-level queues' quotas add up to 10 but the nodes "
                                 "offer 8",)
@@ -135,7 +139,8 @@ def test_overcommit_warns_naming_type_and_both_numbers() -> None:
 
 def test_updating_a_queue_does_not_count_its_old_quota_twice() -> None:
     snapshot = cluster(queue("team-a", {H100: 8}))
-    assert check(queue("team-a", {H100: 8}), snapshot, old=queue("team-a", {H100: 8})).warnings == ()
+    assert check(queue("team-a", {H100: 8}, capability=ROOM), snapshot,
+                 old=queue("team-a", {H100: 8}, capability=ROOM)).warnings == ()
 
 
 def test_child_quota_above_parent_is_denied() -> None:

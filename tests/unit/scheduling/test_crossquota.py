@@ -92,3 +92,59 @@ def test_a_node_already_over_its_quota_takes_no_more_cpu_pods_even_without_that_
     assert refusal is not None
     assert refusal.message.startswith("memory quota exceeded on GPU node n")
     assert CrossQuotaConfig.from_arguments({"crossQuotaWeight": "1e400"}).plugin_weight == 10
+
+
+OFFERED = CrossQuotaConfig.from_arguments({"quota-percentage.cpu": "20"})
+"""Without ``gpu-resource-names``: the card resources nodes offer (issue 40, item 6)."""
+
+
+@pytest.mark.parametrize(("allocatable", "discovered", "gpu_node"), [
+    ({"cpu": 96, "nvidia.com/gpu": 8}, (), True),
+    ({"cpu": 192, "huawei.com/Ascend910": 8}, (), True),  # an NPU node is capped as a GPU node is
+    ({"cpu": 96, "nvidia.com/mig-1g.10gb": 7}, (), True),
+    ({"cpu": 96, "vke.volcengine.com/mgpu-core": 800}, (), True),
+    ({"cpu": 96, "example.com/accel": 4}, ("example.com/accel",), True),  # a card discovery named, whatever its name
+    ({"cpu": 96, "huawei.com/Ascend910": 0}, (), False),  # none offered
+    ({"cpu": 96, "memory": 1, "hugepages-1Gi": 4, "rdma/hca": 1}, (), False),
+])
+def test_without_gpu_resource_names_gpu_nodes_are_those_offering_a_card_resource(
+        allocatable: dict[str, int], discovered: tuple[str, ...], gpu_node: bool) -> None:
+    assert is_gpu_node(allocatable, OFFERED, discovered) is gpu_node
+
+
+@pytest.mark.parametrize(("requests", "discovered", "cpu_pod"), [
+    ({"cpu": Fraction(4)}, (), True),
+    ({"cpu": Fraction(4), "huawei.com/Ascend910": Fraction(1)}, (), False),
+    ({"cpu": Fraction(4), "nvidia.com/gpu": Fraction(0)}, (), True),
+    ({"cpu": Fraction(4), "example.com/accel": Fraction(1)}, ("example.com/accel",), False),
+    ({"cpu": Fraction(4), "rdma/hca": Fraction(1)}, (), True),
+])
+def test_without_gpu_resource_names_cpu_pods_are_those_requesting_no_card_resource(
+        requests: dict[str, Fraction], discovered: tuple[str, ...], cpu_pod: bool) -> None:
+    assert is_cpu_pod(requests, OFFERED, discovered) is cpu_pod
+
+
+def test_written_gpu_resource_names_are_kept_as_the_plugin_reads_them() -> None:
+    nvidia = CrossQuotaConfig.from_arguments({"gpu-resource-names": "nvidia.com/gpu"})
+    assert not is_gpu_node({"cpu": 192, "huawei.com/Ascend910": 8}, nvidia)
+    assert is_cpu_pod({"cpu": Fraction(4), "huawei.com/Ascend910": Fraction(1)}, nvidia)
+
+
+def test_the_cap_holds_on_an_npu_node_when_the_names_are_derived() -> None:
+    """A CPU-only pod asking 64 of an Ascend node's 192 cpu (over its 20 %) is kept off it with the derived names; with
+    ``gpu-resource-names: nvidia.com/gpu`` it went there (CPU work moved onto the NPU nodes)."""
+    from builders import node, pod
+
+    from cardquota.core.scheduling.session import SchedulerConfig
+    from cardquota.core.scheduling.simulate import simulate
+
+    npu = node("ascend-1", allocatable={"cpu": "192", "huawei.com/Ascend910": "8"})
+    cpu_pod = pod("etl", namespace="ml", containers=[{"name": "c", "resources": {"requests": {"cpu": "64"}}}])
+    cpu_pod["spec"]["schedulerName"] = "volcano"
+    derived = SchedulerConfig(crossquota=OFFERED)
+    result = simulate([npu], [cpu_pod], derived)
+    assert result.placements["ml/etl"].node is None
+    assert "cpu quota exceeded on GPU node ascend-1" in str(result.placements["ml/etl"].reason)
+    nvidia = SchedulerConfig(crossquota=CrossQuotaConfig.from_arguments({"gpu-resource-names": "nvidia.com/gpu",
+                                                                         "quota-percentage.cpu": "20"}))
+    assert simulate([npu], [cpu_pod], nvidia).placements["ml/etl"].node == "ascend-1"
