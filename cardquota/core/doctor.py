@@ -46,7 +46,19 @@ from cardquota.core.schedconf.extender import (
 )
 from cardquota.core.schedconf.reader import CONF_KEY
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
-from cardquota.core.snapshot import ClusterSnapshot, Kind, QueueRecord, describe, kind_of, node_record, queue_record
+from cardquota.core.snapshot import (
+    DEFAULT_CARD_POLICY,
+    CardPolicy,
+    ClusterSnapshot,
+    Kind,
+    OutsideVolcano,
+    QueueRecord,
+    UnquotedQueues,
+    describe,
+    kind_of,
+    node_record,
+    queue_record,
+)
 from cardquota.core.yamltext import load_one
 
 VOLCANO = "Volcano"
@@ -87,6 +99,8 @@ v1.12+, ``custom.map_enable``)."""
 MAP_NAMESPACE_QUEUES_ENV = "CARDQUOTA_MAP_NAMESPACE_QUEUES"
 """The operator's variable for :attr:`PolicyConfig.map_namespace_queues` (operator/settings.py)."""
 CARD_GATE_ENV = "CARDQUOTA_CARD_GATE"
+UNQUOTED_QUEUES_ENV = "CARDQUOTA_UNQUOTED_QUEUES"
+OUTSIDE_VOLCANO_ENV = "CARDQUOTA_CARD_PODS_OUTSIDE_VOLCANO"
 """The operator's variable for :attr:`PolicyConfig.card_gate` (operator/settings.py)."""
 SCHEDULERS_ENV = "CARDQUOTA_SCHEDULERS"
 """The operator's ``--schedulers`` as its environment gives them (comma-separated)."""
@@ -239,6 +253,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
     mapping = isinstance(operator, Mapping) and maps_namespace_queues(operator)
     gate = isinstance(operator, Mapping) and runs_card_gate(operator)
     schedulers = volcano_schedulers(operator) if isinstance(operator, Mapping) else keys.VOLCANO_SCHEDULERS
+    card_policy = operator_card_policy(operator) if isinstance(operator, Mapping) else DEFAULT_CARD_POLICY
     checks: list[tuple[str, Callable[[], list[Result]]]] = [
         (VOLCANO, lambda: check_volcano(crds, _objects(installation.scheduler_deployments))
                   + check_namespace_queues(_object(installation.volcano_podgroup_webhook),
@@ -260,7 +275,7 @@ def run_checks(installation: Installation, target: Target) -> list[Result]:
         (NODES, lambda: check_nodes(nodes)),
         (QUEUES, lambda: check_queues(nodes, queues, podgroups, pods, target, schedulers=schedulers,
                                       namespaces=_objects(installation.namespaces) if mapping else None,
-                                      card_gate=gate)),
+                                      card_gate=gate, card_policy=card_policy)),
     ]
     results: list[Result] = []
     for name, check in checks:
@@ -451,6 +466,25 @@ def volcano_schedulers(deployment: Mapping[str, Any]) -> frozenset[str]:
         named = [str(value or "") for value in _env_values(container, SCHEDULERS_ENV)[-1:]]
     names = frozenset(name.strip() for value in named for name in value.split(",") if name.strip())
     return names or keys.VOLCANO_SCHEDULERS
+
+
+def operator_card_policy(deployment: Mapping[str, Any]) -> CardPolicy:
+    """The card policy the operator Deployment's first container runs with (``--unquoted-queues`` and
+    ``--card-pods-outside-volcano`` among its args, else their variables; a value it would refuse, the default)."""
+    container = _first_container(deployment)
+    args = [str(arg) for arg in _list(container.get("args"))]
+
+    def chosen(flag: str, env: str, kind: type[UnquotedQueues] | type[OutsideVolcano], default: StrEnum) -> str:
+        values = [arg.partition("=")[2] if "=" in arg else (args[index + 1] if index + 1 < len(args) else "")
+                  for index, arg in enumerate(args) if arg.partition("=")[0] == flag]
+        values = values or [str(value or "") for value in _env_values(container, env)]
+        return values[-1] if values and values[-1] in set(kind) else default.value
+
+    return CardPolicy(
+        unquoted_queues=UnquotedQueues(chosen("--unquoted-queues", UNQUOTED_QUEUES_ENV, UnquotedQueues,
+                                              DEFAULT_CARD_POLICY.unquoted_queues)),
+        outside_volcano=OutsideVolcano(chosen("--card-pods-outside-volcano", OUTSIDE_VOLCANO_ENV, OutsideVolcano,
+                                              DEFAULT_CARD_POLICY.outside_volcano)))
 
 
 def _switched_on(deployment: Mapping[str, Any], flag: str, env: str) -> bool:
@@ -1029,10 +1063,12 @@ def _label_fix(unlabelled: Sequence[Unlabelled]) -> str:
 
 def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: Listing,
                  target: Target, *, namespaces: Listing | None = None,
-                 schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS, card_gate: bool = False) -> list[Result]:
+                 schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS, card_gate: bool = False,
+                 card_policy: CardPolicy = DEFAULT_CARD_POLICY) -> list[Result]:
     """``namespaces``: when the operator maps namespaces to queues, the Namespaces (the usage is then computed as it
     computes it); None when it does not. ``schedulers``: the ones the operator is told Volcano runs. ``card_gate``:
-    the operator runs the card-quota gate (then pending card pods past it that a quota cannot hold are named)."""
+    the operator runs the card-quota gate (then pending card pods past it that a quota cannot hold are named).
+    ``card_policy``: the operator's (queues without a card quota whose pods hold cards are named)."""
     listings = ((queues, "Queues"), (nodes, "Nodes"), (podgroups, "PodGroups"), (pods, "Pods"),
                 *(((namespaces, "Namespaces"),) if namespaces is not None else ()))
     for listing, what in listings:
@@ -1040,7 +1076,8 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
             return [_cannot_tell(QUEUES, f"the published usage is current ({what} unreadable)", listing)]
     ledger, unreadable = _ledger([manifest for listing, _ in listings
                                   if not isinstance(listing, Unreadable) for manifest in listing],
-                                 map_namespace_queues=namespaces is not None, schedulers=schedulers)
+                                 map_namespace_queues=namespaces is not None, schedulers=schedulers,
+                                 card_policy=card_policy)
     results: list[Result] = []
     bad_queues = [line for line in unreadable if line.startswith("Queue ")]
     if bad_queues:
@@ -1099,7 +1136,25 @@ def check_queues(nodes: Listing, queues: Listing, podgroups: Listing, pods: List
                               f"published and current ({_names(names)})"))
     if card_gate:
         results += _past_the_gate_over_quota(ledger, with_quota)
-    return results
+    return [*results, *_unquoted_holdings(ledger, card_policy)]
+
+
+def _unquoted_holdings(ledger: Ledger, policy: CardPolicy) -> list[Result]:
+    """Queues without a card quota whose pods hold cards: under ``--unquoted-queues=zero`` no more card work is
+    admitted there (what an upgrade to it, or a first install, does to a team that had none)."""
+    held = ledger.unquoted_holdings()
+    if not held:
+        return []
+    names = sorted(held)
+    where = (f"{len(names)} queue{_s(names)} without a {keys.CARD_QUOTA} hold{'s' if len(names) == 1 else ''} cards: "
+             f"{_names([f'{name} ({held[name]})' for name in names])}")
+    if policy.unquoted_hold_zero:
+        return [Result(QUEUES, Status.WARN, f"{where}; the operator runs with --unquoted-queues=zero, so new card "
+                       "work there is refused (what runs keeps running)",
+                       fix=f"kubectl annotate queue NAME {keys.CARD_QUOTA}='{{\"NVIDIA-A100\": 4}}', or set "
+                       f"{UNQUOTED_QUEUES_ENV}=unlimited on the operator (Helm: unquotedQueues=unlimited)")]
+    return [Result(QUEUES, Status.OK, f"{where}; the operator runs with --unquoted-queues=unlimited, so pods naming "
+                   "no card type are not limited there")]
 
 
 def _past_the_gate_over_quota(ledger: Ledger, queues: Sequence[tuple[str, QueueRecord]]) -> list[Result]:
@@ -1133,13 +1188,16 @@ def _past_the_gate_over_quota(ledger: Ledger, queues: Sequence[tuple[str, QueueR
 
 
 def _ledger(manifests: Sequence[Manifest], *, map_namespace_queues: bool = False,
-            schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS) -> tuple[Ledger, list[str]]:
+            schedulers: frozenset[str] = keys.VOLCANO_SCHEDULERS,
+            card_policy: CardPolicy = DEFAULT_CARD_POLICY) -> tuple[Ledger, list[str]]:
     """The ledger as ``kubectl cardquota usage`` builds it; malformed objects are left out and described."""
     try:
-        return Ledger.build(manifests, map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers), []
+        return Ledger.build(manifests, map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers,
+                            card_policy=card_policy), []
     except InputError:
         pass
-    ledger = Ledger(ClusterSnapshot(map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers))
+    ledger = Ledger(ClusterSnapshot(map_namespace_queues=map_namespace_queues, volcano_schedulers=schedulers,
+                                    card_policy=card_policy))
     unreadable: list[str] = []
     for manifest in manifests:
         try:

@@ -204,6 +204,14 @@ def _check_namespace_queues(objects: Objects) -> None:
     assert all("namespaces" not in rule["resources"] for rule in extender_rules)
 
 
+def _check_card_policy(objects: Objects) -> None:
+    """The webhooks, the controllers and the extender all run with the card-quota settings (each reads them)."""
+    for name in ("cardquota", "cardquota-controller", "cardquota-extender"):
+        variables = env(_pod(objects, name)["containers"][0])
+        assert variables["CARDQUOTA_UNQUOTED_QUEUES"] == "unlimited"
+        assert variables["CARDQUOTA_CARD_PODS_OUTSIDE_VOLCANO"] == "enforce"
+
+
 def _check_resources(objects: Objects) -> None:
     """Helm merges a map of values into the defaults (a key set to null drops one)."""
     assert _pod(objects)["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"},
@@ -340,6 +348,8 @@ OPTIONS: dict[str, tuple[dict[str, Any], Callable[[Objects], None]]] = {
     "logFormat": ({"logFormat": "text"}, _check_log_format),
     "mapNamespaceQueues": ({"mapNamespaceQueues": True, "separateController": {"enabled": True},
                             "extender": {"enabled": True}}, _check_namespace_queues),
+    "cardPolicy": ({"unquotedQueues": "unlimited", "cardPodsOutsideVolcano": "enforce",
+                    "separateController": {"enabled": True}, "extender": {"enabled": True}}, _check_card_policy),
     "resources": ({"resources": {"requests": {"cpu": "1"}, "limits": {"memory": "3Gi"}},
                    "separateController": {"enabled": True, "resources": {"requests": {"cpu": "2", "memory": None},
                                                                           "limits": {"memory": "8Gi"}}},

@@ -81,6 +81,17 @@ log format of the processes that take --log-format.
 {{- define "cardquota.certDir" -}}/etc/cardquota/tls{{- end }}
 
 {{- /* components/no-card-gate: without cardGate.enabled, the container's CARDQUOTA_CARD_GATE goes. */ -}}
+{{- /* The card-quota settings (docs/admission.md): a variable only where a value differs from the default, so the
+default render stays the kustomize base's. */ -}}
+{{- define "cardquota.cardPolicyEnv" -}}
+{{- if ne .root.Values.unquotedQueues "zero" -}}
+{{- $_ := set .container "env" (append (.container.env | default list) (dict "name" "CARDQUOTA_UNQUOTED_QUEUES" "value" .root.Values.unquotedQueues)) -}}
+{{- end -}}
+{{- if ne .root.Values.cardPodsOutsideVolcano "warn" -}}
+{{- $_ := set .container "env" (append (.container.env | default list) (dict "name" "CARDQUOTA_CARD_PODS_OUTSIDE_VOLCANO" "value" .root.Values.cardPodsOutsideVolcano)) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "cardquota.cardGateEnv" -}}
 {{- if not .root.Values.cardGate.enabled -}}
 {{- $kept := list -}}
