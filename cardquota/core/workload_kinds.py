@@ -8,14 +8,15 @@ says it runs on Volcano at all. The admission policy (:mod:`cardquota.core.polic
 (:mod:`cardquota.core.scheduling.simulate`) read this one description. Each fact about an operator is cited next to
 the code that models it (file, function, version).
 
-Not covered here, and why: Trainer v2's ``TrainJob`` (``trainer.kubeflow.org``) builds its pods from a
-``TrainingRuntime`` held apart (``runtimeRef``), so a TrainJob alone does not say what its pods are: it is named as
-not checked (:data:`NOT_CHECKED`).
+Trainer v2's ``TrainJob`` (``trainer.kubeflow.org``) builds its pods from a ``TrainingRuntime`` or
+``ClusterTrainingRuntime`` held apart (``spec.runtimeRef``): :func:`gang_of` reads it as the JobSet the trainer
+creates when that runtime is among the objects it is given (:func:`train_job`); without it, a TrainJob is named as
+not checked (:func:`not_checked_reason`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,6 +309,127 @@ def leader_worker_set(manifest: Manifest) -> Gang:
                 group_annotations=inherited)
 
 
+# ------------------------------------------------------------------------------------- Kubeflow Trainer v2
+
+TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_NODE = "node"
+"""The replicated job and container of the trainer's nodes (``LabelTrainJobAncestor``, ``AncestorTrainer`` =
+``trainer``, ``Node`` = ``node``: pkg/constants/constants.go, kubeflow/trainer v2.3.0)."""
+
+
+def runtime_ref(manifest: Manifest) -> tuple[str, str, str]:
+    """The runtime a TrainJob names: (kind, namespace, name); ``kind`` defaults to ``ClusterTrainingRuntime``
+    (``RuntimeRef``, pkg/apis/trainer/v1alpha1/trainjob_types.go, kubeflow/trainer v2.3.0: kubebuilder default)."""
+    ref = _map(_map(manifest.get("spec")).get("runtimeRef"))
+    kind = ref.get("kind") if isinstance(ref.get("kind"), str) and ref.get("kind") else "ClusterTrainingRuntime"
+    namespace = _map(manifest.get("metadata")).get("namespace") or "default"
+    return str(kind), str(namespace), str(ref.get("name") or "")
+
+
+def runtime_of(manifest: Manifest, objects: Sequence[Manifest]) -> Manifest | None:
+    """The TrainingRuntime (same namespace) or ClusterTrainingRuntime a TrainJob names, among ``objects``."""
+    kind, namespace, name = runtime_ref(manifest)
+    for candidate in objects:
+        metadata = _map(candidate.get("metadata"))
+        if (str(candidate.get("apiVersion", "")).rpartition("/")[0] == TRAINER_GROUP
+                and candidate.get("kind") == kind and metadata.get("name") == name
+                and (kind != "TrainingRuntime" or (metadata.get("namespace") or "default") == namespace)):
+            return candidate
+    return None
+
+
+def _merged_resources(container: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """The container with ``resourcesPerNode`` laid over its resources, limits and requests key by key
+    (``MergeResourceRequirements``, pkg/util/trainingruntime/trainingruntime.go, kubeflow/trainer v2.3.0: a
+    strategic merge patch)."""
+    resources = dict(_map(container.get("resources")))
+    for part in ("limits", "requests"):
+        if isinstance(override.get(part), MAPPING_TYPES):
+            resources[part] = {**_map(resources.get(part)), **_map(override.get(part))}
+    return {**container, "resources": resources}
+
+
+def train_job(manifest: Manifest, runtime: Manifest) -> Gang:
+    """A ``trainer.kubeflow.org/v1alpha1`` TrainJob read with its runtime, as kubeflow/trainer v2.3.0 builds the
+    JobSet and the PodGroup (pkg/runtime/core/trainingruntime.go ``newRuntimeInfo``; framework plugins):
+
+    * each replicated job of the runtime's ``spec.template`` runs ``parallelism`` pods (default 1) — the trainer's
+      (label ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``) ``mlPolicy.numNodes`` (default 1) instead,
+      overridden by the TrainJob's ``spec.trainer.numNodes`` (torch, jax, xgboost and plainml plugins'
+      ``EnforceMLPolicy``); with an ``mpi`` policy the replicated job ``node`` takes ``numNodes``, less one for the
+      launcher with ``runLauncherAsNode`` (mpi.go ``EnforceMLPolicy``); JobSet runs them with that
+      ``parallelism``/``completions`` (jobset.go ``SyncParallelCount``) and one replica each (builder.go);
+    * ``spec.trainer.resourcesPerNode`` is laid over the resources of the trainer's container ``node``
+      (``MergeResourceRequirements``: key by key);
+    * with ``podGroupPolicy.volcano`` (volcano.go ``Build``, ``EnforcePodGroupPolicy``): one PodGroup named after
+      the TrainJob, ``minMember`` every pod of every replicated job, its queue the
+      ``scheduling.volcano.sh/queue-name`` annotation of the runtime's ``spec.template.metadata``, overridden by the
+      TrainJob's ``spec.runtimePatches[].trainingRuntimeSpec.template.metadata``; each pod annotated with
+      ``scheduling.k8s.io/group-name``. The trainer sets no ``schedulerName``: templates naming none are the default
+      scheduler's. ``podGroupPolicy.coscheduling`` is scheduler-plugins', not Volcano's.
+
+    Not read: the runtime patches' pod-spec changes (node selectors, tolerations), and ``replicas`` above 1 of
+    other replicated jobs (which the trainer leaves to JobSet: upstream issue #2318)."""
+    name, _, _ = _metadata(manifest)
+    _, _, runtime_name = runtime_ref(manifest)
+    spec = _map(manifest.get("spec"))
+    trainer = _map(spec.get("trainer"))
+    runtime_spec = _map(runtime.get("spec"))
+    ml_policy = runtime_spec.get("mlPolicy")
+    ml = _map(ml_policy)
+    mpi = _map(ml.get("mpi")) if "mpi" in ml else None
+    template = _map(runtime_spec.get("template"))
+    annotations = _strings(_map(_map(template.get("metadata")).get("annotations")))
+    queue_path = FieldPath.of("spec", "runtimeRef")
+    patches = spec.get("runtimePatches")
+    for index, patch in enumerate(patches[:MAX_ROLES] if isinstance(patches, list) else []):
+        patched = _map(_map(_map(patch).get("trainingRuntimeSpec")).get("template"))
+        written = _strings(_map(_map(patched.get("metadata")).get("annotations")))
+        if keys.QUEUE_NAME in written:
+            queue_path = FieldPath.of("spec", "runtimePatches").index(index).child(
+                "trainingRuntimeSpec", "template", "metadata", "annotations").key(keys.QUEUE_NAME)
+        annotations.update(written)
+    policy = _map(runtime_spec.get("podGroupPolicy"))
+    volcano = isinstance(policy.get("volcano"), MAPPING_TYPES)
+    raw = _map(template.get("spec")).get("replicatedJobs")
+    replicated = raw if isinstance(raw, list) else []
+    nodes = trainer.get("numNodes")
+    per_node = _map(trainer.get("resourcesPerNode"))
+    roles: list[Role] = []
+    base = FieldPath.of("spec", "template", "spec", "replicatedJobs")
+    for index, entry in enumerate(replicated[:MAX_ROLES]):
+        entry = _map(entry)
+        job_template = _map(entry.get("template"))
+        role_name = str(entry.get("name") or f"#{index}")
+        trainer_job = _map(_map(job_template.get("metadata")).get("labels")).get(TRAINER_ANCESTOR_LABEL) == "trainer"
+        pods = count_of(_map(job_template.get("spec")).get("parallelism"), 1)
+        if trainer_job and ml_policy is not None:
+            pods = count_of(ml.get("numNodes"), 1)
+        if mpi is not None and role_name == TRAINER_NODE and nodes is not None:
+            pods = max(count_of(nodes, 1) - 1, 1) if mpi.get("runLauncherAsNode") is True else count_of(nodes, 1)
+        elif mpi is None and trainer_job and nodes is not None:
+            pods = count_of(nodes, 1)
+        pod_template = dict(_map(_map(job_template.get("spec")).get("template")))
+        pod_spec = dict(_map(pod_template.get("spec")))
+        launcher_as_node = mpi is not None and mpi.get("runLauncherAsNode") is True and role_name == TRAINER_NODE
+        if per_node and ((trainer_job and ml_policy is not None) or launcher_as_node):
+            containers = pod_spec.get("containers")
+            pod_spec["containers"] = [
+                _merged_resources(_map(container), per_node) if _map(container).get("name") == TRAINER_NODE
+                else container for container in (containers if isinstance(containers, list) else [])]
+        pod_metadata = dict(_map(pod_template.get("metadata")))
+        if volcano:
+            pod_metadata["annotations"] = {**_map(pod_metadata.get("annotations")), keys.GROUP_NAME: name}
+        roles.append(Role(role_name, base.index(index).child("template", "spec", "template"),
+                          {**pod_template, "metadata": pod_metadata, "spec": pod_spec}, pods))
+    shaped = tuple(roles)
+    queue = annotations.get(keys.QUEUE_NAME)
+    runtime_kind = str(runtime.get("kind"))
+    return Gang(f"Kubeflow Trainer v2.3 with {runtime_kind} {runtime_name}",
+                (GroupShape(name, shaped, sum(role.pods for role in shaped)),),
+                queue if queue else None, queue_path, volcano, cut=max(len(replicated) - MAX_ROLES, 0))
+
+
 ADAPTERS: dict[tuple[str, str], Adapter] = {
     **{("kubeflow.org", kind): training_job for kind in TRAINING_REPLICA_SPECS},
     ("ray.io", "RayCluster"): ray,
@@ -329,18 +451,44 @@ SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {
 ``kubeflow.org_mpijobs.yaml`` serves v2beta1 only, the training operator's MPIJob v1; KubeRay v1.7.0 ``ray.io/v1``;
 JobSet v0.12.0 ``v1alpha2``; LWS v0.10.0 ``v1``)."""
 
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAIN_JOB = (TRAINER_GROUP, "TrainJob")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 NOT_CHECKED: dict[tuple[str, str], str] = {
-    ("trainer.kubeflow.org", "TrainJob"): "its pods are built from the TrainingRuntime its runtimeRef names, so "
-                                          "cardquota checks them when they are created",
+    TRAIN_JOB: "its pods are built from the TrainingRuntime its runtimeRef names, not read here, so cardquota "
+               "checks them when they are created",
 }
-"""Workload kinds cardquota knows but cannot check from the manifest alone, with the reason."""
+"""Workload kinds cardquota knows but cannot check from the manifest alone, with the reason (a TrainJob: unless its
+runtime is among the objects given, :func:`gang_of`)."""
 
 
-def gang_of(manifest: Manifest) -> Gang | None:
-    """The registered kind's description of ``manifest``, None for any other kind."""
+def gang_of(manifest: Manifest, objects: Sequence[Manifest] = ()) -> Gang | None:
+    """The registered kind's description of ``manifest``, None for any other kind — and for a ``TrainJob`` whose
+    runtime is not among ``objects`` (:func:`not_checked_reason` says why)."""
     group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
-    adapter = ADAPTERS.get((group, str(manifest.get("kind", ""))))
+    kind = str(manifest.get("kind", ""))
+    if (group, kind) == TRAIN_JOB:
+        runtime = runtime_of(manifest, objects)
+        return train_job(manifest, runtime) if runtime is not None else None
+    adapter = ADAPTERS.get((group, kind))
     return adapter(manifest) if adapter is not None else None
+
+
+def not_checked_reason(manifest: Manifest, objects: Sequence[Manifest] = ()) -> str | None:
+    """Why a kind cardquota knows is not checked (:data:`NOT_CHECKED`), naming the runtime a TrainJob lacks; None
+    when it is checked, or not such a kind."""
+    group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
+    key = (group, str(manifest.get("kind", "")))
+    if key not in NOT_CHECKED:
+        return None
+    if key == TRAIN_JOB:
+        if runtime_of(manifest, objects) is not None:
+            return None
+        kind, namespace, name = runtime_ref(manifest)
+        where = "" if not name else f" {namespace}/{name}" if kind == "TrainingRuntime" else f" {name}"
+        return (f"its pods are built from the {kind}{where} its runtimeRef names, which was not among the objects "
+                "read, so cardquota checks them when they are created")
+    return NOT_CHECKED[key]
 
 
 MAX_WALK = 256

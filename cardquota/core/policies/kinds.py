@@ -17,8 +17,8 @@ import difflib
 from cardquota.core.objects import Manifest
 from cardquota.core.snapshot import CLOSEST_CUTOFF
 from cardquota.core.violations import Violation, invalid, shown
-from cardquota.core.workload_kinds import NOT_CHECKED, pod_template_path
 from cardquota.core.workload_kinds import SERVED_VERSIONS as WORKLOAD_KIND_VERSIONS
+from cardquota.core.workload_kinds import not_checked_reason, pod_template_path
 
 VOLCANO_KINDS: dict[str, frozenset[str]] = {
     "scheduling.volcano.sh": frozenset({"Queue", "PodGroup"}),
@@ -108,11 +108,11 @@ def _did_you_mean(name: str, choices: frozenset[str] | dict[str, frozenset[str]]
 
 def unchecked_workload_warning(manifest: Manifest, group: str, kind: str) -> str | None:
     """``kind X (group) is not checked`` for an object no policy admits that holds a pod template (a kind cardquota
-    knows it cannot check, :data:`~cardquota.core.workload_kinds.NOT_CHECKED`, with the reason; any other, found
+    knows it cannot check, with the reason (:func:`~cardquota.core.workload_kinds.not_checked_reason`); any other, found
     by a bounded walk, :func:`~cardquota.core.workload_kinds.pod_template_path`): its pods are checked only when
     they are created, so a quota they can never fit is found late."""
     where = shown(group) if group else "core"
-    reason = NOT_CHECKED.get((group, kind))
+    reason = not_checked_reason(manifest)
     if reason is not None:
         return f"kind {shown(kind)} ({where}) is not checked: {reason}"
     path = pod_template_path(manifest)

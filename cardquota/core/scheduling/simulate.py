@@ -33,7 +33,15 @@ from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
-from cardquota.core.workload_kinds import NOT_CHECKED, Gang, gang_of, pod_template_path
+from cardquota.core.workload_kinds import (
+    NOT_CHECKED,
+    RUNTIME_KINDS,
+    TRAINER_GROUP,
+    Gang,
+    gang_of,
+    not_checked_reason,
+    pod_template_path,
+)
 from cardquota.core.workloads import TEMPLATE_PATHS, count_of, gang_pod_counts, job_min_available
 
 VOLCANO_JOB_API = "batch.volcano.sh/"
@@ -101,18 +109,19 @@ class Expansion:
 def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
     """The workload with every Volcano Job replaced by its PodGroup and its tasks' pods (as the job controller
     would create them: ``<job>-<task>-<index>``, named in the group's ``scheduling.k8s.io/group-name``)."""
-    return expand_workloads(workload).manifests
+    return expand_workloads(list(workload)).manifests
 
 
-def expand_workloads(workload: Iterable[Manifest]) -> Expansion:
+def expand_workloads(workload: Sequence[Manifest], known: Sequence[Manifest] = ()) -> Expansion:
     """Every workload replaced by what its controller creates: a Volcano Job by its PodGroup and its tasks' pods; a
     registered kind (:mod:`cardquota.core.workload_kinds`) on Volcano by the PodGroups and pods its operator
     creates; a Deployment, StatefulSet, ReplicaSet or batch Job by its pods (:data:`REPLICATED`). Any other
-    workload with pods (a DaemonSet, a CronJob, a kind whose pods depend on another object) is named, not
-    simulated."""
+    workload with pods (a DaemonSet, a CronJob, a TrainJob whose runtime is in neither ``workload`` nor ``known``)
+    is named, not simulated. A Trainer runtime creates nothing itself: it is read for the TrainJobs naming it."""
     expanded: list[Manifest] = []
     gangs: set[ObjectKey] = set()
     skipped: list[str] = []
+    objects = (*workload, *known)  # (where a TrainJob's runtime is looked for)
     for manifest in workload:
         group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
         kind = str(manifest.get("kind", ""))
@@ -123,13 +132,15 @@ def expand_workloads(workload: Iterable[Manifest]) -> Expansion:
             gangs.add((namespace, name))
         elif (group, kind) in REPLICATED:
             expanded.extend(_replicated(manifest, kind, name, namespace))
-        elif (gang := gang_of(manifest)) is not None:
+        elif group == TRAINER_GROUP and kind in RUNTIME_KINDS:
+            continue
+        elif (gang := gang_of(manifest, objects)) is not None:
             expanded.extend(_operator_gang(gang, name, namespace, gangs))
         elif (group, kind) in TEMPLATE_PATHS or (group, kind) in NOT_CHECKED or \
                 (kind not in ("Pod", "PodGroup") and pod_template_path(manifest) is not None):
             reason = "one pod per node" if kind == "DaemonSet" else \
                 "its pods come on schedule" if kind == "CronJob" else \
-                NOT_CHECKED.get((group, kind), "cardquota does not know how its controller creates pods")
+                not_checked_reason(manifest) or "cardquota does not know how its controller creates pods"
             skipped.append(f"{kind} {namespace}/{name} ({reason})")
         else:
             expanded.append(manifest)
@@ -245,7 +256,7 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in its enqueue decision.
     # So are a registered kind's on Volcano (the training operator's ``DelayPodCreationDueToPodGroup``,
     # pkg/controller.v1/control/podgroup_control.go, v1.9.0), and here every operator's.
-    expansion = expand_workloads(workload)
+    expansion = expand_workloads(workload, cluster)
     jobs = expansion.gangs
     workload = expansion.manifests
     mapping = config is not None and config.map_namespace_queues

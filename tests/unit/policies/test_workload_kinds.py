@@ -175,7 +175,8 @@ def test_an_unknown_kind_with_a_pod_template_is_named_as_not_checked() -> None:
     train = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "t"},
              "spec": {"trainer": {"numNodes": 4}}}
     assert admit(train, None, snapshot(), PolicyConfig()).warnings[0].startswith(
-        "kind TrainJob (trainer.kubeflow.org) is not checked: its pods are built from the TrainingRuntime")
+        "kind TrainJob (trainer.kubeflow.org) is not checked: its pods are built from the ClusterTrainingRuntime "
+        "its runtimeRef names, which was not among the objects read")
     plain = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}
     assert admit(plain, None, snapshot(), PolicyConfig()).warnings == ()
 
@@ -199,3 +200,55 @@ def test_the_upstream_examples_are_read_and_admitted(name: str) -> None:
         verdict = admit(copy.deepcopy(manifest), None, snapshot(), PolicyConfig())
         if gang_of(manifest) is not None:
             assert verdict.allowed or any("schedulerName" in v.path for v in verdict.violations), verdict
+
+
+def trainer_pair(*, num_nodes: int = 4, gpus: int = 8, queue_patch: str | None = None,
+                 mpi_launcher_as_node: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """kubeflow/trainer v2.3.0's Volcano example (tests/data/upstream_kinds/trainjob-volcano.yaml): its
+    ClusterTrainingRuntime (queue ``train`` in its template's annotations, a card annotation on the pods) and its
+    TrainJob asking ``gpus`` per node through ``resourcesPerNode``."""
+    runtime, job = (m for m in yaml.safe_load_all((DATA / "trainjob-volcano.yaml").read_text()) if m)
+    runtime["spec"]["template"]["metadata"] = {"annotations": {"scheduling.volcano.sh/queue-name": "train"}}
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod["metadata"] = {"annotations": {"volcano.sh/card.name": H100}}
+    pod["spec"]["schedulerName"] = "volcano"
+    if mpi_launcher_as_node:
+        runtime["spec"]["mlPolicy"] = {"numNodes": 1, "mpi": {"runLauncherAsNode": True}}
+    job["metadata"]["namespace"] = "ml"
+    job["spec"]["trainer"]["numNodes"] = num_nodes
+    job["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] = gpus
+    if queue_patch is not None:
+        job["spec"]["runtimePatches"] = [{"manager": "me", "trainingRuntimeSpec": {"template": {"metadata": {
+            "annotations": {"scheduling.volcano.sh/queue-name": queue_patch}}}}}]
+    return runtime, job
+
+
+@pytest.mark.parametrize(("options", "pods", "queue_name"), [
+    ({}, 4, "train"),
+    ({"num_nodes": 2}, 2, "train"),
+    ({"queue_patch": "other"}, 4, "other"),
+    ({"mpi_launcher_as_node": True}, 3, "train"),  # one node of four runs the launcher
+])
+def test_a_trainjob_is_read_with_its_runtime_as_the_trainer_builds_it(options: dict[str, Any], pods: int,
+                                                                       queue_name: str) -> None:
+    runtime, job = trainer_pair(**options)
+    assert gang_of(job) is None  # without its runtime
+    shape = gang_of(job, [runtime])
+    assert shape is not None
+    assert shape.volcano
+    assert shape.queue == queue_name
+    [group] = shape.groups
+    [role] = group.roles
+    assert (group.name, group.min_member, role.pods) == ("volcano-example", pods, pods)
+    resources = role.template["spec"]["containers"][0]["resources"]
+    assert resources == {"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 8},
+                         "requests": {"cpu": "1", "memory": "2Gi"}}
+    assert role.template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "volcano-example"
+
+
+def test_a_trainjob_with_a_coscheduling_runtime_is_not_on_volcano() -> None:
+    runtime, job = trainer_pair()
+    runtime["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 60}}
+    shape = gang_of(job, [runtime])
+    assert shape is not None
+    assert not shape.volcano

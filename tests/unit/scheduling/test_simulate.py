@@ -476,3 +476,37 @@ def test_an_input_with_nothing_to_simulate_exits_2(tmp_path: Path) -> None:
                                    [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}])
     assert code == 2
     assert "nothing to simulate" in err
+
+
+@pytest.mark.parametrize(("runtime_in", "placed"), [("work", 2), ("cluster", 2), (None, 0)])
+def test_a_trainjob_is_expanded_from_its_runtime_wherever_the_input_holds_it(tmp_path: Path, runtime_in: str | None,
+                                                                              placed: int) -> None:
+    """kubeflow/trainer v2.3.0: one PodGroup named after the TrainJob, minMember every node, the trainer's pods from
+    its runtime's template with resourcesPerNode; without the runtime it is named, not simulated."""
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-volcano"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
+                        "template": {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "train"}},
+                                     "spec": {"replicatedJobs": [{"name": "node", "template": {
+                                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
+                                                                 "trainer"}},
+                                         "spec": {"template": {
+                                             "metadata": {"annotations": {"volcano.sh/card.name": H100}},
+                                             "spec": {"schedulerName": "volcano", "containers": [
+                                                 {"name": "node", "image": "torch"}]}}}}}]}}}}
+    train = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+             "metadata": {"name": "tj", "namespace": "ml"},
+             "spec": {"runtimeRef": {"name": "torch-volcano"},
+                      "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}}
+    cluster = [gpu_node("h1", H100, 8), queue("train", {H100: 8}), *([runtime] if runtime_in == "cluster" else [])]
+    code, out, err = _simulate_files(tmp_path, cluster, [train, *([runtime] if runtime_in == "work" else [])])
+    if not placed:
+        assert code == 2
+        assert "not simulated: TrainJob ml/tj (its pods are built from the ClusterTrainingRuntime torch-volcano" in err
+        return
+    document = json.loads(out)
+    assert document["podgroups"] == {"ml/tj": {"phase": "Running"}}
+    assert {name: outcome["node"] for name, outcome in document["placements"].items()} == {
+        "ml/tj-node-0": "h1", "ml/tj-node-1": "h1"}
+    assert document["queues"]["train"]["allocated"] == {H100: 8}
+    assert code == 0
