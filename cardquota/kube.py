@@ -22,6 +22,8 @@ from urllib.parse import quote
 import urllib3
 from kubernetes import client, config
 
+from cardquota.core.workload_kinds import SERVED_VERSIONS as WORKLOAD_KIND_VERSIONS
+
 T = TypeVar("T")
 log = logging.getLogger("cardquota.kube")
 
@@ -85,6 +87,10 @@ class Forbidden(KubeError):
 
 class NotFound(KubeError):
     """404: no such object, or the API server does not serve that resource."""
+
+
+class NotServed(NotFound):
+    """404 for a whole resource: the API server does not serve it (its CRD is not installed)."""
 
 
 class Conflict(KubeError):
@@ -241,23 +247,75 @@ NAMESPACED_PATHS: dict[str, tuple[str, str, str, str]] = {
     "job": ("/apis/batch.volcano.sh/v1alpha1", "jobs", "Job", "batch.volcano.sh/v1alpha1"),
     "configmap": ("/api/v1", "configmaps", "ConfigMap", "v1"),
     "deployment": ("/apis/apps/v1", "deployments", "Deployment", "apps/v1"),
+    **{kind.lower(): (f"/apis/{group}/{versions[-1]}", f"{kind.lower()}s", kind, f"{group}/{versions[-1]}")
+       for (group, kind), versions in WORKLOAD_KIND_VERSIONS.items()},
+    "trainjob": ("/apis/trainer.kubeflow.org/v1alpha1", "trainjobs", "TrainJob", "trainer.kubeflow.org/v1alpha1"),
+    "trainingruntime": ("/apis/trainer.kubeflow.org/v1alpha1", "trainingruntimes", "TrainingRuntime",
+                        "trainer.kubeflow.org/v1alpha1"),
 }
+"""Each registered workload kind (:data:`cardquota.core.workload_kinds.SERVED_VERSIONS`) is read through the last
+version its CRD serves (MPIJob: ``v2beta1``, mpi-operator's; the training operator's ``v1`` is
+:data:`OTHER_VERSIONS`); plurals are the kind in lower case with an ``s``, as their CRDs name them."""
+WORKLOAD_KIND_WORDS = frozenset({*(kind.lower() for _, kind in WORKLOAD_KIND_VERSIONS), "trainjob", "trainingruntime"})
+"""The kinds of other operators, whose CRDs may not be installed (a 404 then says so: :class:`NotServed`)."""
+OTHER_VERSIONS: dict[str, tuple[str, str, str, str]] = {
+    "mpijob": ("/apis/kubeflow.org/v1", "mpijobs", "MPIJob", "kubeflow.org/v1"),
+}
+"""Where a kind is read when its first version is not served (the two MPIJob CRDs never are together)."""
+
+
+def resource_served(api: client.ApiClient, prefix: str, plural: str) -> bool:
+    """Whether the API server serves ``plural`` in the group version at ``prefix`` (its discovery document)."""
+    try:
+        discovery = _get(api, prefix)
+    except NotFound:
+        return False
+    resources = discovery.get("resources")
+    return any(isinstance(entry, Mapping) and entry.get("name") == plural
+               for entry in (resources if isinstance(resources, list) else []))
+
+
+def _paths_of(api: client.ApiClient, kind: str) -> tuple[str, str, str, str]:
+    """Where ``kind`` is read: its path, or its other version's when only that one is served; NotServed when
+    neither is (the CRD is not installed: a 404 for every object of it)."""
+    choices = [NAMESPACED_PATHS[kind], *([OTHER_VERSIONS[kind]] if kind in OTHER_VERSIONS else [])]
+    for choice in choices:
+        if resource_served(api, choice[0], choice[1]):
+            return choice
+    names = " or ".join(choice[3] for choice in choices)
+    raise NotServed(f"the API server does not serve {choices[0][2]} ({names}): its CRD is not installed", 404)
 
 
 def read_namespaced(api: client.ApiClient, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-    """One object (``kind`` a key of :data:`NAMESPACED_PATHS`), with apiVersion and kind; None when not found."""
+    """One object (``kind`` a key of :data:`NAMESPACED_PATHS`), with apiVersion and kind; None when not found;
+    NotServed when the API server does not serve its kind (a CRD not installed)."""
     prefix, plural, kind_name, api_version = NAMESPACED_PATHS[kind]
     try:
         found = _get(api, f"{prefix}/namespaces/{namespace}/{plural}/{name}")
     except NotFound:
-        return None
+        if kind not in WORKLOAD_KIND_WORDS:
+            return None
+        prefix, plural, kind_name, api_version = _paths_of(api, kind)  # (NotServed when neither is served)
+        if (prefix, plural) == NAMESPACED_PATHS[kind][:2]:
+            return None
+        try:
+            found = _get(api, f"{prefix}/namespaces/{namespace}/{plural}/{name}")
+        except NotFound:
+            return None
     return {"apiVersion": api_version, "kind": kind_name, **found}
 
 
 def list_namespaced_kind(api: client.ApiClient, kind: str) -> list[Mapping[str, Any]]:
-    """Every object of ``kind`` (a key of :data:`NAMESPACED_PATHS`) in all namespaces, with apiVersion and kind."""
+    """Every object of ``kind`` (a key of :data:`NAMESPACED_PATHS`) in all namespaces, with apiVersion and kind;
+    NotServed when the API server does not serve its kind (a CRD not installed)."""
     prefix, plural, kind_name, api_version = NAMESPACED_PATHS[kind]
-    listing = _get(api, f"{prefix}/{plural}")
+    try:
+        listing = _get(api, f"{prefix}/{plural}")
+    except NotFound:
+        if kind not in WORKLOAD_KIND_WORDS:
+            raise
+        prefix, plural, kind_name, api_version = _paths_of(api, kind)
+        listing = _get(api, f"{prefix}/{plural}")
     return [{"apiVersion": api_version, "kind": kind_name, **item} for item in listing.get("items") or []]
 
 

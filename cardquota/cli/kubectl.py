@@ -34,6 +34,7 @@ from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig, read_scheduler_config
+from cardquota.core.workload_kinds import ADAPTERS, NOT_CHECKED, TRAIN_JOB, TRAINER_GROUP, runtime_ref
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
 from cardquota.operator.settings import read_count, read_seconds
@@ -46,7 +47,11 @@ CARDQUOTA_NAMESPACE = "cardquota-system"
 """Where the extender's conf lives (manifests/base/namespace.yaml)."""
 ELSEWHERE = " (another namespace: -n NAMESPACE; every namespace: -A)"
 TARGET_KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "podgroup": "podgroup", "podgroups": "podgroup",
-                "pg": "podgroup", "job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job"}
+                "pg": "podgroup", "job": "job", "jobs": "job", "vcjob": "job", "vcjobs": "job",
+                **{word: word for _, kind in (*ADAPTERS, *NOT_CHECKED) for word in (kind.lower(),)},
+                **{f"{kind.lower()}s": kind.lower() for _, kind in (*ADAPTERS, *NOT_CHECKED)}, "lws": "leaderworkerset"}
+"""The words ``explain KIND/NAME`` takes (as kubectl's: singular, plural, short names), by what they name: a pod, a
+PodGroup, a Volcano Job, or a workload of a registered kind (its kind in lower case)."""
 _RED, _YELLOW, _GREEN, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[0m"
 BAR_WIDTH = 20
 
@@ -129,6 +134,26 @@ class Cluster:
                 found.append(configmap)
         return found
 
+    def trainer_runtimes(self, target: Manifest, err: TextIO) -> list[Manifest]:
+        """Live: the TrainingRuntime or ClusterTrainingRuntime a TrainJob names, when it exists and this user may
+        read it (``get`` on it); otherwise none, said on ``err`` (offline: the files hold it, or not)."""
+        if not self.live or _group_kind(target) != TRAIN_JOB:
+            return []
+        from cardquota.kube import KubeError, read_namespaced, read_object
+
+        kind, namespace, name = runtime_ref(target)
+        try:
+            if kind == "TrainingRuntime":
+                found = read_namespaced(self.api(), "trainingruntime", namespace, name)
+            else:
+                found = read_object(self.api(), f"/apis/{TRAINER_GROUP}/v1alpha1/clustertrainingruntimes/{name}")
+                found = {"apiVersion": f"{TRAINER_GROUP}/v1alpha1", "kind": kind, **found} if found else None
+        except KubeError as error:
+            err.write(f"warning: {kind} {name} could not be read ({' '.join(str(error).split())}): its TrainJob "
+                      "is not checked\n")
+            return []
+        return [found] if found is not None else []
+
     def default_namespace(self) -> str:
         """The kubeconfig context's namespace (as kubectl uses it), else ``default``."""
         if not self.live:
@@ -175,7 +200,7 @@ class Cluster:
             found = _kube(lambda: read_namespaced(self.api(), kind, namespace, name))
             return [found] if found is not None else []
         candidates = list(objects)
-        if self.live and kind == "job":  # jobs are not among the objects the snapshot lists
+        if self.live and kind not in ("pod", "podgroup"):  # (not among the objects the snapshot lists)
             from cardquota.kube import list_namespaced_kind
 
             candidates = _kube(lambda: list_namespaced_kind(self.api(), "job"))
@@ -311,11 +336,14 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     nodes.set_defaults(command=nodes_command, namespace_options=())
 
     explain_parser = commands.add_parser(
-        "explain", parents=[common], help="why is this pod, PodGroup or Volcano Job not running?",
-        description="Say in plain sentences what blocks a pod, a PodGroup or a Volcano Job, and what would unblock "
-        "it. Exit 0 when nothing in cardquota's rules blocks it, 1 when something does.")
+        "explain", parents=[common], help="why is this pod, PodGroup, Volcano Job or workload not running?",
+        description="Say in plain sentences what blocks a pod, a PodGroup, a Volcano Job or a workload of a "
+        "registered kind (PyTorchJob, MPIJob, RayJob, JobSet, LeaderWorkerSet, TrainJob, …), and what would "
+        "unblock it. Exit 0 when nothing in cardquota's rules blocks it, 1 when something does.")
     explain_parser.add_argument("target", nargs="?", metavar="KIND/NAME",
-                                help="pod/NAME, podgroup/NAME (pg/) or job/NAME (vcjob/)")
+                                help="pod/NAME, podgroup/NAME (pg/), job/NAME (vcjob/), or a registered kind: "
+                                "pytorchjob/NAME, mpijob/, tfjob/, rayjob/, raycluster/, jobset/, leaderworkerset/ "
+                                "(lws/), trainjob/, …")
     explain_parser.add_argument("-f", "--filename", dest="files", action="append", default=[], metavar="FILE",
                                 help="explain these objects as if they were submitted now")
     explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
@@ -415,7 +443,9 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.target:
         kind, _, name = args.target.partition("/")
         if kind.lower() not in TARGET_KINDS or not name:
-            raise InputError(f"{args.target!r}: expected pod/NAME, podgroup/NAME or job/NAME", where="explain")
+            raise InputError(f"{args.target!r}: expected pod/NAME, podgroup/NAME, job/NAME or a workload of a "
+                             "registered kind (pytorchjob/NAME, rayjob/NAME, jobset/NAME, trainjob/NAME, …)",
+                             where="explain")
         namespace = None if args.all_namespaces else args.namespace or cluster.default_namespace()
         named = _named_in(submitted, TARGET_KINDS[kind.lower()], namespace, name)
         if submitted and named is None:
@@ -427,9 +457,12 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         targets.extend((document.manifest, document.source) for document in submitted
                        if _explainable(document.manifest))
         if submitted and not targets:
-            raise InputError("holds no pod, PodGroup or Volcano Job to explain", where=", ".join(args.files))
+            raise InputError("holds no pod, PodGroup, Volcano Job or workload of a registered kind to explain",
+                             where=", ".join(args.files))
     if not targets:
         raise InputError("name what to explain: KIND/NAME or -f FILE", where="explain")
+    for target, _ in targets:
+        objects.extend(cluster.trainer_runtimes(target, err))
     config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues,
                                  card_policy=card_policy_of(args))
     explanations: list[Explanation] = []
@@ -455,7 +488,8 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 _EXPLAINABLE = {"pod": ("", "Pod"), "podgroup": ("scheduling.volcano.sh", "PodGroup"),
-                "job": ("batch.volcano.sh", "Job")}
+                "job": ("batch.volcano.sh", "Job"),
+                **{kind.lower(): (group, kind) for group, kind in (*ADAPTERS, *NOT_CHECKED)}}
 """What ``explain`` takes, by the word its KIND/NAME uses: (API group, kind)."""
 
 

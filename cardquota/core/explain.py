@@ -29,12 +29,15 @@ from cardquota.core.gate import gate_round
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
+from cardquota.core.policies import admit as admit_object
+from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import NODES_AVAILABLE, SchedulerConfig, Session
-from cardquota.core.scheduling.simulate import Simulation, expand_volcano_jobs, simulate
+from cardquota.core.scheduling.simulate import Simulation, expand_volcano_jobs, expand_workloads, simulate
 from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
 from cardquota.core.usage import cards_on_node, pending_cards
+from cardquota.core.workload_kinds import ADAPTERS, NOT_CHECKED, gang_of, not_checked_reason
 
 DEFAULT_SCHEDULER = "default-scheduler"
 JOB_NAME = "volcano.sh/job-name"
@@ -70,6 +73,8 @@ def explain(cluster: Sequence[Manifest], target: Manifest, config: SchedulerConf
     """Explain ``target`` (a Pod, PodGroup or Volcano Job) against the objects of ``cluster``."""
     if target.get("kind") == "Job" and str(target.get("apiVersion", "")).startswith("batch.volcano.sh/"):
         return _explain_job(cluster, target, config, card_aware_schedulers)
+    if explains(target):
+        return _explain_workload(cluster, target, config, card_aware_schedulers)
     kind = kind_of(target)
     others = [m for m in cluster if not _same_object(m, target)]
     if kind is Kind.POD:
@@ -83,7 +88,8 @@ def explain(cluster: Sequence[Manifest], target: Manifest, config: SchedulerConf
     if kind is Kind.PODGROUP:
         session = Session([*others, target], config)
         return _explain_podgroup(session, PodGroup.from_manifest(target), card_aware_schedulers)
-    raise InputError(f"explain needs a Pod, a PodGroup or a Volcano Job, not {target.get('kind')}")
+    raise InputError(f"explain needs a Pod, a PodGroup, a Volcano Job or a workload of a registered kind "
+                     f"(PyTorchJob, RayJob, JobSet, LeaderWorkerSet, TrainJob, …), not {target.get('kind')}")
 
 
 # ------------------------------------------------------------------------------------------- submitted workloads
@@ -119,7 +125,7 @@ def _target_pods(target: Manifest, workload: Sequence[Manifest]) -> list[Manifes
         namespace, name = namespaced_key(target)
         return [m for m in workload if kind_of(m) is Kind.POD and namespaced_key(m)[0] == namespace
                 and _marks(m).get(keys.GROUP_NAME) == name]
-    return [m for m in expand_volcano_jobs([target]) if kind_of(m) is Kind.POD]
+    return [m for m in expand_workloads([target], workload).manifests if kind_of(m) is Kind.POD]
 
 
 def _add_placement(explanation: Explanation, pods: Sequence[Manifest], simulation: Simulation,
@@ -490,11 +496,21 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
     group = existing_group or podgroup_as_created(next(m for m in expanded if kind_of(m) is Kind.PODGROUP),
                                                   namespaces_snapshot(cluster, map_namespace_queues=mapping))
     pods = existing_pods or [m for m in expanded if kind_of(m) is Kind.POD]
+    explanation = _explain_group(cluster, group, pods, bool(existing_pods), config, schedulers, "task templates")
+    explanation.subject = f"Job {namespace}/{name}"
+    return explanation
+
+
+def _explain_group(cluster: Sequence[Manifest], group: Manifest, pods: Sequence[Manifest], pods_exist: bool,
+                   config: SchedulerConfig | None, schedulers: frozenset[str], read_from: str) -> Explanation:
+    """A PodGroup a controller makes and its pods (``pods_exist``: created already; else as it will create them,
+    from its ``read_from``), in place of their namesakes in ``cluster``."""
     own = {(m.get("kind"), namespaced_key(m)) for m in (group, *pods)}
     others = [m for m in cluster if (m.get("kind"), namespaced_key(m)) not in own]
     session = Session([*others, group, *[p for p in pods if _bound(p)]], config)
     podgroup = PodGroup.from_manifest(group)
-    if not existing_pods and podgroup.phase in NOT_ENQUEUED:
+    not_yet = f"Its pods do not exist yet: they were read from its {read_from}."
+    if not pods_exist and podgroup.phase in NOT_ENQUEUED:
         # The job controller creates the pods once the PodGroup is enqueued (``syncJob`` in
         # pkg/controllers/job/job_controller_actions.go, v1.15.1): they take no part in the enqueue decision.
         explanation = _explain_podgroup(session, podgroup, schedulers)
@@ -506,16 +522,86 @@ def _explain_job(cluster: Sequence[Manifest], job: Manifest, config: SchedulerCo
             explanation.facts.extend(fact for fact in enqueued.facts if fact not in explanation.facts
                                      and not fact.startswith("It is in queue"))
             explanation.blockers.extend(enqueued.blockers)
-        explanation.subject = f"Job {namespace}/{name}"
-        explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
+        explanation.facts.append(not_yet)
         return explanation
     for manifest in pods:
         if not _bound(manifest):
             session.add_pending(manifest)
     explanation = _explain_podgroup(session, podgroup, schedulers)
-    explanation.subject = f"Job {namespace}/{name}"
-    if not existing_pods:
-        explanation.facts.append("Its pods do not exist yet: they were read from its task templates.")
+    if not pods_exist:
+        explanation.facts.append(not_yet)
+    return explanation
+
+
+MAX_EXPLAINED_GROUPS = 3
+"""PodGroups of one workload explained one by one (a LeaderWorkerSet's groups are alike); the rest are counted."""
+
+
+def explains(target: Manifest) -> bool:
+    """Whether :func:`explain` reads ``target``'s kind as a workload of another operator: a registered kind
+    (:mod:`cardquota.core.workload_kinds`), or one it knows it cannot check."""
+    group = str(target.get("apiVersion", "")).rpartition("/")[0]
+    key = (group, str(target.get("kind", "")))
+    return key in ADAPTERS or key in NOT_CHECKED
+
+
+def _add_admission(explanation: Explanation, cluster: Sequence[Manifest], target: Manifest,
+                   config: SchedulerConfig | None) -> None:
+    """The admission rules' verdict on ``target`` (the one ``kubectl apply`` gets: a gang its queue can never hold is
+    refused), its violations as blockers and its warnings as facts."""
+    settings = config or SchedulerConfig()
+    others = [m for m in cluster if not _same_object(m, target)]
+    ledger = Ledger.build(others, map_namespace_queues=settings.map_namespace_queues,
+                          volcano_schedulers=settings.scheduler_names, card_policy=settings.card_policy)
+    ledger.snapshot.complete = True  # (the whole input: nothing of it is still to come)
+    policy = PolicyConfig(map_namespace_queues=settings.map_namespace_queues)
+    verdict = admit_object(target, None, ledger.snapshot, policy)
+    explanation.facts.extend(f"Admission warns: {warning}" for warning in verdict.warnings)
+    explanation.blockers.extend(f"Admission refuses it: {violation.path}: {violation.message}"
+                                for violation in verdict.violations)
+
+
+def _explain_workload(cluster: Sequence[Manifest], target: Manifest, config: SchedulerConfig | None,
+                      schedulers: frozenset[str]) -> Explanation:
+    """A workload of a registered kind (a PyTorchJob, a RayJob, a JobSet, a TrainJob with its runtime, …): the
+    PodGroups and pods its operator creates (:func:`~cardquota.core.scheduling.simulate.expand_workloads`), each
+    PodGroup explained as a Volcano Job's is — the one in ``cluster`` of that name and its pods when the operator
+    made them already — or, when cardquota cannot read it, what it did not check."""
+    namespace, name = namespaced_key(target)
+    subject = f"{target.get('kind')} {namespace}/{name}"
+    gang = gang_of(target, cluster)
+    if gang is None:
+        reason = not_checked_reason(target, cluster) or "cardquota does not know how its operator creates pods"
+        return Explanation(subject, [f"Not checked: {reason}."])
+    expanded = expand_workloads([target], cluster).manifests
+    pods = [m for m in expanded if kind_of(m) is Kind.POD]
+    groups = [m for m in expanded if kind_of(m) is Kind.PODGROUP]
+    named = ", ".join(f"{namespace}/{n}" for n in [namespaced_key(m)[1] for m in groups][:MAX_EXPLAINED_GROUPS])
+    more = f" and {len(groups) - MAX_EXPLAINED_GROUPS} more" if len(groups) > MAX_EXPLAINED_GROUPS else ""
+    made = f"PodGroup{'s' if len(groups) != 1 else ''} {named}{more} and " if groups else ""
+    facts = [f"Its operator ({gang.what}) creates {made}{len(pods)} pod{'s' if len(pods) != 1 else ''}."]
+    if not gang.volcano:
+        facts.append("It does not run on Volcano (no scheduling policy, queue label or pod template naming "
+                     "schedulerName volcano, where its operator reads them): no Volcano queue or card quota "
+                     "applies to its pods as a gang.")
+        return Explanation(subject, facts)
+    explanation = Explanation(subject, facts)
+    if (str(target.get("apiVersion", "")).rpartition("/")[0], str(target.get("kind"))) in ADAPTERS:
+        _add_admission(explanation, cluster, target, config)
+    mapping = config is not None and config.map_namespace_queues
+    namespaces = namespaces_snapshot(cluster, map_namespace_queues=mapping)
+    for manifest in groups[:MAX_EXPLAINED_GROUPS]:
+        group_name = namespaced_key(manifest)[1]
+        existing_group = next((m for m in cluster if kind_of(m) is Kind.PODGROUP
+                               and namespaced_key(m) == (namespace, group_name)), None)
+        existing_pods = [m for m in cluster if kind_of(m) is Kind.POD and namespaced_key(m)[0] == namespace
+                         and _marks(m).get(keys.GROUP_NAME) == group_name]
+        members = [m for m in pods if _marks(m).get(keys.GROUP_NAME) == group_name]
+        said = _explain_group(cluster, existing_group or podgroup_as_created(manifest, namespaces),
+                              existing_pods or members, bool(existing_pods), config, schedulers, "pod templates")
+        prefix = f"PodGroup {namespace}/{group_name}: " if len(groups) > 1 else ""
+        explanation.facts.extend(f"{prefix}{fact}" for fact in said.facts if f"{prefix}{fact}" not in facts)
+        explanation.blockers.extend(f"{prefix}{blocker}" for blocker in said.blockers)
     return explanation
 
 

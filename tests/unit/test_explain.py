@@ -144,7 +144,8 @@ def test_a_volcano_job_is_read_from_its_templates_when_it_has_no_pods_yet() -> N
 
 
 def test_other_kinds_cannot_be_explained() -> None:
-    with pytest.raises(InputError, match="explain needs a Pod, a PodGroup or a Volcano Job, not Queue"):
+    with pytest.raises(InputError, match=r"explain needs a Pod, a PodGroup, a Volcano Job or a workload of a "
+                                         r"registered kind .*, not Queue"):
         explain(CLUSTER, queue("q"), UNLIMITED)
 
 

@@ -83,3 +83,67 @@ def test_the_plugin_explains_a_file_with_simulate(tmp_path: Path) -> None:
     [document] = json.loads(out.getvalue())
     assert document["blocked"] is True
     assert any("held by pod ml/notebook-0 of scheduler default-scheduler" in line for line in document["blockers"])
+
+
+def pytorch_job(gpus: int, workers: int = 1) -> dict[str, Any]:
+    template = {"metadata": {"annotations": {"volcano.sh/card.name": H100}},
+                "spec": {"containers": [{"name": "m", "image": "m",
+                                         "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt", "namespace": "ml"},
+            "spec": {"runPolicy": {"schedulingPolicy": {"queue": "ml"}},
+                     "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template},
+                                             "Worker": {"replicas": workers, "template": template}}}}
+
+
+def test_a_pytorchjob_is_explained_as_the_podgroup_and_pods_its_operator_creates() -> None:
+    job = pytorch_job(4)
+    [explanation] = explain_submitted(CLUSTER, [job], [job], UNLIMITED)
+    assert explanation.subject == "PyTorchJob ml/pt"
+    assert explanation.facts[0] == "Its operator (Kubeflow training operator v1.9) creates PodGroup ml/pt and 2 pods."
+    assert f"Its 2 pods would request 8 cards of {H100}." in explanation.facts
+    assert explanation.blocked  # 8 cards, but the notebook holds 2 of the node's 8
+    assert explanation.blockers[0].startswith("simulate cannot place pod ml/pt-")
+    assert explanation.blockers[1:] == [f"2 {H100} on h100-03 are held by pod ml/notebook-0 of scheduler "
+                                        "default-scheduler."]
+    fits = pytorch_job(3)
+    fits["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 0
+    [placed] = explain_submitted(CLUSTER, [fits], [fits], UNLIMITED)
+    assert not placed.blocked
+    assert any(fact.startswith("simulate places it: ml/pt-master-0 on h100-03") for fact in placed.facts)
+
+
+def test_a_gang_its_queue_can_never_hold_is_refused_as_admission_refuses_it() -> None:
+    job = pytorch_job(8, workers=1)  # 16 cards, queue ml allows 8
+    explanation = explain([*CLUSTER, job], job, UNLIMITED)
+    assert explanation.blockers[0] == (
+        "Admission refuses it: spec: its PodGroup pt (Kubeflow training operator v1.9, minMember 2) requests 16 "
+        f"{H100} but queue ml allows at most 8: it can never run")
+
+
+def test_a_trainjob_without_its_runtime_is_said_not_checked_and_with_it_is_explained() -> None:
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+               "metadata": {"name": "torch", "namespace": "ml"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
+                        "template": {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "ml"}},
+                                     "spec": {"replicatedJobs": [{"name": "node", "template": {
+                                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
+                                                                 "trainer"}},
+                                         "spec": {"template": {
+                                             "metadata": {"annotations": {"volcano.sh/card.name": H100}},
+                                             "spec": {"schedulerName": "volcano",
+                                                      "containers": [{"name": "node", "image": "t"}]}}}}}]}}}}
+    train = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+             "metadata": {"name": "tj", "namespace": "ml"},
+             "spec": {"runtimeRef": {"kind": "TrainingRuntime", "name": "torch"},
+                      "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}}
+    alone = explain([*CLUSTER, train], train, UNLIMITED)
+    assert not alone.blocked
+    assert alone.facts == ["Not checked: its pods are built from the TrainingRuntime ml/torch its runtimeRef names, "
+                           "which was not among the objects read, so cardquota checks them when they are created."]
+    [explanation] = explain_submitted(CLUSTER, [train, runtime], [train], UNLIMITED)
+    assert explanation.facts[0] == ("Its operator (Kubeflow Trainer v2.3 with TrainingRuntime torch) creates PodGroup "
+                                    "ml/tj and 2 pods.")
+    assert f"Its 2 pods would request 8 cards of {H100}." in explanation.facts
+    assert explanation.blocked  # 8 cards on a node where the notebook holds 2
+    assert explanation.blockers[1:] == [f"2 {H100} on h100-03 are held by pod ml/notebook-0 of scheduler "
+                                        "default-scheduler."]

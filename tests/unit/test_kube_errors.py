@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubeconfigs import write_kubeconfig
@@ -92,3 +93,26 @@ def test_each_api_status_is_raised_as_its_class(status: int, kind: str) -> None:
     assert type(error).__name__ == kind
     assert isinstance(error, KubeError)
     assert error.status == status
+
+
+def test_a_workload_kind_whose_crd_is_not_installed_is_said_not_served(monkeypatch: Any) -> None:
+    """A 404 for a registered kind's object: the discovery document says whether its CRD is installed (MPIJob:
+    either of its two versions), so explain says "not installed" rather than "not found"."""
+    import cardquota.kube as kube
+
+    served = {"/apis/kubeflow.org/v1": {"resources": [{"name": "mpijobs"}, {"name": "pytorchjobs"}]}}
+    objects = {"/apis/kubeflow.org/v1/namespaces/ml/mpijobs/m": {"metadata": {"name": "m"}}}
+
+    def get(_api: object, path: str) -> Any:
+        if path in served:
+            return served[path]
+        if path in objects:
+            return objects[path]
+        raise kube.NotFound(f"GET {path}: HTTP 404", 404)
+
+    monkeypatch.setattr(kube, "_get", get)
+    with pytest.raises(kube.NotServed, match="does not serve RayJob"):
+        kube.read_namespaced(None, "rayjob", "ml", "r")  # type: ignore[arg-type]
+    assert kube.read_namespaced(None, "pytorchjob", "ml", "absent") is None  # type: ignore[arg-type]
+    assert kube.read_namespaced(None, "mpijob", "ml", "m") == {  # type: ignore[arg-type]
+        "apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "metadata": {"name": "m"}}

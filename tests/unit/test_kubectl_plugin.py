@@ -96,7 +96,7 @@ def test_explain_exits_1_when_something_blocks_and_0_when_nothing_does() -> None
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["explain", "pod/nope", "-n", "ml"], "pod ml/nope not found in"),
-    (["explain", "deployment/x"], "expected pod/NAME, podgroup/NAME or job/NAME"),
+    (["explain", "deployment/x"], "expected pod/NAME, podgroup/NAME, job/NAME or a workload of a registered kind"),
     (["explain"], "name what to explain"),
     (["usage", "nobody"], "no queue named nobody"),
     (["nodes", "-l", "gpu in (a"], "--selector: 'gpu in (a': expected ',' or ')' in the values, found the end"),
