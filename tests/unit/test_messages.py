@@ -17,11 +17,15 @@ from typing import Any
 import pytest
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
 
+from cardquota.cli.check import CheckResult
+from cardquota.cli.output import check_table
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
-from cardquota.core.verdict import Verdict
+from cardquota.core.verdict import Verdict, deny, describe_operation
+from cardquota.core.violations import Violation
+from cardquota.loader import Document
 
 A100, H100 = "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3"
 MIG = f"{A100}/mig-1g.5gb-mixed"
@@ -152,3 +156,78 @@ def test_the_warning_says_what_is_wrong(manifest: dict[str, Any], objects: tuple
     verdict = check(manifest, cluster(*objects))
     assert verdict.allowed, verdict.message
     assert any(warning.startswith(expected) for warning in verdict.warnings), verdict.warnings
+
+
+# --- one line names a field once ----------------------------------------------------------------------------------
+
+CARD_NAME_PATH = 'metadata.annotations["volcano.sh/card.name"]'
+REPEATS = [
+    ("a message starting with its own path", CARD_NAME_PATH, f"{CARD_NAME_PATH}: must name a card type", None,
+     f"{CARD_NAME_PATH}: must name a card type"),
+    ("a message starting with its path without a colon", CARD_NAME_PATH, f"{CARD_NAME_PATH} must name a card type",
+     None, f"{CARD_NAME_PATH}: must name a card type"),
+    ("a pod rule's message moved under a Deployment's template", CARD_NAME_PATH,
+     f"{CARD_NAME_PATH}: must name a card type", "spec.template",
+     f"spec.template.{CARD_NAME_PATH}: must name a card type"),
+    ("moved under a Volcano Job's task template", CARD_NAME_PATH, f"{CARD_NAME_PATH} must name a card type",
+     "spec.tasks[0].template", f"spec.tasks[0].template.{CARD_NAME_PATH}: must name a card type"),
+    ("a word that is also the path's last step is kept", "spec.queue", "queue x does not exist", None,
+     "spec.queue: queue x does not exist"),
+]
+
+
+@pytest.mark.parametrize(("path", "message", "prefix", "expected"), [case[1:] for case in REPEATS],
+                         ids=[case[0] for case in REPEATS])
+def test_a_line_never_names_a_field_twice(path: str, message: str, prefix: str | None, expected: str) -> None:
+    violation = Violation(path, message)
+    if prefix is not None:
+        violation = violation.under(prefix)
+    assert str(violation) == expected
+    assert deny([violation]).message == expected
+
+
+def test_a_templates_pod_warning_is_at_the_templates_path() -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ml"},
+                  "spec": {"replicas": 1, "template": {
+                      "metadata": {"annotations": {"volcano.sh/card.name": A100,
+                                                   "scheduling.volcano.sh/queue-name": "team-a"}},
+                      "spec": {"schedulerName": "volcano", "affinity": {"nodeAffinity": {
+                          "requiredDuringSchedulingIgnoreDuringExecution": {}}},
+                          "containers": [{"name": "m", "image": "x",
+                                          "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    verdict = check(deployment, cluster())
+    assert verdict.allowed
+    assert [warning.split(" ", 1)[0] for warning in verdict.warnings] == [
+        "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoreDuringExecution"]
+
+
+# --- patch lines say what they add ---------------------------------------------------------------------------------
+
+PATCHES = [
+    ("a card pod's node affinity", card_pod(A100, queue="team-a"), (),
+     [f"node affinity → nodes whose nvidia.com/gpu.product is {A100}"]),
+    ("alternatives: the first preferred", card_pod(f"{H100}|{A100}", queue="team-a"), (),
+     [f"node affinity → nodes whose nvidia.com/gpu.product is {H100} or {A100}, preferring {H100}"]),
+    ("a Job's derived card.request", vcjob(task("worker", A100, 2, 4), min_available=2), (),
+     [f'volcano.sh/card.request {{"{A100}":8}} (derived from the tasks)']),
+    ("a quota rewritten in canonical form",
+     queue("q", f'{{ "{A100}": 2 }}', capability={"cpu": "8", "memory": "8Gi"}), (),
+     ["volcano.sh/card.quota in canonical form"]),
+]
+
+
+@pytest.mark.parametrize(("manifest", "objects", "expected"), [case[1:] for case in PATCHES],
+                         ids=[case[0] for case in PATCHES])
+def test_a_patch_is_described_by_what_it_adds(manifest: dict[str, Any], objects: tuple[dict[str, Any], ...],
+                                              expected: list[str]) -> None:
+    verdict = check(manifest, cluster(*objects))
+    assert [describe_operation(operation) for operation in verdict.patch] == expected
+    table = check_table([CheckResult(Document({}, "x.yaml"), ("", "Kind", "", "n"), verdict)], color=False, width=400)
+    assert [line.strip() for line in table.splitlines() if line.strip().startswith("patch:")] == [
+        f"patch: {said}" for said in expected]
+
+
+def test_the_gate_is_described() -> None:
+    verdict = admit(card_pod(A100, queue="team-a"), None, cluster(), PolicyConfig(card_gate=True))
+    assert describe_operation(verdict.patch[-1]) == "scheduling gate cardquota.io/card-quota"
+    assert describe_operation({"op": "remove", "path": "/spec/x"}) == "remove /spec/x"

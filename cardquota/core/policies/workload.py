@@ -32,7 +32,7 @@ from cardquota.core.quota import card_alternatives, card_name_problem, clipped, 
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import FieldPath, Violation, invalid, shown
+from cardquota.core.violations import FieldPath, Violation, invalid, shown, warning_under
 from cardquota.core.workload_kinds import Gang, GroupShape, gang_of
 from cardquota.core.workloads import TEMPLATE_PATHS
 
@@ -108,7 +108,7 @@ def template_findings(template: Mapping[str, Any], where: FieldPath, namespace: 
            "spec": as_defaulted(template.get("spec") or {})}
     verdict = admit_pod(pod, None, snapshot, config)
     violations = [violation.under(where) for violation in verdict.violations]
-    warnings = list(verdict.warnings)
+    warnings = [warning_under(where, warning) for warning in verdict.warnings]
     if violations and (deleting or (previous is not None and previous == template)):
         warnings = [*(f"{v.path}: {v.message} (already in the template before this update, so not denied)"
                       for v in violations), *warnings]
