@@ -22,6 +22,7 @@ from cardquota.core.policies.common import skipped_rule
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
 from cardquota.core.snapshot import CardPolicy
+from cardquota.core.verdict import describe_operation
 
 NONE = "-"
 
@@ -494,7 +495,7 @@ def check_table(results: Sequence[CheckResult], *, color: bool, width: int = WID
             said = _wrap(f"warning: {warning}", width, indent, indent + "  ")
             lines.extend([said[0].replace("warning:", paint("warning:", _YELLOW), 1), *said[1:]])
         for op in verdict.patch:
-            lines.extend(_wrap(f"patch: {op['op']} {op['path']}", width, indent, indent + "  "))
+            lines.extend(_wrap(f"patch: {describe_operation(op)}", width, indent, indent + "  "))
     allowed = sum(1 for result in results if result.verdict.allowed)
     lines.append(f"\n{allowed} allowed, {len(results) - allowed} denied")
     return "\n".join(lines) + "\n"

@@ -274,7 +274,24 @@ def _written_fault(card_name: str, stripped: list[str] | None = None,
         return Reason.INVALID, "has spaces or control characters around a card type"
     if len(set(stripped)) != len(stripped):
         return Reason.DUPLICATE, "lists a card type twice"
+    if ALTERNATIVES_MISWRITTEN in card_name:
+        return Reason.INVALID, f"has a comma: {comma_hint(card_name)}"
     return None
+
+
+ALTERNATIVES_MISWRITTEN = ","
+"""What people write between alternatives instead of ``|``. No card type name has one: names come from node label
+values and resource names (capacity-card-design.md, "Card Type Name"), whose syntax has no comma."""
+
+
+def comma_hint(card_name: str) -> str:
+    """Why a name with a comma names no card type, and what was meant: ``alternatives are separated by |, not a
+    comma (did you mean NVIDIA-A100|NVIDIA-H100?)``."""
+    meant = keys.CARD_ALTERNATIVE_SEPARATOR.join(
+        part.strip() for part in card_name.replace(ALTERNATIVES_MISWRITTEN, keys.CARD_ALTERNATIVE_SEPARATOR)
+        .split(keys.CARD_ALTERNATIVE_SEPARATOR) if part.strip())
+    return f"alternatives are separated by {keys.CARD_ALTERNATIVE_SEPARATOR}, not a comma (did you mean " \
+           f"{clipped(meant)}?)"
 
 
 def _label(card_name: str) -> str:

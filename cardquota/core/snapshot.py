@@ -242,6 +242,18 @@ class CardCatalog:
     def resource_of(self, name: str) -> str | None:
         return self.resource_by_name.get(name)
 
+    def offered_through(self, resources: Iterable[str], products: Iterable[str]) -> list[str]:
+        """The card types offered through one of ``resources`` that are parts of one of ``products`` (a MIG slice
+        ``NVIDIA-A100-SXM4-40GB/mig-1g.5gb-mixed`` or an MPS share of ``NVIDIA-A100-SXM4-40GB``: the product, a
+        ``/``, the part; capacity-card-design.md, "Card Type Name and Quantity Generation Rules"), in catalog
+        order: what a pod naming the whole card while requesting a part's resource meant. Linear in the catalog."""
+        wanted = frozenset(resources)
+        prefixes = tuple(f"{product}/" for product in products)
+        if not wanted or not prefixes:
+            return []
+        return [name for name, resource in self.resource_by_name.items()
+                if resource in wanted and name.startswith(prefixes)]
+
     @property
     def _counted(self) -> list[tuple[str, Counter[str]]]:
         """The index the suggestion search uses, built once per catalog: each name with its characters counted."""

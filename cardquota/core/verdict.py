@@ -7,8 +7,9 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from cardquota.core import keys
 from cardquota.core.errors import one_line
-from cardquota.core.jsontypes import SEQUENCE_TYPES
+from cardquota.core.jsontypes import MAPPING_TYPES, SEQUENCE_TYPES
 from cardquota.core.violations import Violation
 
 MAX_MESSAGE_VIOLATIONS = 5
@@ -152,6 +153,70 @@ def set_annotation(manifest: dict[str, Any] | Any, name: str, value: str) -> lis
         return [PatchOperation(op="add", path=pointer("metadata", "annotations"), value={name: value})]
     op = "replace" if name in annotations else "add"
     return [PatchOperation(op=op, path=pointer("metadata", "annotations", name), value=value)]
+
+
+def describe_operation(operation: PatchOperation) -> str:
+    """What a patch operation of the policies adds, for people (``cardquota check``'s table; ``-o json`` keeps the
+    RFC 6902 operation): ``node affinity → nodes whose nvidia.com/gpu.product is NVIDIA-H100-80GB-HBM3`` (``is A or
+    B, preferring A`` for alternatives), ``scheduling gate cardquota.io/card-quota``, ``volcano.sh/card.request
+    {"A100":8} (derived from the tasks)``, ``volcano.sh/card.quota in canonical form``; any other operation as
+    ``<op> <path>``."""
+    steps = [step.replace("~1", "/").replace("~0", "~") for step in str(operation.get("path", "")).split("/")[1:]]
+    value = operation.get("value")
+    if steps == ["spec", "affinity"] and isinstance(value, MAPPING_TYPES):
+        said = _affinity_said(value)
+        if said:
+            return f"node affinity → {said}"
+    if steps[:2] == ["spec", "schedulingGates"]:
+        gates = value if isinstance(value, SEQUENCE_TYPES) else [value]
+        names = [str(gate.get("name")) for gate in gates if isinstance(gate, MAPPING_TYPES)]
+        if names:
+            return f"scheduling gate{'s' if len(names) > 1 else ''} {', '.join(names)}"
+    annotations: dict[str, object] = {}
+    if steps == ["metadata", "annotations"] and isinstance(value, MAPPING_TYPES):
+        annotations = {str(name): text for name, text in value.items()}
+    elif steps[:2] == ["metadata", "annotations"] and len(steps) == 3:
+        annotations = {steps[2]: value}
+    if annotations and operation.get("op") in ("add", "replace"):
+        return "; ".join(_annotation_said(name, text) for name, text in annotations.items())
+    return f"{operation.get('op')} {operation.get('path')}"
+
+
+def _annotation_said(name: str, value: object) -> str:
+    if name == keys.CARD_REQUEST:
+        return f"{name} {value} (derived from the tasks)"
+    if name == keys.CARD_QUOTA:
+        return f"{name} in canonical form"
+    return f"annotation {name}: {value}"
+
+
+def _affinity_said(affinity: Any) -> str:
+    """``nodes whose <label> is A or B, preferring A``: the product term a card pod's affinity requires, and the
+    preferred one of highest weight."""
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, MAPPING_TYPES) else None
+    if not isinstance(node_affinity, MAPPING_TYPES):
+        return ""
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = required.get("nodeSelectorTerms") if isinstance(required, MAPPING_TYPES) else None
+    products = [expression for term in (terms if isinstance(terms, SEQUENCE_TYPES) else [])
+                if isinstance(term, MAPPING_TYPES)
+                for expression in term.get("matchExpressions") or []
+                if isinstance(expression, MAPPING_TYPES) and str(expression.get("key", "")).endswith(".product")
+                and expression.get("operator") == "In"]
+    if not products:
+        return ""
+    label, values = str(products[-1].get("key")), [str(value) for value in products[-1].get("values") or []]
+    said = f"nodes whose {label} is {' or '.join(values)}"
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
+    weighted = sorted(((term.get("weight", 0), expression.get("values") or [])
+                       for term in (preferred if isinstance(preferred, SEQUENCE_TYPES) else [])
+                       if isinstance(term, MAPPING_TYPES) and isinstance(term.get("preference"), MAPPING_TYPES)
+                       for expression in term["preference"].get("matchExpressions") or []
+                       if isinstance(expression, MAPPING_TYPES) and expression.get("key") == label),
+                      key=lambda pair: -pair[0] if isinstance(pair[0], int) else 0)
+    if len(values) > 1 and weighted and weighted[0][1]:
+        said += f", preferring {weighted[0][1][0]}"
+    return said
 
 
 def within_budget(warnings: Iterable[str]) -> tuple[str, ...]:

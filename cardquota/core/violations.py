@@ -107,6 +107,10 @@ class Violation:
     reason: Reason = Reason.INVALID
     depends_on: tuple[str, ...] = field(default=(), compare=False)
 
+    def __post_init__(self) -> None:
+        if self.message and self.path and self.message[0] in _PATH_STARTS:
+            object.__setattr__(self, "message", without_path(self.path, self.message))
+
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
 
@@ -136,6 +140,50 @@ class Violation:
     def with_message(self, message: str) -> Violation:
         """The same violation said otherwise (with context in front, on one line)."""
         return Violation(self.path, message, self.reason, self.depends_on)
+
+
+_PATH_STARTS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ[")
+"""How a field path begins (a message beginning otherwise cannot repeat one)."""
+
+
+def without_path(path: str, message: str) -> str:
+    """``message`` without a field path at its start that repeats ``path`` or its end (a nested rule's path, written
+    into its message before the violation was moved :meth:`~Violation.under` a template): shown as ``path:
+    message``, a line never names the same field twice. Only a path of several steps is taken for one (``queue
+    team-a does not exist`` at ``spec.queue`` keeps its first word)."""
+    for start in _step_starts(path):
+        tail = path[start:]
+        if ("." in tail or "[" in tail) and message.startswith(tail):
+            rest = message[len(tail):]
+            if not rest:
+                return message
+            if rest.startswith(": "):
+                return rest[2:]
+            if rest.startswith(" "):
+                return rest[1:]
+    return message
+
+
+def _step_starts(path: str) -> Iterator[int]:
+    """Where each step of a rendered path starts (its whole, then each shorter tail): after a dot, at a ``[``."""
+    yield 0
+    depth = 0
+    for index, char in enumerate(path):
+        if char == '"':
+            depth ^= 1  # (inside a quoted key, dots and brackets are the key's)
+        elif depth == 0 and char == ".":
+            yield index + 1
+        elif depth == 0 and char == "[" and index > 0:
+            yield index
+
+
+_OBJECT_PATHS = ("spec.", "metadata.")
+
+
+def warning_under(prefix: FieldPath | str, warning: str) -> str:
+    """A warning of an object embedded at ``prefix`` (a workload's pod template), moved there as
+    :meth:`Violation.under` moves a violation: one that starts with a field path gets the prefix; others are kept."""
+    return f"{prefix}.{warning}" if warning.startswith(_OBJECT_PATHS) else warning
 
 
 def _under(prefix: FieldPath | str, path: str) -> str:

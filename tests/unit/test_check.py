@@ -149,7 +149,7 @@ def test_table_is_coloured_on_a_terminal_unless_no_color(tmp_path: Path, monkeyp
     assert "Queue ok" in rows[0]
     assert "DENIED" in rows[1]
     assert "is not valid JSON" in text.split("Queue bad")[1]  # on its row, or wrapped under it
-    assert "patch: replace /metadata/annotations/volcano.sh~1card.quota" in text
+    assert "patch: volcano.sh/card.quota in canonical form" in text
     assert text.splitlines()[-1] == "1 allowed, 1 denied"
 
 

@@ -322,4 +322,4 @@ def test_a_denial_says_the_queue_is_the_namespace_s() -> None:
     verdict = admit(card_pod("ml"), None, ledger.snapshot, PolicyConfig(map_namespace_queues=True))
     assert not verdict.allowed
     assert verdict.message == ('metadata.annotations["scheduling.volcano.sh/queue-name"]: queue team-c (namespace '
-                               "ml's scheduling.volcano.sh/queue-name) does not exist")
+                               "ml's scheduling.volcano.sh/queue-name) does not exist (did you mean team-b or team-a?)")

@@ -16,8 +16,8 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.policies.common import skipped
-from cardquota.core.quota import card_alternatives, clipped, quota_allows
+from cardquota.core.policies.common import queue_not_found, skipped
+from cardquota.core.quota import ALTERNATIVES_MISWRITTEN, card_alternatives, clipped, comma_hint, quota_allows
 from cardquota.core.resources import card_requests, is_card_resource
 from cardquota.core.snapshot import MAX_MEMO, MAX_SUGGESTED, CardCatalog, ClusterSnapshot
 from cardquota.core.violations import (
@@ -25,7 +25,6 @@ from cardquota.core.violations import (
     FieldPath,
     Violation,
     invalid,
-    not_found,
     shown,
     too_many,
 )
@@ -144,9 +143,15 @@ def card_name_resource_violations(card_name: str, requests: Mapping[str, Fractio
             asked = asked or listed(sorted(requested)) or "no card resource"
             cards = facts.members(key, MAX_LISTED + 1)
             which = f"{clipped(first)} is" if len(cards) == 1 else f"{listed_names(cards, facts.kinds.count(key))} are"
+            meant = catalog.offered_through(requested, cards)  # (a MIG slice's resource, the whole card named)
             violations.append(invalid(path, f"{which} requested through {expected.description}, but {subject} "
-                                            f"requests {asked}"))
+                                            f"requests {asked}{_suggested(meant)}"))
     return violations
+
+
+def _suggested(names: Sequence[str]) -> str:
+    """`` (did you mean A or B?)`` for names found by a rule (not a similarity search), a few named."""
+    return did_you_mean_text([clipped(name) for name in names[:MAX_NAMED]], len(names))
 
 
 def alternatives_resource_violation(alternatives: tuple[str, ...], catalog: CardCatalog,
@@ -257,7 +262,7 @@ def _request_against_queue(request: Mapping[str, int], queue_name: str, snapshot
     record = snapshot.queues.get(queue_name)
     if record is None:
         if snapshot.complete:
-            violations.append(not_found(QUEUE_PATH, f"queue {shown(queue_name)} does not exist"))
+            violations.append(queue_not_found(QUEUE_PATH, queue_name, snapshot))
         else:
             warnings.append(skipped(f"card.request against queue {shown(queue_name)}'s quota"))
         return violations, warnings
@@ -313,10 +318,18 @@ def unknown_type_warnings(card_types: Iterable[str], snapshot: ClusterSnapshot) 
         return []
     if len(unknown) == 1:
         return [f"card type {clipped(unknown[0])} is not offered by any node"
-                f"{did_you_mean(catalog, unknown[0], MAX_SUGGESTED)}"]
-    named = [clipped(card) + did_you_mean(catalog, card, MAX_SUGGESTED_EACH) for card in unknown[:MAX_NAMED]]
+                f"{_meant(catalog, unknown[0], MAX_SUGGESTED)}"]
+    named = [clipped(card) + _meant(catalog, card, MAX_SUGGESTED_EACH) for card in unknown[:MAX_NAMED]]
     more = f" and {len(unknown) - MAX_NAMED:,} more" if len(unknown) > MAX_NAMED else ""
     return [f"{len(unknown):,} card types are not offered by any node: {', '.join(named)}{more}"]
+
+
+def _meant(catalog: CardCatalog, card: str, limit: int) -> str:
+    """What an unknown type most likely meant: ``A,B`` written for alternatives (:func:`comma_hint`), else the
+    discovered types closest to it (:func:`did_you_mean`)."""
+    if ALTERNATIVES_MISWRITTEN in card:
+        return f": {comma_hint(card)}"
+    return did_you_mean(catalog, card, limit)
 
 
 MAX_SUGGESTED_EACH = 2
@@ -328,11 +341,16 @@ def did_you_mean(catalog: CardCatalog, card: str, limit: int) -> str:
     """`` (did you mean NVIDIA-A100-SXM4-40GB or NVIDIA-A100-SXM4-80GB?)`` — every discovered type ``card`` most
     likely meant (:meth:`CardCatalog.suggest`), the first ``limit`` named and the rest counted; empty for none."""
     suggestion = catalog.suggest(card, limit)
-    names = [clipped(name) for name in suggestion.names]
+    return did_you_mean_text([clipped(name) for name in suggestion.names], suggestion.total)
+
+
+def did_you_mean_text(names: Sequence[str], total: int) -> str:
+    """`` (did you mean A or B?)``, `` (did you mean one of A, B and 3 more?)`` for ``names`` shown of ``total``;
+    empty for none."""
     if not names:
         return ""
-    if suggestion.total > len(names):
-        return f" (did you mean one of {', '.join(names)} and {suggestion.total - len(names):,} more?)"
+    if total > len(names):
+        return f" (did you mean one of {', '.join(names)} and {total - len(names):,} more?)"
     if len(names) == 1:
         return f" (did you mean {names[0]}?)"
     return f" (did you mean {', '.join(names[:-1])} or {names[-1]}?)"

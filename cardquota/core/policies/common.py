@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -17,7 +17,7 @@ from cardquota.core.objects import Manifest
 from cardquota.core.policies.config import Admit, PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, decide
-from cardquota.core.violations import Violation, invalid, same_value, value_at
+from cardquota.core.violations import FieldPath, Violation, invalid, not_found, same_value, shown, value_at
 from cardquota.core.workloads import TEMPLATE_PATHS
 
 View = TypeVar("View")
@@ -69,6 +69,31 @@ def warning_unknown_card_keys(kind: str) -> Callable[[Admit], Admit]:
             return dataclasses.replace(verdict, warnings=(*verdict.warnings, *found)) if found else verdict
         return admitted
     return wrap
+
+
+MAX_NAMES_COMPARED = 10_000
+"""Names a "did you mean" compares a misspelt one with (the first ones, in the order given): a namespace of more
+PodGroups than this is searched in part, so a review's cost stays bounded."""
+NAME_CUTOFF = 0.75
+"""How alike a name must be to be suggested (difflib's ratio): ``trainig-pg`` for ``training-pg`` is 0.95,
+``team-b`` for ``team-a`` 0.83, ``a`` for ``b`` 0."""
+
+
+def did_you_mean_name(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean training-pg?)`` — the one or two names among ``candidates`` (queues, a namespace's
+    PodGroups) closest to a misspelt ``name``; empty when none is close."""
+    pool = [candidate for candidate, _ in zip(candidates, range(MAX_NAMES_COMPARED), strict=False)
+            if candidate != name]
+    close = difflib.get_close_matches(name, pool, n=2, cutoff=NAME_CUTOFF)
+    return f" (did you mean {' or '.join(map(shown, close))}?)" if close else ""
+
+
+def queue_not_found(path: FieldPath | str, queue: str, snapshot: ClusterSnapshot, *, what: str = "queue",
+                    said: str | None = None) -> Violation:
+    """``queue team-b does not exist (did you mean team-a?)`` at ``path`` (``what``: ``parent queue``; ``said``: the
+    queue as the message shows it, when it says more than its name), the suggestion among the snapshot's queues."""
+    return not_found(path, f"{what} {said or shown(queue)} does not exist"
+                           f"{did_you_mean_name(queue, snapshot.queues)}")
 
 
 SKIPPED = f"not checked: {NO_CLUSTER} (pass --cluster, or wait for the webhook's first full list)"

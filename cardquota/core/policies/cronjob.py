@@ -14,7 +14,7 @@ from cardquota.core.policies import job as job_policy
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import FieldPath, Violation, invalid
+from cardquota.core.violations import FieldPath, Violation, invalid, warning_under
 
 TEMPLATE = FieldPath.of("spec", "jobTemplate")
 VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
@@ -29,7 +29,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     old_job = template_job(old)[0] if old is not None else None
     verdict = job_policy.admit(job, old_job, snapshot, config)
     return decide([violation.under(TEMPLATE) for violation in verdict.violations],
-                  [_warning_under(warning) for warning in verdict.warnings])
+                  [warning_under(TEMPLATE, warning) for warning in verdict.warnings])
 
 
 def template_job(manifest: Manifest) -> tuple[Manifest | None, Violation | None]:
@@ -51,11 +51,3 @@ def template_job(manifest: Manifest) -> tuple[Manifest | None, Violation | None]
         job_metadata["namespace"] = outer["namespace"]
     return {"apiVersion": VOLCANO_JOB_API, "kind": "Job", "metadata": job_metadata,
             "spec": template.get("spec") if template.get("spec") is not None else {}}, None
-
-
-_JOB_PATHS = ("spec.", "metadata.")
-
-
-def _warning_under(warning: str) -> str:
-    """A Job warning that starts with a field path, moved under the template (others are kept as they are)."""
-    return f"{TEMPLATE}.{warning}" if warning.startswith(_JOB_PATHS) else warning

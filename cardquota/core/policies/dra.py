@@ -37,9 +37,9 @@ from cardquota.core.dra_quota import (
 )
 from cardquota.core.errors import one_line
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.policies.common import skipped
+from cardquota.core.policies.common import queue_not_found, skipped
 from cardquota.core.snapshot import ClusterSnapshot
-from cardquota.core.violations import FieldPath, Violation, invalid, not_found, not_supported, shown, type_name
+from cardquota.core.violations import FieldPath, Violation, invalid, not_supported, shown, type_name
 
 PARENT_PATH = FieldPath.of("spec", "parent")
 
@@ -123,7 +123,7 @@ def _parent_violations(parent: str, capability: Quotas,
             return [], []
         if snapshot.complete:
             # Worded as the card-quota hierarchy rule words it, so the Queue policy shows it once.
-            return [not_found(PARENT_PATH, f"parent queue {shown(parent)} does not exist")], []
+            return [queue_not_found(PARENT_PATH, parent, snapshot, what="parent queue")], []
         return [], [skipped(f"{DRA_PATH}.capability against parent queue {shown(parent)}")]
     limits = read_quotas(record.queue.dra.get(CAPABILITY))
     violations = []

@@ -6,10 +6,13 @@ replica together needs more than the queue allows, the pods beyond the gang only
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cardquota.core.policies.cards import request_against_queue
+from cardquota.core import keys
+from cardquota.core.policies.cards import MAX_NAMED, request_against_queue
 from cardquota.core.quota import clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.violations import FieldPath, Violation, shown
@@ -37,6 +40,39 @@ def derived_request(roles: Sequence[CardRole], gang: Sequence[int] | None) -> di
         if amount > 0:
             request[role.card_name] = request.get(role.card_name, 0) + amount
     return request
+
+
+def derivation(roles: Sequence[CardRole], gang: Sequence[int] | None, noun: str) -> str:
+    """How :func:`derived_request` got its request, for messages: ``{"NVIDIA-A100":32}: 4 pods of task worker x 8``
+    (with a multiplication sign for the x; roles of no card left out; a few roles named and the rest counted)."""
+    request = derived_request(roles, gang)
+    parts = []
+    for role in roles:
+        pods = role.replicas if gang is None else min(gang[role.index], role.replicas)
+        if pods * role.cards_per_pod > 0:
+            parts.append(f"{pods} pod{'s' if pods != 1 else ''} of {noun} {shown(role.name)} × {role.cards_per_pod}")
+    more = f" and {len(parts) - MAX_NAMED:,} more {noun}s" if len(parts) > MAX_NAMED else ""
+    written = json.dumps({clipped(key): amount for key, amount in request.items()}, separators=(",", ":"),
+                         ensure_ascii=False)
+    return f"{written}: {' + '.join(parts[:MAX_NAMED])}{more}"
+
+
+def as_derived(violations: Iterable[Violation], request_path: FieldPath | str, at: FieldPath | str,
+               derived_from: str, how: str) -> list[Violation]:
+    """Violations of a ``volcano.sh/card.request`` the policy derived (nobody wrote it), said as derived and moved
+    to what it was derived from (``at``): ``the volcano.sh/card.request derived from the tasks
+    ({"NVIDIA-A100":32}: 4 pods of task worker x 8) requests 32 NVIDIA-A100 but …``. Violations elsewhere (a
+    missing queue at ``spec.queue``) are kept as they are."""
+    said = f"the {keys.CARD_REQUEST} derived from {derived_from} ({how})"
+    moved = []
+    for violation in violations:
+        if violation.path != str(request_path):
+            moved.append(violation)
+            continue
+        joint = " " if violation.message.startswith("requests ") else ": "
+        moved.append(dataclasses.replace(violation, path=str(at), message=f"{said}{joint}{violation.message}")
+                     .depending_on(request_path))
+    return moved
 
 
 def gang_against_queue(wanted: Mapping[str, int], full: Mapping[str, int], pods: int, queue: str,

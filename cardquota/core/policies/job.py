@@ -31,7 +31,7 @@ from cardquota.core.policies.cards import (
 from cardquota.core.policies.common import annotations_of, ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
-from cardquota.core.policies.gang import CardRole, derived_request, gang_against_queue
+from cardquota.core.policies.gang import CardRole, as_derived, derivation, derived_request, gang_against_queue
 from cardquota.core.policies.mgpu import mgpu_violations
 from cardquota.core.policies.pod import affinity_typo_warnings, unnamed_card_finding
 from cardquota.core.policies.podgroup import read_request_header
@@ -75,16 +75,21 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
                 ).depending_on(CARD_REQUEST_PATH))
     warnings: list[str] = [*_template_pod_warnings(manifest), *(f for f in unnamed if isinstance(f, str))]
     full: dict[str, int] = {}
+    counts: list[int] | None = None
     if not request.present and tasks:
-        wanted = derived_request(tasks, _gang_counts(manifest))
+        counts = _gang_counts(manifest)
+        wanted = derived_request(tasks, counts)
         full = derived_request(tasks, None)
         if wanted:
             patch = set_annotation(manifest, keys.CARD_REQUEST, json.dumps(wanted, separators=(",", ":")))
     if wanted and header.queue_ok and request.ok:
         fit, fit_warnings = gang_against_queue(wanted, full, sum(task.replicas for task in tasks), header.queue,
                                                snapshot, CARD_REQUEST_PATH, _derived_said)
-        # a request derived from the tasks depends on them, their replicas and minAvailable: on the whole spec
-        violations.extend(fit if request.present else [violation.depending_on(SPEC) for violation in fit])
+        # a request derived from the tasks is said so, at the tasks; it depends on them, their replicas and
+        # minAvailable: on the whole spec
+        violations.extend(fit if request.present else [
+            violation.depending_on(SPEC) for violation in
+            as_derived(fit, CARD_REQUEST_PATH, TASKS, "the tasks", derivation(tasks, counts, "task"))])
         warnings.extend(fit_warnings)
     return decide(violations, warnings, patch)
 

@@ -42,7 +42,14 @@ from cardquota.core.policies.cards import (
     product_label,
     unknown_type_warnings,
 )
-from cardquota.core.policies.common import ratcheting, read_view, skipped, warning_unknown_card_keys
+from cardquota.core.policies.common import (
+    did_you_mean_name,
+    queue_not_found,
+    ratcheting,
+    read_view,
+    skipped,
+    warning_unknown_card_keys,
+)
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
@@ -156,15 +163,36 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
     queue = shown(queue_name)
     if snapshot.pod_queue_from_namespace(pod):  # (the queue Volcano's PodGroup mutation will give it)
         queue += f" (namespace {shown(pod.key[0])}'s {keys.QUEUE_NAME})"
+    group = missing_podgroup(pod, snapshot)  # then the queue is only a guess: the PodGroup is what is wrong
     if record is None:
         if snapshot.complete:
-            violations.append(not_found(ANNOTATIONS.key(keys.QUEUE_NAME), f"queue {queue} does not exist"))
+            violations.append(group or queue_not_found(QUEUE_NAME_PATH, queue_name, snapshot, said=queue))
         else:
             warnings.append(skipped(f"quota of queue {queue} for {shown(card_name)}"))
     elif not any(card in record.quota.values for card in alternatives):
         which = shown(card_name) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
-        violations.append(invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}"))
+        violations.append(group or invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}"))
+    elif group is not None:
+        warnings.append(str(group))
     return violations, warnings
+
+
+QUEUE_NAME_PATH = ANNOTATIONS.key(keys.QUEUE_NAME)
+GROUP_NAME_PATH = ANNOTATIONS.key(keys.GROUP_NAME)
+
+
+def missing_podgroup(pod: Pod, snapshot: ClusterSnapshot) -> Violation | None:
+    """A pod naming a PodGroup (``scheduling.k8s.io/group-name``) the complete snapshot does not hold: Volcano
+    schedules a pod only with its PodGroup, and its queue is the PodGroup's, so what is wrong is the name (most
+    often misspelt: the closest PodGroups of its namespace are suggested), not the queue it would fall back to."""
+    if pod.group_key is None or not snapshot.complete or pod.group_key in snapshot.podgroups:
+        return None
+    namespace, name = pod.group_key[0], pod.group_key[1]
+    others = (key[1] for key in snapshot.podgroups if key[0] == namespace)
+    return not_found(GROUP_NAME_PATH, f"PodGroup {shown(namespace)}/{shown(name)} does not exist"
+                                      f"{did_you_mean_name(name, others)}: Volcano schedules a pod only with its "
+                                      f"PodGroup, in the PodGroup's queue; fix {keys.GROUP_NAME} or create the "
+                                      "PodGroup")
 
 
 def _scheduler_name(manifest: Manifest) -> str:

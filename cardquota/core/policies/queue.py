@@ -30,6 +30,7 @@ from cardquota.core.objects import CPU_MEMORY, Manifest, Queue
 from cardquota.core.policies.cards import CARD_QUOTA_PATH, format_amounts, unknown_type_warnings
 from cardquota.core.policies.common import (
     annotations_of,
+    queue_not_found,
     ratcheting,
     read_view,
     skipped,
@@ -42,7 +43,7 @@ from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, car
 from cardquota.core.scheduling.capacity_card import CARD_UNLIMITED_CPU_MEMORY
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
-from cardquota.core.violations import FieldPath, Violation, invalid, merge_violations, not_found, shown
+from cardquota.core.violations import FieldPath, Violation, invalid, merge_violations, shown
 
 ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
@@ -166,7 +167,7 @@ def _hierarchy(queue: Queue, quota: CardAmounts, snapshot: ClusterSnapshot) -> t
         if parent is None:
             if snapshot.complete:
                 # found only for a queue with a card quota, and about that quota: it depends on it too
-                violations.append(not_found(PARENT_PATH, f"parent queue {shown(queue.parent)} does not exist")
+                violations.append(queue_not_found(PARENT_PATH, queue.parent, snapshot, what="parent queue")
                                   .depending_on(CARD_QUOTA_PATH))
             else:
                 warnings.append(skipped(f"card quota against parent queue {shown(queue.parent)}"))

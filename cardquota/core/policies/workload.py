@@ -25,14 +25,14 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.common import ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.policies.gang import CardRole, derived_request, gang_against_queue
+from cardquota.core.policies.gang import CardRole, as_derived, derivation, derived_request, gang_against_queue
 from cardquota.core.policies.pod import DEFAULT_SCHEDULER
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
-from cardquota.core.violations import FieldPath, Violation, invalid, shown
+from cardquota.core.violations import FieldPath, Violation, invalid, shown, warning_under
 from cardquota.core.workload_kinds import Gang, GroupShape, gang_of
 from cardquota.core.workloads import TEMPLATE_PATHS
 
@@ -108,7 +108,7 @@ def template_findings(template: Mapping[str, Any], where: FieldPath, namespace: 
            "spec": as_defaulted(template.get("spec") or {})}
     verdict = admit_pod(pod, None, snapshot, config)
     violations = [violation.under(where) for violation in verdict.violations]
-    warnings = list(verdict.warnings)
+    warnings = [warning_under(where, warning) for warning in verdict.warnings]
     if violations and (deleting or (previous is not None and previous == template)):
         warnings = [*(f"{v.path}: {v.message} (already in the template before this update, so not denied)"
                       for v in violations), *warnings]
@@ -307,8 +307,8 @@ def _group_against_queue(group: GroupShape, gang: Gang, created: Mapping[str, Ma
 
     violations, warnings = gang_against_queue(wanted, full, pods, queue, snapshot, SPEC, gang_said) \
         if wanted else ([], [])
-    violations = [violation.with_message(f"{said} {violation.message}").depending_on(gang.queue_path)
-                  for violation in violations]
+    violations = [violation.with_message(f"{said}: {violation.message}").depending_on(gang.queue_path)
+                  for violation in as_derived(violations, SPEC, SPEC, "its pods", derivation(roles, counts, "role"))]
     if not violations and group.copies > 1:
         record = snapshot.queues.get(queue)
         for key, amount in full.items():

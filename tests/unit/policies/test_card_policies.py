@@ -336,8 +336,9 @@ def test_job_without_request_gets_one_by_mutation() -> None:
 
 
 def test_derived_request_that_can_never_fit_is_denied() -> None:
+    """Denied at the tasks it was derived from (nobody wrote the card.request: issue 40 item 8)."""
     denied_at(check(vcjob(None, task("worker", A100, replicas=11), min_available=11), cluster(team_a())),
-              (REQUEST, Reason.INVALID))
+              ("spec.tasks", Reason.INVALID))
     assert check(vcjob(None, task("worker", A100, replicas=10), min_available=10), cluster(team_a())).allowed
 
 

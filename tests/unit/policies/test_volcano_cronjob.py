@@ -54,7 +54,7 @@ def test_a_malformed_card_name_in_the_job_template_is_denied_as_in_a_batch_cronj
 def test_the_job_rules_apply_to_the_template() -> None:
     """A request that can never fit its queue, an uncovered task, a missing queue: paths under spec.jobTemplate."""
     denied_at(admit(cronjob(replicas=9), None, snapshot(quota=8), PolicyConfig()),
-              ('spec.jobTemplate.metadata.annotations["volcano.sh/card.request"]', Reason.INVALID))
+              ("spec.jobTemplate.spec.tasks", Reason.INVALID))  # (a derived request: at the tasks)
     verdict = admit(cronjob(request={"NVIDIA-H100": 1}), None, snapshot(), PolicyConfig())
     assert not verdict.allowed
     assert all(violation.path.startswith("spec.jobTemplate.") for violation in verdict.violations)
