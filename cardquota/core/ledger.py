@@ -643,7 +643,9 @@ class Ledger:
         :class:`~cardquota.core.snapshot.UnquotedQueues` the cluster runs with: what ``--unquoted-queues=zero``
         refuses more of (``usage`` and ``doctor`` say so)."""
         held: dict[str, int] = {}
-        for queue in self.snapshot.queues:  # (usage charged to a queue with no Queue object is said apart)
+        for queue, record in self.snapshot.queues.items():
+            if record.quota.violations:  # (a quota that cannot be read is said apart, as is a queue with no object)
+                continue
             usage = self.usage(queue)
             if not usage.quota:
                 total = sum(usage.allocated.values()) + sum(usage.inqueue.values()) + sum(usage.pending.values())
