@@ -89,7 +89,8 @@ async def test_pods_plain_card_denied_and_generated_names(server: Server) -> Non
     wrong = pod("w", namespace="ml", card=A100, gpus=1, resource="nvidia.com/gpu.shared", queue="team-a")
     answer = await server.validate(review(wrong))
     assert answer["status"]["message"] == ('metadata.annotations["volcano.sh/card.name"]: NVIDIA-A100 is requested '
-                                           "through nvidia.com/gpu, but the pod requests nvidia.com/gpu.shared")
+                                           "through nvidia.com/gpu, but the pod requests nvidia.com/gpu.shared "
+                                           "(did you mean NVIDIA-A100/mps-80g*1/8?)")
 
 
 async def test_node_and_scheduler_configmap(server: Server) -> None:

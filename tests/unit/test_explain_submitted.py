@@ -116,8 +116,9 @@ def test_a_gang_its_queue_can_never_hold_is_refused_as_admission_refuses_it() ->
     job = pytorch_job(8, workers=1)  # 16 cards, queue ml allows 8
     explanation = explain([*CLUSTER, job], job, UNLIMITED)
     assert explanation.blockers[0] == (
-        "Admission refuses it: spec: its PodGroup pt (Kubeflow training operator v1.9, minMember 2) requests 16 "
-        f"{H100} but queue ml allows at most 8: it can never run")
+        "Admission refuses it: spec: its PodGroup pt (Kubeflow training operator v1.9, minMember 2): the "
+        f'volcano.sh/card.request derived from its pods ({{"{H100}":16}}: 1 pod of role Master × 8 + 1 pod of role '
+        f"Worker × 8) requests 16 {H100} but queue ml allows at most 8: it can never run")
 
 
 def test_a_trainjob_without_its_runtime_is_said_not_checked_and_with_it_is_explained() -> None:
