@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 from typing import Any
 
 import pytest
@@ -245,3 +246,24 @@ def test_check_takes_the_setting(tmp_path: Any) -> None:
         codes.append(run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file),
                                        "--unquoted-queues", setting, "-o", "json"], stdout=out, stderr=err))
     assert codes == [1, 0]
+
+
+def test_named_card_requests_in_a_queue_without_a_quota_say_why_they_can_never_run_and_what_to_do() -> None:
+    """Named requests are held to 0 by Volcano's plugin itself, whatever --unquoted-queues says: the message says so."""
+    for policy in (ZERO, UNLIMITED):
+        named = check(pod("p", card=A100, gpus=1), cluster(policy))
+        denied_at(named, (CARD_NAME, Reason.INVALID))
+        assert named.violations[0].message == (
+            "queue default has no quota for NVIDIA-A100: a queue holds 0 of a card type its volcano.sh/card.quota "
+            "does not list (Volcano's capacity-card plugin holds a named card request so, whatever cardquota's "
+            "--unquoted-queues says); add the type to it")
+        group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                 "metadata": {"name": "g", "namespace": "ml",
+                              "annotations": {"volcano.sh/card.request": json.dumps({A100: 1})}},
+                 "spec": {"queue": "default", "minMember": 1}}
+        verdict = check(group, cluster(policy))
+        assert not verdict.allowed
+        assert verdict.violations[0].message.endswith(
+            "queue default has no card quota (volcano.sh/card.quota), so no card request in it can ever run: a queue "
+            "holds 0 of a card type its volcano.sh/card.quota does not list (Volcano's capacity-card plugin holds a "
+            "named card request so, whatever cardquota's --unquoted-queues says); add the type to it")

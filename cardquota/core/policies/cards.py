@@ -231,6 +231,10 @@ def _kind_of(card_type: str) -> str:
     return "mps" if _MPS_TYPE in card_type else _WHOLE
 
 
+HELD_TO_0 = (f"a queue holds 0 of a card type its {keys.CARD_QUOTA} does not list (Volcano's capacity-card plugin "
+             "holds a named card request so, whatever cardquota's --unquoted-queues says); add the type to it")
+"""Why a named card request in a queue without quota for its type can never run, and what to do."""
+
 QUEUE_PATH = FieldPath.of("spec", "queue")
 """A PodGroup's or Volcano Job's queue."""
 
@@ -269,7 +273,7 @@ def _request_against_queue(request: Mapping[str, int], queue_name: str, snapshot
     quota = record.quota.values
     if not quota:
         violations.append(invalid(path, f"queue {shown(queue_name)} has no card quota ({keys.CARD_QUOTA}), so "
-                                        "no card request in it can ever run"))
+                                        f"no card request in it can ever run: {HELD_TO_0}"))
         return violations, warnings
     unquoted: dict[str, None] = {}
     usable: dict[str, None] = {}

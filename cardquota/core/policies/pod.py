@@ -36,6 +36,7 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, Pod
 from cardquota.core.policies.cards import (
     CARD_NAME_PATH,
+    HELD_TO_0,
     card_name_resource_violations,
     card_product,
     listed_names,
@@ -171,7 +172,7 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
             warnings.append(skipped(f"quota of queue {queue} for {shown(card_name)}"))
     elif not any(card in record.quota.values for card in alternatives):
         which = shown(card_name) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
-        violations.append(group or invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}"))
+        violations.append(group or invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}: {HELD_TO_0}"))
     elif group is not None:
         warnings.append(str(group))
     return violations, warnings
