@@ -16,6 +16,7 @@ from cardquota.core.objects import Manifest, completed, given_name, is_generated
 from cardquota.core.policies.common import CLUSTER_RULES, skipped_rule
 from cardquota.core.snapshot import CardPolicy, OutsideVolcano, UnquotedQueues, kind_of
 from cardquota.core.verdict import PatchOperation, Verdict
+from cardquota.core.workloads import as_defaulted
 from cardquota.loader import Document
 
 Identity = tuple[str, str, str, str]
@@ -47,6 +48,8 @@ def to_admit(manifest: Manifest, existing: Mapping[Identity, Manifest]) -> tuple
     key = identity(manifest)
     old = None if is_generated(key[3]) else existing.get(key)
     new = completed(manifest) if old is None else applied(manifest, old)
+    if key[0] == "" and key[1] == "Pod" and isinstance(new.get("spec"), Mapping):
+        new = {**new, "spec": as_defaulted(new["spec"])}  # (as the API server stores a pod, webhooks after it)
     return key, new, old
 
 

@@ -18,6 +18,8 @@ GROUP_NAME = "scheduling.k8s.io/group-name"
 """Pod annotation naming the pod's PodGroup (same namespace)."""
 
 DEFAULT_QUEUE = "default"
+DEFAULT_SCHEDULER = "default-scheduler"
+"""The ``spec.schedulerName`` the API server gives a pod that names none (``SetDefaults_PodSpec``)."""
 """The queue of a pod that names none, directly or through its PodGroup."""
 VOLCANO_SCHEDULER = "volcano"
 """The ``spec.schedulerName`` of Volcano's scheduler as installed (its ``--scheduler-name``, a list: more can be

@@ -121,6 +121,11 @@ def _scheduler_of(template: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def _names_other_schedulers(roles: tuple[Role, ...]) -> bool:
+    """Whether every role's template names a scheduler other than Volcano's (so none of its pods is Volcano's)."""
+    return bool(roles) and all(_scheduler_of(role.template) not in (None, VOLCANO_SCHEDULER) for role in roles)
+
+
 def _names_volcano(roles: tuple[Role, ...]) -> bool:
     return any(_scheduler_of(role.template) == VOLCANO_SCHEDULER for role in roles)
 
@@ -147,6 +152,11 @@ def training_job(manifest: Manifest) -> Gang:
     (pkg/controller.v1/control/podgroup_control.go) sets ``schedulerName: volcano`` on templates that name no
     scheduler and the ``scheduling.k8s.io/group-name`` annotation; pods are created once the PodGroup is no longer
     Pending (``DelayPodCreationDueToPodGroup``).
+
+    Gang scheduling is the operator's choice, not the job's (``EnableGangScheduling()``, from
+    ``--gang-scheduler-name``, decides for every job: job.go ``ReconcileJobs``): a job is taken to run on Volcano,
+    as it does on a cluster whose training operator gangs on Volcano, unless every template names another
+    scheduler — with or without ``runPolicy.schedulingPolicy``.
 
     mpi-operator v0.8.0 (``kubeflow.org/v2beta1`` MPIJob), ``VolcanoCtrl.newPodGroup`` (pkg/controller/podgroup.go):
     ``minMember`` is ``schedulingPolicy.minAvailable``, else the workers' replicas + 1 (the launcher); the queue is
@@ -178,7 +188,7 @@ def training_job(manifest: Manifest) -> Gang:
     shaped = tuple(roles)
     what = "mpi-operator v0.8" if mpi_v2 else "Kubeflow training operator v1.9"
     return Gang(what, (GroupShape(name, shaped, max(minimum, 1) if total else 0),), queue, queue_path,
-                volcano=bool(policy) or _names_volcano(shaped), scheduler=VOLCANO_SCHEDULER,
+                volcano=bool(policy) or not _names_other_schedulers(shaped), scheduler=VOLCANO_SCHEDULER,
                 elastic=minimum < total, cut=max(len(specs) - MAX_ROLES, 0))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cardquota.core import keys
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest
 
@@ -18,6 +19,16 @@ TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
     ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
 }
 """Where each workload kind keeps its pod template ((API group, kind) -> path)."""
+
+def as_defaulted(spec: Any) -> Any:
+    """A pod template's spec as the API server stores it: ``schedulerName`` defaults to ``default-scheduler``
+    (``SetDefaults_PodSpec``, k8s.io/kubernetes pkg/apis/core/v1/defaults.go, v1.35 — run on pods and on the
+    templates of Deployments and the other workloads alike), so a template offline that names no scheduler is not
+    Volcano's."""
+    if isinstance(spec, MAPPING_TYPES) and not spec.get("schedulerName"):
+        return {**spec, "schedulerName": keys.DEFAULT_SCHEDULER}
+    return spec
+
 
 WorkloadKey = tuple[str, str, str, str]
 """(API group, kind, namespace, name)."""

@@ -93,17 +93,6 @@ DENIALS = [
      f"spec: its PodGroup llm (Kubeflow training operator v1.9, minMember 4): the volcano.sh/card.request derived "
      f'from its pods ({{"{A100}":32}}: 1 pod of role Master × 8 + 3 pods of role Worker × 8) requests 32 {A100} but '
      "queue team-a allows at most 16: it can never run"),
-    ("a misspelt PodGroup name is said, not the default queue",
-     card_pod(A100, group="trainig-pg"), (podgroup("training-pg", namespace="ml", queue="team-a"),
-                                          podgroup("other", namespace="ml", queue="team-a"),
-                                          podgroup("training-pg2", namespace="elsewhere", queue="team-a")),
-     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/trainig-pg does not exist (did you mean '
-     "training-pg?): Volcano schedules a pod only with its PodGroup, in the PodGroup's queue; fix "
-     "scheduling.k8s.io/group-name or create the PodGroup"),
-    ("a PodGroup name like none of its namespace's gets no suggestion",
-     card_pod(A100, group="zz"), (podgroup("training-pg", namespace="ml", queue="team-a"),),
-     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/zz does not exist: Volcano schedules a pod '
-     "only with its PodGroup, in the PodGroup's queue; fix scheduling.k8s.io/group-name or create the PodGroup"),
     ("a comma between alternatives in card.name",
      card_pod(f"{A100},{H100}"), (),
      f'metadata.annotations["volcano.sh/card.name"]: "{A100},{H100}" has a comma: alternatives are separated by |, '
@@ -138,10 +127,25 @@ def test_the_denial_says_what_is_wrong(manifest: dict[str, Any], objects: tuple[
 
 
 WARNINGS = [
+    # A PodGroup not there (yet) is said, never denied on the queue the pod would fall back to: operators create a
+    # gang's PodGroup after its pods (LeaderWorkerSet, KubeRay), and the queue is the PodGroup's.
     ("a misspelt PodGroup name with a queue that holds the cards: a warning",
      card_pod(A100, group="trainig-pg", queue="team-a"), (podgroup("training-pg", namespace="ml", queue="team-a"),),
-     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/trainig-pg does not exist (did you mean '
+     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/trainig-pg does not exist yet (did you mean '
      "training-pg?)"),
+    ("a misspelt PodGroup name is said, not the default queue",
+     card_pod(A100, group="trainig-pg"), (podgroup("training-pg", namespace="ml", queue="team-a"),
+                                          podgroup("other", namespace="ml", queue="team-a"),
+                                          podgroup("training-pg2", namespace="elsewhere", queue="team-a")),
+     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/trainig-pg does not exist yet (did you mean '
+     "training-pg?): Volcano schedules a pod only with its PodGroup, in the PodGroup's queue, so its queue's quota "
+     "is judged once the PodGroup exists; if the name is misspelt, fix scheduling.k8s.io/group-name"),
+    ("a PodGroup name like none of its namespace's gets no suggestion",
+     card_pod(A100, group="zz"), (podgroup("training-pg", namespace="ml", queue="team-a"),),
+     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/zz does not exist yet: Volcano schedules'),
+    ("a leader pod of a LeaderWorkerSet, its PodGroup not created yet, unnamed, in no quota'd fallback queue",
+     pod("l-0", namespace="ml", gpus=1, group="l-0-5d8f7c"), (podgroup("other", namespace="ml", queue="team-a"),),
+     'metadata.annotations["scheduling.k8s.io/group-name"]: PodGroup ml/l-0-5d8f7c does not exist yet'),
     ("a comma in a quota key",
      queue("q", {f"{A100},{H100}": 1}, capability={"cpu": "8", "memory": "8Gi"}), (),
      f"card type {A100},{H100} is not offered by any node: alternatives are separated by |, not a comma (did you "

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 import pytest
-from builders import container, gpu_node, pod, queue
+from builders import ascend_node, container, gpu_node, pod, queue
 from verdicts import denied_at
 
 from cardquota.cli import doctor as doctor_cli
@@ -267,3 +267,57 @@ def test_named_card_requests_in_a_queue_without_a_quota_say_why_they_can_never_r
             "queue default has no card quota (volcano.sh/card.quota), so no card request in it can ever run: a queue "
             "holds 0 of a card type its volcano.sh/card.quota does not list (Volcano's capacity-card plugin holds a "
             "named card request so, whatever cardquota's --unquoted-queues says); add the type to it")
+
+
+# ------------------------------------------------------------------- what review found (each failed before)
+
+
+def test_a_queue_with_a_quota_for_other_types_only_holds_an_unnamed_pod_to_0_and_says_so() -> None:
+    snapshot = cluster(ZERO, ascend_node("npu-1", product="Ascend910B3"))
+    verdict = check(pod("p", gpus=1, resource="huawei.com/Ascend910", queue="team-a"), snapshot)
+    denied_at(verdict, (CARD_NAME, Reason.INVALID))
+    assert verdict.violations[0].message == (
+        "the pod requests huawei.com/Ascend910 in queue team-a, whose card quota lists no card type offered through "
+        "huawei.com/Ascend910 (Ascend910B3): a card type without a quota is held to 0, so it can never run; add the "
+        "type to the queue's volcano.sh/card.quota and name it in volcano.sh/card.name")
+
+
+def test_an_unnamed_card_pod_in_a_queue_that_does_not_exist_is_refused_with_the_queues_there() -> None:
+    verdict = check(pod("p", gpus=1, queue="team-b"), cluster())
+    denied_at(verdict, ('metadata.annotations["scheduling.volcano.sh/queue-name"]', Reason.NOT_FOUND))
+    assert verdict.violations[0].message.startswith("queue team-b does not exist (did you mean team-a?)")
+
+
+def test_check_reads_a_bare_pod_naming_no_scheduler_as_the_api_server_stores_it(tmp_path: Any) -> None:
+    import yaml
+
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump_all([gpu_node("a100-1", A100, 8), queue("default")]))
+    bare = pod("p", gpus=1)
+    bare["spec"].pop("schedulerName", None)
+    workload = tmp_path / "pod.yaml"
+    workload.write_text(yaml.safe_dump(bare))
+    out, err = io.StringIO(), io.StringIO()
+    code = run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file), "-o", "json"],
+               stdout=out, stderr=err)
+    assert code == 0  # the default scheduler's: warned (--card-pods-outside-volcano=warn), as the webhook would
+    assert json.loads(out.getvalue())[0]["warnings"][0].startswith(
+        "the pod requests nvidia.com/gpu with scheduler default-scheduler")
+
+
+def test_simulate_reads_templates_naming_no_scheduler_as_the_default_schedulers() -> None:
+    nodes = [gpu_node("a100-1", A100, 8), {**queue("default", capability={"cpu": "100", "memory": "1Ti"}),
+                                           "status": {"state": "Open"}}]
+    template = {"spec": {"containers": [container(limits={"nvidia.com/gpu": "1"})]}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "vllm", "namespace": "ml"},
+                  "spec": {"replicas": 1, "template": template}}
+    result = simulate(nodes, [deployment], SchedulerConfig(), card_gate=False)
+    assert result.placements["ml/vllm-0"].node == "a100-1"  # not held to 0 in queue default: Volcano charges none
+
+
+def test_simulate_names_a_workload_of_more_pods_than_it_expands_rather_than_building_them() -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "huge", "namespace": "ml"},
+                  "spec": {"replicas": 2_000_000_000, "template": {"spec": {"containers": [container()]}}}}
+    result = simulate([gpu_node("a100-1", A100, 8)], [deployment], SchedulerConfig(), card_gate=False)
+    assert result.not_simulated == ["Deployment ml/huge (2,000,000,000 pods: simulate expands at most 10,000 per "
+                                    "workload)"]

@@ -56,6 +56,7 @@ from cardquota.core.policies.crossquota import scoring_strategy_violations
 from cardquota.core.policies.mgpu import may_break_mgpu_rules, mgpu_violations
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.quota import card_alternatives, card_name_violation
+from cardquota.core.resources import card_requests
 from cardquota.core.snapshot import CardCatalog, ClusterSnapshot, OutsideVolcano, UnquotedQueues
 from cardquota.core.verdict import SHARED_OPERATIONS, PatchOperation, Verdict, decide, pointer
 from cardquota.core.violations import (
@@ -64,14 +65,13 @@ from cardquota.core.violations import (
     Violation,
     forbidden,
     invalid,
-    not_found,
     not_supported,
     required,
     shown,
     written,
 )
 
-DEFAULT_SCHEDULER = "default-scheduler"
+DEFAULT_SCHEDULER = keys.DEFAULT_SCHEDULER
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 AFFINITY_TYPOS = {
@@ -111,8 +111,10 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
                 patch = [*patch, *gate_operations(manifest)]
     elif not pod.bound and snapshot.charges_a_queue(pod):
         outside = outside_volcano_finding(pod, snapshot, gate=config.card_gate, creating=old is None)
-        finding = outside or unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
-                                                  refuse=config.card_gate and old is None, creating=old is None)
+        group = missing_podgroup(pod, snapshot) if card_requests(pod.requests, snapshot.catalog().resources) else None
+        finding = outside or group or unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
+                                                           refuse=config.card_gate and old is None,
+                                                           creating=old is None)
         if isinstance(finding, Violation):
             violations.append(finding)
         elif finding is not None:
@@ -164,17 +166,17 @@ def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,
     queue = shown(queue_name)
     if snapshot.pod_queue_from_namespace(pod):  # (the queue Volcano's PodGroup mutation will give it)
         queue += f" (namespace {shown(pod.key[0])}'s {keys.QUEUE_NAME})"
-    group = missing_podgroup(pod, snapshot)  # then the queue is only a guess: the PodGroup is what is wrong
-    if record is None:
+    group = missing_podgroup(pod, snapshot)  # then the queue is only a guess: the PodGroup is what is said
+    if group is not None:
+        warnings.append(group)
+    elif record is None:
         if snapshot.complete:
-            violations.append(group or queue_not_found(QUEUE_NAME_PATH, queue_name, snapshot, said=queue))
+            violations.append(queue_not_found(QUEUE_NAME_PATH, queue_name, snapshot, said=queue))
         else:
             warnings.append(skipped(f"quota of queue {queue} for {shown(card_name)}"))
     elif not any(card in record.quota.values for card in alternatives):
         which = shown(card_name) if len(alternatives) == 1 else "any of " + ", ".join(map(shown, alternatives))
-        violations.append(group or invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}: {HELD_TO_0}"))
-    elif group is not None:
-        warnings.append(str(group))
+        violations.append(invalid(CARD_NAME_PATH, f"queue {queue} has no quota for {which}: {HELD_TO_0}"))
     return violations, warnings
 
 
@@ -182,18 +184,22 @@ QUEUE_NAME_PATH = ANNOTATIONS.key(keys.QUEUE_NAME)
 GROUP_NAME_PATH = ANNOTATIONS.key(keys.GROUP_NAME)
 
 
-def missing_podgroup(pod: Pod, snapshot: ClusterSnapshot) -> Violation | None:
+def missing_podgroup(pod: Pod, snapshot: ClusterSnapshot) -> str | None:
     """A pod naming a PodGroup (``scheduling.k8s.io/group-name``) the complete snapshot does not hold: Volcano
-    schedules a pod only with its PodGroup, and its queue is the PodGroup's, so what is wrong is the name (most
-    often misspelt: the closest PodGroups of its namespace are suggested), not the queue it would fall back to."""
+    schedules a pod only with its PodGroup, in the PodGroup's queue, so the queue the pod would otherwise fall back to
+    is only a guess and no queue rule denies it. Said, never denied: operators create a gang's PodGroup after its pods
+    (LeaderWorkerSet's pod webhook names it, its pod controller creates it on reconciling the leader:
+    ``InjectPodGroupMetadata`` in pkg/webhooks/pod_webhook.go and ``CreatePodGroupIfNotExists`` in
+    pkg/controllers/pod_controller.go, lws v0.10.0), and a cache may lag; a misspelt name gets the closest PodGroups
+    of its namespace."""
     if pod.group_key is None or not snapshot.complete or pod.group_key in snapshot.podgroups:
         return None
     namespace, name = pod.group_key[0], pod.group_key[1]
     others = (key[1] for key in snapshot.podgroups if key[0] == namespace)
-    return not_found(GROUP_NAME_PATH, f"PodGroup {shown(namespace)}/{shown(name)} does not exist"
-                                      f"{did_you_mean_name(name, others)}: Volcano schedules a pod only with its "
-                                      f"PodGroup, in the PodGroup's queue; fix {keys.GROUP_NAME} or create the "
-                                      "PodGroup")
+    return (f"{GROUP_NAME_PATH}: PodGroup {shown(namespace)}/{shown(name)} does not exist yet"
+            f"{did_you_mean_name(name, others)}: Volcano schedules a pod only with its PodGroup, in the PodGroup's "
+            f"queue, so its queue's quota is judged once the PodGroup exists; if the name is misspelt, fix "
+            f"{keys.GROUP_NAME}")
 
 
 def _scheduler_name(manifest: Manifest) -> str:
@@ -203,8 +209,8 @@ def _scheduler_name(manifest: Manifest) -> str:
 
 
 def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot: ClusterSnapshot, *, refuse: bool,
-                         creating: bool = True, path: FieldPath = CARD_NAME_PATH,
-                         subject: str = "the pod") -> Violation | str | None:
+                         creating: bool = True, path: FieldPath = CARD_NAME_PATH, subject: str = "the pod",
+                         queue_path: FieldPath | None = None) -> Violation | str | None:
     """What is said of a pod (or a pod template: ``subject``, its card.name at ``path``) requesting a card resource
     without volcano.sh/card.name, charged to ``queue``: nothing when no card quota limits it
     (:meth:`~cardquota.core.snapshot.ClusterSnapshot.card_limit_queue`: unquoted queues are unlimited and neither
@@ -217,6 +223,7 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
     requested = sorted(name for name, amount in requests.items() if name in catalog.resources and amount > 0)
     if not requested:
         return None
+    queue_path = QUEUE_NAME_PATH if queue_path is None else queue_path
     limiting = snapshot.card_limit_queue(queue)
     if limiting is None:
         return None
@@ -224,8 +231,12 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
     asked, shown_queue = ", ".join(requested), shown(queue)
     limit = snapshot.queues.get(limiting)
     if limit is None or not limit.quota.values:  # no card quota: held to 0 (UnquotedQueues.ZERO)
-        if own is None:  # (a queue that does not exist is said by the rules that read the queue's name)
-            return None if snapshot.complete else skipped(f"card quota of queue {shown_queue} for {asked}")
+        if own is None:
+            if not snapshot.complete:
+                return skipped(f"card quota of queue {shown_queue} for {asked}")
+            missing = queue_not_found(queue_path, queue, snapshot)
+            return missing.with_message(f"{missing.message}: {subject} requests {asked} there") if creating \
+                else f"{missing.path}: {missing.message}"
         offered = sorted(card for card in catalog.entries if catalog.resource_of(card) in requested)
         types = f" (nodes offer {listed_names(offered)} through {asked})" if offered else ""
         message = (f"{subject} requests {asked} in queue {shown_queue}, which has no card quota ({keys.CARD_QUOTA}): "
@@ -236,10 +247,17 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
         return invalid(path, message) if creating else message
     quotas = f"queue {shown_queue}'s card quota" if limiting == queue else \
         f"the card quota of queue {shown_queue}'s ancestor {shown(limiting)}"
-    if not refuse:
-        return f"{subject} requests {asked} without {keys.CARD_NAME}: {quotas} cannot check it before it is scheduled"
     allowed = [name for name, amount in (own.quota.values if own is not None else {}).items()
                if amount > 0 and catalog.resource_of(name) in requested]
+    if not refuse:
+        if not allowed and limiting == queue and creating:  # (each type it could get is held to 0 there)
+            offered = sorted(card for card in catalog.entries if catalog.resource_of(card) in requested)
+            return invalid(path, f"{subject} requests {asked} in queue {shown_queue}, whose card quota lists no card "
+                                 f"type offered through {asked}"
+                                 f"{f' ({listed_names(offered)})' if offered else ''}: a card type without a quota "
+                                 "is held to 0, so it can never run; add the type to the queue's "
+                                 f"{keys.CARD_QUOTA} and name it in {keys.CARD_NAME}")
+        return f"{subject} requests {asked} without {keys.CARD_NAME}: {quotas} cannot check it before it is scheduled"
     fix = (f"add the annotation {keys.CARD_NAME}: {shown('|'.join(allowed))} (the types of its quota offered through "
            f"{asked}), or one of them" if allowed else
            f"queue {shown_queue}'s quota has no card type offered through {asked} (a type without a quota is held "

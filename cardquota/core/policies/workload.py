@@ -26,7 +26,6 @@ from cardquota.core.objects import Manifest, effective_requests
 from cardquota.core.policies.common import ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.gang import CardRole, as_derived, derivation, derived_request, gang_against_queue
-from cardquota.core.policies.pod import DEFAULT_SCHEDULER
 from cardquota.core.policies.pod import admit as admit_pod
 from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
@@ -34,7 +33,7 @@ from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
 from cardquota.core.violations import FieldPath, Violation, invalid, shown, warning_under
 from cardquota.core.workload_kinds import Gang, GroupShape, gang_of
-from cardquota.core.workloads import TEMPLATE_PATHS
+from cardquota.core.workloads import TEMPLATE_PATHS, as_defaulted
 
 SCALABLE = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")})
 
@@ -81,15 +80,6 @@ def _identity(manifest: Manifest) -> tuple[str, str, bool]:
     metadata = manifest.get("metadata") if isinstance(manifest.get("metadata"), MAPPING_TYPES) else {}
     return (str((metadata or {}).get("namespace") or "default"), str((metadata or {}).get("name")),
             bool((metadata or {}).get("deletionTimestamp")))
-
-
-def as_defaulted(spec: Any) -> Any:
-    """A pod template's spec as the API server stores it: ``schedulerName`` defaults to ``default-scheduler``
-    (``SetDefaults_PodSpec``, k8s.io/kubernetes pkg/apis/core/v1/defaults.go, v1.35 — run on the templates of
-    Deployments and the other workloads too), so a template offline that names no scheduler is not Volcano's."""
-    if isinstance(spec, MAPPING_TYPES) and not spec.get("schedulerName"):
-        return {**spec, "schedulerName": DEFAULT_SCHEDULER}
-    return spec
 
 
 def template_findings(template: Mapping[str, Any], where: FieldPath, namespace: str, name: str,

@@ -356,7 +356,7 @@ class Session:
             if card_type not in capacity_card.fitting_alternatives(pod.card_name, wanted, capability, allocated):
                 return Refusal(capacity_card.INSUFFICIENT_SCALAR, capacity_card.insufficient(
                     queue, card_type, wanted, allocated.get(card_type, 0) + wanted, capability.get(card_type, 0)))
-        else:
+        elif self.ledger.snapshot.charges_a_queue(pod):  # (another scheduler's pod: Volcano charges no queue)
             charged = self.cards_on(key, node)
             if charged:
                 queue = self.queue_of(key)

@@ -42,7 +42,7 @@ from cardquota.core.workload_kinds import (
     not_checked_reason,
     pod_template_path,
 )
-from cardquota.core.workloads import TEMPLATE_PATHS, count_of, gang_pod_counts, job_min_available
+from cardquota.core.workloads import TEMPLATE_PATHS, as_defaulted, count_of, gang_pod_counts, job_min_available
 
 VOLCANO_JOB_API = "batch.volcano.sh/"
 PODGROUP_API = "scheduling.volcano.sh/v1beta1"
@@ -127,14 +127,21 @@ def expand_workloads(workload: Sequence[Manifest], known: Sequence[Manifest] = (
         kind = str(manifest.get("kind", ""))
         metadata = _map(manifest.get("metadata"))
         name, namespace = str(metadata.get("name", "")), str(metadata.get("namespace") or "default")
-        if kind == "Job" and str(manifest.get("apiVersion", "")).startswith(VOLCANO_JOB_API):
+        volcano_job = kind == "Job" and str(manifest.get("apiVersion", "")).startswith(VOLCANO_JOB_API)
+        gang = None if volcano_job or (group, kind) in REPLICATED else gang_of(manifest, objects)
+        pods = _volcano_job_pods(manifest) if volcano_job else _replicas(manifest, kind) \
+            if (group, kind) in REPLICATED else _gang_pods(gang) if gang is not None else 0
+        if pods > MAX_EXPANDED_PODS:
+            skipped.append(f"{kind} {namespace}/{name} ({pods:,} pods: simulate expands at most "
+                           f"{MAX_EXPANDED_PODS:,} per workload)")
+        elif volcano_job:
             expanded.extend(_volcano_job(manifest))
             gangs.add((namespace, name))
         elif (group, kind) in REPLICATED:
             expanded.extend(_replicated(manifest, kind, name, namespace))
         elif group == TRAINER_GROUP and kind in RUNTIME_KINDS:
             continue
-        elif (gang := gang_of(manifest, objects)) is not None:
+        elif gang is not None:
             expanded.extend(_operator_gang(gang, name, namespace, gangs))
         elif (group, kind) in TEMPLATE_PATHS or (group, kind) in NOT_CHECKED or \
                 (kind not in ("Pod", "PodGroup") and pod_template_path(manifest) is not None):
@@ -180,18 +187,38 @@ def _volcano_job(manifest: Manifest) -> list[Manifest]:
     return expanded
 
 
-def _replicated(manifest: Manifest, kind: str, name: str, namespace: str) -> list[Manifest]:
+MAX_EXPANDED_PODS = 10_000
+"""Pods one workload is expanded into at most: beyond, it is named, not simulated (its pods are built one by one,
+and a Deployment of two billion replicas must not take the machine's memory)."""
+
+
+def _replicas(manifest: Manifest, kind: str) -> int:
+    """Pods a Deployment, StatefulSet or ReplicaSet runs (``replicas``, default 1), or a batch Job at once
+    (``parallelism``, at most ``completions``)."""
     spec = _map(manifest.get("spec"))
-    template = _map(spec.get("template"))
     if kind == "Job":
         parallelism = _count(spec.get("parallelism"), 1)
-        count = min(parallelism, _count(spec.get("completions"), parallelism))
-    else:
-        count = _count(spec.get("replicas"), 1)
+        return min(parallelism, _count(spec.get("completions"), parallelism))
+    return _count(spec.get("replicas"), 1)
+
+
+def _volcano_job_pods(manifest: Manifest) -> int:
+    tasks = _map(manifest.get("spec")).get("tasks")
+    return sum(_count(task.get("replicas"), 0) for task in tasks if isinstance(task, MAPPING_TYPES)) \
+        if isinstance(tasks, list) else 0
+
+
+def _gang_pods(gang: Gang) -> int:
+    return sum(shape.copies * sum(role.pods for role in shape.roles if role.in_gang) for shape in gang.groups)
+
+
+def _replicated(manifest: Manifest, kind: str, name: str, namespace: str) -> list[Manifest]:
+    template = _map(_map(manifest.get("spec")).get("template"))
     pod_metadata = _map(template.get("metadata"))
     return [{"apiVersion": "v1", "kind": "Pod",
              "metadata": {**copy.deepcopy(dict(pod_metadata)), "name": f"{name}-{index}", "namespace": namespace},
-             "spec": copy.deepcopy(dict(_map(template.get("spec"))))} for index in range(count)]
+             "spec": as_defaulted(copy.deepcopy(dict(_map(template.get("spec")))))}
+            for index in range(_replicas(manifest, kind))]
 
 
 def _operator_gang(gang: Gang, name: str, namespace: str, gangs: set[ObjectKey]) -> list[Manifest]:
@@ -223,6 +250,7 @@ def _operator_gang(gang: Gang, name: str, namespace: str, gangs: set[ObjectKey])
                     annotations[keys.GROUP_NAME] = group_name
                     if gang.scheduler is not None:
                         pod_spec.setdefault("schedulerName", gang.scheduler)
+                pod_spec = as_defaulted(pod_spec)  # (the API server's default where nothing set it)
                 for index in range(role.pods):
                     expanded.append({"apiVersion": "v1", "kind": "Pod",
                                      "metadata": {**pod_metadata, "name": f"{group_name}-{role.name.lower()}-{index}",

@@ -17,6 +17,7 @@ from verdicts import violations_of
 from cardquota.core.ledger import Ledger
 from cardquota.core.policies import admit
 from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.snapshot import CardPolicy, UnquotedQueues
 from cardquota.core.violations import Reason
 from cardquota.core.workload_kinds import gang_of
 
@@ -101,6 +102,20 @@ def test_a_queue_that_does_not_exist_is_refused_where_the_operator_reads_it() ->
     job["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "nope"
     assert violations_of(admit(job, None, snapshot(), PolicyConfig())) == [
         ("spec.runPolicy.schedulingPolicy.queue", Reason.NOT_FOUND)]
+
+
+def test_a_training_job_without_a_scheduling_policy_is_a_volcano_gang_unless_its_templates_say_otherwise() -> None:
+    """The training operator gangs every job on Volcano when it runs with --gang-scheduler-name=volcano
+    (``EnableGangScheduling()`` in pkg/controller.v1/common/job.go, training-operator v1.9.0), policy or not: the job
+    is judged in queue default, which does not exist here — not refused for using the default scheduler."""
+    job = pytorchjob(1)
+    del job["spec"]["runPolicy"]
+    assert violations_of(admit(job, None, snapshot(), PolicyConfig())) == [
+        ("spec.runPolicy.schedulingPolicy.queue", Reason.NOT_FOUND)]
+    for role in job["spec"]["pytorchReplicaSpecs"].values():
+        role["template"]["spec"]["schedulerName"] = "default-scheduler"
+    assert ("spec.pytorchReplicaSpecs.Master.template.spec.schedulerName", Reason.NOT_SUPPORTED) in \
+        violations_of(admit(job, None, snapshot(), PolicyConfig()))
 
 
 def ray_cluster(workers: int, *, labels: dict[str, str] | None = None, autoscaling: bool = False) -> dict[str, Any]:
@@ -193,11 +208,16 @@ def test_an_mpijob_of_mpi_operator_counts_the_launcher_and_reads_the_queue_annot
 @pytest.mark.parametrize("name", sorted(path.name for path in DATA.glob("*.yaml")))
 def test_the_upstream_examples_are_read_and_admitted(name: str) -> None:
     """Each example from the operators' repositories (tests/data/upstream_kinds/README.md) is read without error;
-    those not on Volcano, or asking for no card, are allowed."""
+    those not on Volcano, or asking for no card, are allowed (in a cluster with Volcano's default queue, which they
+    land in, unquoted queues unlimited: the examples name no card type)."""
+    cluster = Ledger.build([gpu_node(f"h{index}", H100, 8) for index in range(4)] + [queue("train", {H100: 16}),
+                                                                                     queue("default")],
+                           card_policy=CardPolicy(unquoted_queues=UnquotedQueues.UNLIMITED)).snapshot
+    cluster.complete = True
     for manifest in yaml.safe_load_all((DATA / name).read_text()):
         if manifest is None:
             continue
-        verdict = admit(copy.deepcopy(manifest), None, snapshot(), PolicyConfig())
+        verdict = admit(copy.deepcopy(manifest), None, cluster, PolicyConfig())
         if gang_of(manifest) is not None:
             assert verdict.allowed or any("schedulerName" in v.path for v in verdict.violations), verdict
 
