@@ -23,11 +23,12 @@ from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.objects import Manifest, effective_requests
+from cardquota.core.policies.cards import CARD_REQUEST_PATH, request_against_queue
 from cardquota.core.policies.common import ratcheting, warning_unknown_card_keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.gang import CardRole, as_derived, derivation, derived_request, gang_against_queue
 from cardquota.core.policies.pod import admit as admit_pod
-from cardquota.core.quota import card_alternatives, card_name_problem, clipped, quota_allows
+from cardquota.core.quota import card_alternatives, card_name_problem, card_request, clipped, quota_allows
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
@@ -245,11 +246,26 @@ def admit_gang(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapsh
     warnings = list(dict.fromkeys(warnings))
     if violations or not gang.volcano:
         return decide(violations, warnings)
+    if keys.CARD_REQUEST in gang.group_annotations:  # (written on the object; the operator copies it on)
+        return decide(*_written_request(gang, queue, snapshot, warnings))
     for group in gang.groups:
         found, said = _group_against_queue(group, gang, created, queue, namespace, snapshot)
         violations.extend(found)
         warnings.extend(said)
     return decide(violations, warnings)
+
+
+def _written_request(gang: Gang, queue: str, snapshot: ClusterSnapshot,
+                     warnings: list[str]) -> tuple[list[Violation], list[str]]:
+    """A ``volcano.sh/card.request`` written on the object, which its operator copies onto each PodGroup (KubeRay
+    v1.7.0 ``createPodGroup`` copies every annotation of the owner, pkg/scheduler/volcano/volcano_scheduler.go;
+    LeaderWorkerSet v0.10.0 ``inheritVolcanoAnnotations`` the ``volcano.sh/*`` ones): what Volcano enqueues the
+    PodGroup by, so it is judged as a PodGroup's written request is, against the queue the PodGroup goes to."""
+    request = card_request(gang.group_annotations)
+    if request.violations:
+        return list(request.violations), warnings
+    fit, said = request_against_queue(request.values, queue, snapshot, CARD_REQUEST_PATH)
+    return [violation.depending_on(gang.queue_path) for violation in fit], [*warnings, *said]
 
 
 def as_created(template: Mapping[str, Any], gang: Gang, queue: str) -> Mapping[str, Any]:

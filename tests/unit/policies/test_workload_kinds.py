@@ -6,6 +6,7 @@ template named as not checked."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,19 @@ def ray_cluster(workers: int, *, labels: dict[str, str] | None = None, autoscali
                      "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "ray"}]}}},
                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers, "minReplicas": 1,
                                            "maxReplicas": 8, "template": card_template(8)}]}}
+
+
+def test_a_card_request_written_on_a_ray_cluster_is_judged_as_its_podgroups_is() -> None:
+    """KubeRay copies every annotation of the RayCluster onto its PodGroup (``createPodGroup``,
+    pkg/scheduler/volcano/volcano_scheduler.go, v1.7.0): a written card.request is what Volcano enqueues it by."""
+    cluster = ray_cluster(1)
+    cluster["metadata"]["annotations"] = {"volcano.sh/card.request": json.dumps({H100: 100})}
+    verdict = admit(cluster, None, snapshot(), PolicyConfig())
+    assert violations_of(verdict) == [('metadata.annotations["volcano.sh/card.request"]', Reason.INVALID)]
+    assert "requests 100 NVIDIA-H100" in verdict.message
+    assert "allows at most 16: it can never run" in verdict.message
+    cluster["metadata"]["annotations"] = {"volcano.sh/card.request": json.dumps({H100: 8})}
+    assert admit(cluster, None, snapshot(), PolicyConfig()).allowed
 
 
 def test_kuberay_reads_its_queue_label_and_sizes_the_gang_as_kuberay_does() -> None:
