@@ -34,8 +34,9 @@ class UnquotedQueues(StrEnum):
 
     ZERO = "zero"
     """None, as the capacity-card design says ("Card types without quotas default to 0, and must have a quota to use
-    that card type"): card work in a queue (and every ancestor) without a card quota is refused at apply time,
-    including pods that name no ``volcano.sh/card.name`` (which Volcano's plugin never charges)."""
+    that card type"): card work in a queue without a card quota (its own; an ancestor's holds the subtree besides)
+    is refused at apply time, including pods that name no ``volcano.sh/card.name`` (which Volcano's plugin never
+    charges)."""
     UNLIMITED = "unlimited"
     """Pods naming no card type are not limited in such a queue (what cardquota did before the setting existed).
     Named card requests are still held to 0 there: Volcano's capacity-card plugin refuses them itself."""

@@ -71,9 +71,12 @@ def warning_unknown_card_keys(kind: str) -> Callable[[Admit], Admit]:
     return wrap
 
 
-MAX_NAMES_COMPARED = 10_000
-"""Names a "did you mean" compares a misspelt one with (the first ones, in the order given): a namespace of more
-PodGroups than this is searched in part, so a review's cost stays bounded."""
+MAX_NAMES_COMPARED = 1_000
+"""Names a "did you mean" compares a misspelt one with (the first ones of a length that could match, in the order
+given): a namespace of more PodGroups than this is searched in part, so a review's cost stays bounded (10,000
+names of 200 characters took a second of a shared core)."""
+MAX_NAME_LENGTH = 100
+"""Names longer than this get no suggestion (difflib is quadratic in the length; real names are short)."""
 NAME_CUTOFF = 0.75
 """How alike a name must be to be suggested (difflib's ratio): ``trainig-pg`` for ``training-pg`` is 0.95,
 ``team-b`` for ``team-a`` 0.83, ``a`` for ``b`` 0."""
@@ -82,8 +85,12 @@ NAME_CUTOFF = 0.75
 def did_you_mean_name(name: str, candidates: Iterable[str]) -> str:
     """`` (did you mean training-pg?)`` — the one or two names among ``candidates`` (queues, a namespace's
     PodGroups) closest to a misspelt ``name``; empty when none is close."""
-    pool = [candidate for candidate, _ in zip(candidates, range(MAX_NAMES_COMPARED), strict=False)
-            if candidate != name]
+    if len(name) > MAX_NAME_LENGTH:
+        return ""
+    low, high = len(name) * NAME_CUTOFF / (2 - NAME_CUTOFF), len(name) * (2 - NAME_CUTOFF) / NAME_CUTOFF
+    alike = (candidate for candidate in candidates  # (a ratio of at least NAME_CUTOFF needs lengths this close)
+             if low <= len(candidate) <= high and candidate != name)
+    pool = [candidate for candidate, _ in zip(alike, range(MAX_NAMES_COMPARED), strict=False)]
     close = difflib.get_close_matches(name, pool, n=2, cutoff=NAME_CUTOFF)
     return f" (did you mean {' or '.join(map(shown, close))}?)" if close else ""
 
