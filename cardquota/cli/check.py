@@ -14,7 +14,7 @@ from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Manifest, completed, given_name, is_generated
 from cardquota.core.policies.common import CLUSTER_RULES, skipped_rule
-from cardquota.core.snapshot import CardPolicy, OutsideVolcano, UnquotedQueues, kind_of
+from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy, OutsideVolcano, UnquotedQueues, kind_of
 from cardquota.core.verdict import PatchOperation, Verdict
 from cardquota.core.workloads import as_defaulted
 from cardquota.loader import Document
@@ -65,23 +65,26 @@ def add_namespace_queues_option(parser: argparse.ArgumentParser) -> None:
 
 def add_card_policy_options(parser: argparse.ArgumentParser) -> None:
     """``--unquoted-queues`` and ``--card-pods-outside-volcano`` (:class:`~cardquota.core.snapshot.CardPolicy`), as
-    the operator runs with them, for every command that judges or shows card quotas."""
+    the operator runs with them, for every command that judges or shows card quotas (not given: against a live
+    cluster, the operator's own, else the defaults)."""
     parser.add_argument("--unquoted-queues", choices=[value.value for value in UnquotedQueues],
-                        default=UnquotedQueues.ZERO.value,
                         help="how many cards a queue without volcano.sh/card.quota holds: zero (the capacity-card "
                         "design's default: card work there is refused) or unlimited (pods naming no card type are "
-                        "not limited there); as the operator's --unquoted-queues (default zero)")
+                        "not limited there); as the operator's --unquoted-queues (default: the operator's, read from "
+                        "its Deployment on a live cluster, else zero)")
     parser.add_argument("--card-pods-outside-volcano", choices=[value.value for value in OutsideVolcano],
-                        default=OutsideVolcano.WARN.value,
                         help="card pods another scheduler places: enforce (charged to their queue: gated with the "
-                        "card-quota gate, refused without it), warn, or off; as the operator's option (default "
-                        "warn)")
+                        "card-quota gate, refused without it), warn, or off; as the operator's option (default: the "
+                        "operator's on a live cluster, else warn)")
 
 
-def card_policy_of(args: argparse.Namespace) -> CardPolicy:
-    """The :class:`~cardquota.core.snapshot.CardPolicy` :func:`add_card_policy_options` read."""
-    return CardPolicy(unquoted_queues=UnquotedQueues(args.unquoted_queues),
-                      outside_volcano=OutsideVolcano(args.card_pods_outside_volcano))
+def card_policy_of(args: argparse.Namespace, running: CardPolicy = DEFAULT_CARD_POLICY) -> CardPolicy:
+    """The :class:`~cardquota.core.snapshot.CardPolicy` :func:`add_card_policy_options` read, each option not given
+    taken from ``running`` (the operator's, or the defaults)."""
+    unquoted = getattr(args, "unquoted_queues", None)
+    outside = getattr(args, "card_pods_outside_volcano", None)
+    return CardPolicy(unquoted_queues=UnquotedQueues(unquoted) if unquoted else running.unquoted_queues,
+                      outside_volcano=OutsideVolcano(outside) if outside else running.outside_volcano)
 
 
 def stored_as(admitted: Manifest, existing: Mapping[Identity, Manifest]) -> tuple[Identity, Manifest]:

@@ -26,6 +26,7 @@ from cardquota.cli.check import (
 from cardquota.cli.output import NONE
 from cardquota.cli.selector import parse_selector
 from cardquota.core.cards import NodeCards
+from cardquota.core.doctor import operator_card_policy
 from cardquota.core.errors import InputError
 from cardquota.core.explain import Explanation, explain, explain_submitted, job_podgroups
 from cardquota.core.keys import VOLCANO_SCHEDULERS
@@ -34,6 +35,7 @@ from cardquota.core.objects import Manifest, namespaced_key
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP
 from cardquota.core.schedconf.source import EXTENDER_CONFIGMAP
 from cardquota.core.scheduling.session import SchedulerConfig, read_scheduler_config
+from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy
 from cardquota.core.workload_kinds import ADAPTERS, NOT_CHECKED, TRAIN_JOB, TRAINER_GROUP, runtime_ref
 from cardquota.core.yamltext import load_one
 from cardquota.loader import Document, load_paths
@@ -44,6 +46,7 @@ T = TypeVar("T")
 P = TypeVar("P", bound=argparse.ArgumentParser)
 SCHEDULER_NAMESPACE = "volcano-system"
 CARDQUOTA_NAMESPACE = "cardquota-system"
+OPERATOR_DEPLOYMENT = "cardquota"
 """Where the extender's conf lives (manifests/base/namespace.yaml)."""
 ELSEWHERE = " (another namespace: -n NAMESPACE; every namespace: -A)"
 TARGET_KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "podgroup": "podgroup", "podgroups": "podgroup",
@@ -113,6 +116,24 @@ class Cluster:
             self._noted = True
             err.write(read.note + "\n")
         return read.config
+
+    def card_policy(self, args: argparse.Namespace, err: TextIO) -> CardPolicy:
+        """The card-quota settings to read the cluster with: the options given, the rest the operator's (live: read
+        from its Deployment's args and environment, as ``doctor`` reads them), else the defaults."""
+        running = DEFAULT_CARD_POLICY
+        given = getattr(args, "unquoted_queues", None) and getattr(args, "card_pods_outside_volcano", None)
+        if self.live and not given:
+            from cardquota.kube import KubeError, read_namespaced
+
+            try:
+                deployment = read_namespaced(self.api(), "deployment", CARDQUOTA_NAMESPACE, OPERATOR_DEPLOYMENT)
+            except KubeError as error:
+                err.write(f"warning: Deployment {CARDQUOTA_NAMESPACE}/{OPERATOR_DEPLOYMENT} could not be read "
+                          f"({error}); --unquoted-queues and --card-pods-outside-volcano take their defaults\n")
+                deployment = None
+            if deployment is not None:
+                running = operator_card_policy(deployment)
+        return card_policy_of(args, running)
 
     def configmaps(self, err: TextIO) -> list[Manifest]:
         """Live: the extender's conf and the scheduler ConfigMap, those that exist and can be read (offline: none,
@@ -367,7 +388,7 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         objects = cluster.objects(namespaces=args.map_namespace_queues, claims=True)
         ledger = Ledger.build(objects, map_namespace_queues=args.map_namespace_queues,
                               volcano_schedulers=frozenset(args.schedulers) if args.schedulers else VOLCANO_SCHEDULERS,
-                              card_policy=card_policy_of(args))
+                              card_policy=cluster.card_policy(args, err))
         missing = [name for name in args.queues if name not in set(ledger.queue_names())]
         if missing:
             raise InputError(f"no queue named {', '.join(missing)}")
@@ -464,7 +485,7 @@ def explain_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for target, _ in targets:
         objects.extend(cluster.trainer_runtimes(target, err))
     config = dataclasses.replace(cluster.scheduler_config(objects, err), map_namespace_queues=args.map_namespace_queues,
-                                 card_policy=card_policy_of(args))
+                                 card_policy=cluster.card_policy(args, err))
     explanations: list[Explanation] = []
     if submitted:  # as if submitted now: the rules, and simulate's enqueue and placement of the whole of FILE
         workload = [document.manifest for document in submitted]

@@ -125,3 +125,23 @@ async def test_explain_reads_the_dra_claims_a_gated_pod_names(volcano_kmock: Any
     said = " ".join(text.split())
     assert "Waiting at the card-quota gate: queue team-a has 1 of 1 gpu.example.com devices free" in said, (said, err)
     assert code == 1
+
+
+async def test_live_usage_reads_the_card_policy_the_operator_runs_with(volcano_kmock: Any, tmp_path: Path) -> None:
+    """``--unquoted-queues`` not given: the operator Deployment's (``CARDQUOTA_UNQUOTED_QUEUES``), as doctor reads it;
+    given, the option."""
+    volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "plain"] = queue("plain")
+    volcano_kmock.objects["v1/pods", "ml", "shell"] = pod("shell", namespace="ml", gpus=1, queue="plain",
+                                                          node_name="a100-1")
+    config = kubeconfig(tmp_path, str(volcano_kmock.url))
+    _, _, err = await plugin("usage", "--kubeconfig", config, "-o", "json")
+    assert "new card work there is refused" in err  # (no operator Deployment: the default, zero)
+    volcano_kmock.objects["apps/v1/deployments", "cardquota-system", "cardquota"] = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cardquota", "namespace": "cardquota-system"},
+        "spec": {"template": {"spec": {"containers": [{"name": "operator", "env": [
+            {"name": "CARDQUOTA_UNQUOTED_QUEUES", "value": "unlimited"}]}]}}}}
+    _, _, err = await plugin("usage", "--kubeconfig", config, "-o", "json")
+    assert "pods naming no card type are not limited there (--unquoted-queues=unlimited)" in err
+    _, _, err = await plugin("usage", "--kubeconfig", config, "-o", "json", "--unquoted-queues", "zero")
+    assert "new card work there is refused" in err
