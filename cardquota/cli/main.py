@@ -208,6 +208,7 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     add_namespace_queues_option(check)
     add_card_policy_options(check)
+    add_card_gate_option(check)
     add_strict_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command)
@@ -318,6 +319,7 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
                        help="name of the Volcano scheduler ConfigMap (default: %(default)s)")
     add_namespace_queues_option(check)
     add_card_policy_options(check)
+    add_card_gate_option(check)
     add_strict_option(check)
     _add_output(check, wide=False)
     check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
@@ -452,6 +454,7 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         card_aware_schedulers=frozenset(args.schedulers) if args.schedulers else DEFAULT_CARD_AWARE_SCHEDULERS,
         scheduler_configmap=args.scheduler_configmap,
         map_namespace_queues=args.map_namespace_queues,
+        card_gate=args.card_gate == "on",
     )
     documents = load_paths(args.files)
     if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
@@ -515,6 +518,14 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"check --strict: {warned} warning{'' if warned == 1 else 's'}, each a failure here\n")
         return EXIT_DENIED
     return EXIT_OK
+
+
+def add_card_gate_option(parser: argparse.ArgumentParser) -> None:
+    """``--card-gate`` for ``check``: the webhooks as the shipped manifests and chart run them (with the card-quota
+    gate: a pod requesting cards without volcano.sh/card.name in a card queue is refused, card pods are gated)."""
+    parser.add_argument("--card-gate", choices=("on", "off"), default="on",
+                        help="the admission webhooks run with the card-quota gate, as the shipped manifests and "
+                        "chart do (default: on); off: as components/no-card-gate or cardGate.enabled=false")
 
 
 def add_strict_option(parser: argparse.ArgumentParser) -> None:

@@ -321,3 +321,27 @@ def test_simulate_names_a_workload_of_more_pods_than_it_expands_rather_than_buil
     result = simulate([gpu_node("a100-1", A100, 8)], [deployment], SchedulerConfig(), card_gate=False)
     assert result.not_simulated == ["Deployment ml/huge (2,000,000,000 pods: simulate expands at most 10,000 per "
                                     "workload)"]
+
+
+def test_check_judges_as_the_shipped_webhooks_run_with_the_card_gate_unless_told_otherwise(tmp_path: Any) -> None:
+    """The manifests and the chart run the webhooks with the card-quota gate: ``check`` does too (``--card-gate``)."""
+    import yaml
+
+    cluster_file = tmp_path / "cluster.yaml"
+    cluster_file.write_text(yaml.safe_dump_all([gpu_node("a100-1", A100, 8), queue("team-a", {A100: 4})]))
+    workload = tmp_path / "pod.yaml"
+    workload.write_text(yaml.safe_dump(pod("p", gpus=1, queue="team-a")))
+
+    def checked(*options: str) -> tuple[int, dict[str, Any]]:
+        out = io.StringIO()
+        code = run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file), "-o", "json",
+                                 *options], stdout=out, stderr=io.StringIO())
+        return code, json.loads(out.getvalue())[0]
+
+    code, gated = checked()
+    assert code == 1
+    assert gated["violations"][0]["reason"] == "FieldValueRequired"  # (the gate admits card pods by card.name)
+    code, plain = checked("--card-gate", "off")
+    assert code == 0
+    assert plain["warnings"] == ["the pod requests nvidia.com/gpu without volcano.sh/card.name: queue team-a's card "
+                                 "quota cannot check it before it is scheduled"]
