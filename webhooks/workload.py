@@ -2,7 +2,7 @@
 fail open, like the pods they are about."""
 
 from cardquota.core.policies.config import FailureMode
-from cardquota.core.workload_kinds import ADAPTERS
+from cardquota.core.workload_kinds import ADAPTERS, TRAIN_JOB
 from cardquota.core.workloads import TEMPLATE_PATHS
 from cardquota.webhooks.kinds import admitted
 
@@ -10,4 +10,5 @@ WEBHOOKS = (
     *(admitted(group, kind, FailureMode.OPEN) for group, kind in TEMPLATE_PATHS),
     admitted("autoscaling", "HorizontalPodAutoscaler", FailureMode.OPEN),
     *(admitted(group, kind, FailureMode.OPEN) for group, kind in ADAPTERS),
+    admitted(*TRAIN_JOB, FailureMode.OPEN),
 )

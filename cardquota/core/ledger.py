@@ -79,6 +79,7 @@ from cardquota.core.usage import (
     job_card_request,
     pod_charge,
 )
+from cardquota.core.workload_kinds import runtime_key
 from cardquota.core.workloads import template_only, workload_key
 
 WAITING_PHASES = frozenset({"", "Pending"})
@@ -357,8 +358,8 @@ class Ledger:
                 kind = kind_of(manifest)
                 if kind is not None:
                     by_kind[kind].append(manifest)
-                elif workload_key(manifest) is not None:
-                    ledger.upsert(manifest)  # a workload: kept for the HPA rule, as upsert would
+                elif workload_key(manifest) is not None or runtime_key(manifest) is not None:
+                    ledger.upsert(manifest)  # a workload (the HPA rule), a Trainer runtime (TrainJobs), as upsert
                 elif is_claim(manifest):
                     ledger.upsert_claim(manifest)  # what the card-quota gate reads for the DRA quotas
             ledger._deferred_groups = set()
@@ -393,6 +394,9 @@ class Ledger:
         if kind is None and (workload := workload_key(manifest)) is not None:
             self.snapshot.workloads[workload] = template_only(manifest)  # only the HPA rule reads it
             return
+        if kind is None and (runtime := runtime_key(manifest)) is not None:
+            self.snapshot.trainer_runtimes[runtime] = manifest  # what a TrainJob's pods are built from
+            return
         if kind is Kind.NODE:
             self.upsert_node(node_record(manifest))
         elif kind is Kind.QUEUE:
@@ -412,6 +416,8 @@ class Ledger:
                 self.delete_claim(manifest)
             elif (workload := workload_key(manifest)) is not None:
                 self.snapshot.workloads.pop(workload, None)
+            elif (runtime := runtime_key(manifest)) is not None:
+                self.snapshot.trainer_runtimes.pop(runtime, None)
             return
         key = object_key(kind, manifest)
         if kind is Kind.NODE:

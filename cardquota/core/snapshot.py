@@ -393,6 +393,9 @@ class ClusterSnapshot:
     podgroups: dict[ObjectKey, PodGroup] = field(default_factory=dict)
     pods: dict[ObjectKey, Pod] = field(default_factory=dict)
     workloads: dict[WorkloadKey, Manifest] = field(default_factory=dict)
+    trainer_runtimes: dict[tuple[str, str, str], Manifest] = field(default_factory=dict)
+    """Kubeflow Trainer runtimes (TrainingRuntime, ClusterTrainingRuntime) as written, by (kind, namespace, name):
+    what a TrainJob's pods are built from (``check`` reads those of its input; the webhooks' cache follows none)."""
     claims: dict[ObjectKey, DeviceAmounts] = field(default_factory=dict)
     """DRA ResourceClaims (when the cache follows them), what each asks per DeviceClass."""
     claim_templates: dict[ObjectKey, DeviceAmounts] = field(default_factory=dict)

@@ -336,6 +336,17 @@ def runtime_ref(manifest: Manifest) -> tuple[str, str, str]:
     return str(kind), str(namespace), str(ref.get("name") or "")
 
 
+def runtime_key(manifest: Manifest) -> tuple[str, str, str] | None:
+    """A Trainer runtime's key as a TrainJob names it ((kind, namespace, name); namespace empty for a
+    ClusterTrainingRuntime), None for any other object."""
+    kind = manifest.get("kind")
+    if str(manifest.get("apiVersion", "")).rpartition("/")[0] != TRAINER_GROUP or kind not in RUNTIME_KINDS:
+        return None
+    metadata = _map(manifest.get("metadata"))
+    namespace = (metadata.get("namespace") or "default") if kind == "TrainingRuntime" else ""
+    return str(kind), str(namespace), str(metadata.get("name") or "")
+
+
 def runtime_of(manifest: Manifest, objects: Sequence[Manifest]) -> Manifest | None:
     """The TrainingRuntime (same namespace) or ClusterTrainingRuntime a TrainJob names, among ``objects``."""
     kind, namespace, name = runtime_ref(manifest)
@@ -456,10 +467,11 @@ SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("ray.io", "RayJob"): ("v1",),
     ("jobset.x-k8s.io", "JobSet"): ("v1alpha2",),
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ("v1",),
+    ("trainer.kubeflow.org", "TrainJob"): ("v1alpha1",),
 }
 """The versions their CRDs serve and the adapters read (training operator v1.9.0 config/crd/bases; mpi-operator v0.8.0
 ``kubeflow.org_mpijobs.yaml`` serves v2beta1 only, the training operator's MPIJob v1; KubeRay v1.7.0 ``ray.io/v1``;
-JobSet v0.12.0 ``v1alpha2``; LWS v0.10.0 ``v1``)."""
+JobSet v0.12.0 ``v1alpha2``; LWS v0.10.0 ``v1``; kubeflow/trainer v2.3.0 ``v1alpha1``)."""
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAIN_JOB = (TRAINER_GROUP, "TrainJob")

@@ -11,7 +11,7 @@ from cardquota.core.policies import queue as queue_policy
 from cardquota.core.policies import schedconf as schedconf_policy
 from cardquota.core.policies import workload as workload_policy
 from cardquota.core.policies.config import Admit
-from cardquota.core.workload_kinds import ADAPTERS
+from cardquota.core.workload_kinds import ADAPTERS, TRAIN_JOB
 from cardquota.core.workloads import TEMPLATE_PATHS
 
 POLICIES: dict[tuple[str, str], Admit] = {
@@ -25,6 +25,7 @@ POLICIES: dict[tuple[str, str], Admit] = {
     **dict.fromkeys(TEMPLATE_PATHS, workload_policy.admit),
     ("autoscaling", "HorizontalPodAutoscaler"): workload_policy.admit_hpa,
     **dict.fromkeys(ADAPTERS, workload_policy.admit_gang),
+    TRAIN_JOB: workload_policy.admit_gang,  # (with its runtime when the snapshot holds it)
 }
 
 CHECKED_KINDS: dict[str, frozenset[str]] = {

@@ -33,7 +33,7 @@ from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import pending_cards
 from cardquota.core.verdict import Verdict, allow, decide
 from cardquota.core.violations import FieldPath, Violation, invalid, shown, warning_under
-from cardquota.core.workload_kinds import Gang, GroupShape, gang_of
+from cardquota.core.workload_kinds import TRAINER_GROUP, Gang, GroupShape, gang_of, not_checked_reason
 from cardquota.core.workloads import TEMPLATE_PATHS, as_defaulted
 
 SCALABLE = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")})
@@ -219,11 +219,13 @@ def admit_gang(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapsh
     the operator counts depends on an order cardquota cannot know offline (the training operator sorts roles by
     priority class, Go's map order among equals), so the gang is counted from the pods with the fewest cards: a
     denial holds whatever that order is."""
-    gang = gang_of(manifest)
+    runtimes = tuple(snapshot.trainer_runtimes.values())  # (a TrainJob's pods are built from its runtime)
+    gang = gang_of(manifest, runtimes)
     if gang is None:
-        return allow()
+        reason = not_checked_reason(manifest, runtimes)
+        return allow([f"kind {manifest.get('kind')} ({TRAINER_GROUP}) is not checked: {reason}"] if reason else [])
     namespace, name, deleting = _identity(manifest)
-    previous = gang_of(old) if old is not None else None
+    previous = gang_of(old, runtimes) if old is not None else None
     before = {str(role.path): role.template for role in previous.roles} if previous is not None else {}
     queue = snapshot.volcano_queue(gang.queue, namespace)
     violations: list[Violation] = []

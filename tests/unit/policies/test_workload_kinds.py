@@ -286,3 +286,23 @@ def test_a_trainjob_with_a_coscheduling_runtime_is_not_on_volcano() -> None:
     shape = gang_of(job, [runtime])
     assert shape is not None
     assert not shape.volcano
+
+
+def test_a_trainjob_is_admitted_with_the_runtime_the_snapshot_holds_and_named_as_unchecked_without() -> None:
+    """At admission (``check`` reads the runtimes of its input and cluster; the webhooks' cache follows none), a
+    TrainJob is judged as the JobSet and PodGroup the trainer builds from its runtime: 4 nodes of 8 H100 in a queue
+    allowing 16 can never run."""
+    runtime, job = trainer_pair()
+    with_runtime = Ledger.build([gpu_node(f"h{index}", H100, 8) for index in range(4)]
+                                + [queue("train", {H100: 16}), runtime]).snapshot
+    with_runtime.complete = True
+    verdict = admit(copy.deepcopy(job), None, with_runtime, PolicyConfig())
+    assert not verdict.allowed
+    assert "requests 32 NVIDIA-H100" in verdict.message
+    assert "allows at most 16: it can never run" in verdict.message
+    assert admit(trainer_pair(num_nodes=2)[1], None, with_runtime, PolicyConfig()).allowed
+    alone = admit(copy.deepcopy(job), None, snapshot(), PolicyConfig())
+    assert alone.allowed
+    assert alone.warnings == ("kind TrainJob (trainer.kubeflow.org) is not checked: its pods are built from the "
+                              "ClusterTrainingRuntime torch-distributed-volcano its runtimeRef names, which was not "
+                              "among the objects read, so cardquota checks them when they are created",)
