@@ -457,12 +457,7 @@ def volcano_schedulers(deployment: Mapping[str, Any]) -> frozenset[str]:
     """The scheduler names the operator Deployment's first container is told Volcano runs (``--schedulers`` among
     its args, else ``CARDQUOTA_SCHEDULERS``), as its usage counts pods by; ``volcano`` when it is told none."""
     container = _first_container(deployment)
-    args = [str(arg) for arg in _list(container.get("args"))]
-    named: list[str] = []
-    for index, arg in enumerate(args):
-        flag, equals, value = arg.partition("=")
-        if flag in SCHEDULER_FLAGS:
-            named.append(value if equals else (args[index + 1] if index + 1 < len(args) else ""))
+    named = _option_values(container, SCHEDULER_FLAGS)
     if not named:
         named = [str(value or "") for value in _env_values(container, SCHEDULERS_ENV)[-1:]]
     names = frozenset(name.strip() for value in named for name in value.split(",") if name.strip())
@@ -473,12 +468,9 @@ def operator_card_policy(deployment: Mapping[str, Any]) -> CardPolicy:
     """The card policy the operator Deployment's first container runs with (``--unquoted-queues`` and
     ``--card-pods-outside-volcano`` among its args, else their variables; a value it would refuse, the default)."""
     container = _first_container(deployment)
-    args = [str(arg) for arg in _list(container.get("args"))]
 
     def chosen(flag: str, env: str, kind: type[UnquotedQueues] | type[OutsideVolcano], default: StrEnum) -> str:
-        values = [arg.partition("=")[2] if "=" in arg else (args[index + 1] if index + 1 < len(args) else "")
-                  for index, arg in enumerate(args) if arg.partition("=")[0] == flag]
-        values = values or [str(value or "") for value in _env_values(container, env)]
+        values = _option_values(container, (flag,)) or [str(value or "") for value in _env_values(container, env)]
         return values[-1] if values and values[-1] in set(kind) else default.value
 
     return CardPolicy(
@@ -486,6 +478,17 @@ def operator_card_policy(deployment: Mapping[str, Any]) -> CardPolicy:
                                               DEFAULT_CARD_POLICY.unquoted_queues)),
         outside_volcano=OutsideVolcano(chosen("--card-pods-outside-volcano", OUTSIDE_VOLCANO_ENV, OutsideVolcano,
                                               DEFAULT_CARD_POLICY.outside_volcano)))
+
+
+def _option_values(container: Mapping[str, Any], flags: tuple[str, ...]) -> list[str]:
+    """The values the container's args give any of ``flags`` (``--flag=value`` or ``--flag value``), in order."""
+    args = [str(arg) for arg in _list(container.get("args"))]
+    values: list[str] = []
+    for index, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if flag in flags:
+            values.append(value if equals else (args[index + 1] if index + 1 < len(args) else ""))
+    return values
 
 
 def _switched_on(deployment: Mapping[str, Any], flag: str, env: str) -> bool:
