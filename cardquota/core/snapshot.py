@@ -70,11 +70,6 @@ class CardPolicy:
     def unquoted_hold_zero(self) -> bool:
         return self.unquoted_queues is UnquotedQueues.ZERO
 
-    def flags(self) -> str:
-        """The settings as the command-line options that set them."""
-        return (f"--unquoted-queues={self.unquoted_queues.value} "
-                f"--card-pods-outside-volcano={self.outside_volcano.value}")
-
 
 DEFAULT_CARD_POLICY = CardPolicy()
 

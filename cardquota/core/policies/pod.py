@@ -109,24 +109,21 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
             patch = _affinity_patch(manifest, pod.card_name, pod, snapshot.catalog())
             if config.card_gate and needs_gate(pod, snapshot):
                 patch = [*patch, *gate_operations(manifest)]
-    elif not pod.bound and snapshot.charges_a_queue(pod):
-        outside = outside_volcano_finding(pod, snapshot, gate=config.card_gate, creating=old is None)
-        group = missing_podgroup(pod, snapshot) if card_requests(pod.requests, snapshot.catalog().resources) else None
-        finding = outside or group or unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
-                                                           refuse=config.card_gate and old is None,
-                                                           creating=old is None)
+    else:
+        finding = outside_volcano_finding(pod, snapshot, gate=config.card_gate, creating=old is None)
+        charged = not pod.bound and snapshot.charges_a_queue(pod)
+        if finding is None and charged:
+            group = missing_podgroup(pod, snapshot) if card_requests(pod.requests, snapshot.catalog().resources) \
+                else None
+            finding = group or unnamed_card_finding(pod.requests, snapshot.queue_of(pod), snapshot,
+                                                    refuse=config.card_gate and old is None, creating=old is None)
         if isinstance(finding, Violation):
             violations.append(finding)
         elif finding is not None:
             warnings.append(finding)
-        if config.card_gate and old is None and pod.claims and not violations and needs_gate(pod, snapshot):
+        if charged and config.card_gate and old is None and pod.claims and not violations \
+                and needs_gate(pod, snapshot):
             patch = gate_operations(manifest)  # (DRA claims under a DRA quota: the gate reads them)
-    else:
-        outside = outside_volcano_finding(pod, snapshot, gate=config.card_gate, creating=old is None)
-        if isinstance(outside, Violation):
-            violations.append(outside)
-        elif outside is not None:
-            warnings.append(outside)
     return decide(violations, warnings, patch)
 
 
@@ -220,7 +217,7 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
     that would admit it: the gate admits card pods by that name alone, and Volcano's extender, asked only at
     enqueue, would place an unnamed one past those quotas."""
     catalog = snapshot.catalog()
-    requested = sorted(name for name, amount in requests.items() if name in catalog.resources and amount > 0)
+    requested = _offered_resources(requests, catalog)
     if not requested:
         return None
     queue_path = QUEUE_NAME_PATH if queue_path is None else queue_path
@@ -237,7 +234,7 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
             missing = queue_not_found(queue_path, queue, snapshot)
             return missing.with_message(f"{missing.message}: {subject} requests {asked} there") if creating \
                 else f"{missing.path}: {missing.message}"
-        offered = sorted(card for card in catalog.entries if catalog.resource_of(card) in requested)
+        offered = _types_through(requested, catalog)
         types = f" (nodes offer {listed_names(offered)} through {asked})" if offered else ""
         message = (f"{subject} requests {asked} in queue {shown_queue}, which has no card quota ({keys.CARD_QUOTA}): "
                    f"a queue without one holds 0 cards "
@@ -251,7 +248,7 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
                if amount > 0 and catalog.resource_of(name) in requested]
     if not refuse:
         if not allowed and limiting == queue and creating:  # (each type it could get is held to 0 there)
-            offered = sorted(card for card in catalog.entries if catalog.resource_of(card) in requested)
+            offered = _types_through(requested, catalog)
             return invalid(path, f"{subject} requests {asked} in queue {shown_queue}, whose card quota lists no card "
                                  f"type offered through {asked}"
                                  f"{f' ({listed_names(offered)})' if offered else ''}: a card type without a quota "
@@ -266,6 +263,16 @@ def unnamed_card_finding(requests: Mapping[str, Fraction], queue: str, snapshot:
                           f"enforces by {keys.CARD_NAME}, would not hold it; {fix}")
 
 
+def _offered_resources(requests: Mapping[str, Fraction], catalog: CardCatalog) -> list[str]:
+    """The requested resources nodes offer as cards (a positive amount), sorted."""
+    return sorted(name for name, amount in requests.items() if name in catalog.resources and amount > 0)
+
+
+def _types_through(resources: list[str], catalog: CardCatalog) -> list[str]:
+    """The card types nodes offer through one of ``resources``, sorted."""
+    return sorted(card for card in catalog.entries if catalog.resource_of(card) in resources)
+
+
 def outside_volcano_finding(pod: Pod, snapshot: ClusterSnapshot, *, gate: bool,
                             creating: bool) -> Violation | str | None:
     """What is said of an unbound pod requesting cards that Volcano does not schedule (another scheduler, no
@@ -278,8 +285,7 @@ def outside_volcano_finding(pod: Pod, snapshot: ClusterSnapshot, *, gate: bool,
         return None
     if policy is OutsideVolcano.ENFORCE and gate:
         return None
-    catalog = snapshot.catalog()
-    requested = sorted(name for name, amount in pod.requests.items() if name in catalog.resources and amount > 0)
+    requested = _offered_resources(pod.requests, snapshot.catalog())
     if not requested:
         return None
     queue = snapshot.queue_of(pod)
