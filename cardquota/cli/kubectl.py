@@ -539,11 +539,13 @@ def _named_in(documents: Sequence[Document], kind: str, namespace: str | None, n
     return None
 
 
-def live_check_documents(args: argparse.Namespace) -> list[Document]:
-    """``kubectl cardquota check``: the live cluster's objects as the snapshot the manifests are checked against."""
+def live_check_input(args: argparse.Namespace, err: TextIO) -> tuple[list[Document], CardPolicy]:
+    """``kubectl cardquota check``: the live cluster's objects as the snapshot the manifests are checked against,
+    and the card-quota settings the operator runs with (:meth:`Cluster.card_policy`)."""
     cluster = _cluster(args)
-    return [Document(manifest, "cluster")
-            for manifest in cluster.objects(workloads=True, namespaces=args.map_namespace_queues)]
+    documents = [Document(manifest, "cluster")
+                 for manifest in cluster.objects(workloads=True, namespaces=args.map_namespace_queues)]
+    return documents, cluster.card_policy(args, err)
 
 
 # --------------------------------------------------------------------------------------------------- formatting

@@ -459,23 +459,18 @@ def check_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     documents = load_paths(args.files)
     if not documents:  # a gate pointed at the wrong path must not pass (kubectl apply: "no objects passed to apply")
         raise InputError(f"no objects passed to check (no object in {', '.join(args.files)})")
-    if getattr(args, "live", False):  # kubectl cardquota check: the operator's settings, unless given
-        from cardquota.cli.kubectl import _cluster
+    policy = card_policy_of(args)
+    if args.cluster:
+        cluster = load_paths(args.cluster)
+    elif getattr(args, "live", False):  # kubectl cardquota check: the live objects, the operator's settings
+        from cardquota.cli.kubectl import live_check_input
 
-        policy = _cluster(args).card_policy(args, err)
+        cluster, policy = live_check_input(args, err)
     else:
-        policy = card_policy_of(args)
+        cluster = []
     ledger = Ledger(ClusterSnapshot(map_namespace_queues=config.map_namespace_queues,
                                     volcano_schedulers=config.card_aware_schedulers, card_policy=policy))
     existing: dict[Identity, Manifest] = {}
-    if args.cluster:
-        cluster = load_paths(args.cluster)
-    elif getattr(args, "live", False):
-        from cardquota.cli.kubectl import live_check_documents
-
-        cluster = live_check_documents(args)
-    else:
-        cluster = []
     for document in cluster:
         _located(document, ledger.upsert)
         existing[identity(document.manifest)] = document.manifest
