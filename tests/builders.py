@@ -168,3 +168,28 @@ def claim_template(name: str, device_class: str, count: int, *, namespace: str =
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"spec": {"devices": {"requests": [{"name": "d", "deviceClassName": device_class,
                                                          "count": count}]}}}}
+
+
+def trainer_runtime(name: str, *, queue: str, card: str, namespace: str | None = None) -> Manifest:
+    """A Kubeflow Trainer v2 runtime on Volcano (a TrainingRuntime in ``namespace``, else a ClusterTrainingRuntime):
+    one trainer job ``node`` whose pods name ``card`` and Volcano's scheduler, in ``queue``."""
+    metadata: dict[str, Any] = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    pod_template = {"metadata": {"annotations": {"volcano.sh/card.name": card}},
+                    "spec": {"schedulerName": "volcano", "containers": [{"name": "node", "image": "torch"}]}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "ClusterTrainingRuntime" if namespace is None else "TrainingRuntime", "metadata": metadata,
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
+                     "template": {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": queue}},
+                                  "spec": {"replicatedJobs": [{"name": "node", "template": {
+                                      "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
+                                                              "trainer"}},
+                                      "spec": {"template": pod_template}}}]}}}}
+
+
+def train_job(name: str, runtime_ref: dict[str, str], *, namespace: str = "ml", nodes: int = 2,
+              gpus: int = 4) -> Manifest:
+    """A TrainJob of ``nodes`` trainer nodes asking ``gpus`` nvidia.com/gpu each, from ``runtime_ref``."""
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"runtimeRef": runtime_ref,
+                     "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}}

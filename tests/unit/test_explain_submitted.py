@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from builders import gpu_node, pod, queue
+from builders import gpu_node, pod, queue, train_job, trainer_runtime
 
 from cardquota.cli.main import run
 from cardquota.core.explain import explain, explain_submitted
@@ -122,21 +122,8 @@ def test_a_gang_its_queue_can_never_hold_is_refused_as_admission_refuses_it() ->
 
 
 def test_a_trainjob_without_its_runtime_is_said_not_checked_and_with_it_is_explained() -> None:
-    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
-               "metadata": {"name": "torch", "namespace": "ml"},
-               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
-                        "template": {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "ml"}},
-                                     "spec": {"replicatedJobs": [{"name": "node", "template": {
-                                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
-                                                                 "trainer"}},
-                                         "spec": {"template": {
-                                             "metadata": {"annotations": {"volcano.sh/card.name": H100}},
-                                             "spec": {"schedulerName": "volcano",
-                                                      "containers": [{"name": "node", "image": "t"}]}}}}}]}}}}
-    train = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-             "metadata": {"name": "tj", "namespace": "ml"},
-             "spec": {"runtimeRef": {"kind": "TrainingRuntime", "name": "torch"},
-                      "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}}
+    runtime = trainer_runtime("torch", queue="ml", card=H100, namespace="ml")
+    train = train_job("tj", {"kind": "TrainingRuntime", "name": "torch"})
     alone = explain([*CLUSTER, train], train, UNLIMITED)
     assert not alone.blocked
     assert alone.facts == ["Not checked: its pods are built from the TrainingRuntime ml/torch its runtimeRef names, "

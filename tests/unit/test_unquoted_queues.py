@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 from builders import ascend_node, container, gpu_node, pod, queue
 from verdicts import denied_at
 
@@ -233,18 +234,22 @@ def test_doctor_names_the_queues_without_a_quota_whose_pods_hold_cards(policy: C
 # ------------------------------------------------------------------------------------------------------ CLI
 
 
-def test_check_takes_the_setting(tmp_path: Any) -> None:
-    import yaml
+def check_cli(tmp_path: Any, cluster_objects: list[dict[str, Any]], manifest: dict[str, Any],
+              *options: str) -> tuple[int, dict[str, Any]]:
+    """``cardquota check -o json`` of ``manifest`` against ``cluster_objects``: the exit code and its verdict."""
+    cluster_file, workload = tmp_path / "cluster.yaml", tmp_path / "pod.yaml"
+    cluster_file.write_text(yaml.safe_dump_all(cluster_objects))
+    workload.write_text(yaml.safe_dump(manifest))
+    out = io.StringIO()
+    code = run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file), "-o", "json", *options],
+               stdout=out, stderr=io.StringIO())
+    return code, json.loads(out.getvalue())[0]
 
-    cluster_file = tmp_path / "cluster.yaml"
-    cluster_file.write_text(yaml.safe_dump_all([gpu_node("a100-1", A100, 8), queue("default")]))
-    workload = tmp_path / "pod.yaml"
-    workload.write_text(yaml.safe_dump(pod("p", gpus=1)))
-    codes = []
-    for setting in ("zero", "unlimited"):
-        out, err = io.StringIO(), io.StringIO()
-        codes.append(run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file),
-                                       "--unquoted-queues", setting, "-o", "json"], stdout=out, stderr=err))
+
+def test_check_takes_the_setting(tmp_path: Any) -> None:
+    objects = [gpu_node("a100-1", A100, 8), queue("default")]
+    codes = [check_cli(tmp_path, objects, pod("p", gpus=1), "--unquoted-queues", setting)[0]
+             for setting in ("zero", "unlimited")]
     assert codes == [1, 0]
 
 
@@ -289,20 +294,11 @@ def test_an_unnamed_card_pod_in_a_queue_that_does_not_exist_is_refused_with_the_
 
 
 def test_check_reads_a_bare_pod_naming_no_scheduler_as_the_api_server_stores_it(tmp_path: Any) -> None:
-    import yaml
-
-    cluster_file = tmp_path / "cluster.yaml"
-    cluster_file.write_text(yaml.safe_dump_all([gpu_node("a100-1", A100, 8), queue("default")]))
     bare = pod("p", gpus=1)
     bare["spec"].pop("schedulerName", None)
-    workload = tmp_path / "pod.yaml"
-    workload.write_text(yaml.safe_dump(bare))
-    out, err = io.StringIO(), io.StringIO()
-    code = run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file), "-o", "json"],
-               stdout=out, stderr=err)
+    code, verdict = check_cli(tmp_path, [gpu_node("a100-1", A100, 8), queue("default")], bare)
     assert code == 0  # the default scheduler's: warned (--card-pods-outside-volcano=warn), as the webhook would
-    assert json.loads(out.getvalue())[0]["warnings"][0].startswith(
-        "the pod requests nvidia.com/gpu with scheduler default-scheduler")
+    assert verdict["warnings"][0].startswith("the pod requests nvidia.com/gpu with scheduler default-scheduler")
 
 
 def test_simulate_reads_templates_naming_no_scheduler_as_the_default_schedulers() -> None:
@@ -325,18 +321,11 @@ def test_simulate_names_a_workload_of_more_pods_than_it_expands_rather_than_buil
 
 def test_check_judges_as_the_shipped_webhooks_run_with_the_card_gate_unless_told_otherwise(tmp_path: Any) -> None:
     """The manifests and the chart run the webhooks with the card-quota gate: ``check`` does too (``--card-gate``)."""
-    import yaml
-
-    cluster_file = tmp_path / "cluster.yaml"
-    cluster_file.write_text(yaml.safe_dump_all([gpu_node("a100-1", A100, 8), queue("team-a", {A100: 4})]))
-    workload = tmp_path / "pod.yaml"
-    workload.write_text(yaml.safe_dump(pod("p", gpus=1, queue="team-a")))
+    objects = [gpu_node("a100-1", A100, 8), queue("team-a", {A100: 4})]
+    manifest = pod("p", gpus=1, queue="team-a")
 
     def checked(*options: str) -> tuple[int, dict[str, Any]]:
-        out = io.StringIO()
-        code = run("cardquota", ["check", "-f", str(workload), "--cluster", str(cluster_file), "-o", "json",
-                                 *options], stdout=out, stderr=io.StringIO())
-        return code, json.loads(out.getvalue())[0]
+        return check_cli(tmp_path, objects, manifest, *options)
 
     code, gated = checked()
     assert code == 1

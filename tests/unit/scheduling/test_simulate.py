@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from builders import gpu_labels, node, pod, podgroup, queue
+from builders import gpu_labels, node, pod, podgroup, queue, train_job, trainer_runtime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from user_docs import all_user_docs
@@ -483,21 +483,8 @@ def test_a_trainjob_is_expanded_from_its_runtime_wherever_the_input_holds_it(tmp
                                                                               placed: int) -> None:
     """kubeflow/trainer v2.3.0: one PodGroup named after the TrainJob, minMember every node, the trainer's pods from
     its runtime's template with resourcesPerNode; without the runtime it is named, not simulated."""
-    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-               "metadata": {"name": "torch-volcano"},
-               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": {"volcano": {}},
-                        "template": {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "train"}},
-                                     "spec": {"replicatedJobs": [{"name": "node", "template": {
-                                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step":
-                                                                 "trainer"}},
-                                         "spec": {"template": {
-                                             "metadata": {"annotations": {"volcano.sh/card.name": H100}},
-                                             "spec": {"schedulerName": "volcano", "containers": [
-                                                 {"name": "node", "image": "torch"}]}}}}}]}}}}
-    train = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-             "metadata": {"name": "tj", "namespace": "ml"},
-             "spec": {"runtimeRef": {"name": "torch-volcano"},
-                      "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}}
+    runtime = trainer_runtime("torch-volcano", queue="train", card=H100)
+    train = train_job("tj", {"name": "torch-volcano"})
     cluster = [gpu_node("h1", H100, 8), queue("train", {H100: 8}), *([runtime] if runtime_in == "cluster" else [])]
     code, out, err = _simulate_files(tmp_path, cluster, [train, *([runtime] if runtime_in == "work" else [])])
     if not placed:
