@@ -38,7 +38,7 @@ from cardquota.core.scheduling.extender import Extender
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.limits import ServerLimits
 from cardquota.runtime.metrics import REGISTRY, metrics_response
-from cardquota.runtime.serving import LargeBodies, body_guard, read_body
+from cardquota.runtime.serving import BodyBudget, FairShares, body_guard, received_body
 
 log = logging.getLogger("cardquota.extender")
 DEFAULT_PORT = 8713
@@ -48,13 +48,23 @@ is never read), prioritize every candidate NodeInfo with the pods on it (Volcano
 ``PrioritizeRequest``): 64 MiB holds 50k pods. Larger, or compressed (Volcano's client never compresses: it posts
 plain JSON with net/http, extender.go ``send``), is refused before it is read (:func:`~cardquota.runtime.serving.
 body_guard`)."""
+BODY_BYTES = 256 * 2**20
+"""Bytes of verb bodies held at once (arriving, or received and being answered), counted as they arrive: 4 x
+:data:`MAX_BODY`, well within the extender's 2 GiB memory limit, where 2,048 connections each sending 64 MiB would
+have been held together. When it is full, the next bytes of a body wait, unread (503 after
+:data:`~cardquota.runtime.serving.BODY_SECONDS`). ``prioritize`` (the scheduler's large body: one task, its
+candidate nodes) is asked for one task at a time."""
+PEER_BODY_BYTES = 128 * 2**20
+"""Of :data:`BODY_BYTES`, what one source not in ``--trusted-cidrs`` may hold (a peer holding nothing may always
+take what is free)."""
+TRUSTED_BODY_BYTES = 128 * 2**20
+"""Bytes beyond :data:`BODY_BYTES` that only trusted sources (the scheduler's addresses, when given) may hold."""
 LARGE_BODY = 2**20
-"""A verb body above this (``prioritize`` of many nodes with their pods, ``onSessionOpen`` read from the body) waits
-for one of :data:`LARGE_BODIES_AT_ONCE`; smaller ones (``predicate``: one task and one node) are read at once."""
+"""A verb body above this (``prioritize`` of many nodes with their pods, ``onSessionOpen`` read from the body),
+once received, waits for one of :data:`LARGE_BODIES_AT_ONCE` to be decoded; smaller ones (``predicate``: one task
+and one node) are decoded at once."""
 LARGE_BODIES_AT_ONCE = 4
-"""Large verb bodies read and decoded at once: up to 4 x :data:`MAX_BODY` raw, well within the extender's 2 GiB
-memory limit, where 2,048 connections each sending 64 MiB would have been held together. The others wait, unread.
-``prioritize`` (the scheduler's large body: one task, its candidate nodes) is asked for one task at a time."""
+"""Large verb bodies decoded at once, at most two by one untrusted source, two more kept for the trusted ones."""
 VERB_SECONDS = Histogram("cardquota_extender_duration_seconds", "Extender verb latency in the server", ["verb"],
                          registry=REGISTRY, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
 SYNCED = Gauge("cardquota_extender_synced", "1 once the extender's watched session holds the whole cluster",
@@ -103,7 +113,8 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
     comes from each onSessionOpen body, as in tests and benchmarks of the body-fed mode); ``degraded_reasons``: what the
     extender cannot enforce although it serves (listed in ``/readyz``'s body)."""
     writes = _PodWrites(patch_pod) if patch_pod is not None else None
-    large = LargeBodies(LARGE_BODY, LARGE_BODIES_AT_ONCE)
+    bodies = BodyBudget(MAX_BODY, FairShares(BODY_BYTES, PEER_BODY_BYTES, TRUSTED_BODY_BYTES))
+    large = FairShares(LARGE_BODIES_AT_ONCE, LARGE_BODIES_AT_ONCE // 2, LARGE_BODIES_AT_ONCE // 2)
     last_degraded_log = [float("-inf")]
     extender.on_ignored = ignored
     verbs: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
@@ -126,12 +137,9 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                         "minute; verbs answered 503 (Volcano applies the stanza's extender.ignorable)")
         return web.json_response({"error": NOT_SYNCED}, status=503, headers={"Retry-After": "1"})
 
-    async def answered(verb: str, request: web.Request) -> dict[str, Any] | web.Response:
-        """The verb's answer, or a refusal of a body that did not arrive in time."""
+    async def answered(verb: str, request: web.Request, body: bytes) -> dict[str, Any]:
+        """The verb's answer to ``body``."""
         try:
-            body = await read_body(request)
-            if isinstance(body, web.Response):  # a caller sending its body too slowly, never the scheduler
-                return body
             try:  # deep nesting cannot change the answer here (anything unreadable gets the abstaining one)
                 payload = (read_job_request(body) if verb in JOB_VERBS else json.loads(body)) if body else {}
             except RecursionError:
@@ -180,8 +188,14 @@ def build_extender_app(extender: Extender, patch_pod: PodPatcher | None = None,
                 answer = verbs[verb]({})
                 VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)
                 return web.json_response(answer)
-        async with large.held(request) as busy:
-            outcome = busy if busy is not None else await answered(verb, request)
+        async with received_body(request, bodies) as body:  # a refusal when it arrives too slowly, never the
+            if isinstance(body, web.Response):            # scheduler's
+                return body
+            if len(body) <= LARGE_BODY:
+                outcome: dict[str, Any] | web.Response = await answered(verb, request, body)
+            else:
+                async with large.held(request) as busy:
+                    outcome = busy or await answered(verb, request, body)
         if isinstance(outcome, web.Response):
             return outcome
         VERB_SECONDS.labels(verb).observe(time.perf_counter() - started)

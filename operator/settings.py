@@ -38,7 +38,7 @@ from cardquota.core.policies.config import (
     read_flag as read_flag_value,
 )
 from cardquota.core.snapshot import DEFAULT_CARD_POLICY, CardPolicy, OutsideVolcano, UnquotedQueues
-from cardquota.runtime.limits import ServerLimits
+from cardquota.runtime.limits import ServerLimits, trusted_networks
 
 KINDS = ("Queue", "PodGroup", "Job", "Pod", "Node", "ConfigMap")
 T = TypeVar("T")
@@ -66,6 +66,7 @@ ENV_SCHEDULER_CONF = "CARDQUOTA_SCHEDULER_CONF"
 ENV_ROLE = "CARDQUOTA_ROLE"
 ENV_CONTROLLER_SERVICE_ACCOUNT = "CARDQUOTA_CONTROLLER_SERVICE_ACCOUNT"
 ENV_MAX_CONNECTIONS = "CARDQUOTA_MAX_CONNECTIONS"
+ENV_TRUSTED_CIDRS = "CARDQUOTA_TRUSTED_CIDRS"
 ENV_HANDSHAKE_TIMEOUT = "CARDQUOTA_HANDSHAKE_TIMEOUT"
 ENV_IDLE_TIMEOUT = "CARDQUOTA_IDLE_TIMEOUT"
 ENV_CARD_GATE = "CARDQUOTA_CARD_GATE"
@@ -363,9 +364,12 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     extender."""
     defaults = ServerLimits()
     parser.add_argument("--max-connections", type=int, help="connections at once on each port, TLS handshakes "
-                        f"included; at the cap the one waiting longest without a request makes room, or, when all are "
-                        f"in a request, the new one is closed (env {ENV_MAX_CONNECTIONS}; default "
-                        f"{defaults.max_connections})")
+                        f"included; at the cap the one that has made the least progress, of the source holding the "
+                        f"most, makes room (env {ENV_MAX_CONNECTIONS}; default {defaults.max_connections})")
+    parser.add_argument("--trusted-cidrs", metavar="CIDR,…", help="comma-separated addresses or CIDRs of the callers "
+                        "the ports are for — the API server's (webhooks), the scheduler's (extender): exempt from the "
+                        f"per-source shares, with a reserved part of what is shared (env {ENV_TRUSTED_CIDRS}; "
+                        "default none)")
     parser.add_argument("--handshake-timeout", type=float, help="seconds a TLS handshake may take (env "
                         f"{ENV_HANDSHAKE_TIMEOUT}; default {defaults.handshake_timeout:g})")
     parser.add_argument("--idle-timeout", type=float, help="seconds a connection may wait for its next request "
@@ -383,12 +387,24 @@ def limits_from(args: argparse.Namespace, env: Mapping[str, str]) -> ServerLimit
                                   read_positive_seconds, positive, defaults.handshake_timeout),
         idle_timeout=_chosen(getattr(args, "idle_timeout", None), env, ENV_IDLE_TIMEOUT, read_positive_seconds,
                              positive, defaults.idle_timeout),
+        trusted_networks=_trusted_cidrs(getattr(args, "trusted_cidrs", None), env),
     )
     for option, value in (("--max-connections", limits.max_connections),
                           ("--handshake-timeout", limits.handshake_timeout), ("--idle-timeout", limits.idle_timeout)):
         if not value > 0:
             raise InputError(f"{value}: expected a value above 0", where=option)
     return limits
+
+
+def _trusted_cidrs(given: str | None, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``--trusted-cidrs`` list (else its variable's), each checked to be an address or CIDR."""
+    text, where = (given, "--trusted-cidrs") if given is not None else (env.get(ENV_TRUSTED_CIDRS), ENV_TRUSTED_CIDRS)
+    cidrs = tuple(part.strip() for part in (text or "").split(",") if part.strip())
+    try:
+        trusted_networks(cidrs)
+    except ValueError as error:
+        raise InputError(str(error), where=where) from None
+    return cidrs
 
 
 def _chosen(given: T | None, environ: Mapping[str, str], name: str, read: Callable[[str], T], form: str,

@@ -36,6 +36,12 @@ _SAFE_RECURSION_LIMIT = 5_000
 C limit (3.12: ~1,500 levels; 3.13: ~10,000): up to this limit any thread's stack (≥ 2 MiB) holds the attempt."""
 
 
+MAX_UID = 128
+"""The longest ``request.uid`` answered. The API server sends a UUID, 36 characters (k8s.io/apiserver
+pkg/admission/plugin/webhook/request/admissionreview.go, ``CreateV1AdmissionReview``: ``uid := uuid.NewUUID()``);
+the answer echoes it, so a caller sending a megabyte of uid made each answer a megabyte, three with escaping."""
+
+
 class MalformedReview(ValueError):
     """A body that is not an AdmissionReview request (answered with HTTP 400 and a JSON error)."""
 
@@ -96,6 +102,9 @@ def read_review(body: bytes, *, in_place: bool = False) -> AdmissionRequest:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise MalformedReview("request.uid is missing")
+    if len(uid) > MAX_UID or not uid.isascii() or not uid.isprintable():
+        raise MalformedReview(f"request.uid is not a UID as the API server sends (printable ASCII, at most {MAX_UID} "
+                              "characters)")
     kind = request.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
         raise MalformedReview("request.kind is missing")

@@ -19,11 +19,11 @@ from aiohttp import web
 
 from cardquota.runtime.health import add_health_routes
 from cardquota.runtime.serving import (
-    BODY_SECONDS,
-    LargeBodies,
+    BodyBudget,
+    FairShares,
     ServerLimits,
     body_guard,
-    read_body,
+    received_body,
     start_server,
     trim_soon,
 )
@@ -48,31 +48,35 @@ MAX_BODY = 2 * OBJECT_BYTES + REVIEW_WRAPPER_BYTES
 :data:`OBJECT_BYTES` (k8s.io/api admission/v1 ``AdmissionRequest``; built by k8s.io/apiserver
 pkg/admission/plugin/webhook/request/admissionreview.go ``CreateV1AdmissionReview``), plus the wrapper. Anything
 larger is not an AdmissionReview: refused with 413 before it is read when its Content-Length says so."""
-SMALL_BODY_BYTES = 64 * 2**10
-"""A body whose Content-Length is at most this (a realistic review is ~6 KB) is read and answered at once; what
-such bodies hold is bounded by the connection cap (2,048 x 64 KiB)."""
-LARGE_READS = 8
-"""Bodies above :data:`SMALL_BODY_BYTES`, or of unknown length, received and answered at once: at most this many
-of up to :data:`MAX_BODY` bytes are held (~50 MiB); the others wait, unread (their bytes stay in the socket's
-buffers) up to :data:`~cardquota.runtime.serving.BODY_SECONDS` for a place (503 after). Each body, small or
-large, has as long to arrive (408 after), so a caller trickling one holds its connection, and one of these, no
-longer."""
+BODY_BYTES = 64 * 2**20
+"""Bytes of review bodies held at once (arriving, or received and being judged): about ten maximal UPDATE reviews,
+and thousands of realistic ones (~6 KB). A body's bytes are counted as they arrive, so a caller declaring a large
+body and sending little holds little. When it is full, the next bytes of a body wait, unread, up to
+:data:`~cardquota.runtime.serving.BODY_SECONDS` (503 after)."""
+PEER_BODY_BYTES = 16 * 2**20
+"""Of :data:`BODY_BYTES`, what one source that is not trusted (``--trusted-cidrs``) may hold: a quarter, so one
+caller sending large bodies as fast as it can leaves three quarters to the others; a peer holding nothing may
+always take what is free."""
+TRUSTED_BODY_BYTES = 32 * 2**20
+"""Bytes beyond :data:`BODY_BYTES` that only trusted sources (the API server's addresses, when given) may hold."""
 LARGE_BODY_BYTES = 2**20
 """A body above this size, once received, waits for one of :data:`LARGE_BODY_SLOTS` to be decoded and judged."""
 LARGE_BODY_SLOTS = 2
-"""Large bodies decoded and judged at once. Decoding a 3 MiB object builds up to ~100 MiB of Python objects and an
-UPDATE holds two: two slots keep four maximal reviews at once under half the Deployment's 1 GiB
-(``tests/reliability/test_bounded_servers.py``). A slot is taken once the whole body is in, so a caller sending
-slowly never holds one. Waiting rather than answering 429: a slot frees in tens to hundreds of milliseconds (a
-3 MiB body is read in ~30-130 ms: ``bench/worst_case.py``), where a refused review would come back, if at all, no
-sooner than a second later (a Retry-After counts whole seconds) and from the same 5 s budget; a 429 the API server
-does not retry fails the write, or lets it through unchecked under ``failurePolicy: Ignore``."""
+"""Large bodies decoded and judged at once, at most one by any one untrusted source, and one more kept for the
+trusted sources. Decoding a 3 MiB object builds up to ~100 MiB of Python objects and an UPDATE holds two: three
+slots keep as many maximal reviews at once under half the Deployment's 1 GiB (``tests/reliability/
+test_bounded_servers.py``). A slot is taken once the whole body is in, so a caller sending slowly never holds one.
+Waiting rather than answering 429: a slot frees in tens to hundreds of milliseconds (a 3 MiB body is read in
+~30-130 ms: ``bench/worst_case.py``), where a refused review would come back, if at all, no sooner than a second
+later (a Retry-After counts whole seconds) and from the same 5 s budget; a 429 the API server does not retry fails
+the write, or lets it through unchecked under ``failurePolicy: Ignore``."""
 
 
 @dataclass(frozen=True)
 class _Gates:
-    reads: LargeBodies = field(default_factory=lambda: LargeBodies(SMALL_BODY_BYTES, LARGE_READS))
-    decoding: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_BODY_SLOTS))
+    bodies: BodyBudget = field(default_factory=lambda: BodyBudget(
+        MAX_BODY, FairShares(BODY_BYTES, PEER_BODY_BYTES, TRUSTED_BODY_BYTES)))
+    decoding: FairShares = field(default_factory=lambda: FairShares(LARGE_BODY_SLOTS, 1, 1))
 
 
 POLICY_THREADS = 4
@@ -117,29 +121,15 @@ def build_app(admission: Admission, executor: Executor | None = None) -> web.App
 
 async def _review(admission: Admission, pool: Executor, gates: _Gates, request: web.Request, *,
                   mutating: bool) -> web.Response:
-    if not gates.reads.is_large(request):
-        body = await _read(request)
-        return body if isinstance(body, web.Response) else await _answer(admission, pool, body, mutating)
-    async with gates.reads.held(request, BODY_SECONDS) as busy:  # a large body, or of unknown length: a few at once
-        if busy is not None:
-            return busy
-        body = await _read(request)
+    async with received_body(request, gates.bodies) as body:
         if isinstance(body, web.Response):
             return body
         if len(body) <= LARGE_BODY_BYTES:
             return await _answer(admission, pool, body, mutating)
-        async with gates.decoding:
-            response = await _answer(admission, pool, body, mutating)
-        del body
-        trim_soon()  # what decoding it built goes back to the system, not only to the C heap
-        return response
-
-
-async def _read(request: web.Request) -> bytes | web.Response:
-    try:
-        return await read_body(request, BODY_SECONDS)
-    except web.HTTPRequestEntityTooLarge:
-        return _bad_request(f"the body is larger than {MAX_BODY} bytes")
+        async with gates.decoding.held(request) as busy:
+            response = busy or await _answer(admission, pool, body, mutating)
+    trim_soon()  # what decoding it built goes back to the system, not only to the C heap
+    return response
 
 
 async def _answer(admission: Admission, pool: Executor, body: bytes, mutating: bool) -> web.Response:
@@ -190,10 +180,6 @@ def answer_review(admission: Admission, body: bytes, mutating: bool) -> tuple[in
 
 def _json(value: object) -> bytes:
     return json.dumps(value).encode()
-
-
-def _bad_request(message: str) -> web.Response:
-    return web.json_response({"error": message}, status=400)
 
 
 async def serve(app: web.Application, host: str, port: int, context: ssl.SSLContext,

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from cardquota.runtime.latency import ADMISSION_LATENCIES, Latencies
-from cardquota.runtime.serving import ServerLimits, start_server
+from cardquota.runtime.serving import SITES, STATS, ServerLimits, start_server
 
 REGISTRY = CollectorRegistry()
 
@@ -48,6 +48,34 @@ class LatencyHistogram(Collector):
 WEBHOOK_SECONDS = LatencyHistogram("cardquota_webhook_duration_seconds", "Admission review latency in the server",
                                    ADMISSION_LATENCIES)
 REGISTRY.register(WEBHOOK_SECONDS)
+
+
+class ServingCollector(Collector):
+    """What each port refused and closed, by reason, and who holds its connections
+    (:mod:`cardquota.runtime.serving`): the figures that tell an attack (one source holding most connections, bodies
+    refused as too slow) from load (many sources, waits for room)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        refused = CounterMetricFamily("cardquota_http_refused", "Requests and connections refused by a port, by why",
+                                      labels=["port", "reason"])
+        evicted = CounterMetricFamily("cardquota_http_evicted", "Connections closed to make room for a new one, by "
+                                      "how far they had got", labels=["port", "state"])
+        for (what, port, reason), count in sorted(STATS.items()):
+            (refused if what == "refused" else evicted).add_metric([port, reason], count)
+        connections = GaugeMetricFamily("cardquota_http_connections", "Connections open on a port",
+                                        labels=["port"])
+        largest = GaugeMetricFamily("cardquota_http_largest_source_connections", "Connections held by the source "
+                                    "address holding the most, on a port", labels=["port"])
+        sources = GaugeMetricFamily("cardquota_http_sources", "Source addresses with a connection open on a port",
+                                    labels=["port"])
+        for site in list(SITES):
+            connections.add_metric([site.port_label], site.open_connections())
+            largest.add_metric([site.port_label], max(site.per_peer.values(), default=0))
+            sources.add_metric([site.port_label], len(site.per_peer))
+        yield from (refused, evicted, connections, largest, sources)
+
+
+REGISTRY.register(ServingCollector())
 EVENTS_PROCESSED = Counter("cardquota_watch_events_total", "Watch events applied to the cache", ["kind"],
                            registry=REGISTRY)
 

@@ -1,24 +1,35 @@
 """Every port cardquota listens on (the admission server's HTTPS, the metrics and health HTTP, the extender's HTTP)
-is started here, with the same bounds on what a caller can hold: :class:`ServerLimits`.
+is started here, with the same bounds on what a caller can hold: :class:`ServerLimits`. A caller is its source
+address (a *peer*); peers in :attr:`ServerLimits.trusted_networks` (the API server's, the scheduler's) are exempt
+from the per-peer shares and have a reserved part of what is shared.
 
 * **Connections**: at most ``max_connections`` at once, TLS handshakes in progress included, so memory held by
-  connections is bounded by the cap, whoever opens them. At the cap, the connection that has waited longest
-  without a request in progress (a TLS handshake, or a connection between requests) is closed to make room for the
-  new one — so a caller holding idle or half-open connections cannot keep the API server out; only when every
-  connection is in a request is the new one closed as soon as it is accepted (the caller sees a reset, and
-  retries).
+  connections is bounded by the cap, whoever opens them. At the cap a new connection takes the place of one held by
+  its own peer or by a peer holding more connections than it would (never a trusted peer's, unless it is trusted
+  itself): of that peer's, the one that has made the least progress — a TLS handshake, then the connection idle
+  longest, then the body with the fewest bytes in. So one source opening connections as fast as it can only
+  replaces its own, and the API server's idle keep-alive connections stay; only when no such connection can go is
+  the new one closed as soon as it is accepted (the caller sees a reset, and retries).
 * **Handshake**: a TLS handshake not done within ``handshake_timeout`` seconds is dropped (asyncio's default is
-  60 s: a connection that never sends its ClientHello held a slot and a buffer that long); so is a TLS close whose
-  peer does not answer in that time (asyncio's default: 30 s).
+  60 s); so is a TLS close whose peer does not answer in that time (asyncio's default: 30 s).
 * **Idle**: a connection without a request for ``idle_timeout`` seconds is closed (aiohttp's default keep-alive is
   3,630 s). The API server's and the scheduler's HTTP clients open a new one when they need it.
 * **Headers** of the size the callers send (:data:`MAX_HEADERS` fields of up to :data:`MAX_HEADER_BYTES`); more is
   refused with 400 as it arrives.
-* **Bodies** have :data:`BODY_SECONDS` to arrive once the headers are in (:func:`read_body`: 408 after; the idle
-  timeout covers only the wait for headers), and large ones are read a few at a time (:class:`LargeBodies`).
-* **Bodies are never inflated**: the parser does not decode ``Content-Encoding`` (aiohttp's ``auto_decompress``
-  would inflate a 1 MiB deflate body on the event loop for seconds); the apps refuse such requests with 400
-  (:func:`body_guard`).
+* **Bodies** arrive at :data:`MIN_BODY_RATE` at least, after a first :data:`RATE_GRACE_SECONDS`, and whole within
+  :data:`BODY_SECONDS` (:func:`received_body`: 408 after, the connection closed). Nothing shared is held until a
+  body's first bytes arrive; then its length is taken from a byte budget (:class:`FairShares`) of which each
+  untrusted peer may hold a share, so a caller holding bodies it sends slowly holds at most its share, for about a
+  second each. Slots for decoding large bodies are taken once a body is in, again with a share per peer.
+* **Bodies are never inflated**: the parser does not decode ``Content-Encoding``; the apps refuse such requests
+  with 400 (:func:`body_guard`).
+* **Answers** must be taken by the caller within :data:`ANSWER_SECONDS` (else the connection is aborted and what
+  was unsent freed), and each connection's kernel send buffer is :data:`SEND_BUFFER_BYTES`, so unsent answers hold
+  at most that per connection; answers themselves are bounded by what each app echoes (the webhooks refuse a review
+  whose ``uid`` is not what the API server sends).
+
+Every refusal and eviction is counted by port and reason (:data:`STATS`, exported as
+``cardquota_http_refused_total`` and ``cardquota_http_evicted_total``) so an attack can be told from load.
 
 **What an idle TLS connection costs, and why it was ~290 KiB.** asyncio's ``SSLProtocol`` gives every
 connection a 256 KiB receive buffer (``max_size``, allocated and zeroed when the connection is accepted, before the
@@ -34,8 +45,8 @@ every later one comes from the heap, interleaved with objects that outlive them,
 from its top or on ``malloc_trim``. 500 idle connections took the resident size from 50 to 188 MiB, still 188 MiB
 after they had all closed, 55 MiB after ``malloc_trim(0)``. So once :data:`TRIM_AFTER_CLOSED` connections have
 closed, ``malloc_trim(0)`` runs (once, a second later, on the event loop: a few milliseconds) where the C library
-has it (glibc), and after a large body was decoded (:func:`trim_soon`); and the policy threads share the main
-thread's arenas (:data:`MALLOC_ARENAS`).
+has it (glibc), and after a large body was decoded or a large answer sent (:func:`trim_soon`); and the policy
+threads share the main thread's arenas (:data:`MALLOC_ARENAS`).
 """
 
 from __future__ import annotations
@@ -44,42 +55,81 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import ipaddress
 import logging
+import socket
 import ssl
+import weakref
 from asyncio import sslproto
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from cardquota.runtime.limits import ServerLimits
+from cardquota.runtime.limits import ServerLimits, trusted_networks
 
-__all__ = ["BODY_SECONDS", "LargeBodies", "ServerLimits", "body_guard", "read_body", "start_server", "trim_soon"]
+__all__ = ["BODY_SECONDS", "FairShares", "ServerLimits", "body_guard", "peer_of", "received_body", "start_server",
+           "trim_soon"]
 log = logging.getLogger("cardquota.serving")
 TLS_READ_BYTES = 32 * 2**10
 """Receive buffer of each TLS connection (asyncio's default: 256 KiB). A TLS record is at most 16 KiB of payload."""
+READ_BUFFER_BYTES = 32 * 2**10
+"""What aiohttp buffers of a body before the app reads it, per connection (twice this, then it stops reading the
+socket; aiohttp's default: 64 KiB, so 128 KiB): 2,048 connections that each sent that much of a body and stopped
+held 256 MiB until their deadline."""
 BODY_SECONDS = 10.0
-"""Seconds a request's body may take to arrive once its headers are in (answered 408 after, by :func:`read_body`):
-the API server and Volcano's extender client send a body in one write, so only a caller trickling it, or declaring
-a length and sending nothing, takes longer; without a deadline each such connection held a slot of the connection
-cap for as long as it stayed open (the idle timeout covers only the wait for a request's headers)."""
+"""Seconds a request's body may take to arrive once its headers are in (answered 408 after, by
+:func:`received_body`): the API server and Volcano's extender client send a body in one write."""
+MIN_BODY_RATE = 64 * 2**10
+"""Bytes per second a body must arrive at, on average, once :data:`RATE_GRACE_SECONDS` have passed (408 below it):
+a caller trickling bodies holds each connection about a second, not :data:`BODY_SECONDS`. The API server sends a
+3 MiB object in milliseconds within the cluster's network; at this floor a maximal 6.25 MiB review would still
+have 10 s."""
+RATE_GRACE_SECONDS = 1.0
+"""Seconds a body may take before the rate floor applies (a handshake's worth of round trips, and a scheduler
+pausing for its garbage collector)."""
+ANSWER_SECONDS = 5.0
+"""Seconds a caller has to take an answer once it is written (the API server gives the whole webhook call 5 s by
+default): past that, the connection is aborted and what it had not read is freed."""
+SEND_BUFFER_BYTES = 256 * 2**10
+"""Each connection's kernel send buffer (``SO_SNDBUF``; Linux autotunes it up to ``tcp_wmem``'s 4 MiB, charged to
+the pod's memory): a caller that reads nothing holds at most this of the kernel's memory for an answer."""
 LINGER_SECONDS = 2.0
 """Seconds the rest of an unread body is read and dropped after an answer that did not read it (a refusal, or a
 verb that needs no body), before the connection closes (aiohttp's default: 10 s). Closing at once would reset a
 connection whose sender is still writing, which can lose the answer; the API server and the scheduler send their
-body in one write, so what is left arrives within milliseconds, and a caller trickling one holds its connection,
-busy and so beyond the cap's reach, for this long instead of ten seconds."""
+body in one write, so what is left arrives within milliseconds."""
 CAP_LOG_SECONDS = 60.0
 """At most one warning a minute that a port's connection cap is reached."""
 TRIM_AFTER_CLOSED = 256
 """Connections closed between two ``malloc_trim`` calls."""
+TRIM_BODY_BYTES = 256 * 2**10
+"""A body above this size, once answered, is followed by a ``malloc_trim`` (:func:`trim_soon`): 150 connections
+sending 1,000 KiB bodies left the server 108 MiB above idle, in the C heap, half a minute after they closed."""
+LARGE_ANSWER_BYTES = 2**20
+"""An answer above this size is followed by a ``malloc_trim`` (:func:`trim_soon`)."""
 M_ARENA_MAX = -8
 """glibc's ``mallopt`` parameter for the number of arenas (malloc.h)."""
 MALLOC_ARENAS = 2
 """At most this many glibc arenas: by default glibc gives threads arenas of their own (up to 8 per core), and a
 large review decoded on a policy thread left its memory in that thread's arena — four maximal reviews left the
 server 35 MiB above where it started, 10 MiB with two arenas (the same as ``MALLOC_ARENA_MAX=2``)."""
+
+
+class ServingStats(Counter[tuple[str, str, str]]):
+    """Refusals and evictions by (what, port, reason): ``what`` is ``refused`` or ``evicted``; read by the metrics
+    collector (:mod:`cardquota.runtime.metrics`), which exports them."""
+
+    def count(self, what: str, port: str, reason: str) -> None:
+        self[what, port, reason] += 1
+
+
+STATS = ServingStats()
+SITES: weakref.WeakSet[LimitedSite] = weakref.WeakSet()
+"""Every bounded site serving, for the metrics collector."""
 
 
 class _SmallBufferTLS(sslproto.SSLProtocol):
@@ -135,6 +185,59 @@ def trim_soon() -> None:
     TRIMMER.soon(asyncio.get_running_loop())
 
 
+def _address(peername: Any) -> str:
+    """The source address of a connection (an IPv4 address mapped into IPv6 as the IPv4 one), or ``"?"``."""
+    host = peername[0] if isinstance(peername, tuple) and peername else None
+    if not isinstance(host, str):
+        return "?"
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
+
+
+@dataclass(eq=False)
+class _Connection:
+    """What the site knows of one connection: its peer, and how far it has got (for choosing whom to close)."""
+
+    peer: str
+    trusted: bool
+    began: float
+    close: Callable[[], None]
+    handshaking: bool = True
+    handler: Any = None
+    """aiohttp's request handler, once the connection is handed to it."""
+    body_began: float | None = None
+    """When its current body began to arrive (None: not receiving a body)."""
+    received: int = 0
+
+    def progress(self) -> tuple[int, float] | None:
+        """Lower for less progress (closed first at the cap); None when it must not be closed (its request is being
+        judged or answered)."""
+        if self.handshaking:
+            return (0, self.began)
+        if self.body_began is not None:
+            return (2, float(self.received))
+        waiting = getattr(self.handler, "_waiter", None)  # aiohttp's handler, awaiting the next request's headers
+        if waiting is not None and not waiting.done():
+            return (1, self.handler._next_keepalive_close_time - self.handler.keepalive_timeout)
+        return None
+
+
+_CONNECTIONS: dict[Any, _Connection] = {}
+"""aiohttp's handler of each connection a bounded site accepted, to its record (read by :func:`received_body`)."""
+
+
+def peer_of(request: web.Request) -> tuple[str, bool]:
+    """(source address, whether trusted) of the connection ``request`` came on."""
+    connection = _CONNECTIONS.get(request.protocol)
+    if connection is not None:
+        return connection.peer, connection.trusted
+    return request.remote or "?", False
+
+
 class LimitedSite(web.TCPSite):
     """A TCP site whose connections are bounded by :class:`ServerLimits`; TLS when given a context (a certificate
     reloaded by :class:`cardquota.runtime.tls.ReloadableContext` reaches new handshakes through that context's
@@ -144,9 +247,11 @@ class LimitedSite(web.TCPSite):
                  ssl_context: ssl.SSLContext | None = None) -> None:
         super().__init__(runner, host, port)
         self.limits = limits
+        self.trusted = trusted_networks(limits.trusted_networks)
         self.tls = ssl_context
-        self.handshaking: dict[asyncio.Future[None], tuple[float, asyncio.BaseTransport]] = {}
-        """Connections shaking hands: when each began, and its transport (oldest first)."""
+        self.connections: dict[object, _Connection] = {}
+        """Every connection open (handshakes included), by aiohttp's handler of it."""
+        self.per_peer: Counter[str] = Counter()
         self.refused = 0
         self.last_warning = float("-inf")
 
@@ -154,72 +259,116 @@ class LimitedSite(web.TCPSite):
     def name(self) -> str:
         return f"{'https' if self.tls is not None else 'http'}://{self._host}:{self._port}"
 
+    @property
+    def port_label(self) -> str:
+        sockets = getattr(self._server, "sockets", None)
+        return str(sockets[0].getsockname()[1]) if sockets else "?"
+
     def open_connections(self) -> int:
-        server = self._runner.server
-        return len(self.handshaking) + (len(server.connections) if isinstance(server, web.Server) else 0)
+        return len(self.connections)
+
+    def is_trusted(self, peer: str) -> bool:
+        if not self.trusted:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self.trusted)
 
     async def start(self) -> None:
+        SITES.add(self)
         await web.BaseSite.start(self)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._protocol, self._host, self._port,
                                                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
 
     async def stop(self) -> None:
-        for _, transport in list(self.handshaking.values()):
-            transport.abort()  # type: ignore[attr-defined]
+        for connection in list(self.connections.values()):
+            if connection.handshaking:
+                connection.close()
+        SITES.discard(self)
         await super().stop()
 
-    def _make_room(self) -> bool:
-        """Close the connection that has waited longest without a request in progress: a TLS handshake (since it
-        began) or a connection waiting for its next request (since its last answer, or since it opened); False when
-        every connection is in a request."""
-        oldest: tuple[float, Callable[[], None]] | None = None
-        for waiter, (began, transport) in self.handshaking.items():  # oldest first
-            def abort(waiter: asyncio.Future[None] = waiter, transport: Any = transport) -> None:
-                del self.handshaking[waiter]  # (counted no more: its end is reported a turn later)
-                transport.abort()
+    def add(self, handler: object, connection: _Connection) -> None:
+        self.connections[handler] = connection
+        self.per_peer[connection.peer] += 1
+        _CONNECTIONS[handler] = connection
 
-            oldest = (began, abort)
-            break
-        server = self._runner.server
-        for handler in server.connections if isinstance(server, web.Server) else ():
-            waiting = getattr(handler, "_waiter", None)  # aiohttp's handler, awaiting the next request's headers
-            if waiting is None or waiting.done():
+    def forget(self, handler: object) -> None:
+        connection = self.connections.pop(handler, None)
+        if connection is not None:
+            self.per_peer[connection.peer] -= 1
+            if not self.per_peer[connection.peer]:
+                del self.per_peer[connection.peer]
+            _CONNECTIONS.pop(handler, None)
+
+    def _make_room(self, peer: str, trusted: bool) -> bool:
+        """Close, to let a connection from ``peer`` in, one of the connections of the peer holding the most among
+        ``peer`` itself and the untrusted peers holding more than ``peer`` would (any untrusted peer when ``peer``
+        is trusted): of those, the one that has made the least progress. False when none can be closed."""
+        mine = self.per_peer[peer] + 1
+        chosen: tuple[tuple[int, int, float], object, _Connection] | None = None
+        for key, connection in self.connections.items():
+            if connection.peer != peer and (connection.trusted or (
+                    not trusted and self.per_peer[connection.peer] <= mine)):
                 continue
-            since = handler._next_keepalive_close_time - handler.keepalive_timeout
-            if oldest is None or since < oldest[0]:
-                oldest = (since, handler.force_close)
-        if oldest is None:
+            progress = connection.progress()
+            if progress is None:
+                continue
+            rank = (-self.per_peer[connection.peer], *progress)
+            if chosen is None or rank < chosen[0]:
+                chosen = (rank, key, connection)
+        if chosen is None:
             return False
-        oldest[1]()
+        (_, state, _), key, connection = chosen
+        self.forget(key)  # (counted no more: its end is reported a turn later)
+        STATS.count("evicted", self.port_label, ("handshake", "idle", "slow-body")[state])
+        connection.close()
         return True
 
     def _protocol(self) -> asyncio.Protocol:
-        if self.open_connections() >= self.limits.max_connections and not self._make_room():
-            self.refused += 1
-            now = asyncio.get_running_loop().time()
-            if now - self.last_warning >= CAP_LOG_SECONDS:
-                self.last_warning = now
-                log.warning("%s: %d connections open, the cap (--max-connections); new ones are closed (%d so far)",
-                            self.name, self.limits.max_connections, self.refused)
-            return _Refused()
         return _Admitted(self)
+
+    def admit(self, peer: str, trusted: bool) -> bool:
+        """Whether a new connection from ``peer`` may stay (room made at the cap); logged and counted when not."""
+        if self.open_connections() < self.limits.max_connections or self._make_room(peer, trusted):
+            return True
+        self.refused += 1
+        STATS.count("refused", self.port_label, "connection-cap")
+        now = asyncio.get_running_loop().time()
+        if now - self.last_warning >= CAP_LOG_SECONDS:
+            self.last_warning = now
+            log.warning("%s: %d connections open, the cap (--max-connections), none of them closable for a new one "
+                        "from %s; new ones are closed (%d so far)", self.name, self.limits.max_connections, peer,
+                        self.refused)
+        return False
 
 
 class _Admitted(asyncio.Protocol):
-    """The first protocol of an accepted connection: hands it to aiohttp's handler, through TLS when the site has
-    a context, and counts it while it shakes hands."""
+    """The first protocol of an accepted connection: closes it at once when the cap leaves no room, else hands it to
+    aiohttp's handler, through TLS when the site has a context, recording it with its peer."""
 
     def __init__(self, site: LimitedSite) -> None:
         self.site = site
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         site = self.site
+        peer = _address(transport.get_extra_info("peername"))
+        trusted = site.is_trusted(peer)
+        if not site.admit(peer, trusted):
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         handler = site._runner.server
         assert handler is not None
         loop = asyncio.get_running_loop()
         app: Any = handler()
         if site.tls is None:
+            site.add(app, _Connection(peer, trusted, loop.time(), app.force_close, handshaking=False, handler=app))
             transport.set_protocol(app)
             app.connection_made(transport)
             return
@@ -227,12 +376,16 @@ class _Admitted(asyncio.Protocol):
         tls = _SmallBufferTLS(loop, app, site.tls, waiter, server_side=True,
                               ssl_handshake_timeout=site.limits.handshake_timeout,  # type: ignore[arg-type]
                               ssl_shutdown_timeout=site.limits.handshake_timeout)
-        site.handshaking[waiter] = (loop.time(), transport)
+        connection = _Connection(peer, trusted, loop.time(), transport.abort,  # type: ignore[attr-defined]
+                                 handler=app)
+        site.add(app, connection)
 
         def shaken(done: asyncio.Future[None]) -> None:
-            site.handshaking.pop(done, None)
             if done.cancelled() or done.exception() is not None:
+                site.forget(app)
                 TRIMMER.closed_one(loop)
+            else:  # aiohttp's from now on: forgotten when it reports its end
+                connection.handshaking, connection.close = False, app.force_close
 
         waiter.add_done_callback(shaken)
         transport.set_protocol(tls)
@@ -251,10 +404,10 @@ def handler_options(limits: ServerLimits) -> dict[str, Any]:
     """aiohttp handler options every cardquota server uses: the idle timeout, headers of the size its callers send
     (a request whose headers are still arriving is held until the idle timeout; with aiohttp's defaults, 300
     connections each sending 120 headers of 8,000 bytes took a server from 38 to 602 MiB resident, where these
-    bounds refuse such headers with 400 as they arrive), :data:`LINGER_SECONDS` for an unread body, no decoding of
-    compressed bodies, no access log (each server logs what matters itself)."""
+    bounds refuse such headers with 400 as they arrive), :data:`READ_BUFFER_BYTES`, :data:`LINGER_SECONDS` for an
+    unread body, no decoding of compressed bodies, no access log (each server logs what matters itself)."""
     return {"keepalive_timeout": limits.idle_timeout, "lingering_time": LINGER_SECONDS, "auto_decompress": False,
-            "access_log": None,
+            "access_log": None, "read_bufsize": READ_BUFFER_BYTES,
             "max_headers": MAX_HEADERS, "max_field_size": MAX_HEADER_BYTES, "max_line_size": MAX_HEADER_BYTES}
 
 
@@ -265,20 +418,22 @@ async def start_server(app: web.Application, host: str, port: int, limits: Serve
     TRIMMER.limit_arenas()
     runner = web.AppRunner(app, **handler_options(limits))
     await runner.setup()
+    site = LimitedSite(runner, host, port, limits, ssl_context)
     server = runner.server
     if isinstance(server, web.Server):
-        _count_closes(server)
-    await LimitedSite(runner, host, port, limits, ssl_context).start()
+        _count_closes(server, site)
+    await site.start()
     return runner
 
 
-def _count_closes(server: web.Server) -> None:
-    """Count each connection's end towards the next ``malloc_trim``: every aiohttp handler reports it to its
-    server (the handlers have slots; their server's bookkeeping is the one place to hook)."""
+def _count_closes(server: web.Server, site: LimitedSite) -> None:
+    """Forget each connection when it ends, and count it towards the next ``malloc_trim``: every aiohttp handler
+    reports its end to its server (the handlers have slots; their server's bookkeeping is the one place to hook)."""
     forget = server.connection_lost
 
     def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
         forget(handler, exc)
+        site.forget(handler)
         TRIMMER.closed_one(asyncio.get_running_loop())
 
     server.connection_lost = connection_lost  # type: ignore[method-assign]
@@ -291,72 +446,217 @@ def body_guard(limit_for: Callable[[web.Request], int]) -> Middleware:
     * 400 to a request whose body is encoded (``Content-Encoding`` other than ``identity``): neither the API server
       nor Volcano's extender client compresses what it sends, and inflating is work a caller could make unbounded
       (aiohttp decoded it on the event loop: 4.5 s of CPU for a 1 MiB deflate body);
-    * 413 to one whose ``Content-Length`` is above ``limit_for(request)`` (a chunked body is held to the app's
-      ``client_max_size`` as it is read).
+    * 413 to one whose ``Content-Length`` is above ``limit_for(request)`` (a body of unknown length is held to it as
+      it is read, by :func:`received_body`);
+
+    and sending every answer within :data:`ANSWER_SECONDS` (the connection aborted after), a large one followed by a
+    ``malloc_trim``.
     """
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
-            return _closing(400, f"Content-Encoding {encoding[:32]!r} is not accepted: send the body uncompressed")
+            return refusal(request, 400, "encoded",
+                           f"Content-Encoding {encoding[:32]!r} is not accepted: send the body uncompressed")
         limit = limit_for(request)
         if request.content_length is not None and request.content_length > limit:
-            return _closing(413, f"the body ({request.content_length} bytes) is larger than {limit} bytes")
-        return await handler(request)
+            return refusal(request, 413, "too-large", f"the body ({request.content_length} bytes) is larger than "
+                                                      f"{limit} bytes")
+        response = await handler(request)
+        try:
+            async with asyncio.timeout(ANSWER_SECONDS):
+                await response.prepare(request)
+                await response.write_eof()
+        except TimeoutError:
+            STATS.count("refused", _port(request), "answer-not-read")
+            if request.transport is not None:
+                request.transport.abort()
+        except ConnectionError:
+            pass
+        if isinstance(response, web.Response) and response.content_length is not None \
+                and response.content_length > LARGE_ANSWER_BYTES:
+            trim_soon()
+        return response
 
     return guard
 
 
-async def read_body(request: web.Request, seconds: float | None = None) -> bytes | web.Response:
-    """``request``'s whole body, or a 408 answer (the connection closed after it) when it has not all arrived
-    within ``seconds`` (default :data:`BODY_SECONDS`). A body above the app's ``client_max_size`` raises aiohttp's
-    ``HTTPRequestEntityTooLarge``."""
-    if request.content.is_eof():  # all in already (a review arrives with its headers): nothing to wait for
-        return await request.read()
-    deadline = BODY_SECONDS if seconds is None else seconds
-    try:
-        async with asyncio.timeout(deadline):
-            return await request.read()
-    except TimeoutError:
-        return _closing(408, f"the body did not arrive within {deadline:g} s")
+def _port(request: web.Request) -> str:
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    return str(sockname[1]) if isinstance(sockname, tuple) and len(sockname) > 1 else "?"
 
 
-class LargeBodies:
-    """Bodies above ``small`` bytes (by their ``Content-Length``), or of unknown length, handled at most ``at_once``
-    at a time; the others wait, unread (their bytes stay in the sockets' buffers). What small bodies hold is bounded
-    by the connection cap; without this, callers sending bodies as large as the limit on many connections at once
-    held that many of them in memory. The asyncio primitive is made on first use (in the serving loop)."""
+class FairShares:
+    """``general`` units (bytes, or slots) shared by the peers, at most ``peer_share`` of them held by any one
+    untrusted peer (a peer holding none may always take what is free), and ``reserved`` more that only trusted
+    peers take (trusted peers take any free unit). Taking waits up to a deadline. The asyncio
+    primitives are made on first use (in the serving loop)."""
 
-    def __init__(self, small: int, at_once: int) -> None:
-        self.small, self.at_once = small, at_once
-        self._slots: asyncio.Semaphore | None = None
+    def __init__(self, general: int, peer_share: int, reserved: int = 0) -> None:
+        self.general, self.peer_share, self.reserved = general, peer_share, reserved
+        self.untrusted = 0
+        self.trusted = 0
+        self.by_peer: Counter[str] = Counter()
+        self._freed: asyncio.Event | None = None
 
-    def is_large(self, request: web.Request) -> bool:
-        return request.content_length is None or request.content_length > self.small
+    def fits(self, peer: str, trusted: bool, units: int) -> bool:
+        if trusted:
+            return self.untrusted + self.trusted + units <= self.general + self.reserved
+        held = self.by_peer[peer]
+        beyond_reserve = max(0, self.trusted - self.reserved)  # what trusted peers hold of the general part
+        within_share = held == 0 or held + units <= self.peer_share
+        return self.untrusted + beyond_reserve + units <= self.general and within_share
+
+    def try_take(self, peer: str, trusted: bool, units: int) -> bool:
+        if not self.fits(peer, trusted, units):
+            return False
+        if trusted:
+            self.trusted += units
+        else:
+            self.untrusted += units
+            self.by_peer[peer] += units
+        return True
+
+    async def take(self, peer: str, trusted: bool, units: int, seconds: float) -> bool:
+        """Take ``units`` for ``peer``, waiting up to ``seconds`` for them to be free; False when they were not."""
+        if self.try_take(peer, trusted, units):
+            return True
+        try:
+            async with asyncio.timeout(seconds):
+                while True:
+                    if self._freed is None:
+                        self._freed = asyncio.Event()
+                    freed = self._freed
+                    await freed.wait()
+                    if self.try_take(peer, trusted, units):
+                        return True
+        except TimeoutError:
+            return False
+
+    def give(self, peer: str, trusted: bool, units: int) -> None:
+        if not units:
+            return
+        if trusted:
+            self.trusted -= units
+        else:
+            self.untrusted -= units
+            self.by_peer[peer] -= units
+            if self.by_peer[peer] <= 0:
+                del self.by_peer[peer]
+        if self._freed is not None:  # wake every waiter; those that still do not fit wait on a new event
+            self._freed.set()
+            self._freed = None
 
     @contextlib.asynccontextmanager
-    async def held(self, request: web.Request, seconds: float | None = None) -> AsyncIterator[web.Response | None]:
-        """A slot for the ``with`` block when ``request``'s body is large (nothing to wait for when it is small):
-        None once held, or a 503 answer (the connection closed after it) when none freed within ``seconds``
-        (default :data:`BODY_SECONDS`) — a wait without end would let callers declaring large bodies and sending
-        nothing queue up behind a few slow ones and hold every connection of the cap."""
-        if not self.is_large(request):
-            yield None
-            return
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.at_once)
+    async def held(self, request: web.Request, units: int = 1,
+                   seconds: float | None = None) -> AsyncIterator[web.Response | None]:
+        """``units`` for the ``with`` block, for ``request``'s peer: None once held, or a 503 answer (the connection
+        closed after it) when they did not free within ``seconds`` (default :data:`BODY_SECONDS`)."""
+        peer, trusted = peer_of(request)
         deadline = BODY_SECONDS if seconds is None else seconds
-        try:
-            async with asyncio.timeout(deadline):
-                await self._slots.acquire()
-        except TimeoutError:
-            yield _closing(503, f"busy: no room for a large body within {deadline:g} s; retry")
+        if not await self.take(peer, trusted, units, deadline):
+            yield refusal(request, 503, "busy", f"busy: no room for this request within {deadline:g} s; retry")
             return
         try:
             yield None
         finally:
-            self._slots.release()
+            self.give(peer, trusted, units)
+
+
+@dataclass
+class BodyBudget:
+    """The bytes of bodies a server holds at once (received, being read, or being judged), as :class:`FairShares`,
+    and the most one body may have."""
+
+    max_body: int
+    shares: FairShares = field(default_factory=lambda: FairShares(2**62, 2**62))
+
+
+@contextlib.asynccontextmanager
+async def received_body(request: web.Request, budget: BodyBudget,
+                        seconds: float | None = None) -> AsyncIterator[bytes | web.Response]:
+    """``request``'s whole body for the ``with`` block, or the answer refusing it (the connection closed after it).
+    Once its first bytes have arrived, its ``Content-Length`` (the most a body may have, when it has none) is taken
+    from ``budget`` for the peer, until the block ends: a body never waits for room half-way, so bodies that would
+    together pass a share cannot each hold part of it and wait for the rest. The refusals:
+
+    * 408 when it does not arrive at :data:`MIN_BODY_RATE` after :data:`RATE_GRACE_SECONDS`, or not whole within
+      ``seconds`` (default :data:`BODY_SECONDS`), time spent waiting for the budget aside;
+    * 413 when it passes ``budget.max_body`` (a body of unknown length);
+    * 503 when the budget has no room for it within ``seconds``.
+
+    A caller that sends headers and no body holds nothing shared; one that sends a little of a large body holds its
+    room for about :data:`RATE_GRACE_SECONDS`, within its peer's share.
+    """
+    connection = _CONNECTIONS.get(request.protocol)
+    peer, trusted = peer_of(request)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    limit = BODY_SECONDS if seconds is None else seconds
+    waited = 0.0
+    chunks: list[bytes] = []
+    received = reserved = 0
+    refused: web.Response | None = None
+    if connection is not None:
+        connection.body_began, connection.received = began, 0
+    try:
+        while not request.content.at_eof():
+            elapsed_due = min(limit, max(RATE_GRACE_SECONDS, received / MIN_BODY_RATE))
+            try:
+                async with asyncio.timeout_at(began + waited + elapsed_due):
+                    chunk = await request.content.readany()
+            except ConnectionError:  # closed by its caller, or to make room: no one to answer
+                refused = _closing(400, "the connection was lost")
+                break
+            except TimeoutError:
+                slow = elapsed_due < limit
+                refused = refusal(request, 408, "slow-body",
+                                  f"the body did not arrive at {MIN_BODY_RATE // 1024} KiB/s" if slow else
+                                  f"the body did not arrive within {limit:g} s")
+                break
+            if not chunk:
+                break
+            if received + len(chunk) > budget.max_body:
+                refused = refusal(request, 413, "too-large", f"the body is larger than {budget.max_body} bytes")
+                break
+            if not reserved:  # its first bytes: the whole body's room is taken now, or waited for
+                units = request.content_length if request.content_length is not None else budget.max_body
+                if not budget.shares.try_take(peer, trusted, units):
+                    paused = loop.time()
+                    room = await budget.shares.take(peer, trusted, units, limit)
+                    waited += loop.time() - paused
+                    if not room:
+                        refused = refusal(request, 503, "busy",
+                                          f"busy: no room for the body within {limit:g} s; retry")
+                        break
+                reserved = units
+            chunks.append(chunk)
+            received += len(chunk)
+            if connection is not None:
+                connection.received = received
+        if connection is not None:
+            connection.body_began = None
+        if refused is not None:
+            chunks.clear()
+            yield refused
+        else:
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            yield body
+            del body
+    finally:
+        if connection is not None:
+            connection.body_began = None
+        budget.shares.give(peer, trusted, reserved)
+        if reserved > TRIM_BODY_BYTES:
+            trim_soon()
+
+
+def refusal(request: web.Request, status: int, reason: str, message: str) -> web.Response:
+    """An answer refusing ``request`` (the connection closed after it), counted by ``reason``."""
+    STATS.count("refused", _port(request), reason)
+    return _closing(status, message)
 
 
 def _closing(status: int, message: str) -> web.Response:

@@ -127,6 +127,12 @@ async def test_delete_of_a_queue_with_card_work_warns(server: Server) -> None:
         (b'{"kind": "AdmissionReview", "request": {"kind": {"kind": "Pod"}, "operation": "CREATE"}}',
          "request.uid is missing"),
         (b'{"kind": "AdmissionReview", "request": {"uid": "u", "operation": "CREATE"}}', "request.kind is missing"),
+        # The uid is echoed in the answer: one larger than the API server's (a 36-character UUID) made each answer
+        # as large as the body, three times with escaping (a 1,000 KiB uid: 3 MiB held per unread answer).
+        (b'{"kind": "AdmissionReview", "request": {"uid": "' + b"u" * 129 + b'", "kind": {"kind": "Pod"}, '
+         b'"operation": "CREATE"}}', "request.uid is not a UID as the API server sends"),
+        ('{"kind": "AdmissionReview", "request": {"uid": "\u00e9t\u00e9", "kind": {"kind": "Pod"}, '
+         '"operation": "CREATE"}}'.encode(), "request.uid is not a UID as the API server sends"),
         (b'{"kind": "AdmissionReview", "request": {"uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE", '
          b'"object": [1]}}', "request.object is not an object"),
         (b"[" * 100_000, "the body nests more than 10,002 levels deep"),  # the API server's limit, +2 for the review

@@ -6,6 +6,7 @@ timings are in bench/bounded.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
 import ssl
@@ -146,19 +147,73 @@ async def test_at_the_cap_the_connection_waiting_longest_makes_room(tmp_path: Pa
         await runner.cleanup()
 
 
-async def test_at_the_cap_with_every_connection_in_a_request_the_new_one_is_closed(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """No connection waits without a request (each is sending a body): the new one is closed as soon as it is
-    accepted, and reaching the cap is logged."""
-    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=2))
+async def _trickle_from(webhook: Webhook, source: str, declared: int, sent: int = 1024
+                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection from ``source`` (an address of the loopback network) declaring a body of ``declared`` bytes and
+    sending its first ``sent``."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port, ssl=client_context(webhook.ca),
+                                                   server_hostname="localhost", local_addr=(source, 0))
+    writer.write(_post("/validate", b"").replace(b"Content-Length: 0", f"Content-Length: {declared}".encode())
+                 + b"{" + b" " * (sent - 1))
+    await writer.drain()
+    return reader, writer
+
+
+async def test_at_the_cap_a_new_connection_replaces_the_least_advanced_of_the_source_holding_the_most(
+        tmp_path: Path) -> None:
+    """Every connection is in a body. A connection from a source holding fewer replaces the body with the fewest
+    bytes in of the source holding the most; the other source's connections stay. Before: only connections without
+    a request could make room, so a caller keeping bodies arriving slowly on every connection kept the API server
+    out (2,053 such connections: the next 8 reviews got a reset)."""
+    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=3))
     try:
-        busy = [await _trickle(served_webhook, 2 * 2**10) for _ in range(2)]
+        crowd = [await _trickle_from(served_webhook, "127.0.0.2", 2 * 2**10, sent) for sent in (1500, 1024)]
+        other = await _trickle_from(served_webhook, "127.0.0.3", 2 * 2**10, 1024)
         await asyncio.sleep(0.1)  # (the server has their headers: each is in a request)
+        reader, writer = await asyncio.open_connection("127.0.0.1", served_webhook.port,
+                                                       ssl=client_context(served_webhook.ca),
+                                                       server_hostname="localhost", local_addr=("127.0.0.4", 0))
+        writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
+        status, _ = await _status_and_body(reader)
+        assert status == 200
+        assert await _closed_by_server(crowd[1][0])  # the fewest bytes in, of the source holding two
+        crowd[0][1].write(b" " * (2 * 2**10 - 1500))
+        other[1].write(b" " * (2 * 2**10 - 1024))
+        status, _ = await _status_and_body(other[0])  # completes its body: answered (not JSON: 400)
+        assert status == 400
+        for _, open_writer in (*crowd, other, (reader, writer)):
+            open_writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_at_the_cap_no_connection_of_a_trusted_source_makes_room_for_another_source(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The trusted source (``--trusted-cidrs``, the API server's addresses) holds the cap with bodies arriving: a
+    connection from another source is closed as soon as it is accepted, and reaching the cap is logged; a new one of
+    the trusted source's own replaces its least advanced."""
+    served_webhook, runner = await _webhook_starter(tmp_path)(ServerLimits(max_connections=2,
+                                                                           trusted_networks=("127.0.0.5/32",)))
+    try:
+        busy = [await _trickle_from(served_webhook, "127.0.0.5", 2 * 2**10) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        async def from_another_source() -> None:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", served_webhook.port, ssl=client_context(served_webhook.ca),
+                server_hostname="localhost", local_addr=("127.0.0.6", 0))
+            writer.write(_post("/validate", b"{}"))
+            await _status_and_body(reader)
+
         with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
-            await asyncio.wait_for(served_webhook.review(b"{}"), GUARD_SECONDS)
+            await from_another_source()
         assert "2 connections open, the cap (--max-connections)" in caplog.text
-        for _, writer in busy:
-            writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", served_webhook.port,
+                                                       ssl=client_context(served_webhook.ca),
+                                                       server_hostname="localhost", local_addr=("127.0.0.5", 0))
+        writer.write(_post("/validate", json.dumps(review(_card_pod())).encode()))
+        assert (await _status_and_body(reader))[0] == 200
+        for _, open_writer in (*busy, (reader, writer)):
+            open_writer.close()
     finally:
         await runner.cleanup()
 
@@ -318,9 +373,31 @@ async def test_a_body_that_does_not_arrive_in_time_is_answered_408(webhook: Webh
     """Large or small (at most SMALL_BODY_BYTES, read at once), a body has BODY_SECONDS to arrive. Before: a small
     one was read without a deadline, so connections declaring 2 KiB and sending less held their slots of the
     connection cap for as long as they stayed open (a large one already had its 10 s)."""
-    monkeypatch.setattr(server_module, "BODY_SECONDS", 0.2)
+    monkeypatch.setattr(serving_module, "BODY_SECONDS", 0.2)
     reader, writer = await _trickle(webhook, declared)
     await _answered_408_and_closed(reader)
+    writer.close()
+
+
+async def test_a_body_arriving_below_the_rate_floor_is_answered_408_after_the_first_second(webhook: Webhook) -> None:
+    """1 KiB every 50 ms (20 KiB/s, under the 64 KiB/s floor) of a 1 MiB body: refused once the first second has
+    passed, not after BODY_SECONDS (10 s). Before: it held its connection, and a large-body slot, for 10 s."""
+    reader, writer = await _trickle(webhook, 2**20)
+    began = time.monotonic()
+
+    async def trickle() -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError, RuntimeError):
+            while True:
+                await asyncio.sleep(0.05)
+                writer.write(b" " * 1024)
+                await writer.drain()
+
+    sending = asyncio.create_task(trickle())
+    status, answer = await _status_and_body(reader)
+    sending.cancel()
+    assert status == 408
+    assert "did not arrive at 64 KiB/s" in answer["error"]
+    assert time.monotonic() - began < serving_module.BODY_SECONDS  # (the guard, not a measure)
     writer.close()
 
 
@@ -416,12 +493,11 @@ async def test_the_extender_answers_408_to_a_body_that_does_not_arrive_in_time(
     writer.close()
 
 
-async def test_the_extender_reads_large_bodies_a_few_at_a_time_and_small_ones_at_once(
+async def test_the_extender_decodes_large_bodies_a_few_at_a_time_and_a_slow_sender_holds_no_slot(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With one slot for large bodies: while a caller trickles a large one, another large body waits unread, a small
-    one is answered at once, and the waiting one is answered once the slot is free. Before: every connection read
-    its body as it came, so callers sending bodies near the 64 MiB limit on many connections were held in memory
-    together."""
+    """With one slot for decoding large bodies: a caller trickling a large body holds none, so another large body
+    arriving whole is answered meanwhile, and so is a small one. Before: the slot was taken before the body was
+    read, so callers declaring large bodies and sending one byte kept every large body waiting up to 10 s."""
     monkeypatch.setattr(extender_module, "LARGE_BODY", 1024)
     monkeypatch.setattr(extender_module, "LARGE_BODIES_AT_ONCE", 1)
     runner = await serve_http(extender_module.build_extender_app(Extender(SchedulerConfig())), "127.0.0.1", 0)
@@ -437,17 +513,14 @@ async def test_the_extender_reads_large_bodies_a_few_at_a_time_and_small_ones_at
     try:
         held = json.dumps({"pad": "x" * 4096}).encode()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_post("/predicate", held)[:-len(held) + 1])  # the headers and one byte: the slot is taken
+        writer.write(_post("/predicate", held)[:-len(held) + 1])  # the headers and one byte
         await writer.drain()
-        await asyncio.sleep(0.1)  # (the server reads the headers)
-        waiting = asyncio.create_task(exchange(json.dumps({"pad": "y" * 2048}).encode()))
+        await asyncio.sleep(0.1)  # (the server reads the headers and the byte)
+        assert await exchange(json.dumps({"pad": "y" * 2048}).encode()) == 200
         assert await exchange(b"{}") == 200
-        await asyncio.sleep(0.2)  # time enough to answer it, were it read
-        assert not waiting.done()
         writer.write(held[1:])
         status, _ = await _status_and_body(reader)
         assert status == 200
-        assert await asyncio.wait_for(waiting, GUARD_SECONDS) == 200
         writer.close()
     finally:
         await runner.cleanup()
@@ -484,25 +557,88 @@ async def test_headers_beyond_what_the_callers_send_are_refused() -> None:
         await runner.cleanup()
 
 
-async def test_a_large_body_waiting_for_a_slot_is_refused_503_when_none_frees_in_time() -> None:
-    """Callers declaring large bodies behind a slow one that holds the slot: each waits at most the deadline, then
-    gets 503 and its connection is closed; a small body never waits. Before: they waited for as long as the slow
-    callers kept the slots, each holding a connection of the cap."""
-    class Declared:
-        def __init__(self, length: int | None) -> None:
-            self.content_length = length
+async def test_shares_hold_each_untrusted_source_to_its_share_and_keep_a_reserve_for_the_trusted() -> None:
+    """FairShares, as the body budget and the decoding slots use it: an untrusted source takes up to its share
+    (more only while it holds nothing), untrusted sources together up to the general part, trusted ones the reserve
+    too; a take waits for a give, up to its deadline."""
+    shares = serving_module.FairShares(general=10, peer_share=4, reserved=5)
+    assert shares.try_take("attacker", False, 4)
+    assert not shares.try_take("attacker", False, 1)  # its share
+    assert shares.try_take("other", False, 4)
+    assert not shares.try_take("third", False, 3)  # the general part: 8 of 10 held
+    assert shares.try_take("third", False, 2)
+    assert shares.try_take("api-server", True, 5)  # the reserve
+    assert not shares.try_take("api-server", True, 1)
+    assert serving_module.FairShares(10, 4).try_take("lone", False, 6)  # holding nothing: may take more
+    assert not await shares.take("attacker", False, 1, 0.05)  # waited, nothing freed: refused
 
-    large = serving_module.LargeBodies(small=1024, at_once=1)
-    request: Any = Declared(4096)
-    async with large.held(request, 0.1) as first:
-        assert first is None
-        async with large.held(request, 0.1) as second:
-            assert second is not None
-            assert second.status == 503
-            assert not second.keep_alive
-        async with large.held(Declared(10), 0.1) as small:
-            assert small is None
-        async with large.held(Declared(None), 0.1) as unknown:  # chunked: counted large
-            assert unknown is not None
-    async with large.held(request, 0.1) as freed:
-        assert freed is None
+    async def give_soon() -> None:
+        await asyncio.sleep(0.05)
+        shares.give("other", False, 4)
+
+    giving = asyncio.create_task(give_soon())
+    assert await shares.take("third", False, 2, GUARD_SECONDS)  # freed by the give: taken
+    await giving
+    assert not shares.try_take("third", False, 1)  # its share (4) held
+
+
+async def test_one_source_sending_large_bodies_fast_leaves_room_to_another(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source with bodies arriving that fill its share of the body budget: its next body waits (503 after the
+    deadline), while another source's review is answered at once. Before: 8 large-body slots for everyone, taken
+    before the bodies were read: 8 slow senders made every review over 64 KiB wait up to 10 s (a 98 KiB Pod UPDATE
+    took 9.7 s, past the API server's 5 s timeout), 16 got it 503."""
+    monkeypatch.setattr(server_module, "PEER_BODY_BYTES", 256 * 2**10)
+    monkeypatch.setattr(serving_module, "BODY_SECONDS", 1.0)
+    served_webhook, runner = await _webhook_starter(tmp_path)()
+    try:
+        filling = [await _trickle_from(served_webhook, "127.0.0.2", 100 * 2**10) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        over = await _trickle_from(served_webhook, "127.0.0.2", 100 * 2**10)
+        large = _card_pod("large")
+        large["metadata"]["annotations"]["example.com/notes"] = "x" * 98 * 2**10
+        reader, writer = await asyncio.open_connection("127.0.0.1", served_webhook.port,
+                                                       ssl=client_context(served_webhook.ca),
+                                                       server_hostname="localhost", local_addr=("127.0.0.3", 0))
+        writer.write(_post("/validate", json.dumps(review(large, operation="UPDATE", old=large)).encode()))
+        status, answer = await _status_and_body(reader)
+        assert (status, answer["response"]["allowed"]) == (200, True)
+        status, answer = await _status_and_body(over[0])  # its share full for the whole deadline
+        assert status in (503, 408)
+        for _, open_writer in (*filling, over, (reader, writer)):
+            open_writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_answer_the_caller_does_not_read_is_dropped_after_the_answer_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that asks and reads nothing: the answer it leaves unread (here 8 MiB, past what the socket buffers)
+    is dropped with its connection once ANSWER_SECONDS have passed, and counted. Before: held for as long as the
+    connection stayed open (150 such connections with 3 MiB answers each: 1,157 MiB resident)."""
+    monkeypatch.setattr(serving_module, "ANSWER_SECONDS", 0.3)
+
+    async def large(_: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 8 * 2**20)
+
+    app = web.Application(middlewares=[serving_module.body_guard(lambda _: 1024)])
+    app.router.add_get("/large", large)
+    runner = await serve_http(app, "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+    before = sum(count for (what, _, reason), count in serving_module.STATS.items()
+                 if (what, reason) == ("refused", "answer-not-read"))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /large HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        await asyncio.sleep(1.0)  # reading nothing, well past the deadline
+        try:
+            left = len(await asyncio.wait_for(reader.read(), GUARD_SECONDS))  # to the end: cut short
+        except (ConnectionError, ssl.SSLError):
+            left = 0
+        assert left < 8 * 2**20
+        after = sum(count for (what, _, reason), count in serving_module.STATS.items()
+                    if (what, reason) == ("refused", "answer-not-read"))
+        assert after == before + 1
+        writer.close()
+    finally:
+        await runner.cleanup()
