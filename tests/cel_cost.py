@@ -173,7 +173,21 @@ _OPERATORS = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_gt": "_>_",
 @cache
 def syntax(expression: str) -> Node:
     """The expression as cel-go's parser would give it (macros expanded to folds, ``has`` a presence test)."""
-    return _node(_CEL.compile(expression))
+    tree = _node(_CEL.compile(expression))
+    _check_modelled(tree)
+    return tree
+
+
+def _check_modelled(node: Any) -> None:
+    """Raises :class:`Unmetered` before anything is charged when a call is not one the meter prices."""
+    if isinstance(node, Call) and node.function not in _FUNCTIONS:
+        raise Unmetered(f"the function {node.function} is not modelled")
+    if isinstance(node, tuple):
+        for item in node:
+            _check_modelled(item)
+    elif isinstance(node, Node):
+        for value in vars(node).values():
+            _check_modelled(value)
 
 
 def _children(tree: lark.Tree) -> list[Any]:
@@ -590,8 +604,6 @@ class _Walker:
 
     def call_cost(self, function: str, args: list[Any], kinds: list[str]) -> int:
         """runtimecost.go ``costCall`` (v0.26.0) for the overload the checker resolved."""
-        if function not in _FUNCTIONS:
-            raise Unmetered(f"the function {function} is not modelled")
         if function in ("startsWith", "endsWith"):  # StartsWithString, EndsWithString: the receiver traversed
             return _traversal(size(args[0]))
         if function == "contains":  # ContainsString: receiver traversal times argument traversal

@@ -1,6 +1,7 @@
 """Which of cardquota's webhooks the API server calls for a write, as it decides it: the webhook configurations of
 manifests/base/webhooks.yaml, their ``rules`` (scope, API group, version, resource, subresource, operation) and
-their ``matchConditions`` (CEL, evaluated here with cel-python). One reading for the unit tests and the admission
+their ``matchConditions`` (CEL, evaluated here with cel-python, their runtime cost counted as cel-go counts it by
+tests/cel_cost.py). One reading for the unit tests and the admission
 stand-in of the integration tests (tests/admission_proxy.py).
 
 What the API server does (k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go, ``Match``,
@@ -133,7 +134,7 @@ MATCH_CONDITIONS_BUDGET = 2_500_000
 """What a webhook's conditions may spend together for one request (``RuntimeCELCostBudgetMatchConditions``,
 k8s.io/apiserver pkg/apis/cel/config.go, v1.34)."""
 COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
-"""cel-go's error when an expression passes its limit (interpreter/runtimecost.go, ``CostObserver``)."""
+"""cel-go's error when an expression passes its limit (interpreter/runtimecost.go ``Observe``, v0.26.0)."""
 OUT_OF_BUDGET_MESSAGE = "validation failed due to running out of cost budget, no further validation rules will be run"
 """The API server's error when the conditions together pass the budget (k8s.io/apiserver
 pkg/admission/plugin/cel/activation.go, ``Evaluate``, v1.34)."""
@@ -222,7 +223,9 @@ def conditions_outcome(hook: Mapping[str, Any], new: Any, old: Any, request: Map
     within its own cost limit and all within the budget. A condition that is false skips the webhook whatever the
     others gave; one that fails to evaluate (a missing field, a type cel-python cannot compare, its cost limit)
     counts as an error; the budget running out stops the evaluation, the conditions already false included. Errors
-    with no false condition: Fail refuses the request, Ignore skips the webhook."""
+    with no false condition: Fail refuses the request, Ignore skips the webhook. An expression the meter does not
+    model (:class:`cel_cost.Unmetered`) gets no cost limit, and from it on the budget is not counted: what cel-go
+    spends there is not known."""
     try:
         activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old),
                       "request": json_to_cel(dict(request))}
