@@ -27,8 +27,8 @@ line-level changes), each cited where it is done below:
   ``Warning`` headers.
 
 A namespace's labels come from ``namespaces`` (given by name, or kmock's Namespace objects through
-:func:`namespaces_in`); CEL's runtime cost is counted by an approximation of cel-go's (tests/webhook_conditions.py,
-``_Meter``), what happens past the limits is exact.
+:func:`namespaces_in`); CEL's runtime cost is counted step by step as cel-go v0.26.0 counts it (tests/cel_cost.py;
+an expression it does not model gets no limit), what happens past the limits is exact.
 
 Not modelled: the API server's in-tree admission plugins (so nothing but a webhook changes the object between
 rounds), matchPolicy Equivalent's other resources, dry runs and sideEffects, schema defaulting and validation of

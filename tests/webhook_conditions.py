@@ -1,6 +1,7 @@
 """Which of cardquota's webhooks the API server calls for a write, as it decides it: the webhook configurations of
 manifests/base/webhooks.yaml, their ``rules`` (scope, API group, version, resource, subresource, operation) and
-their ``matchConditions`` (CEL, evaluated here with cel-python). One reading for the unit tests and the admission
+their ``matchConditions`` (CEL, evaluated here with cel-python, their runtime cost counted as cel-go counts it by
+tests/cel_cost.py). One reading for the unit tests and the admission
 stand-in of the integration tests (tests/admission_proxy.py).
 
 What the API server does (k8s.io/apiserver pkg/admission/plugin/webhook/matchconditions/matcher.go, ``Match``,
@@ -15,20 +16,20 @@ failure whatever the other conditions gave. A rule that names ``queues`` matches
 from __future__ import annotations
 
 import enum
-import math
 import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+import cel_cost
 import celpy
 import celpy.evaluation
 import yaml
+from cel_cost import Meter, OverLimit, Unmetered, cel_equal
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
@@ -104,27 +105,6 @@ def _rule_matches(rule: Mapping[str, Any], group: str, resource: str, operation:
     return False
 
 
-_NUMBERS = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
-
-
-def cel_equal(a: Any, b: Any) -> bool:
-    """CEL's heterogeneous equality, as the API server evaluates ``==`` and ``!=`` (cel-spec, "Equality"; cel-go
-    since v0.10, e.g. common/types/int.go ``Int.Equal``, long before any Kubernetes with matchConditions): values of
-    different types are unequal rather than an error, numbers compare by value across int, uint and double, lists
-    and maps element by element. cel-python 0.5 raises "no such overload" instead, which would turn a spec whose
-    int-or-string field changed form (``2`` to ``"2"``) into a condition that cannot be evaluated."""
-    if isinstance(a, celtypes.BoolType) or isinstance(b, celtypes.BoolType):
-        return type(a) is type(b) and bool(a) == bool(b)
-    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS):
-        return float(a) == float(b) if isinstance(a, celtypes.DoubleType) or isinstance(b, celtypes.DoubleType) \
-            else int(a) == int(b)
-    if isinstance(a, celtypes.ListType) and isinstance(b, celtypes.ListType):
-        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, celtypes.MapType) and isinstance(b, celtypes.MapType):
-        return len(a) == len(b) and all(key in b and cel_equal(value, b[key]) for key, value in a.items())
-    return type(a) is type(b) and bool(a == b)
-
-
 def _equality(negated: bool) -> Any:
     def compare(a: Any, b: Any) -> Any:
         for value in (a, b):
@@ -142,7 +122,7 @@ def _program(expression: str) -> Any:
     """The expression compiled once. An expression cel-python cannot compile is a fault of the test setup, raised
     as is: the API server refuses a webhook configuration whose condition does not compile
     (k8s.io/kubernetes pkg/apis/admissionregistration/validation, ``validateMatchConditions``)."""
-    return _CEL.program(_CEL.compile(expression), functions={**_EQUALITY, **_TRAVERSALS})
+    return _CEL.program(_CEL.compile(expression), functions=_EQUALITY)
 
 
 # ------------------------------------------------------------------------------------------------- cost
@@ -154,118 +134,10 @@ MATCH_CONDITIONS_BUDGET = 2_500_000
 """What a webhook's conditions may spend together for one request (``RuntimeCELCostBudgetMatchConditions``,
 k8s.io/apiserver pkg/apis/cel/config.go, v1.34)."""
 COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
-"""cel-go's error when an expression passes its limit (interpreter/runtimecost.go, ``CostObserver``)."""
+"""cel-go's error when an expression passes its limit (interpreter/runtimecost.go ``Observe``, v0.26.0)."""
 OUT_OF_BUDGET_MESSAGE = "validation failed due to running out of cost budget, no further validation rules will be run"
 """The API server's error when the conditions together pass the budget (k8s.io/apiserver
 pkg/admission/plugin/cel/activation.go, ``Evaluate``, v1.34)."""
-
-
-class _OverLimit(Exception):
-    """One expression spent more than its limit: cel-go stops it (``EvalCancelledError``)."""
-
-
-@dataclass
-class _Meter:
-    """The runtime cost of one expression, counted as cel-go's ``CostObserver`` counts it
-    (interpreter/runtimecost.go), approximately: one unit per variable, field selection, index, call and operator
-    (``&&``, ``||`` and ``?:`` cost nothing themselves); a string
-    traversal (``startsWith``, ``endsWith``, ``==``) a tenth of a unit per rune; ``contains`` the product of both
-    sides' tenths; ``in`` a unit per element of the list. A comprehension costs its body once per element. The
-    figures are close to cel-go's for the expressions our manifests use, not equal; what the dispatcher does with an
-    expression over its limit is exact."""
-
-    limit: int
-    cost: int = 0
-
-    def charge(self, units: int) -> None:
-        self.cost += units
-        if self.cost > self.limit:
-            raise _OverLimit
-
-
-_METER: ContextVar[_Meter | None] = ContextVar("cel_meter", default=None)
-_TRAVERSAL_FACTOR = 0.1
-"""``common.StringTraversalCostFactor`` (cel-go common/cost.go)."""
-
-
-def _charge(units: int) -> None:
-    meter = _METER.get()
-    if meter is not None:
-        meter.charge(units)
-
-
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, str | bytes | list | dict) else 1
-
-
-def _traversal(*values: Any) -> int:
-    return math.ceil(min(_size(value) for value in values) * _TRAVERSAL_FACTOR)
-
-
-def _costed(function: Any, cost: Any) -> Any:
-    def call(*args: Any) -> Any:
-        _charge(cost(*args))
-        return function(*args)
-    return call
-
-
-_TRAVERSALS = {
-    "startsWith": _costed(celpy.evaluation.function_startsWith, lambda s, _: _traversal(s)),
-    "endsWith": _costed(celpy.evaluation.function_endsWith, lambda s, _: _traversal(s)),
-    "contains": _costed(celpy.evaluation.function_contains,
-                        lambda s, sub: max(1, _traversal(s)) * max(1, _traversal(sub))),
-    "_in_": _costed(celpy.evaluation.operator_in, lambda _, container: _size(container)),
-}
-for _name, _compare in list(_EQUALITY.items()):
-    _TRAVERSALS[_name] = _costed(_compare, lambda a, b: max(1, _traversal(a, b)))
-
-
-class _MeteredEvaluator(celpy.evaluation.Evaluator):
-    """cel-python's tree-walking evaluator, charging the meter of the evaluation under way (:data:`_METER`) for
-    each step that costs in cel-go (see :class:`_Meter`); a comprehension's body is evaluated by one of these
-    too."""
-
-    def sub_evaluator(self, ast: Any) -> celpy.evaluation.Evaluator:
-        return _MeteredEvaluator(ast, activation=self.activation)
-
-    def member_dot(self, tree: Any) -> Any:
-        _charge(1)
-        return super().member_dot(tree)
-
-    def member_index(self, tree: Any) -> Any:
-        _charge(1)
-        return super().member_index(tree)
-
-    def member_dot_arg(self, tree: Any) -> Any:
-        _charge(1)
-        return super().member_dot_arg(tree)
-
-    def primary(self, tree: Any) -> Any:
-        if tree.children and getattr(tree.children[0], "data", None) in ("ident", "ident_arg"):
-            _charge(1)
-        return super().primary(tree)
-
-    def relation(self, tree: Any) -> Any:
-        """An ordering (``<``, ``>=``…) is a call of cost 1; ``==``, ``!=`` and ``in`` are charged by their
-        functions (:data:`_TRAVERSALS`)."""
-        if len(tree.children) == 2 and tree.children[0].data not in ("relation_eq", "relation_ne", "relation_in"):
-            _charge(1)
-        return super().relation(tree)
-
-    def addition(self, tree: Any) -> Any:
-        if len(tree.children) == 2:
-            _charge(1)
-        return super().addition(tree)
-
-    def multiplication(self, tree: Any) -> Any:
-        if len(tree.children) == 2:
-            _charge(1)
-        return super().multiplication(tree)
-
-    def unary(self, tree: Any) -> Any:
-        if len(tree.children) == 2:
-            _charge(1)
-        return super().unary(tree)
 
 
 # ------------------------------------------------------------------------------------------------- conditions
@@ -351,7 +223,9 @@ def conditions_outcome(hook: Mapping[str, Any], new: Any, old: Any, request: Map
     within its own cost limit and all within the budget. A condition that is false skips the webhook whatever the
     others gave; one that fails to evaluate (a missing field, a type cel-python cannot compare, its cost limit)
     counts as an error; the budget running out stops the evaluation, the conditions already false included. Errors
-    with no false condition: Fail refuses the request, Ignore skips the webhook."""
+    with no false condition: Fail refuses the request, Ignore skips the webhook. An expression the meter does not
+    model (:class:`cel_cost.Unmetered`) gets no cost limit, and from it on the budget is not counted: what cel-go
+    spends there is not known."""
     try:
         activation = {"object": json_to_cel(new), "oldObject": json_to_cel(old),
                       "request": json_to_cel(dict(request))}
@@ -361,15 +235,18 @@ def conditions_outcome(hook: Mapping[str, Any], new: Any, old: Any, request: Map
         return _failed(hook, _TOO_DEEP)
     errors: list[str] = []
     false = False
-    remaining = budget
+    remaining: int | None = budget
     for condition in hook.get("matchConditions") or []:
         expression = condition["expression"]
-        meter = _Meter(limit=per_call_limit)
-        runner = _program(expression)
-        token = _METER.set(meter)
+        meter = Meter(limit=per_call_limit)
+        result: Any
         try:
-            result: Any = _MeteredEvaluator(runner.ast, activation=runner.new_activation()).evaluate(activation)
-        except _OverLimit:
+            try:
+                cel_cost.evaluate(expression, activation, meter=meter)
+            except Unmetered:
+                remaining = None  # what cel-go spends is not known here: no limit rather than a wrong one
+            result = _program(expression).evaluate(activation)
+        except OverLimit:
             result = CELEvalError(COST_LIMIT_MESSAGE)
         except CELEvalError as error:
             result = error
@@ -379,11 +256,10 @@ def conditions_outcome(hook: Mapping[str, Any], new: Any, old: Any, request: Map
             result = CELEvalError(_TOO_DEEP)
         except Exception as error:  # any failure inside cel-python is an evaluation error in cel-go
             result = CELEvalError(str(error) or type(error).__name__)
-        finally:
-            _METER.reset(token)
-        if meter.cost > remaining:
-            return _failed(hook, OUT_OF_BUDGET_MESSAGE)
-        remaining -= meter.cost
+        if remaining is not None:
+            if meter.cost > remaining:
+                return _failed(hook, OUT_OF_BUDGET_MESSAGE)
+            remaining -= meter.cost
         if isinstance(result, CELEvalError):
             errors.append(f"expression '{expression}' resulted in error: {_message(result)}")
         elif not isinstance(result, celtypes.BoolType):
