@@ -28,8 +28,9 @@ from cardquota.operator.reflector import Reflector, listed_anew
 from cardquota.operator.settings import LogFormat, Settings
 from cardquota.operator.watch import follow
 from cardquota.runtime.cache import ClusterCache
-from cardquota.runtime.metrics import serve_http
-from cardquota.runtime.tls import KeyPair, ReloadableContext, describe, new_ca, new_serving_cert, read_mounted_pair
+from cardquota.runtime.metrics import CERTIFICATE_RELOAD_FAILURES, serve_http
+from cardquota.runtime.supervision import supervised
+from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert, read_mounted_pair
 from cardquota.webhooks.admission import Admission
 from cardquota.webhooks.server import build_app, serve
 
@@ -64,16 +65,28 @@ def dev_certificates(directory: Path) -> KeyPair:
 
 async def watch_certificate_files(source: Path, tls: ReloadableContext) -> None:
     """Every :data:`CERT_CHECK_SECONDS`, serve the pair mounted in ``source`` when it changed (rotation without a
-    restart); a pair that cannot be read or served leaves the one before serving, and the log says so."""
+    restart): :func:`check_certificate_files`, which never raises."""
     while True:
         await asyncio.sleep(CERT_CHECK_SECONDS)
-        try:
-            pair = read_mounted_pair(source)
-        except OSError as error:
-            log.warning("certificate files in %s not read (%s); still serving %s", source, error,
-                        describe(tls.loaded.cert_pem) if tls.loaded is not None else "nothing")
-            continue
-        tls.reload(pair, str(source))
+        check_certificate_files(source, tls)
+
+
+def check_certificate_files(source: Path, tls: ReloadableContext) -> None:
+    """Serve the pair mounted in ``source`` if it changed. Whatever goes wrong — files not read, a pair that cannot
+    be served, or anything unforeseen — leaves the pair before serving, is logged with the reason and counted in
+    ``cardquota_certificate_reload_failures_total``; nothing is raised, so the next check runs."""
+    try:
+        pair = read_mounted_pair(source)
+    except OSError as error:  # missing, unreadable, or changing on every read (PairChanging)
+        CERTIFICATE_RELOAD_FAILURES.labels("unreadable").inc()
+        log.warning("certificate files in %s not read (%s); still serving %s", source, error, tls.served())
+        return
+    try:
+        tls.reload(pair, str(source))  # a pair that cannot be served: logged and counted (rejected) by reload
+    except Exception as error:  # a fault of ours: the pair before keeps serving, the next check runs
+        CERTIFICATE_RELOAD_FAILURES.labels("error").inc()
+        log.error("certificate files in %s not checked (%s: %s); still serving %s", source, type(error).__name__,
+                  error, tls.served(), exc_info=True)
 
 
 async def run(settings: Settings, *, connection: Connection | None = None, stop: asyncio.Event | None = None,
@@ -154,16 +167,24 @@ async def serve_admissions(settings: Settings, cache: ClusterCache, api: ApiClie
     """The HTTPS admission server over ``cache``, its serving certificate from where the settings say (tasks that
     keep it current are added to ``tasks``)."""
     admission = Admission(cache, settings.policy, settings.failure_modes, own_users=settings.own_users)
-    tls = ReloadableContext()  # nothing is written into --cert-dir (a Secret volume is read-only)
+    # nothing is written into --cert-dir (a Secret volume is read-only)
+    tls = ReloadableContext(on_rejected=CERTIFICATE_RELOAD_FAILURES.labels("rejected").inc)
+    restarted = CERTIFICATE_RELOAD_FAILURES.labels("restarted").inc
     cert_dir = Path(settings.cert_dir) if settings.cert_dir else None
     if settings.dev:
         dev_dir = cert_dir or Path(tempfile.mkdtemp(prefix="cardquota-tls-"))
         tls.install(dev_certificates(dev_dir), f"a self-signed CA (its ca.crt in {dev_dir})")
     elif cert_dir is not None and (cert_dir / "tls.crt").exists():  # mounted (e.g. cert-manager): follow the files
+        # A pair that cannot be served at start (UnusablePair) stops the operator with one line (cli/main.py): there
+        # is no pair before it to keep serving.
         tls.install(read_mounted_pair(cert_dir), str(cert_dir))
-        tasks.append(asyncio.create_task(watch_certificate_files(cert_dir, tls)))
+        tasks.append(asyncio.create_task(supervised(
+            f"the watch of the certificate files in {cert_dir}",
+            functools.partial(watch_certificate_files, cert_dir, tls), restarted)))
     else:  # managed: a CA and serving certificate in a Secret, caBundle patched, renewed before expiry
         tls.install((await asyncio.to_thread(ensure_certificates, api, settings)).serving,
                     f"Secret {settings.namespace}/{settings.tls_secret}")
-        tasks.append(asyncio.create_task(keep_certificates(api, settings, tls)))
+        tasks.append(asyncio.create_task(supervised(
+            f"the check of Secret {settings.namespace}/{settings.tls_secret}",
+            functools.partial(keep_certificates, api, settings, tls), restarted)))
     return await serve(build_app(admission), settings.host, settings.port, tls.context, settings.limits)

@@ -51,6 +51,7 @@ from cardquota.kube import (
     write_secret,
 )
 from cardquota.operator.settings import Settings
+from cardquota.runtime.metrics import CERTIFICATE_RELOAD_FAILURES
 from cardquota.runtime.tls import (
     KeyPair,
     ReloadableContext,
@@ -345,7 +346,8 @@ async def keep_certificates(api: client.ApiClient, settings: Settings, tls: Relo
                             sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """Check every ``interval`` seconds (sooner when a rotation step is due), renew before expiry, and serve the
     certificate the Secret holds from then on (no restart, no failed request; one that cannot be served is logged
-    and the one before keeps serving)."""
+    and the one before keeps serving). A check that fails, for any reason, is logged, counted in
+    ``cardquota_certificate_reload_failures_total`` and tried again at the next one; nothing is raised."""
     grace = datetime.timedelta(seconds=settings.cert_grace_period)
     retire_after = grace + datetime.timedelta(seconds=interval)
     delay = interval
@@ -354,11 +356,17 @@ async def keep_certificates(api: client.ApiClient, settings: Settings, tls: Relo
         delay = interval
         try:
             certificates = await asyncio.to_thread(ensure_certificates, api, settings, clock=clock, interval=interval)
+            tls.reload(certificates.serving, f"Secret {settings.namespace}/{settings.tls_secret}")
+            due = certificates.next_step(grace, retire_after)
         except (KubeError, OSError, urllib3.exceptions.HTTPError) as error:
+            CERTIFICATE_RELOAD_FAILURES.labels("secret").inc()
             log.warning("certificate check failed, will retry: %s", error)
             continue
-        tls.reload(certificates.serving, f"Secret {settings.namespace}/{settings.tls_secret}")
-        due = certificates.next_step(grace, retire_after)
+        except Exception as error:  # a fault of ours: the pair before keeps serving, the next check runs
+            CERTIFICATE_RELOAD_FAILURES.labels("error").inc()
+            log.error("certificate check failed (%s: %s), will retry; still serving %s", type(error).__name__, error,
+                      tls.served(), exc_info=True)
+            continue
         if due is not None:
             shortest = min(SHORTEST_WAIT_SECONDS, interval)
             delay = min(interval, max((due - clock()).total_seconds(), shortest))

@@ -1,6 +1,6 @@
 """The process-wide metrics registry and what every process serves with it: the webhook latency histogram, the
-count of watch events applied, the Prometheus text answer, and a plain-HTTP server for metrics, health and the
-extender."""
+count of watch events applied, the serving certificate's failed reloads, the Prometheus text answer, and a
+plain-HTTP server for metrics, health and the extender."""
 
 from __future__ import annotations
 
@@ -78,6 +78,12 @@ class ServingCollector(Collector):
 REGISTRY.register(ServingCollector())
 EVENTS_PROCESSED = Counter("cardquota_watch_events_total", "Watch events applied to the cache", ["kind"],
                            registry=REGISTRY)
+CERTIFICATE_RELOAD_FAILURES = Counter(
+    "cardquota_certificate_reload_failures_total",
+    "Checks of the serving certificate that kept the one served: reason unreadable (mounted files not read), "
+    "rejected (a pair that cannot be served), secret (the TLS Secret not checked), error (a check failed "
+    "unexpectedly), restarted (the loop itself stopped and was started again)",
+    ["reason"], registry=REGISTRY)
 
 
 def metrics_response(*registries: CollectorRegistry) -> web.Response:

@@ -91,13 +91,13 @@ def renewal_reason(serving: KeyPair, ca: KeyPair, dns_names: Sequence[str], *,
     """Why the serving certificate must be replaced (expiring, wrong names, not issued by the CA, unreadable, its
     key another certificate's), or None when it is good."""
     try:
-        cert = x509.load_pem_x509_certificate(serving.cert_pem)
+        cert = checked_certificate(serving)
+    except UnusablePair as error:
+        return str(error)
+    try:
         ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-        key = serialization.load_pem_private_key(serving.key_pem, password=None)
-    except (ValueError, TypeError) as error:
-        return f"unreadable ({error})"
-    if cert.public_key() != key.public_key():
-        return "the key is not the certificate's"
+    except ValueError as error:
+        return f"the CA is unreadable ({error})"
     if cert.not_valid_after_utc - renew_before <= _now(now):
         return f"expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     try:
@@ -115,7 +115,41 @@ def renewal_reason(serving: KeyPair, ca: KeyPair, dns_names: Sequence[str], *,
 
 
 class UnusablePair(ValueError):
-    """A certificate and key that cannot be served together: unreadable, or the key is not the certificate's."""
+    """A certificate and key that cannot be served together: unreadable (in part), or the key is not the
+    certificate's. The message is one line: why, and what to do."""
+
+
+def checked_certificate(pair: KeyPair) -> x509.Certificate:
+    """``pair``'s certificate once ``cryptography`` has read all of it — every field :func:`describe` and
+    :func:`renewal_reason` read and every extension — and the key, and found the key is the certificate's; else
+    :class:`UnusablePair` saying why.
+
+    OpenSSL serves certificates that ``cryptography`` cannot read whole, and ``cryptography`` parses extensions only
+    when first asked (cryptography 51.0.1, ``src/rust/src/x509/common.rs``, ``parse_and_cache_extensions``): a
+    repeated extension raises ``x509.DuplicateExtension`` there, and an iPAddress name of a length other than 4, 8,
+    16 or 32 bytes a ``ValueError`` from ``parse_general_name``/``create_ip_network``. Served, such a certificate
+    made the first :func:`describe` of it raise; checked here, before it is served, it is refused like a
+    mismatched pair. Only the first certificate of ``tls.crt`` is read (the one served, and the only one this
+    module reads); a chain after it is left to OpenSSL."""
+    try:
+        cert = x509.load_pem_x509_certificate(pair.cert_pem)
+    except Exception as error:  # ValueError for bad PEM or DER; anything else cryptography raises is as bad
+        raise UnusablePair(f"the certificate cannot be read ({_reason(error)}): mount a PEM certificate") from None
+    try:
+        _summary(cert)
+        for _ in cert.extensions:  # each extension is parsed here, in full
+            pass
+        public_key = cert.public_key()
+    except Exception as error:  # ValueError, x509.DuplicateExtension, UnsupportedGeneralNameType, ...
+        raise UnusablePair(f"the certificate has a field or extension cryptography cannot read ({_reason(error)}): "
+                           "issue it again") from None
+    try:
+        key = serialization.load_pem_private_key(pair.key_pem, password=None)
+    except Exception as error:  # ValueError, TypeError (encrypted), UnsupportedAlgorithm
+        raise UnusablePair(f"the key cannot be read ({_reason(error)}): mount an unencrypted PEM key") from None
+    if public_key != key.public_key():
+        raise UnusablePair("the key is not the certificate's")
+    return cert
 
 
 def server_context() -> ssl.SSLContext:
@@ -126,12 +160,14 @@ def server_context() -> ssl.SSLContext:
 
 
 def loaded_context(pair: KeyPair, scratch: Path | None = None) -> ssl.SSLContext:
-    """A fresh :func:`server_context` serving ``pair``, or :class:`UnusablePair` saying why it cannot.
+    """A fresh :func:`server_context` serving ``pair``, or :class:`UnusablePair` saying why it cannot: first
+    :func:`checked_certificate`, then OpenSSL's own loading.
 
     ``ssl`` loads a certificate chain from files only (``SSLContext.load_cert_chain``), so the pair is handed to it as
     in-memory files (Linux ``memfd_create``, opened through ``/proc/self/fd``: nothing reaches a file system), or,
     where those are missing, as files in a private folder (mode 0700, the files 0600) made in ``scratch`` (default:
     the system's temporary folder) and removed as soon as they are loaded. Never in the folder the pair came from."""
+    checked_certificate(pair)
     context = server_context()
     try:
         with _pair_files(pair, scratch) as (cert_path, key_path):
@@ -155,10 +191,12 @@ class ReloadableContext:
     kubelet probing the pod's IP sends none. So a pair that does not load (a certificate with another key, a file
     half-written) is refused while the previous one keeps serving, and connections in flight keep the context they
     were handed. Settings for every handshake belong in :func:`server_context`, which makes both kinds of context.
-    ``scratch`` is where :func:`loaded_context` may put its short-lived files (nothing stays there)."""
+    ``scratch`` is where :func:`loaded_context` may put its short-lived files (nothing stays there);
+    ``on_rejected`` is told each time :meth:`reload` refuses a pair (a metric counts them)."""
 
-    def __init__(self, scratch: Path | None = None) -> None:
+    def __init__(self, scratch: Path | None = None, on_rejected: Callable[[], None] | None = None) -> None:
         self.scratch = scratch
+        self.on_rejected = on_rejected
         self.context = server_context()
         self.context.sni_callback = self._hand_over
         self._serving: ssl.SSLContext | None = None
@@ -180,10 +218,15 @@ class ReloadableContext:
         try:
             self.install(pair, source)
         except UnusablePair as error:
-            still = describe(self.loaded.cert_pem) if self.loaded is not None else "nothing"
-            log.warning("certificate from %s rejected (%s); still serving %s", source, error, still)
+            log.warning("certificate from %s rejected (%s); still serving %s", source, error, self.served())
+            if self.on_rejected is not None:
+                self.on_rejected()
             return False
         return True
+
+    def served(self) -> str:
+        """:func:`describe` of the certificate served, for a log line ("nothing" before the first)."""
+        return describe(self.loaded.cert_pem) if self.loaded is not None else "nothing"
 
     def _hand_over(self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
                    listening: ssl.SSLContext) -> None:
@@ -193,11 +236,20 @@ class ReloadableContext:
 
 def describe(cert_pem: bytes) -> str:
     """What a log needs to tell which certificate is served: subject, names, serial, validity, SHA-256
-    fingerprint (as ``openssl x509 -fingerprint -sha256`` prints it)."""
+    fingerprint (as ``openssl x509 -fingerprint -sha256`` prints it). Never raises: a certificate that cannot be
+    read (in part) is said to be so."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError as error:
-        return f"an unreadable certificate ({error})"
+    except Exception as error:  # a log line about a certificate must never fail
+        return f"an unreadable certificate ({_reason(error)})"
+    try:
+        return _summary(cert)
+    except Exception as error:  # the fingerprint is read from the DER alone
+        return f"a certificate cryptography cannot read whole ({_reason(error)}), SHA-256 {fingerprint(cert)}"
+
+
+def _summary(cert: x509.Certificate) -> str:
+    """:func:`describe`'s line, raising what ``cryptography`` raises on a field it cannot read."""
     try:
         alternative = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         names = [*alternative.get_values_for_type(x509.DNSName),
@@ -307,6 +359,12 @@ def _write_all(descriptor: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(descriptor, view):]
+
+
+def _reason(error: BaseException) -> str:
+    """An exception as one line: its type (``ValueError`` alone says little) and its message."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _ssl_reason(error: ssl.SSLError) -> str:

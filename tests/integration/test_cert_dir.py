@@ -14,11 +14,12 @@ import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from cryptography import x509
+from malformed_certificates import duplicate_extension_pair, five_byte_ip_pair
 from polling import eventually
 from read_only import read_only_view, serving
 
@@ -26,7 +27,8 @@ from cardquota import processes
 from cardquota.kube import Connection, api_client
 from cardquota.operator.settings import Settings
 from cardquota.runtime.cache import ClusterCache
-from cardquota.runtime.tls import KeyPair, fingerprint, new_ca, new_serving_cert
+from cardquota.runtime.metrics import REGISTRY
+from cardquota.runtime.tls import KeyPair, ReloadableContext, fingerprint, new_ca, new_serving_cert
 
 
 def pair_fingerprint(pair: KeyPair) -> str:
@@ -195,3 +197,52 @@ async def test_nothing_is_written_into_the_cert_dir(operator_tls: tuple[int, Pat
     port, folder = operator_tls
     assert await served(port, ca, sni=False)
     assert sorted(os.listdir(folder)) == ["tls.crt", "tls.key"]
+
+
+@pytest.mark.parametrize("make", [five_byte_ip_pair, duplicate_extension_pair])
+async def test_a_certificate_cryptography_cannot_read_is_refused_and_the_watch_goes_on(
+        operator_tls: tuple[int, Path], ca: KeyPair, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch, make: Callable[[KeyPair], KeyPair]) -> None:
+    """Such a pair (OpenSSL loads it) used to be served, then the log line describing it raised and ended the watch:
+    no later pair was ever served. Now it is refused, the old pair keeps serving, and the watch — started again if it
+    stops anyway — serves the next good pair."""
+    port, folder = operator_tls
+    old = KeyPair((folder / "tls.crt").read_bytes(), (folder / "tls.key").read_bytes())
+    malformed = make(ca)
+    caplog.set_level(logging.INFO)
+    rejected = REGISTRY.get_sample_value("cardquota_certificate_reload_failures_total", {"reason": "rejected"}) or 0
+    mount(folder, malformed.cert_pem, malformed.key_pem)
+    await eventually(lambda: any(f"certificate from {folder} rejected (the certificate has a field or extension "
+                                 "cryptography cannot read (" in record.getMessage() for record in caplog.records))
+    for sni in (True, False):
+        assert await served(port, ca, sni=sni) == pair_fingerprint(old)
+    assert (REGISTRY.get_sample_value("cardquota_certificate_reload_failures_total", {"reason": "rejected"}) or 0) \
+        > rejected
+
+    # The watch itself stops once (a check raising where none should): it is started again a second later, and
+    # counted.
+    restarted = REGISTRY.get_sample_value("cardquota_certificate_reload_failures_total", {"reason": "restarted"}) or 0
+    check = processes.check_certificate_files
+    calls = 0
+
+    def stops_once(source: Path, tls: ReloadableContext) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("the watch stops")
+        check(source, tls)
+
+    monkeypatch.setattr(processes, "check_certificate_files", stops_once)
+    new = new_serving_cert(ca, ["localhost"], ip_addresses=["127.0.0.1"])
+    mount(folder, new.cert_pem, new.key_pem)
+
+    async def new_served() -> bool:
+        return await served(port, ca) == pair_fingerprint(new)
+
+    await eventually(new_served)
+    assert calls > 1
+    assert REGISTRY.get_sample_value("cardquota_certificate_reload_failures_total", {"reason": "restarted"}) \
+        == restarted + 1
+    assert any(record.getMessage().startswith(f"the watch of the certificate files in {folder} stopped "
+                                              "(RuntimeError: the watch stops); starting it again in 1 s")
+               for record in caplog.records)

@@ -17,6 +17,7 @@ from cryptography import x509
 from hypothesis import given
 from hypothesis import strategies as st
 from kubeconfigs import write_kubeconfig
+from malformed_certificates import duplicate_extension_pair, five_byte_ip_pair, openssl_loads
 
 from cardquota.runtime import tls
 from cardquota.runtime.tls import (
@@ -24,6 +25,7 @@ from cardquota.runtime.tls import (
     PairChanging,
     ReloadableContext,
     UnusablePair,
+    checked_certificate,
     describe,
     fingerprint,
     loaded_context,
@@ -36,6 +38,12 @@ from cardquota.runtime.tls import (
 CA = new_ca()
 GOOD = new_serving_cert(CA, ["localhost"], ip_addresses=["127.0.0.1"])
 OTHER = new_serving_cert(CA, ["localhost"], ip_addresses=["127.0.0.1"])
+UNREADABLE_IN_PART = [  # (pair, what cryptography says of it): OpenSSL serves both
+    pytest.param(five_byte_ip_pair(CA), "ValueError: b'\\x01\\x02' does not appear to be an IPv4 or IPv6 address",
+                 id="SAN iPAddress of 5 bytes"),
+    pytest.param(duplicate_extension_pair(CA), "DuplicateExtension: Duplicate 1.3.6.1.4.1.32473.1 extension found",
+                 id="an extension twice"),
+]
 
 
 def version_pair(number: int) -> KeyPair:
@@ -169,7 +177,7 @@ def test_a_mismatched_pair_is_refused_and_the_served_one_stays(caplog: pytest.Lo
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert warnings[0] == ("certificate from the mount rejected (the key is not the certificate's); still serving "
                            f"{describe(GOOD.cert_pem)}")
-    assert warnings[2].startswith("certificate from the mount rejected (cannot be loaded: ")
+    assert warnings[2].startswith("certificate from the mount rejected (the certificate cannot be read (ValueError: ")
     assert context.reload(GOOD, "the mount") is False  # already served: nothing to do, nothing logged
     assert context.reload(OTHER, "the mount") is True
     assert context.loaded == OTHER
@@ -223,12 +231,13 @@ def test_a_secret_whose_key_is_another_certificates_is_renewed() -> None:
     assert renewal_reason(GOOD, CA, ["localhost"]) is None
 
 
-def test_an_unusable_mounted_pair_at_start_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def start_operator_with(pair: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
+    """``cardquota operator --cert-dir`` with ``pair`` mounted: its error output and exit code."""
     from cardquota.cli.main import run as cli
 
     (tmp_path / "tls").mkdir()
-    (tmp_path / "tls" / "tls.crt").write_bytes(OTHER.cert_pem)
-    (tmp_path / "tls" / "tls.key").write_bytes(GOOD.key_pem)
+    (tmp_path / "tls" / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls" / "tls.key").write_bytes(pair.key_pem)
     from kubernetes.config import kube_config
 
     kubeconfig = write_kubeconfig(tmp_path, "https://127.0.0.1:9")  # never reached
@@ -238,6 +247,59 @@ def test_an_unusable_mounted_pair_at_start_is_one_line(tmp_path: Path, monkeypat
     out, err = io.StringIO(), io.StringIO()
     code = cli("cardquota", ["operator", "--port", "0", "--metrics-port", "0", "--host", "127.0.0.1",
                              "--cert-dir", str(tmp_path / "tls")], stdout=out, stderr=err)
+    return err.getvalue(), code
+
+
+def test_an_unusable_mounted_pair_at_start_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    err, code = start_operator_with(KeyPair(OTHER.cert_pem, GOOD.key_pem), tmp_path, monkeypatch)
     assert code == 2
-    assert err.getvalue() == ("cardquota: error: --cert-dir: the serving certificate cannot be served: the key is "
-                              "not the certificate's\n")
+    assert err == ("cardquota: error: --cert-dir: the serving certificate cannot be served: the key is not the "
+                   "certificate's\n")
+
+
+@pytest.mark.parametrize(("pair", "reason"), UNREADABLE_IN_PART)
+def test_a_certificate_cryptography_cannot_read_whole_is_refused_and_the_served_one_stays(
+        pair: KeyPair, reason: str, caplog: pytest.LogCaptureFixture) -> None:
+    """OpenSSL loads it (so it used to be served, and the first log line describing it raised); it is refused before
+    it is served, like a mismatched pair, with one line saying why."""
+    assert openssl_loads(pair)
+    expected = f"the certificate has a field or extension cryptography cannot read ({reason}): issue it again"
+    with pytest.raises(UnusablePair) as refused:
+        checked_certificate(pair)
+    assert str(refused.value) == expected
+    with pytest.raises(UnusablePair, match="cannot read"):
+        loaded_context(pair)
+    rejections: list[None] = []
+    context = ReloadableContext(on_rejected=lambda: rejections.append(None))
+    context.install(GOOD, "the first")
+    caplog.set_level(logging.INFO)
+    assert context.reload(pair, "the mount") is False
+    assert context.loaded == GOOD
+    assert len(rejections) == 1
+    assert caplog.records[-1].getMessage() == (f"certificate from the mount rejected ({expected}); still serving "
+                                               f"{describe(GOOD.cert_pem)}")
+    assert context.reload(OTHER, "the mount") is True  # the next good pair is served
+    assert len(rejections) == 1
+
+
+@pytest.mark.parametrize(("pair", "reason"), UNREADABLE_IN_PART)
+def test_describe_never_raises(pair: KeyPair, reason: str) -> None:
+    cert = x509.load_pem_x509_certificate(pair.cert_pem)
+    assert describe(pair.cert_pem) == (f"a certificate cryptography cannot read whole ({reason}), "
+                                       f"SHA-256 {fingerprint(cert)}")
+
+
+@pytest.mark.parametrize(("pair", "reason"), UNREADABLE_IN_PART)
+def test_a_secret_holding_such_a_certificate_is_renewed(pair: KeyPair, reason: str) -> None:
+    assert renewal_reason(pair, CA, ["localhost"]) == (f"the certificate has a field or extension cryptography "
+                                                       f"cannot read ({reason}): issue it again")
+
+
+@pytest.mark.parametrize(("pair", "reason"), UNREADABLE_IN_PART)
+def test_such_a_mounted_pair_at_start_is_one_line(pair: KeyPair, reason: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No pair was served before it, so the operator stops, as for a mismatched pair, with one line."""
+    err, code = start_operator_with(pair, tmp_path, monkeypatch)
+    assert code == 2
+    assert err == (f"cardquota: error: --cert-dir: the serving certificate cannot be served: the certificate has a "
+                   f"field or extension cryptography cannot read ({reason}): issue it again\n")
