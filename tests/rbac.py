@@ -58,8 +58,10 @@ class Request:
     name: str = ""
 
     def __str__(self) -> str:
+        group = f".{self.group}" if self.group else ""
+        name = f" {self.name}" if self.name else ""
         where = f" in {self.namespace}" if self.namespace else ""
-        return f"{self.verb} {self.resource}{'.' + self.group if self.group else ''}{' ' + self.name if self.name else ''}{where}"
+        return f"{self.verb} {self.resource}{group}{name}{where}"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from cardquota.operator.controller import Publisher
 from cardquota.runtime.cache import ClusterCache
 
 
-
 class LimitsUnderRbac(RbacEnforced, AnnotationLimits):
     """The annotation limit, and the controllers' RBAC for the publisher's requests."""
 
