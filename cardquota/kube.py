@@ -838,6 +838,23 @@ class WatchStream:
         return WatchEvent(kind, {**self._identity, **manifest})
 
 
+RBAC_VERBS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("read_namespaced", "read_secret", "read_lease", "read_crd", "read_object"), frozenset({"get"})),
+    **dict.fromkeys(("list_namespaced_kind", "list_all", "list_all_async", "list_objects", "list_pages"),
+                    frozenset({"list"})),
+    "WatchStream": frozenset({"watch"}),
+    **dict.fromkeys(("create_event", "create_lease"), frozenset({"create"})),
+    **dict.fromkeys(("patch_annotations", "update_lease", "patch_crd", "patch_pod"), frozenset({"patch"})),
+    "write_secret": frozenset({"create", "patch"}),
+    "patch_ca_bundle": frozenset({"get", "patch"}),
+    **dict.fromkeys(("resource_served", "served_dra_version"), frozenset()),  # discovery: any authenticated user
+}
+"""The RBAC verbs (k8s.io/apiserver ``RequestInfoFactory``: GET of one object ``get``, of a collection ``list``,
+``watch=true`` ``watch``, POST ``create``, PATCH ``patch``) each function here that calls the API server makes.
+Which resources they reach is up to their callers: tests/unit/test_rbac_inventory.py lists every call of every
+component and holds the shipped roles to it, and fails when a function that calls the API server is missing here."""
+
+
 def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """The non-empty lines of a byte stream cut anywhere (each chunk split once: linear in the stream)."""
     pending: list[bytes] = []

@@ -10,23 +10,39 @@ from pathlib import Path
 from typing import Any
 
 from kubeconfigs import write_kubeconfig
+from rbac import Grants, charted, enforcing, grants_of, refusals
 
 from cardquota.kube import Connection, api_client
 from cardquota.operator.reflector import Reflector
-from cardquota.operator.settings import Settings
+from cardquota.operator.settings import Role, Settings
 from cardquota.operator.watch import follow
 from cardquota.processes import run
 from cardquota.runtime.cache import ClusterCache
 
 
+def shipped_grants(settings: Settings) -> Grants:
+    """The RBAC the Helm chart (made of the overlays' manifests) renders for the account a process with
+    ``settings`` runs as: ``cardquota`` for the operator and ``--role webhook``, ``cardquota-controller`` for
+    ``--role controller`` (separateController), with the namespace-queues and card-gate options as set."""
+    split = settings.role is not Role.ALL
+    values = {"separateController": {"enabled": split}, "mapNamespaceQueues": settings.map_namespace_queues,
+              "cardGate": {"enabled": settings.card_gate or settings.role is Role.WEBHOOK}}
+    account = "cardquota-controller" if settings.role is Role.CONTROLLER else "cardquota"
+    return grants_of(charted(values), account)
+
+
 @contextlib.asynccontextmanager
-async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", token: str = "",
+async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", token: str = "", rbac: bool = False,
                            **settings: Any) -> AsyncIterator[list[int]]:
     """Yields the admission server's port(s) once the first full list has loaded; dev certificates in ``tmp_path``
     unless ``settings`` say otherwise. The operator talks to kmock, or to ``api_url`` (a proxy in front of it) with
-    the bearer ``token``."""
+    the bearer ``token``. With ``rbac``, kmock answers 403 to what the shipped RBAC of its account does not allow
+    (:func:`shipped_grants`), as the API server would, and none may have been refused when the run ends."""
     options: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0, "dev": True,
                                "cert_dir": str(tmp_path), **settings}
+    if rbac:
+        token = token or f"token-of-role-{Settings(**options).role.value}"
+        enforcing(kmock, token, shipped_grants(Settings(**options)))
     stop, started = asyncio.Event(), asyncio.Event()
     ports: list[int] = []
     connection = Connection(host=(api_url or str(kmock.url)).rstrip("/"), insecure=True, token=token)
@@ -39,6 +55,8 @@ async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", tok
         stop.set()
         end_kept_alive_requests()
         await asyncio.wait_for(task, timeout=15)
+    if rbac:
+        assert [f"{user}: {request}" for user, request in refusals(kmock)] == []
 
 
 @contextlib.asynccontextmanager

@@ -1,7 +1,9 @@
 """The controller's Queue annotations against an API server that refuses more than 256 KiB of annotations on an
 object (kmock made to refuse as the API server does: tests/api_limits.py): usage that would not fit is published
 summarised, a patch refused as too large is replaced by one that fits, with an Event on the Queue and a counter,
-and never left stale."""
+and never left stale. The publisher calls as the controllers' account and kmock holds it to that account's rendered
+RBAC (tests/rbac.py: the production overlay's ``cardquota-controller``), so a call the shipped roles do not allow
+fails here with the API server's 403, as on a cluster (the Queue read after a refusal needs ``get`` on queues)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from api_limits import LIMIT, AnnotationLimits, annotations_size
 from builders import pod, queue
 from kubectl_events import described_events
 from polling import eventually
+from rbac import RbacEnforced, enforcing, refusals, rendered_grants
 
 from cardquota.core import keys
 from cardquota.core.ledger import published_amounts
@@ -24,13 +27,28 @@ from cardquota.kube import Connection, api_client, list_all_async
 from cardquota.operator.controller import Publisher
 from cardquota.runtime.cache import ClusterCache
 
+
+class LimitsUnderRbac(RbacEnforced, AnnotationLimits):
+    """The annotation limit, and the controllers' RBAC for the publisher's requests."""
+
+
 pytestmark = [pytest.mark.asyncio,
-              pytest.mark.kmock(cls=AnnotationLimits, client_fct=lambda url: aiohttp.ClientSession(
+              pytest.mark.kmock(cls=LimitsUnderRbac, client_fct=lambda url: aiohttp.ClientSession(
                   base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
 
 WINDOW = 0.1
 A100 = "NVIDIA-A100"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
+CONTROLLER_TOKEN = "controller"
+"""The bearer token of the publisher's client: kmock holds its requests to the controllers' RBAC."""
+
+
+@pytest.fixture(autouse=True)
+def controller_rbac(volcano_kmock: Any) -> Any:
+    """The controllers' rendered RBAC enforced on the publisher's requests; none was refused at the end."""
+    enforcing(volcano_kmock, CONTROLLER_TOKEN, rendered_grants("cardquota-controller"))
+    yield
+    assert [f"{user}: {request}" for user, request in refusals(volcano_kmock)] == []
 
 
 async def call(kmock: Any, method: str, path: str, body: object = None, *, merge: bool = False) -> tuple[int, Any]:
@@ -54,7 +72,7 @@ def long_card_name(number: int, alternatives: int) -> str:
 
 @contextlib.asynccontextmanager
 async def publishing(kmock: Any) -> AsyncIterator[tuple[ClusterCache, Publisher]]:
-    connection = Connection(host=str(kmock.url).rstrip("/"), insecure=True)
+    connection = Connection(host=str(kmock.url).rstrip("/"), insecure=True, token=CONTROLLER_TOKEN)
     cache = ClusterCache()
     cache.load(await list_all_async(api_client(connection)))
     publisher = Publisher(cache, api_client(connection), window=WINDOW)

@@ -1,7 +1,8 @@
 """``cardquota operator --role webhook`` and ``--role controller`` (two Deployments, docs/scale.md)
 against kmock: the webhook process lists and watches no pod and writes nothing, the controller serves no admission,
 and together they answer as one ``--role all`` process does — the controller counts the pods and publishes each
-queue's usage, the webhook warns from what was published."""
+queue's usage, the webhook warns from what was published. Each process calls as its own account and kmock holds it to
+the RBAC the chart renders for that account (operator_runs.operator_running ``rbac``)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ async def test_a_webhook_process_follows_no_pod_writes_nothing_and_warns_from_th
     published = queue("team-a", {A100: 8})
     published["metadata"]["annotations"][keys.CARD_ALLOCATED] = json.dumps({A100: 3})
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = published
-    async with operator_running(volcano_kmock, tmp_path, role=Role.WEBHOOK) as ports:
+    async with operator_running(volcano_kmock, tmp_path, role=Role.WEBHOOK, rbac=True) as ports:
         # the published 3, not the 2 bound pods the process never saw
         assert await delete_warnings(ports[0], tmp_path, "team-a") == [
             "queue team-a still has card work (allocated NVIDIA-A100 3); deleting it leaves that work without a queue"]
@@ -70,7 +71,7 @@ async def test_a_controller_process_serves_no_admission_and_a_webhook_process_wa
         volcano_kmock: Any, tmp_path: Path) -> None:
     cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path / "controller", role=Role.CONTROLLER,
-                                publish_window=0.1) as controller_ports:
+                                publish_window=0.1, rbac=True) as controller_ports:
         assert controller_ports == []
 
         def published() -> bool:
@@ -81,7 +82,8 @@ async def test_a_controller_process_serves_no_admission_and_a_webhook_process_wa
         await eventually(published)
         assert requests_for(volcano_kmock, "/pods") != []  # (the helpers see what the webhook test says is absent)
         assert any("PATCH" in write.upper() for write in writes(volcano_kmock))
-        async with operator_running(volcano_kmock, tmp_path / "webhook", role=Role.WEBHOOK) as webhook_ports:
+        async with operator_running(volcano_kmock, tmp_path / "webhook", role=Role.WEBHOOK,
+                                    rbac=True) as webhook_ports:
             assert await delete_warnings(webhook_ports[0], tmp_path / "webhook", "team-a") == [
                 "queue team-a still has card work (allocated NVIDIA-A100 2); deleting it leaves that work without "
                 "a queue"]

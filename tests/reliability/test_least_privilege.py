@@ -124,6 +124,12 @@ async def renew_certificate(kmock: Any) -> None:
     await asyncio.to_thread(ensure_certificates, api, Settings(namespace=NAMESPACE), later)
 
 
+UNUSED_HERE = {("get", "scheduling.volcano.sh", "queues", "[]")}
+"""Grants these scenarios do not reach, and where each is used: ``get`` on queues, the Queue read again after the API
+server refused a usage patch as too large (Publisher._publish_queue), made under the controllers' enforced RBAC in
+tests/integration/test_publish_limits_kmock.py."""
+
+
 def assert_exactly_granted(kmock: Any, setup_requests: int, cluster_rules: list[Rule],
                            namespaced_rules: list[Rule]) -> None:
     """Every request after the test's own is granted by the rules, and every grant was used."""
@@ -144,7 +150,7 @@ def assert_exactly_granted(kmock: Any, setup_requests: int, cluster_rules: list[
     granted = {(verb, group, resource, json.dumps(rule.get("resourceNames") or []))
                for rule in cluster_rules + namespaced_rules for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
-    assert sorted(granted - used) == []
+    assert sorted(granted - used - UNUSED_HERE) == []
 
 
 async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: Any, tmp_path: Path,
