@@ -370,7 +370,7 @@ async def _answered_408_and_closed(reader: asyncio.StreamReader) -> None:
 @pytest.mark.parametrize("declared", [2 * 2**20, 2 * 2**10], ids=["large", "small"])
 async def test_a_body_that_does_not_arrive_in_time_is_answered_408(webhook: Webhook, declared: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Large or small (at most SMALL_BODY_BYTES, read at once), a body has BODY_SECONDS to arrive. Before: a small
+    """Large or small (at most 64 KiB, once read at once), a body has BODY_SECONDS to arrive. Before: a small
     one was read without a deadline, so connections declaring 2 KiB and sending less held their slots of the
     connection cap for as long as they stayed open (a large one already had its 10 s)."""
     monkeypatch.setattr(serving_module, "BODY_SECONDS", 0.2)

@@ -212,6 +212,13 @@ def _check_card_policy(objects: Objects) -> None:
         assert variables["CARDQUOTA_CARD_PODS_OUTSIDE_VOLCANO"] == "enforce"
 
 
+def _check_trusted_cidrs(objects: Objects) -> None:
+    """The webhook port's trusted sources on the operator, the scheduler's on the extender (--trusted-cidrs)."""
+    assert env(_pod(objects)["containers"][0])["CARDQUOTA_TRUSTED_CIDRS"] == "10.0.0.0/24,fd00::1"
+    assert env(_pod(objects, "cardquota-extender")["containers"][0])["CARDQUOTA_TRUSTED_CIDRS"] == "10.244.0.0/16"
+    assert "CARDQUOTA_TRUSTED_CIDRS" not in env(_pod(objects, "cardquota-controller")["containers"][0])
+
+
 def _check_resources(objects: Objects) -> None:
     """Helm merges a map of values into the defaults (a key set to null drops one)."""
     assert _pod(objects)["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"},
@@ -350,6 +357,8 @@ OPTIONS: dict[str, tuple[dict[str, Any], Callable[[Objects], None]]] = {
                             "extender": {"enabled": True}}, _check_namespace_queues),
     "cardPolicy": ({"unquotedQueues": "unlimited", "cardPodsOutsideVolcano": "enforce",
                     "separateController": {"enabled": True}, "extender": {"enabled": True}}, _check_card_policy),
+    "trustedCIDRs": ({"trustedCIDRs": ["10.0.0.0/24", "fd00::1"], "separateController": {"enabled": True},
+                      "extender": {"enabled": True, "trustedCIDRs": ["10.244.0.0/16"]}}, _check_trusted_cidrs),
     "resources": ({"resources": {"requests": {"cpu": "1"}, "limits": {"memory": "3Gi"}},
                    "separateController": {"enabled": True, "resources": {"requests": {"cpu": "2", "memory": None},
                                                                           "limits": {"memory": "8Gi"}}},

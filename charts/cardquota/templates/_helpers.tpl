@@ -92,6 +92,13 @@ default render stays the kustomize base's. */ -}}
 {{- end -}}
 {{- end -}}
 
+{{- /* --trusted-cidrs of one process, where the list is not empty. */ -}}
+{{- define "cardquota.trustedCIDRsEnv" -}}
+{{- if .cidrs -}}
+{{- $_ := set .container "env" (append (.container.env | default list) (dict "name" "CARDQUOTA_TRUSTED_CIDRS" "value" (join "," .cidrs))) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "cardquota.cardGateEnv" -}}
 {{- if not .root.Values.cardGate.enabled -}}
 {{- $kept := list -}}
