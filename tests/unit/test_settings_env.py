@@ -235,3 +235,18 @@ def test_every_variable_is_cardquota_and_an_option_of_the_command(command: str) 
     read = set(re.findall(r"\bCARDQUOTA_[A-Z_]+\b", out.getvalue())) & set(NAMES_IN_CODE)
     assert read
     assert read <= _option_names(command), read - _option_names(command)
+
+
+def test_trusted_sources_are_addresses_or_cidrs_from_the_option_then_the_variable() -> None:
+    """--trusted-cidrs (CARDQUOTA_TRUSTED_CIDRS): comma-separated, blanks ignored; anything else is one line naming
+    where it came from and what was wrong."""
+    env = {"CARDQUOTA_TRUSTED_CIDRS": "10.0.0.0/24, fd00::1"}
+    assert from_arguments(_operator_args([]), env).limits.trusted_networks == ("10.0.0.0/24", "fd00::1")
+    assert from_arguments(_operator_args(["--trusted-cidrs", "192.168.1.7"]), env).limits.trusted_networks == \
+        ("192.168.1.7",)
+    assert extender_settings(_extender_args(), env).limits.trusted_networks == ("10.0.0.0/24", "fd00::1")
+    assert from_arguments(_operator_args([]), {}).limits.trusted_networks == ()
+    with pytest.raises(InputError, match="CARDQUOTA_TRUSTED_CIDRS.*'10.0.0/33' is not an IP address or CIDR"):
+        from_arguments(_operator_args([]), {"CARDQUOTA_TRUSTED_CIDRS": "10.0.0/33"})
+    with pytest.raises(InputError, match="--trusted-cidrs.*'api-server' is not an IP address or CIDR"):
+        from_arguments(_operator_args(["--trusted-cidrs", "api-server"]), {})
