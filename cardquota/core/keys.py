@@ -48,6 +48,10 @@ MGPU_MEMORY = "vke.volcengine.com/mgpu-memory"
 """Card memory in MiB."""
 CONTAINER_MULTIPLE_GPU = "vke.volcengine.com/container-multiple-gpu"
 """Pod annotation: the number of cards each container of ``spec.containers`` shares, e.g. ``"2,1,3"``."""
+GPU_INDEX_PREFIX = "vke.volcengine.com/gpu-index-container-"
+"""Pod annotations ``<prefix><container>``: the cards each container was placed on (``"2,3"``; card IDs in the ``id``
+schedule mode), written by cardquota's extender when it allocates the pod (mgpu-design.md, "Schedule Result"). The
+node's mGPU agent allocates by them, and the scheduling rules count a bound pod's shares on those cards."""
 
 FULL_CARD_CORE = 100
 """What ``mgpu-core`` one whole card is."""

@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from cardquota.core.errors import InputError
-from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, MGPU_CORE, MGPU_MEMORY
+from cardquota.core.keys import CONTAINER_MULTIPLE_GPU, FULL_CARD_CORE, GPU_INDEX_PREFIX, MGPU_CORE, MGPU_MEMORY
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.schedconf.reader import read_bool, read_int, read_number
 from cardquota.core.scheduling.refusal import Refusal
@@ -42,7 +42,6 @@ MULTIPLE_GPU_LABEL = f"{PREFIX}mgpu-multiple-gpu"
 CARD_IDS = f"{PREFIX}mgpu-card-ids"
 """Node annotation: the cards' IDs in index order, comma-separated (used in ``id`` schedule mode)."""
 ASSUMED = f"{PREFIX}assumed"
-GPU_INDEX_PREFIX = f"{PREFIX}gpu-index-container-"
 DEFAULT_POLICY = "fixed-share"
 NATIVE_BURST = "native-burst-share"
 BINPACK = "binpack"

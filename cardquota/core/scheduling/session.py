@@ -30,6 +30,7 @@ from typing import Any
 
 from cardquota.core.dra_claims import CLAIM_KINDS, claim_refs, pod_request
 from cardquota.core.jsontypes import MAPPING_TYPES
+from cardquota.core.keys import GPU_INDEX_PREFIX
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.quota import card_alternatives
@@ -488,7 +489,7 @@ class Session:
         spec.pop("nodeName", None)
         metadata = dict(manifest.get("metadata") or {})
         metadata["annotations"] = {name: value for name, value in (metadata.get("annotations") or {}).items()
-                                   if not name.startswith(mgpu.GPU_INDEX_PREFIX) and name != mgpu.ASSUMED}
+                                   if not name.startswith(GPU_INDEX_PREFIX) and name != mgpu.ASSUMED}
         pending = {**manifest, "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
         self.ledger.upsert(pending)
         self.pods[key] = pending

@@ -30,7 +30,6 @@ from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import QueueUsage
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, effective_requests
 from cardquota.core.quantity import format_quantity
-from cardquota.core.scheduling import mgpu
 from cardquota.core.scheduling.session import SchedulerConfig, Session
 from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
 from cardquota.core.workload_kinds import (
@@ -492,8 +491,8 @@ def place(session: Session, key: ObjectKey, memo: RefusalMemo | None = None) -> 
 
 def _placed(session: Session, key: ObjectKey, node: str) -> PodOutcome:
     placement = session.allocate(key, node)
-    indexes = {name.removeprefix(mgpu.GPU_INDEX_PREFIX): value.split(",")
-               for name, value in placement.annotations.items() if name.startswith(mgpu.GPU_INDEX_PREFIX)}
+    indexes = {name.removeprefix(keys.GPU_INDEX_PREFIX): value.split(",")
+               for name, value in placement.annotations.items() if name.startswith(keys.GPU_INDEX_PREFIX)}
     return PodOutcome(node=placement.node, card_type=placement.card_type, gpu_indexes=indexes)
 
 
