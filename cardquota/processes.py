@@ -166,7 +166,7 @@ async def serve_admissions(settings: Settings, cache: ClusterCache, api: ApiClie
                            tasks: list[asyncio.Task[None]]) -> web.AppRunner:
     """The HTTPS admission server over ``cache``, its serving certificate from where the settings say (tasks that
     keep it current are added to ``tasks``)."""
-    admission = Admission(cache, settings.policy, settings.failure_modes, own_users=settings.own_users)
+    admission = Admission(cache, settings.policy, settings.failure_modes, own_users=settings.unrefused_users)
     # nothing is written into --cert-dir (a Secret volume is read-only)
     tls = ReloadableContext(on_rejected=CERTIFICATE_RELOAD_FAILURES.labels("rejected").inc)
     restarted = CERTIFICATE_RELOAD_FAILURES.labels("restarted").inc

@@ -65,6 +65,7 @@ ENV_EXTENDER_PORT = "CARDQUOTA_EXTENDER_PORT_NUMBER"
 ENV_SCHEDULER_CONF = "CARDQUOTA_SCHEDULER_CONF"
 ENV_ROLE = "CARDQUOTA_ROLE"
 ENV_CONTROLLER_SERVICE_ACCOUNT = "CARDQUOTA_CONTROLLER_SERVICE_ACCOUNT"
+ENV_EXTENDER_SERVICE_ACCOUNT = "CARDQUOTA_EXTENDER_SERVICE_ACCOUNT"
 ENV_MAX_CONNECTIONS = "CARDQUOTA_MAX_CONNECTIONS"
 ENV_TRUSTED_CIDRS = "CARDQUOTA_TRUSTED_CIDRS"
 ENV_HANDSHAKE_TIMEOUT = "CARDQUOTA_HANDSHAKE_TIMEOUT"
@@ -212,6 +213,10 @@ class Settings:
     controller_service_account: str = "cardquota-controller"
     """The controllers' service account when they run in a Deployment of their own (``--role controller``, with
     least privilege each): the webhooks never refuse its writes either."""
+    extender_service_account: str = "cardquota-extender"
+    """The scheduler extender's service account (components/extender): it writes the mGPU placement annotations
+    (``vke.volcengine.com/gpu-index-container-*``), which the pod webhook refuses from anyone else once the pod is
+    bound; the webhooks never refuse its writes."""
     role: Role = Role.ALL
     cert_grace_period: float = 60.0
     """Seconds a renewed CA sits in the webhooks' caBundle before the serving certificate it signed is served, and
@@ -232,9 +237,17 @@ class Settings:
     @property
     def own_users(self) -> frozenset[str]:
         """The user names the API server gives cardquota's own requests in an AdmissionReview: this process's, and
-        the controllers' when they run apart."""
+        the controllers' when they run apart (the ones the webhooks' ``not-cardquota-itself`` conditions leave
+        out)."""
         return frozenset(f"system:serviceaccount:{self.namespace}:{account}"
                          for account in (self.service_account, self.controller_service_account))
+
+    @property
+    def unrefused_users(self) -> frozenset[str]:
+        """Whose writes the admission server allows without judging them: cardquota's own (:attr:`own_users`) and
+        the extender's, the one writer of the mGPU placement annotations no one else may change on a bound pod. The
+        extender writes nothing but pods' annotations, so no webhook condition needs to leave it out."""
+        return self.own_users | {f"system:serviceaccount:{self.namespace}:{self.extender_service_account}"}
 
     @property
     def policy(self) -> PolicyConfig:
@@ -306,6 +319,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--controller-service-account", help="the controllers' service account when they run in a "
                         "Deployment of their own; the webhooks never refuse its writes either (env "
                         f"{ENV_CONTROLLER_SERVICE_ACCOUNT}; default {defaults.controller_service_account})")
+    parser.add_argument("--extender-service-account", help="the scheduler extender's service account, the one "
+                        "writer of the mGPU placement annotations of bound pods; the webhooks never refuse its writes "
+                        f"(env {ENV_EXTENDER_SERVICE_ACCOUNT}; default {defaults.extender_service_account})")
     parser.add_argument("--host", help=f"address to listen on (env {ENV_HOST}; default {defaults.host})")
     parser.add_argument("--port", "--webhook-port-number", dest="port", type=int,
                         help=f"HTTPS port of the admission server (env {ENV_WEBHOOK_PORT}; "
@@ -441,6 +457,8 @@ def from_arguments(args: argparse.Namespace, environ: Mapping[str, str] | None =
         service_account=_chosen_text(args.service_account, env, ENV_SERVICE_ACCOUNT, defaults.service_account),
         controller_service_account=_chosen_text(args.controller_service_account, env,
                                                 ENV_CONTROLLER_SERVICE_ACCOUNT, defaults.controller_service_account),
+        extender_service_account=_chosen_text(args.extender_service_account, env, ENV_EXTENDER_SERVICE_ACCOUNT,
+                                              defaults.extender_service_account),
         host=_chosen_text(args.host, env, ENV_HOST, defaults.host),
         port=_chosen(args.port, env, ENV_WEBHOOK_PORT, read_port, PORT_FORM, defaults.port),
         schedulers=frozenset(schedulers) if schedulers else defaults.schedulers,

@@ -681,6 +681,9 @@ def test_overlays_render_with_kustomize(overlay: str) -> None:
     if overlay == "dev-extender":
         extender = deployments["cardquota-extender"]["spec"]["template"]["spec"]["containers"][0]
         assert (extender["image"], extender["imagePullPolicy"]) == ("cardquota:dev", "Never")
+        # the account the webhooks let write the mGPU placement of bound pods (--extender-service-account)
+        account = deployments["cardquota-extender"]["spec"]["template"]["spec"]["serviceAccountName"]
+        assert f"system:serviceaccount:{NAMESPACE}:{account}" in Settings(namespace=NAMESPACE).unrefused_users
         configmaps = {obj["metadata"]["name"] for obj in rendered if obj["kind"] == "ConfigMap"}
         assert configmaps == {"cardquota-extender-conf"}
     elif overlay == "dev":

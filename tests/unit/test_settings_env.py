@@ -200,6 +200,20 @@ def test_the_server_limits_come_from_the_options_then_the_variables_then_the_def
         from_arguments(_operator_args(["--max-connections", "0"]), {})
 
 
+def test_the_extenders_account_is_never_refused_and_left_out_of_no_condition() -> None:
+    """The extender writes the mGPU placement of pods, which the pod webhook refuses from anyone else once the pod
+    is bound: the server lets its account through; the webhooks' ``not-cardquota-itself`` conditions name only the
+    accounts that write queues and nodes (:attr:`Settings.own_users`)."""
+    extender = "system:serviceaccount:gpu-admin:placer"
+    settings = from_arguments(_operator_args(["--namespace", "gpu-admin"]),
+                              {"CARDQUOTA_EXTENDER_SERVICE_ACCOUNT": "placer"})
+    assert settings.unrefused_users == settings.own_users | {extender}
+    assert extender not in settings.own_users
+    assert from_arguments(_operator_args(["--extender-service-account", "other"]),
+                          {"CARDQUOTA_EXTENDER_SERVICE_ACCOUNT": "placer"}).extender_service_account == "other"
+    assert "system:serviceaccount:cardquota-system:cardquota-extender" in Settings().unrefused_users
+
+
 def test_the_role_is_all_unless_the_variable_or_the_option_says_otherwise() -> None:
     assert Settings().role is Role.ALL
     assert from_arguments(_operator_args([]), {"CARDQUOTA_ROLE": "webhook"}).role is Role.WEBHOOK
