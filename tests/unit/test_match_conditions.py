@@ -19,6 +19,7 @@ update" warnings of updates that change nothing the rules read.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from webhook_conditions import Decision, all_webhooks, decide, matching_rules
 
+from cardquota.core.keys import GPU_INDEX_PREFIX
 from cardquota.core.policies.cards import MAX_JOB_TASKS
 from cardquota.core.policies.config import DEFAULT_SCHEDULER_CONFIGMAP, PolicyConfig
 from cardquota.operator.settings import Settings
@@ -42,6 +44,7 @@ NAMESPACE = "cardquota-system"
 SCHEDULER = "system:serviceaccount:volcano-system:volcano-scheduler"
 CONTROLLERS = "system:serviceaccount:volcano-system:volcano-controllers"
 OWN = f"system:serviceaccount:{NAMESPACE}:cardquota"
+EXTENDER = f"system:serviceaccount:{NAMESPACE}:cardquota-extender"
 HOOKS = all_webhooks()
 VALIDATING = {hook["name"] for hook in HOOKS if hook["clientConfig"]["service"]["path"].startswith("/validate/")}
 
@@ -55,7 +58,7 @@ def _cluster() -> ClusterCache:
     return cache
 
 
-ADMISSION = Admission(_cluster(), PolicyConfig(), own_users=Settings(namespace=NAMESPACE).own_users)
+ADMISSION = Admission(_cluster(), PolicyConfig(), own_users=Settings(namespace=NAMESPACE).unrefused_users)
 
 # (API group, version, resource, kind, namespaced) of every kind the webhooks admit.
 KINDS = {
@@ -103,9 +106,11 @@ def review(kind: str, new: Mapping[str, Any], old: Mapping[str, Any] | None, use
 
 # ----------------------------------------------------------------------------------------------- generators
 
+PLACEMENT = f"{GPU_INDEX_PREFIX}main"
+"""The mGPU placement of the builders' container ``main``: the extender's to write once the pod is bound."""
 _ANNOTATION_KEYS = ["volcano.sh/card.request", "volcano.sh/card.quota", "volcano.sh/card.name",
                     "volcano.sh/crossquota-scoring-strategy", "vke.volcengine.com/container-multiple-gpu",
-                    "volcano.sh/card.usage", "team", "scheduling.k8s.io/group-name"]
+                    "volcano.sh/card.usage", "team", "scheduling.k8s.io/group-name", PLACEMENT]
 _ANNOTATION_VALUES = [json.dumps({A100: 2}), json.dumps({A100: 100}), json.dumps({"NVIDIA-X": 1}),
                       json.dumps({f"{A100}|{H100}": 3}), '{"NVIDIA-A100": 2, "NVIDIA-H100": 1}', A100,
                       f"{A100}|{H100}", "bogus", "most-allocated", "1", ""]
@@ -182,8 +187,11 @@ def manifests(draw: st.DrawFn, kind: str) -> dict[str, Any]:
                 "spec": {"schedule": "0 2 * * *", "jobTemplate": job_template}}
     if kind == "Pod":
         shaped = draw(template())
+        bound = draw(st.booleans())  # (bound: what it carries is counted on a node, and some of it cannot change)
+        if bound:
+            shaped["spec"]["nodeName"] = "a100-1"
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {**metadata, **shaped["metadata"]},
-                "spec": shaped["spec"], "status": {"phase": "Pending"}}
+                "spec": shaped["spec"], "status": {"phase": "Running" if bound else "Pending"}}
     if kind == "Node":
         metadata.pop("namespace", None)
         # (no volcano.sh/crossquota-nvidia.com/gpu: the API server refuses an annotation key with two slashes)
@@ -200,8 +208,14 @@ def manifests(draw: st.DrawFn, kind: str) -> dict[str, Any]:
             "actions: enqueue\ntiers: [", "- just a list", "actions: enqueue, allocate\ntiers:\n- plugins:\n"
             "  - name: capacity-card\n  - name: capacity\n"]))
         data = draw(st.sampled_from([None, {}, {"volcano-scheduler.conf": conf}]))
-        manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
-        return manifest if data is None else manifest | {"data": data}
+        manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
+        if data is not None:
+            manifest["data"] = data
+        binary = draw(st.sampled_from([None, {}, {"logo.png": "iVBORw0KGgo="},
+                                       {"volcano-scheduler.conf": base64.b64encode(conf.encode()).decode()}]))
+        if binary is not None and not set(binary) & set(data or {}):  # (the API server refuses a key in both)
+            manifest["binaryData"] = binary
+        return manifest
     shaped = draw(template())
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
             "spec": {"replicas": 2, "template": shaped}}
@@ -232,17 +246,31 @@ def metadata_only_change(old: Mapping[str, Any], change: str, token: int = 1) ->
     return new
 
 
+def annotations_changed(new: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
+    """``new`` with the annotations of ``other`` (and its binaryData, for a ConfigMap, when no key of it is in
+    ``new``'s data): the old object of an update that changed those alone (a pod's bound card.name or mGPU
+    placement rewritten or removed, a ConfigMap's binaryData)."""
+    old = copy.deepcopy(dict(new))
+    old["metadata"]["annotations"] = copy.deepcopy(other["metadata"]["annotations"])
+    old.pop("binaryData", None)
+    if "binaryData" in other and not set(other["binaryData"]) & set(old.get("data") or {}):
+        old["binaryData"] = copy.deepcopy(other["binaryData"])
+    return old
+
+
 @st.composite
 def writes(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
-    """(object, old object or None for a CREATE, user): a create, a metadata-only update, or any update (a Pod's
-    update keeps its spec)."""
+    """(object, old object or None for a CREATE, user): a create, a metadata-only update, an update of the
+    annotations (and a ConfigMap's binaryData) alone, or any update (a Pod's update keeps its spec)."""
     new = draw(manifests(kind))
-    user = draw(st.sampled_from(["alice", SCHEDULER, CONTROLLERS, OWN]))
-    shape = draw(st.sampled_from(["create", "metadata-only", "any"]))
+    user = draw(st.sampled_from(["alice", SCHEDULER, CONTROLLERS, OWN, EXTENDER]))
+    shape = draw(st.sampled_from(["create", "metadata-only", "annotations", "any"]))
     if shape == "create":
         return new, None, user
     if shape == "metadata-only":
         return metadata_only_change(new, draw(st.sampled_from(METADATA_CHANGES)), draw(st.integers(0, 99))), new, user
+    if shape == "annotations":
+        return new, annotations_changed(new, draw(manifests(kind))), user
     old = draw(manifests(kind))
     old["metadata"]["name"] = new["metadata"]["name"]
     if kind == "Pod":  # the spec of a pod cannot change; its annotations can
@@ -365,6 +393,60 @@ def test_a_card_pod_moved_to_a_queue_without_its_quota_is_sent_and_denied() -> N
     new["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = "cpu-only"
     assert review("Pod", new, old, "alice") == (True, False)
     assert called("Pod", new, old) == {"pods.validate.cardquota.io"}
+
+
+def test_removing_the_card_name_of_a_bound_pod_that_requests_no_extended_resource_is_sent_and_denied() -> None:
+    """A bound pod's cards are counted under its card.name, which cannot change (the pod policy). A pod whose only
+    sign of a card was that annotation — it requests nothing with a ``/`` — had nothing left for the first
+    condition to see once it was removed: the condition looks at the old object's annotations too (found by the
+    property above, once it drew bound pods)."""
+    old = pod("x", namespace="ml", card=A100, queue="team-a", node_name="a100-1",
+              containers=[container(requests={"cpu": "1"})])
+    new = copy.deepcopy(old)
+    del new["metadata"]["annotations"]["volcano.sh/card.name"]
+    assert review("Pod", new, old, "alice") == (True, False)
+    assert called("Pod", new, old) == {"pods.validate.cardquota.io"}
+
+
+@pytest.mark.parametrize("change", ["rewritten", "removed", "added"])
+@pytest.mark.parametrize("requests", [{"vke.volcengine.com/mgpu-core": "30"}, {"cpu": "1"}], ids=["mgpu", "cpu"])
+def test_the_mgpu_placement_of_a_bound_pod_is_sent_and_refused_unless_the_extender_writes_it(
+        change: str, requests: dict[str, str]) -> None:
+    """The ``vke.volcengine.com/gpu-index-container-*`` annotations say which cards each container runs on: the
+    node's mGPU agent allocates by them and the scheduling rules count the pod's shares there. Once the pod is bound
+    only the extender, which wrote them, may change them; its writes to pods not yet bound are not sent at all."""
+    placement = {} if change == "added" else {PLACEMENT: "0"}
+    old = pod("x", namespace="ml", node_name="a100-1", containers=[container(requests=requests)],
+              annotations=placement)
+    new = copy.deepcopy(old)
+    if change == "removed":
+        del new["metadata"]["annotations"][PLACEMENT]
+    else:
+        new["metadata"]["annotations"][PLACEMENT] = "1"
+    assert review("Pod", new, old, "alice") == (True, False)
+    assert called("Pod", new, old) == {"pods.validate.cardquota.io"}
+    assert review("Pod", new, old, EXTENDER) == (False, False)
+    del old["spec"]["nodeName"], new["spec"]["nodeName"]
+    assert review("Pod", new, old, "alice") == (False, False)
+    assert called("Pod", new, old, user=EXTENDER) == set()
+
+
+def test_a_scheduler_configuration_moved_under_binary_data_is_sent_and_refused() -> None:
+    """Volcano's scheduler reads binaryData keys too (a ConfigMap volume writes them as files); cardquota checks the
+    configuration under data only, so it refuses one under binaryData — and an update that changes only binaryData
+    reaches it."""
+    conf = "actions: enqueue, allocate\ntiers:\n- plugins:\n  - name: capacity-card\n"
+    old = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": DEFAULT_SCHEDULER_CONFIGMAP, "namespace": "volcano-system"},
+           "data": {}, "binaryData": {"volcano-scheduler.conf": base64.b64encode(b"actions: enqueue\n").decode()}}
+    new = copy.deepcopy(old)
+    new["binaryData"]["volcano-scheduler.conf"] = base64.b64encode(conf.encode()).decode()
+    assert review("ConfigMap", new, old, "alice") == (True, False)
+    assert called("ConfigMap", new, old) == {"schedulerconfig.validate.cardquota.io"}
+    assert called("ConfigMap", {**old, "binaryData": {}}, old) == {"schedulerconfig.validate.cardquota.io"}
+    assert called("ConfigMap", {key: value for key, value in old.items() if key != "binaryData"}, old) == {
+        "schedulerconfig.validate.cardquota.io"}
+    assert called("ConfigMap", metadata_only_change(old, "labels"), old) == set()
 
 
 def _card_job(*, with_request: bool) -> dict[str, Any]:

@@ -14,9 +14,10 @@ A card pod (``volcano.sh/card.name``):
 * with :attr:`PolicyConfig.card_gate`, also on create: cardquota's scheduling gate, which the controller lifts
   when the pod's cards fit its queue and every ancestor (:mod:`cardquota.core.gate`);
 * on update (the webhook sees an update only when a ``volcano.sh/card.*`` annotation, the crossquota scoring
-  strategy or ``container-multiple-gpu`` changes: the others the rules read are in the immutable spec):
-  ``card.name`` of a pod bound to a node cannot change (its cards are counted under the name it was bound with); the
-  other rules are ratcheted (a violation the pod already had is a warning while the update leaves every value it
+  strategy, ``container-multiple-gpu``, the pod's queue or PodGroup, or a bound pod's mGPU placement changes: the
+  others the rules read are in the immutable spec): ``card.name`` of a pod bound to a node cannot change (its cards
+  are counted under the name it was bound with), nor its mGPU placement (``vke.volcengine.com/gpu-index-container-*``,
+  the extender's to write, whose writes the webhook lets through); the other rules are ratcheted (a violation the pod already had is a warning while the update leaves every value it
   depends on as it was: :data:`CARD_RULE_INPUTS` for the card rules).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
@@ -94,7 +95,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     if pod is None:
         return decide(violations)
     violations.extend(extended_resource_violations(manifest))
-    violations.extend(_rebinding_violations(pod, old))
+    violations.extend(_bound_pod_violations(pod, old))
     if may_break_mgpu_rules(pod.annotations, pod.requests):
         violations.extend(mgpu_violations(manifest))
     violations.extend(scoring_strategy_violations(pod.annotations))
@@ -127,17 +128,34 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     return decide(violations, warnings, patch)
 
 
-def _rebinding_violations(pod: Pod, old: Manifest | None) -> list[Violation]:
-    """A bound pod's cards are counted under the card.name it was bound with: that name cannot change."""
+def _bound_pod_violations(pod: Pod, old: Manifest | None) -> list[Violation]:
+    """What an update cannot change once the pod is bound to a node: its card.name (its cards are counted under the
+    name it was bound with) and its mGPU placement (:data:`~cardquota.core.keys.GPU_INDEX_PREFIX` annotations: the
+    node's mGPU agent allocates by them and the scheduling rules count the pod's shares on those cards). The
+    placement is the extender's to write: its writes, like cardquota's own, never reach a policy (the webhook lets
+    its service account through, ``--extender-service-account``)."""
     if old is None:
         return []
     before, _ = read_view(Pod.from_manifest, old)
-    if before is None or not before.node_name or before.card_name == pod.card_name:
+    if before is None or not before.node_name:
         return []
-    was = shown(before.card_name) if before.card_name is not None else "none"
-    return [forbidden(CARD_NAME_PATH, f"cannot change on a pod bound to node {shown(before.node_name)} (was {was}): "
-                                      "its cards are counted under the name it was bound with; delete the pod and "
-                                      "create it with the new name")]
+    node = shown(before.node_name)
+    violations: list[Violation] = []
+    if before.card_name != pod.card_name:
+        was = shown(before.card_name) if before.card_name is not None else "none"
+        violations.append(forbidden(CARD_NAME_PATH, f"cannot change on a pod bound to node {node} (was {was}): its "
+                                                    "cards are counted under the name it was bound with; delete the "
+                                                    "pod and create it with the new name"))
+    placed = sorted({name for name in (*before.annotations, *pod.annotations)
+                     if name.startswith(keys.GPU_INDEX_PREFIX)
+                     and before.annotations.get(name) != pod.annotations.get(name)})
+    if placed:
+        more = f" (and {len(placed) - 1:,} more {keys.GPU_INDEX_PREFIX}* annotations)" if len(placed) > 1 else ""
+        violations.append(forbidden(ANNOTATIONS.key(placed[0]),
+                                    f"cannot change on a pod bound to node {node}{more}: it says which cards the "
+                                    "container runs on, written by cardquota's extender when it placed the pod, and "
+                                    "the node's mGPU agent allocates by it; delete the pod to place it again"))
+    return violations
 
 
 def _card_rules(pod: Pod, manifest: Manifest, snapshot: ClusterSnapshot,

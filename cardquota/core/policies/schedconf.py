@@ -26,6 +26,8 @@ where work would pass the rules unchecked (:mod:`cardquota.core.schedconf.extend
 offers that ``managedResources`` leaves out, crossquota or a queue's cpu/memory capability that ``managedResources``
 makes unreachable, an enqueue vote the scheduler may never ask or may overrule, a task verb left out.
 
+The configuration must be under ``data``: one under ``binaryData`` is refused (:func:`binary_conf_violations`).
+
 Other ConfigMaps are allowed untouched. Never raises: bad input becomes :class:`Violation` values.
 """
 
@@ -68,6 +70,7 @@ from cardquota.core.violations import (
 from cardquota.core.yamltext import load_one
 
 CONF_PATH = FieldPath.of("data").escaped_key(CONF_KEY)
+BINARY_CONF_PATH = FieldPath.of("binaryData").escaped_key(CONF_KEY)
 
 CAPACITY_CARD = "capacity-card"
 CROSSQUOTA = "crossquota"
@@ -111,6 +114,9 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     name = metadata.get("name") if isinstance(metadata, MAPPING_TYPES) else None
     if name != config.scheduler_configmap:
         return allow()
+    binary = binary_conf_violations(manifest)
+    if binary:
+        return decide(binary)
     data = manifest.get("data")
     if data is None:
         data = {}
@@ -124,6 +130,25 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
         return decide([invalid(CONF_PATH, f"must be text (the YAML configuration), not {type_name(text)}")])
     violations = conf_violations(text)
     return decide(violations, () if violations else leak_warnings(text, snapshot, card_gate=config.card_gate))
+
+
+def binary_conf_violations(manifest: Manifest) -> list[Violation]:
+    """The scheduler ConfigMap carrying its configuration under ``binaryData``: refused. Volcano's scheduler would
+    run it — it reads the file named by ``--scheduler-conf`` (``os.ReadFile`` in ``loadSchedulerConf``,
+    pkg/scheduler/scheduler.go, volcano v1.15.1) from the ConfigMap volume its chart mounts at
+    ``/volcano.scheduler`` (installer/helm/chart/volcano/templates/scheduler.yaml), and a ConfigMap volume writes
+    every ``binaryData`` key as a file like a ``data`` key (``MakePayload``, k8s.io/kubernetes
+    pkg/volume/configmap/configmap.go, v1.34) — while every reader of cardquota (this policy, the extender's and
+    the CLI's arguments, :mod:`cardquota.core.schedconf.source`, ``doctor``) reads the text under ``data``. Refusing
+    keeps one place for the configuration, the one that is checked. (The API server refuses a key in both maps:
+    ``ValidateConfigMap``, pkg/apis/core/validation/validation.go.) The violation is at ``binaryData[...]``, so an
+    update that leaves that value as it was is ratcheted like any other."""
+    binary = manifest.get("binaryData")
+    if not isinstance(binary, MAPPING_TYPES) or CONF_KEY not in binary:
+        return []
+    return [forbidden(BINARY_CONF_PATH, f"the Volcano scheduler reads this file too, but cardquota checks the "
+                                        f"configuration only under data, so it would run unchecked; move "
+                                        f"{CONF_KEY} to data (as text)")]
 
 
 def leak_warnings(text: str, snapshot: ClusterSnapshot, *, card_gate: bool = False) -> list[str]:

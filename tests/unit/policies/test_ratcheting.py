@@ -184,6 +184,41 @@ def test_card_name_of_a_bound_pod_cannot_change(new_name: str | None) -> None:
     assert "cannot change on a pod bound to node a100-1 (was NVIDIA-A100)" in verdict.message
 
 
+PLACEMENT = f"{keys.GPU_INDEX_PREFIX}main"
+
+
+def with_placement(manifest: dict[str, Any], **placement: str | None) -> dict[str, Any]:
+    """The pod with mGPU placement annotations set (None: removed), keyed by container."""
+    changed = copy.deepcopy(manifest)
+    for container_name, cards in placement.items():
+        key = f"{keys.GPU_INDEX_PREFIX}{container_name}"
+        if cards is None:
+            changed["metadata"]["annotations"].pop(key, None)
+        else:
+            changed["metadata"]["annotations"][key] = cards
+    return changed
+
+
+@pytest.mark.parametrize(("change", "path", "more"), [
+    ({"main": "1"}, PLACEMENT, ""),
+    ({"main": None}, PLACEMENT, ""),
+    ({"side": "2"}, f"{keys.GPU_INDEX_PREFIX}side", ""),
+    ({"main": "1", "side": "2"}, PLACEMENT, " (and 1 more vke.volcengine.com/gpu-index-container-* annotations)"),
+], ids=["rewritten", "removed", "added", "two"])
+def test_the_mgpu_placement_of_a_bound_pod_cannot_change(change: dict[str, str | None], path: str,
+                                                          more: str) -> None:
+    """The node's mGPU agent allocates by it and the scheduling rules count the pod's shares on those cards: only
+    the extender, which wrote it (and whose writes never reach the policy), may change it."""
+    snapshot = cluster(queue("team-a", {A100: 4}))
+    before = with_placement(bound(A100), main="0")
+    verdict = admit(with_placement(before, **change), before, snapshot, CONFIG)
+    denied_at(verdict, (f'metadata.annotations["{path}"]', Reason.FORBIDDEN))
+    assert f"cannot change on a pod bound to node a100-1{more}: it says which cards" in verdict.message
+    pending = with_placement(bound(A100, node_name=None), main="0")
+    assert admit(with_placement(pending, **change), pending, snapshot, CONFIG).allowed  # (placed, not yet bound)
+    assert admit(updated(before, team="a"), before, snapshot, CONFIG).allowed
+
+
 def test_card_name_of_a_pending_pod_is_judged_in_full_and_unchanged_problems_ratchet() -> None:
     snapshot = cluster(queue("team-a", {A100: 4, H100: 4}))
     pending = bound(A100, node_name=None)

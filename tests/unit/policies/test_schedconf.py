@@ -3,6 +3,7 @@ the mGPU predicates."""
 
 from __future__ import annotations
 
+import base64
 from fractions import Fraction
 from typing import Any
 
@@ -190,6 +191,44 @@ def test_the_examined_name_comes_from_the_config_in_any_namespace() -> None:
 ])
 def test_the_configuration_key(manifest: dict[str, Any], expected: Expected) -> None:
     assert_found(run(manifest), expected)
+
+
+BINARY_CONF = 'binaryData["volcano-scheduler.conf"]'
+
+
+def binary(manifest: dict[str, Any], conf: str, *, drop_data: bool = True) -> dict[str, Any]:
+    """The ConfigMap with ``conf`` under binaryData (base64, as the API carries it), its data's key gone (the API
+    server refuses a key in both maps)."""
+    moved = {**manifest, "binaryData": {"volcano-scheduler.conf": base64.b64encode(conf.encode()).decode()}}
+    if drop_data:
+        moved["data"] = {key: value for key, value in manifest["data"].items() if key != "volcano-scheduler.conf"}
+    return moved
+
+
+@pytest.mark.parametrize("conf", [CAPACITY_CARD_PLUGIN_CONFIGURATION, "actions: enqueue\ntiers: ["],
+                         ids=["valid", "invalid"])
+def test_the_configuration_under_binary_data_is_refused_however_good(conf: str) -> None:
+    """Volcano's scheduler reads binaryData keys too (a ConfigMap volume writes them as files), cardquota only the
+    text under data: the one place a configuration is checked is the one it may be in."""
+    verdict = run(binary(configmap(None), conf))
+    assert_found(verdict, [(BINARY_CONF, Reason.FORBIDDEN,
+                            "the Volcano scheduler reads this file too, but cardquota checks the configuration only "
+                            "under data, so it would run unchecked; move volcano-scheduler.conf to data (as text)")])
+    other = {**configmap(None), "binaryData": {"logo.png": "iVBORw0KGgo="}}
+    assert_found(run(other), [(CONF, Reason.REQUIRED, None)])  # (another binaryData key: data is judged alone)
+    assert run(binary(configmap(None), conf, drop_data=False) | {"metadata": {"name": "other"}}).allowed
+
+
+def test_an_update_of_the_configuration_under_binary_data_is_refused_and_one_leaving_it_ratchets() -> None:
+    before = binary(configmap(None), CAPACITY_CARD_PLUGIN_CONFIGURATION)
+    changed = binary(configmap(None), CROSSQUOTA_CONFIGURATION)
+    assert not admit(changed, before, ClusterSnapshot(complete=True), PolicyConfig()).allowed
+    labelled = {**before, "metadata": {**before["metadata"], "labels": {"team": "a"}}}
+    verdict = admit(labelled, before, ClusterSnapshot(complete=True), PolicyConfig())
+    assert verdict.allowed
+    assert len(verdict.warnings) == 1
+    moved = configmap(CAPACITY_CARD_PLUGIN_CONFIGURATION)
+    assert admit(moved, before, ClusterSnapshot(complete=True), PolicyConfig()).allowed
 
 
 @pytest.mark.parametrize(("conf", "expected"), [
