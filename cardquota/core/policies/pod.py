@@ -17,8 +17,9 @@ A card pod (``volcano.sh/card.name``):
   strategy, ``container-multiple-gpu``, the pod's queue or PodGroup, or a bound pod's mGPU placement changes: the
   others the rules read are in the immutable spec): ``card.name`` of a pod bound to a node cannot change (its cards
   are counted under the name it was bound with), nor its mGPU placement (``vke.volcengine.com/gpu-index-container-*``,
-  the extender's to write, whose writes the webhook lets through); the other rules are ratcheted (a violation the pod already had is a warning while the update leaves every value it
-  depends on as it was: :data:`CARD_RULE_INPUTS` for the card rules).
+  the extender's to write, whose writes the webhook lets through); the other rules are ratcheted (a violation the
+  pod already had is a warning while the update leaves every value it depends on as it was:
+  :data:`CARD_RULE_INPUTS` for the card rules).
 
 mGPU rules (mgpu-design.md) and the crossquota strategy annotation apply to any pod.
 """
