@@ -260,7 +260,7 @@ def test_trusted_sources_are_addresses_or_cidrs_from_the_option_then_the_variabl
         ("192.168.1.7",)
     assert extender_settings(_extender_args(), env).limits.trusted_networks == ("10.0.0.0/24", "fd00::1")
     assert from_arguments(_operator_args([]), {}).limits.trusted_networks == ()
-    with pytest.raises(InputError, match="CARDQUOTA_TRUSTED_CIDRS.*'10.0.0/33' is not an IP address or CIDR"):
+    with pytest.raises(InputError, match=r"CARDQUOTA_TRUSTED_CIDRS.*'10\.0\.0/33' is not an IP address or CIDR"):
         from_arguments(_operator_args([]), {"CARDQUOTA_TRUSTED_CIDRS": "10.0.0/33"})
-    with pytest.raises(InputError, match="--trusted-cidrs.*'api-server' is not an IP address or CIDR"):
+    with pytest.raises(InputError, match=r"--trusted-cidrs.*'api-server' is not an IP address or CIDR"):
         from_arguments(_operator_args(["--trusted-cidrs", "api-server"]), {})
