@@ -109,7 +109,8 @@ COMPILED_SKIPPED = --ignore=tests/unit/test_e2e_guard.py --ignore=tests/unit/tes
 	--deselect $(BENCH_SMOKE)::test_bounded_servers_bench_reports_every_figure_for_both_servers \
 	--deselect $(BENCH_SMOKE)::test_scale_bench_smoke_reports_every_figure \
 	--deselect $(BENCH_SMOKE)::test_tls_start_bench_reports_start_and_handshake_figures \
-	--deselect $(BENCH_SMOKE)::test_ratcheting_bench_reports_every_case
+	--deselect $(BENCH_SMOKE)::test_ratcheting_bench_reports_every_case \
+	--deselect $(BENCH_SMOKE)::test_fair_serving_bench_reports_every_figure_against_the_no_attack_baseline
 run-compiled:
 	$(BIN)/python -m zipfile -e $(COMPILED)/wheel/cardquota-*.whl $(COMPILED)/unpacked && \
 	(cd $(COMPILED)/unpacked && find . -name '*.so' | tar -cf - -T -) | tar -xf - -C $(COMPILED)/tree && \
@@ -148,6 +149,7 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/extender_cycle.py
 	$(BIN)/python bench/heartbeat.py
 	$(BIN)/python bench/bounded.py
+	$(BIN)/python bench/fair_serving.py
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/tls_start.py
 	$(BIN)/python bench/scale.py

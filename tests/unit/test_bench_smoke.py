@@ -142,3 +142,16 @@ def test_full_list_bench_reports_both_ratios() -> None:
     assert lines[0].startswith("50 realistic pods")
     assert lines[1].startswith("round 1: longest loop stall")
     assert lines[2].startswith("stall ratio (parts / json.loads):")
+
+
+def test_fair_serving_bench_reports_every_figure_against_the_no_attack_baseline() -> None:
+    result = subprocess.run([sys.executable, "bench/fair_serving.py", "--runs", "1", "--attack-seconds", "4",
+                             "--scenarios", "no attack", "slow-large-bodies", "--json"], cwd=REPO,
+                            capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 runs per scenario, attacks of 4 s from 127.0.0.2")
+    assert "(trusted)" in lines[0]
+    assert lines[1].split()[:3] == ["scenario", "reviews", "refused"]
+    assert [line.split("  ")[0] for line in lines[2:4]] == ["no attack", "slow-large-bodies"]
+    runs = json.loads("\n".join(lines[4:]))
+    assert [run["reviews"] > 0 and run["idle_mib"] > 0 for run in runs["slow-large-bodies"]] == [True]
