@@ -102,6 +102,10 @@ LINGER_SECONDS = 2.0
 verb that needs no body), before the connection closes (aiohttp's default: 10 s). Closing at once would reset a
 connection whose sender is still writing, which can lose the answer; the API server and the scheduler send their
 body in one write, so what is left arrives within milliseconds."""
+LISTEN_BACKLOG = 1024
+"""Connections the kernel queues before the server accepts them (asyncio's default: 100; capped by
+``net.core.somaxconn``): a caller opening connections as fast as it can fills a short queue, and a connection
+arriving then has its SYN dropped and retried a second later (TCP's initial retransmission timeout)."""
 CAP_LOG_SECONDS = 60.0
 """At most one warning a minute that a port's connection cap is reached."""
 TRIM_AFTER_CLOSED = 256
@@ -280,7 +284,7 @@ class LimitedSite(web.TCPSite):
         SITES.add(self)
         await web.BaseSite.start(self)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._protocol, self._host, self._port,
+        self._server = await loop.create_server(self._protocol, self._host, self._port, backlog=LISTEN_BACKLOG,
                                                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
 
     async def stop(self) -> None:
@@ -606,7 +610,8 @@ async def received_body(request: web.Request, budget: BodyBudget,
             try:
                 async with asyncio.timeout_at(began + waited + elapsed_due):
                     chunk = await request.content.readany()
-            except ConnectionError:  # closed by its caller, or to make room: no one to answer
+            except (ConnectionError, RuntimeError):  # closed by its caller, or to make room (aiohttp's StreamReader
+                # raises RuntimeError when read after its connection is gone): no one to answer
                 refused = _closing(400, "the connection was lost")
                 break
             except TimeoutError:
