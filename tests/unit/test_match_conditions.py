@@ -122,6 +122,19 @@ resources = st.dictionaries(
 queue_names = st.sampled_from(["team-a", "child", "cpu-only", "default", "missing"])
 
 
+def valid_limits(requests: dict[str, str], limits: dict[str, str]) -> dict[str, str]:
+    """``limits`` as the API server validates them against ``requests``: an extended resource requested is limited
+    to the same amount, and a cpu or memory request is not above its limit (k8s.io/kubernetes
+    pkg/apis/core/validation/validation.go, ``ValidateResourceRequirements``: "Limit must be set for non
+    overcommitable resources", "must be less than or equal to … limit"), so generated writes reach the webhooks
+    rather than the API server's validation."""
+    valid = dict(limits)
+    for name, amount in requests.items():
+        if name not in ("cpu", "memory") or name in valid:
+            valid[name] = amount
+    return valid
+
+
 @st.composite
 def template(draw: st.DrawFn) -> dict[str, Any]:
     """A pod's metadata and spec: anything, or a well-formed card pod (which the mutations need to happen)."""
@@ -129,10 +142,11 @@ def template(draw: st.DrawFn) -> dict[str, Any]:
         manifest = pod("t", card=draw(st.sampled_from([A100, f"{A100}|{H100}", H100])), gpus=draw(st.integers(1, 3)),
                        queue=draw(queue_names), annotations=draw(annotations))
     else:
+        requests, limits = draw(resources), draw(resources)
         manifest = pod("t", annotations=draw(annotations),
-                       containers=[container(requests=draw(resources), limits=draw(resources))],
+                       containers=[container(requests=requests, limits=valid_limits(requests, limits))],
                        init_containers=draw(st.one_of(st.none(),
-                                                      st.builds(lambda r: [container(limits=r)], resources))))
+                                                      st.builds(lambda r: [container("init", limits=r)], resources))))
     return {"metadata": {"annotations": manifest["metadata"]["annotations"]}, "spec": manifest["spec"]}
 
 
@@ -261,9 +275,10 @@ def annotations_changed(new: Mapping[str, Any], other: Mapping[str, Any]) -> dic
 @st.composite
 def writes(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
     """(object, old object or None for a CREATE, user): a create, a metadata-only update, an update of the
-    annotations (and a ConfigMap's binaryData) alone, or any update (a Pod's update keeps its spec)."""
+    annotations (and a ConfigMap's binaryData) alone, or any update (a Pod's update keeps its spec). The extender
+    writes Pods only (its role grants nothing else)."""
     new = draw(manifests(kind))
-    user = draw(st.sampled_from(["alice", SCHEDULER, CONTROLLERS, OWN, EXTENDER]))
+    user = draw(st.sampled_from(["alice", SCHEDULER, CONTROLLERS, OWN, *([EXTENDER] if kind == "Pod" else [])]))
     shape = draw(st.sampled_from(["create", "metadata-only", "annotations", "any"]))
     if shape == "create":
         return new, None, user
