@@ -94,9 +94,12 @@ pausing for its garbage collector)."""
 ANSWER_SECONDS = 5.0
 """Seconds a caller has to take an answer once it is written (the API server gives the whole webhook call 5 s by
 default): past that, the connection is aborted and what it had not read is freed."""
-SEND_BUFFER_BYTES = 256 * 2**10
-"""Each connection's kernel send buffer (``SO_SNDBUF``; Linux autotunes it up to ``tcp_wmem``'s 4 MiB, charged to
-the pod's memory): a caller that reads nothing holds at most this of the kernel's memory for an answer."""
+SEND_BUFFER_BYTES = 64 * 2**10
+"""Each connection's kernel send buffer (``SO_SNDBUF``, which Linux doubles for its bookkeeping: 128 KiB; left alone,
+it autotunes up to ``tcp_wmem``'s 4 MiB, charged to the pod's memory). With asyncio's 64 KiB of write buffer above
+it (past which an answer waits, up to :data:`ANSWER_SECONDS`), a caller that reads nothing holds at most ~192 KiB of
+unsent answers per connection, for at most 5 s at a time: ~384 MiB if every connection of the cap did, which takes
+thousands of pipelined requests on each (the answers cardquota sends are ~1 KiB)."""
 LINGER_SECONDS = 2.0
 """Seconds the rest of an unread body is read and dropped after an answer that did not read it (a refusal, or a
 verb that needs no body), before the connection closes (aiohttp's default: 10 s). Closing at once would reset a
