@@ -22,7 +22,10 @@ verify yet. The API server reads the caBundle through an informer, so it sees a 
    (:data:`SWITCHED_AT`), when every replica serves the new certificate; an API server still holding the old + new
    bundle meanwhile trusts it too.
 
-A CA that is missing, unreadable or already expired is replaced at once: no handshake can succeed with it anyway.
+A CA that is missing, cannot sign (unreadable, in part or whole, or its key another certificate's: see
+:func:`~cardquota.runtime.tls.checked_authority`) or is already expired is replaced at once: no handshake can succeed
+with it anyway. Replacing one that was there is logged as a warning and counted in
+``cardquota_certificate_reload_failures_total{reason="ca"}``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from typing import Any
 
 import urllib3
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from cardquota.kube import (
@@ -55,10 +57,13 @@ from cardquota.runtime.metrics import CERTIFICATE_RELOAD_FAILURES
 from cardquota.runtime.tls import (
     KeyPair,
     ReloadableContext,
+    UnusablePair,
+    checked_authority,
     new_ca,
     new_serving_cert,
     renewal_reason,
     service_dns_names,
+    whole_certificate,
 )
 
 log = logging.getLogger("cardquota.certificates")
@@ -139,10 +144,9 @@ def _bundle(previous_ca: bytes, ca_cert: bytes, next_ca: KeyPair | None, now: da
 def _ca_problem(ca: KeyPair, now: datetime.datetime) -> str | None:
     """Why ``ca`` cannot sign a certificate anyone would trust (None when it can)."""
     try:
-        cert = x509.load_pem_x509_certificate(ca.cert_pem)
-        serialization.load_pem_private_key(ca.key_pem, password=None)
-    except (ValueError, TypeError) as error:
-        return f"unreadable ({error})"
+        cert = checked_authority(ca)
+    except UnusablePair as error:
+        return f"unusable ({error.reason})"
     if cert.not_valid_after_utc <= now:
         return f"expired {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     return None
@@ -222,9 +226,11 @@ def _deployment(api: client.ApiClient, settings: Settings) -> Mapping[str, Any] 
 
 
 def _still_valid(cert_pem: bytes, now: datetime.datetime | None) -> bool:
+    """Whether the previous CA stays in the caBundle: readable whole (else the API server skips it anyway, see
+    :func:`~cardquota.runtime.tls.checked_authority`) and not expired."""
     try:
-        expiry = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
-    except ValueError:
+        expiry = whole_certificate(cert_pem).not_valid_after_utc
+    except UnusablePair:
         return False
     return expiry > (now or utc_now())
 
@@ -306,6 +312,16 @@ def _sync_ca_bundle(api: client.ApiClient, settings: Settings, bundle: bytes) ->
     return changed
 
 
+def _report_replaced_ca(settings: Settings, held: KeyPair | None, written: KeyPair,
+                        now: datetime.datetime) -> None:
+    """Warn (one line) and count a CA the Secret held and :func:`plan` replaced because it could not sign."""
+    problem = _ca_problem(held, now) if held is not None and held != written else None
+    if problem is not None:
+        CERTIFICATE_RELOAD_FAILURES.labels("ca").inc()
+        log.warning("the CA in TLS Secret %s/%s was %s: replaced, and the webhooks' caBundle with it",
+                    settings.namespace, settings.tls_secret, problem)
+
+
 def ensure_certificates(api: client.ApiClient, settings: Settings, now: datetime.datetime | None = None, *,
                         clock: Callable[[], datetime.datetime] = utc_now,
                         interval: float = CHECK_INTERVAL_SECONDS) -> Certificates:
@@ -318,13 +334,15 @@ def ensure_certificates(api: client.ApiClient, settings: Settings, now: datetime
     retire_after = grace + datetime.timedelta(seconds=interval)
     for _ in range(ATTEMPTS):
         existing = read_secret(api, settings.namespace, settings.tls_secret)
-        certificates, reason = plan(decode(existing), names, now=read_clock(), grace=grace, retire_after=retire_after)
+        stored, moment = decode(existing), read_clock()
+        certificates, reason = plan(stored, names, now=moment, grace=grace, retire_after=retire_after)
         try:
             if reason is not None:
                 owner = _deployment(api, settings) if existing is None else None
                 existing = write_secret(api, secret_body(settings, certificates, existing, owner),
                                         create=existing is None)
                 log.info("TLS Secret %s/%s written: %s", settings.namespace, settings.tls_secret, reason)
+                _report_replaced_ca(settings, stored.ca, certificates.ca, moment)
             changed = _sync_ca_bundle(api, settings, certificates.ca_bundle(read_clock()))
             if certificates.next_ca is not None and (changed or certificates.bundle_since is None):
                 # Every configuration carries the bundle with the new CA from now on: the grace period starts.

@@ -10,6 +10,9 @@
   with the same OID, so the second is written under a sibling OID of the same length, that OID is changed in the
   signed part, and the signed part is signed again with the CA's key and wrapped as a Certificate (RFC 5280 §4.1:
   SEQUENCE of tbsCertificate, signatureAlgorithm, signatureValue).
+
+Either is a serving pair signed by the CA given, or, without one, a CA of its own: self-signed, basicConstraints
+``CA:TRUE``, its key the certificate's (what the TLS Secret holds under ``ca.crt``/``ca.key``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtensionOID, NameOID
 
-from cardquota.runtime.tls import KeyPair
+from cardquota.runtime.tls import CA_DAYS, KeyPair
 
 ECDSA_WITH_SHA256 = bytes.fromhex("300a06082a8648ce3d040302")
 """AlgorithmIdentifier ecdsa-with-SHA256 (1.2.840.10045.4.3.2, no parameters: RFC 5758 §3.2), DER."""
@@ -40,18 +43,26 @@ def _der(tag: int, content: bytes) -> bytes:
     return bytes([tag, 0x80 | len(length)]) + length + content
 
 
-def _signed(ca: KeyPair, extensions: list[x509.ExtensionType]) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey,
-                                                                        ec.EllipticCurvePrivateKey]:
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+def _signed(ca: KeyPair | None, extensions: list[x509.ExtensionType]) -> tuple[
+        x509.Certificate, ec.EllipticCurvePrivateKey, ec.EllipticCurvePrivateKey]:
+    """A certificate with ``extensions`` (none critical), its key and the key that signed it: ``ca``'s, or its own
+    when ``ca`` is None (a self-signed CA)."""
     key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost" if ca else "malformed-ca")])
+    if ca is None:
+        issuer, ca_key = subject, key
+        extensions = [x509.BasicConstraints(ca=True, path_length=0), *extensions]
+    else:
+        issuer = x509.load_pem_x509_certificate(ca.cert_pem).subject
+        loaded = serialization.load_pem_private_key(ca.key_pem, password=None)
+        assert isinstance(loaded, ec.EllipticCurvePrivateKey)
+        ca_key = loaded
     now, day = datetime.datetime.now(datetime.UTC), datetime.timedelta(days=1)
+    days = 1 if ca else CA_DAYS  # a CA months from expiry: not one the operator renews for its age
     builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-               .issuer_name(ca_cert.subject).public_key(key.public_key())
+               .subject_name(subject).issuer_name(issuer).public_key(key.public_key())
                .serial_number(x509.random_serial_number())
-               .not_valid_before(now - day).not_valid_after(now + day))
+               .not_valid_before(now - day).not_valid_after(now + days * day))
     for extension in extensions:
         builder = builder.add_extension(extension, critical=False)
     return builder.sign(ca_key, hashes.SHA256()), key, ca_key
@@ -64,10 +75,18 @@ def _pair(cert_der: bytes, key: ec.EllipticCurvePrivateKey) -> KeyPair:
                                      serialization.NoEncryption()))
 
 
-def five_byte_ip_pair(ca: KeyPair) -> KeyPair:
-    """A pair for ``localhost`` signed by ``ca`` whose subjectAltName also holds the iPAddress ``01 02 03 04 05``."""
+def five_byte_ip_pair(ca: KeyPair | None = None) -> KeyPair:
+    """A pair for ``localhost`` signed by ``ca`` (or a self-signed CA) whose subjectAltName also holds the iPAddress
+    ``01 02 03 04 05``."""
     names = _der(0x30, _der(0x82, b"localhost") + _der(0x87, bytes([1, 2, 3, 4, 5])))  # [2] dNSName, [7] iPAddress
     cert, key, _ = _signed(ca, [x509.UnrecognizedExtension(ExtensionOID.SUBJECT_ALTERNATIVE_NAME, names)])
+    return _pair(cert.public_bytes(serialization.Encoding.DER), key)
+
+
+def well_formed_pair(ca: KeyPair) -> KeyPair:
+    """A pair for ``localhost`` that ``cryptography`` reads whole, signed by ``ca``: by one of the CAs above too,
+    which :func:`cardquota.runtime.tls.new_serving_cert` refuses to sign with."""
+    cert, key, _ = _signed(ca, [x509.SubjectAlternativeName([x509.DNSName("localhost")])])
     return _pair(cert.public_bytes(serialization.Encoding.DER), key)
 
 
@@ -83,8 +102,9 @@ def _oid_der(dotted: str) -> bytes:
     return _der(0x06, body)
 
 
-def duplicate_extension_pair(ca: KeyPair) -> KeyPair:
-    """A pair for ``localhost`` signed by ``ca`` with the extension :data:`PRIVATE_EXTENSION` twice."""
+def duplicate_extension_pair(ca: KeyPair | None = None) -> KeyPair:
+    """A pair for ``localhost`` signed by ``ca`` (or a self-signed CA) with the extension :data:`PRIVATE_EXTENSION`
+    twice."""
     null = _der(0x05, b"")
     cert, key, ca_key = _signed(ca, [x509.SubjectAlternativeName([x509.DNSName("localhost")]),
                                      x509.UnrecognizedExtension(x509.ObjectIdentifier(PRIVATE_EXTENSION), null),

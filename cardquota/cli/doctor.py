@@ -160,17 +160,29 @@ def verifier(now: float) -> TrustCheck:
 def verify(ca_bundle: str, tls_crt: str, dns_name: str, now: datetime.datetime) -> Trust:
     """Whether a webhook's caBundle lets the API server trust the serving certificate: some CA in the bundle,
     valid now, signed it; it is valid now; its DNS names include ``dns_name`` (both arguments base64, as the API
-    holds them)."""
+    holds them). A certificate ``cryptography`` cannot read whole (:func:`~cardquota.runtime.tls.read_whole`) is
+    one the API server cannot read either: the serving certificate is then the problem, and a CA is left out of the
+    bundle as the API server leaves it out (see :func:`~cardquota.runtime.tls.checked_authority`)."""
     from cryptography import x509
 
+    from cardquota.runtime.tls import UnusablePair, read_whole
+
     try:
-        authorities = x509.load_pem_x509_certificates(base64.b64decode(ca_bundle, validate=True))
+        bundled = x509.load_pem_x509_certificates(base64.b64decode(ca_bundle, validate=True))
     except (ValueError, binascii.Error) as error:
         return Trust(f"the caBundle is not base64 PEM certificates ({_first_line(error)})")
     try:
-        serving = x509.load_pem_x509_certificates(base64.b64decode(tls_crt, validate=True))[0]
-    except (ValueError, binascii.Error) as error:
-        return Trust(f"tls.crt is not a base64 PEM certificate ({_first_line(error)})")
+        serving = read_whole(x509.load_pem_x509_certificates(base64.b64decode(tls_crt, validate=True))[0])
+    except (ValueError, binascii.Error) as error:  # UnusablePair is a ValueError
+        return Trust(f"tls.crt is not a base64 PEM certificate ({_first_line(error)})"
+                     if not isinstance(error, UnusablePair) else f"tls.crt: {error}")
+    authorities: list[Any] = []
+    unreadable: list[tuple[Any, str]] = []
+    for authority in bundled:
+        try:
+            authorities.append(read_whole(authority))
+        except UnusablePair as error:
+            unreadable.append((authority, error.reason))
     days_left = int((serving.not_valid_after_utc - now).total_seconds() // 86400)
     if serving.not_valid_after_utc <= now:
         return Trust(f"the serving certificate expired on {serving.not_valid_after_utc:%Y-%m-%d %H:%M} UTC", days_left)
@@ -178,12 +190,17 @@ def verify(ca_bundle: str, tls_crt: str, dns_name: str, now: datetime.datetime) 
         return Trust(f"the serving certificate is not valid before {serving.not_valid_before_utc:%Y-%m-%d %H:%M} UTC",
                      days_left)
     signers = [ca for ca in authorities if _signed_by(serving, ca)]
+    skipped = [reason for ca, reason in unreadable if _signed_by(serving, ca)]
+    if not signers and skipped:
+        return Trust(f"the CA that signed it is in the caBundle, but the API server cannot read it: {skipped[0]}",
+                     days_left)
     if not signers:
         issuer = serving.issuer.rfc4514_string()
         same_name = ", the same name but another key: the CA was replaced" if any(
             ca.subject == serving.issuer for ca in authorities) else ""
-        return Trust(f"no CA in the caBundle ({_subjects(authorities)}) signed it (its issuer: {issuer}{same_name})",
-                     days_left)
+        unread = f"; {len(unreadable)} the API server cannot read: {unreadable[0][1]}" if unreadable else ""
+        return Trust(f"no CA in the caBundle ({_subjects(authorities)}{unread}) signed it (its issuer: {issuer}"
+                     f"{same_name})", days_left)
     if all(ca.not_valid_after_utc <= now for ca in signers):
         return Trust(f"the CA that signed it expired on {signers[0].not_valid_after_utc:%Y-%m-%d %H:%M} UTC",
                      days_left)

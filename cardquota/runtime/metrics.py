@@ -82,7 +82,8 @@ CERTIFICATE_RELOAD_FAILURES = Counter(
     "cardquota_certificate_reload_failures_total",
     "Checks of the serving certificate that kept the one served: reason unreadable (mounted files not read), "
     "rejected (a pair that cannot be served), secret (the TLS Secret not checked), error (a check failed "
-    "unexpectedly), restarted (the loop itself stopped and was started again)",
+    "unexpectedly), restarted (the loop itself stopped and was started again); and ca: a CA in the TLS Secret that "
+    "could not sign (unreadable in part or whole, its key another certificate's, expired), replaced",
     ["reason"], registry=REGISTRY)
 
 

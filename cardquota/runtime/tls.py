@@ -63,10 +63,11 @@ def new_ca(common_name: str = "cardquota-webhook-ca", *, days: int = CA_DAYS,
 
 def new_serving_cert(ca: KeyPair, dns_names: Sequence[str], *, ip_addresses: Sequence[str] = (),
                      days: int = SERVING_DAYS, now: datetime.datetime | None = None) -> KeyPair:
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    """A serving certificate for ``dns_names`` (and ``ip_addresses``) signed by ``ca``; :class:`UnusablePair` when
+    ``ca`` cannot sign (see :func:`checked_authority`)."""
+    ca_cert = checked_authority(ca)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError("the CA key is not an EC key")
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)  # checked_authority: the certificate's key, an EC one
     key = ec.generate_private_key(ec.SECP256R1())
     start = _now(now)
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
@@ -95,9 +96,9 @@ def renewal_reason(serving: KeyPair, ca: KeyPair, dns_names: Sequence[str], *,
     except UnusablePair as error:
         return str(error)
     try:
-        ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    except ValueError as error:
-        return f"the CA is unreadable ({error})"
+        ca_cert = checked_authority(ca)
+    except UnusablePair as error:
+        return f"the CA cannot sign ({error.reason})"
     if cert.not_valid_after_utc - renew_before <= _now(now):
         return f"expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     try:
@@ -115,40 +116,76 @@ def renewal_reason(serving: KeyPair, ca: KeyPair, dns_names: Sequence[str], *,
 
 
 class UnusablePair(ValueError):
-    """A certificate and key that cannot be served together: unreadable (in part), or the key is not the
-    certificate's. The message is one line: why, and what to do."""
+    """A certificate and key that cannot be served (or sign) together: unreadable (in part), or the key is not the
+    certificate's. The message is one line: why (:attr:`reason`), and what to do (:attr:`fix`, where a person has
+    something to do: the operator replaces a CA of its own Secret itself, so it logs the reason alone)."""
+
+    def __init__(self, reason: str, fix: str = "") -> None:
+        super().__init__(f"{reason}: {fix}" if fix else reason)
+        self.reason = reason
+        self.fix = fix
 
 
 def checked_certificate(pair: KeyPair) -> x509.Certificate:
-    """``pair``'s certificate once ``cryptography`` has read all of it — every field :func:`describe` and
-    :func:`renewal_reason` read and every extension — and the key, and found the key is the certificate's; else
-    :class:`UnusablePair` saying why.
+    """``pair``'s certificate once ``cryptography`` has read all of it (:func:`whole_certificate`) and the key, and
+    found the key is the certificate's; else :class:`UnusablePair` saying why. Only the first certificate of
+    ``tls.crt`` is read (the one served, and the only one this module reads); a chain after it is left to
+    OpenSSL."""
+    cert = whole_certificate(pair.cert_pem)
+    try:
+        key = serialization.load_pem_private_key(pair.key_pem, password=None)
+    except Exception as error:  # ValueError, TypeError (encrypted), UnsupportedAlgorithm
+        raise UnusablePair(f"the key cannot be read ({_reason(error)})", "mount an unencrypted PEM key") from None
+    if cert.public_key() != key.public_key():
+        raise UnusablePair("the key is not the certificate's")
+    return cert
+
+
+def checked_authority(ca: KeyPair) -> x509.Certificate:
+    """The CA's certificate once :func:`checked_certificate` has read it whole with its key, and found that key one
+    :func:`new_serving_cert` can sign with (elliptic-curve); else :class:`UnusablePair` saying why.
+
+    A CA certificate ``cryptography`` cannot read whole is one the API server cannot read either: Go's
+    ``crypto/x509`` (``parser.go``, ``parseCertificate`` and ``parseSANExtension``, Go 1.21 on) refuses a repeated
+    extension and an iPAddress name of other than 4 or 16 bytes, and ``CertPool.AppendCertsFromPEM``
+    (``cert_pool.go``), which builds the trust from a webhook's ``caBundle``, skips a certificate it cannot parse.
+    So no handshake could succeed with such a CA, nor with one whose key is another certificate's (what it signs
+    does not verify against it)."""
+    cert = checked_certificate(ca)
+    if not isinstance(cert.public_key(), ec.EllipticCurvePublicKey):
+        kind = type(cert.public_key()).__name__.removesuffix("PublicKey")
+        raise UnusablePair(f"the key is {kind}, not elliptic-curve (the only kind this operator signs with)")
+    return cert
+
+
+def whole_certificate(cert_pem: bytes) -> x509.Certificate:
+    """The first certificate in ``cert_pem`` once ``cryptography`` has read all of it (:func:`read_whole`); else
+    :class:`UnusablePair` saying why."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except Exception as error:  # ValueError for bad PEM or DER; anything else cryptography raises is as bad
+        raise UnusablePair(f"the certificate cannot be read ({_reason(error)})", "mount a PEM certificate") from None
+    return read_whole(cert)
+
+
+def read_whole(cert: x509.Certificate) -> x509.Certificate:
+    """``cert`` once ``cryptography`` has read all of it — every field :func:`describe` and :func:`renewal_reason`
+    read, every extension, the public key — else :class:`UnusablePair` saying why.
 
     OpenSSL serves certificates that ``cryptography`` cannot read whole, and ``cryptography`` parses extensions only
     when first asked (cryptography 51.0.1, ``src/rust/src/x509/common.rs``, ``parse_and_cache_extensions``): a
     repeated extension raises ``x509.DuplicateExtension`` there, and an iPAddress name of a length other than 4, 8,
     16 or 32 bytes a ``ValueError`` from ``parse_general_name``/``create_ip_network``. Served, such a certificate
-    made the first :func:`describe` of it raise; checked here, before it is served, it is refused like a
-    mismatched pair. Only the first certificate of ``tls.crt`` is read (the one served, and the only one this
-    module reads); a chain after it is left to OpenSSL."""
-    try:
-        cert = x509.load_pem_x509_certificate(pair.cert_pem)
-    except Exception as error:  # ValueError for bad PEM or DER; anything else cryptography raises is as bad
-        raise UnusablePair(f"the certificate cannot be read ({_reason(error)}): mount a PEM certificate") from None
+    made the first :func:`describe` of it raise; checked here, before it is served (or signs, or is reported on),
+    it is refused like a mismatched pair."""
     try:
         _summary(cert)
         for _ in cert.extensions:  # each extension is parsed here, in full
             pass
-        public_key = cert.public_key()
+        cert.public_key()
     except Exception as error:  # ValueError, x509.DuplicateExtension, UnsupportedGeneralNameType, ...
-        raise UnusablePair(f"the certificate has a field or extension cryptography cannot read ({_reason(error)}): "
+        raise UnusablePair(f"the certificate has a field or extension cryptography cannot read ({_reason(error)})",
                            "issue it again") from None
-    try:
-        key = serialization.load_pem_private_key(pair.key_pem, password=None)
-    except Exception as error:  # ValueError, TypeError (encrypted), UnsupportedAlgorithm
-        raise UnusablePair(f"the key cannot be read ({_reason(error)}): mount an unencrypted PEM key") from None
-    if public_key != key.public_key():
-        raise UnusablePair("the key is not the certificate's")
     return cert
 
 

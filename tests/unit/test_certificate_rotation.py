@@ -29,7 +29,11 @@ import jsonpatch
 import pytest
 from admission_proxy import merge_patch
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+from malformed_certificates import duplicate_extension_pair, five_byte_ip_pair
 
 from cardquota import kube
 from cardquota.kube import BundlePatch, KubeError, api_error, patch_ca_bundle
@@ -49,6 +53,7 @@ from cardquota.operator.certificates import (
     secret_body,
 )
 from cardquota.operator.settings import Settings
+from cardquota.runtime.metrics import REGISTRY
 from cardquota.runtime.tls import KeyPair, ReloadableContext, new_ca, new_serving_cert, service_dns_names
 
 NAMES = service_dns_names("cardquota", "cardquota-system")
@@ -142,9 +147,88 @@ def test_a_ca_that_cannot_be_used_any_more_is_replaced_at_once() -> None:
     assert reason.endswith("by the CA that was waiting")
     unreadable, reason, _ = step(Stored(KeyPair(b"garbage", b"garbage"), serving), NOW)
     assert reason is not None
-    assert reason.startswith("the CA is unreadable (")
+    assert reason.startswith("the CA is unusable (the certificate cannot be read (")
     assert reason.endswith("): replaced at once (no handshake can succeed with it)")
     assert signed_by(unreadable.serving, unreadable.ca)
+
+
+def rsa_ca() -> KeyPair:
+    """A well-formed self-signed CA whose key is RSA: one the operator cannot sign with (it signs with EC keys)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rsa-ca")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(NOW - datetime.timedelta(days=1)).not_valid_after(NOW + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .sign(key, hashes.SHA256()))
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM),
+                   key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()))
+
+
+OTHER_CA = new_ca(now=NOW)
+BROKEN_CAS = [
+    pytest.param(lambda: five_byte_ip_pair(), "the certificate has a field or extension cryptography cannot read "
+                 "(ValueError: b'\\x01\\x02' does not appear to be an IPv4 or IPv6 address)", id="a 5-byte iPAddress"),
+    pytest.param(lambda: duplicate_extension_pair(), "the certificate has a field or extension cryptography cannot "
+                 "read (DuplicateExtension: Duplicate 1.3.6.1.4.1.32473.1 extension found)", id="an extension twice"),
+    pytest.param(lambda: KeyPair(new_ca(now=NOW).cert_pem, OTHER_CA.key_pem), "the key is not the certificate's",
+                 id="another certificate's key"),
+    pytest.param(rsa_ca, "the key is RSA, not elliptic-curve (the only kind this operator signs with)",
+                 id="an RSA key"),
+]
+
+
+@pytest.mark.parametrize(("make", "why"), BROKEN_CAS)
+def test_a_ca_that_cannot_sign_is_replaced_at_once_and_stays_replaced(make: Callable[[], KeyPair], why: str) -> None:
+    """Such a CA used to be kept: one the API server cannot read (Go's parser refuses the first two) signing every
+    serving certificate, or, with another certificate's key, a serving certificate re-issued at every check."""
+    broken = make()
+    serving = new_serving_cert(new_ca(now=NOW), NAMES, now=NOW)
+    for held in (serving, None):
+        replaced, reason, back = step(Stored(broken, held), NOW)
+        assert reason == f"the CA is unusable ({why}): replaced at once (no handshake can succeed with it)"
+        assert replaced.ca != broken
+        assert signed_by(replaced.serving, replaced.ca)
+        assert replaced.ca_bundle(NOW) == replaced.ca.cert_pem
+        assert step(back, NOW + datetime.timedelta(minutes=1))[1] is None  # nothing more to do at the next check
+
+
+def test_a_previous_ca_the_api_server_cannot_read_leaves_the_ca_bundle() -> None:
+    ca = new_ca(now=NOW)
+    planned = Certificates(ca, new_serving_cert(ca, NAMES, now=NOW), previous_ca=five_byte_ip_pair().cert_pem,
+                           switched_at=NOW)
+    assert planned.ca_bundle(NOW) == ca.cert_pem
+
+
+def test_the_secret_check_replaces_a_ca_that_cannot_sign_once_with_a_warning_and_a_count(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    moment = datetime.datetime.now(datetime.UTC)
+    api = FakeApiServer(lambda: moment)
+    for name in ("read_secret", "write_secret", "patch_ca_bundle"):
+        monkeypatch.setattr(certificates, name, getattr(api, name))
+    settings = Settings()
+    broken = KeyPair(new_ca().cert_pem, OTHER_CA.key_pem)
+    api.write_secret(None, secret_body(settings, Certificates(broken, new_serving_cert(OTHER_CA, NAMES)), None),
+                     create=True)
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("cardquota_certificate_reload_failures_total", {"reason": "ca"}) or 0.0
+
+    before, writes = counted(), api.secret_writes
+    caplog.set_level("INFO")
+    first = ensure_certificates(object(), settings)
+    assert first.ca != broken
+    assert decode(api.secret).ca == first.ca
+    assert signed_by(first.serving, first.ca)
+    assert {name: api.distinct_bundles(name) for name in api.bundles} == {
+        name: [first.ca.cert_pem] for name in settings.webhook_configurations}
+    assert counted() == before + 1
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warnings == [f"the CA in TLS Secret {settings.namespace}/{settings.tls_secret} was unusable (the key is "
+                        "not the certificate's): replaced, and the webhooks' caBundle with it"]
+    assert ensure_certificates(object(), settings) == first  # the next check: nothing to do, nothing counted
+    assert (api.secret_writes, counted()) == (writes + 1, before + 1)
 
 
 def test_a_waiting_ca_no_longer_needed_leaves_and_a_previous_ca_of_unknown_age_is_timed() -> None:

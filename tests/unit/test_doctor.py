@@ -24,6 +24,7 @@ import pytest
 import yaml
 from builders import gpu_labels, gpu_node, node, pod, podgroup, queue
 from kubeconfigs import write_kubeconfig
+from malformed_certificates import duplicate_extension_pair, five_byte_ip_pair, well_formed_pair
 from volcano_crds import patched_crd, upstream_crd
 
 from cardquota.cli import crd as crd_cli
@@ -528,6 +529,32 @@ def test_a_bundle_with_the_previous_ca_first_still_verifies() -> None:
 ])
 def test_a_certificate_the_api_server_would_not_trust_says_why(make: Callable[[], Trust], problem: str) -> None:
     assert make().problem == problem
+
+
+FIVE_BYTE_IP = "the certificate has a field or extension cryptography cannot read (ValueError: b'\\x01\\x02' does " \
+    "not appear to be an IPv4 or IPv6 address)"
+DUPLICATE = "the certificate has a field or extension cryptography cannot read (DuplicateExtension: Duplicate " \
+    "1.3.6.1.4.1.32473.1 extension found)"
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda ca: (ca.cert_pem, five_byte_ip_pair(ca).cert_pem), f"tls.crt: {FIVE_BYTE_IP}: issue it again"),
+    (lambda ca: (ca.cert_pem, duplicate_extension_pair(ca).cert_pem), f"tls.crt: {DUPLICATE}: issue it again"),
+    (lambda ca: (five_byte_ip_pair().cert_pem, well_formed_pair(ca).cert_pem),
+     f"no CA in the caBundle (none; 1 the API server cannot read: {FIVE_BYTE_IP}) signed it (its issuer: "
+     "CN=cardquota-webhook-ca)"),
+    (lambda ca: (ca.cert_pem + (broken := duplicate_extension_pair()).cert_pem, well_formed_pair(broken).cert_pem),
+     f"the CA that signed it is in the caBundle, but the API server cannot read it: {DUPLICATE}"),
+    (lambda ca: (five_byte_ip_pair().cert_pem + ca.cert_pem, well_formed_pair(ca).cert_pem), None),
+], ids=["tls.crt with a 5-byte iPAddress", "tls.crt with an extension twice", "the only CA unreadable",
+        "the signing CA unreadable", "an unreadable CA beside the signing one"])
+def test_a_certificate_cryptography_cannot_read_whole_is_a_finding_not_a_traceback(
+        make: Callable[[KeyPair], tuple[bytes, bytes]], problem: str | None) -> None:
+    """The API server cannot read such a certificate either (Go's crypto/x509 refuses it; a caBundle's CA it cannot
+    parse is left out of the trust): it used to raise from ``verify`` (tls.crt) or pass unnoticed (a CA)."""
+    bundle, serving = make(new_ca())
+    assert doctor_cli.verify(_b64(bundle), _b64(serving), "localhost",
+                             datetime.datetime.now(datetime.UTC)).problem == problem
 
 
 def test_an_expired_ca_is_named() -> None:
