@@ -50,8 +50,10 @@ pkg/admission/plugin/webhook/request/admissionreview.go ``CreateV1AdmissionRevie
 larger is not an AdmissionReview: refused with 413 before it is read when its Content-Length says so."""
 BODY_BYTES = 64 * 2**20
 """Bytes of review bodies held at once (arriving, or received and being judged): about ten maximal UPDATE reviews,
-and thousands of realistic ones (~6 KB). A body's bytes are counted as they arrive, so a caller declaring a large
-body and sending little holds little. When it is full, the next bytes of a body wait, unread, up to
+and thousands of realistic ones (~6 KB). A body's whole ``Content-Length`` (or the most a body may have, when it
+has none) is taken once its first bytes arrive (:func:`~cardquota.runtime.serving.received_body`), so a caller
+declaring a large body and sending it at the rate floor holds that much for up to
+:data:`~cardquota.runtime.serving.BODY_SECONDS`. When it is full, a body waits, unread past its first bytes, up to
 :data:`~cardquota.runtime.serving.BODY_SECONDS` (503 after)."""
 PEER_BODY_BYTES = 16 * 2**20
 """Of :data:`BODY_BYTES`, what one source that is not trusted (``--trusted-cidrs``) may hold: a quarter, so one

@@ -6,12 +6,14 @@ from the per-peer shares and have a reserved part of what is shared.
 * **Connections**: at most ``max_connections`` at once, TLS handshakes in progress included, so memory held by
   connections is bounded by the cap, whoever opens them. At the cap a new connection takes the place of one held by
   its own peer or by a peer holding more connections than it would (never a trusted peer's, unless it is trusted
-  itself): of that peer's, the one that has made the least progress — a TLS handshake, then the connection idle
-  longest, then the body with the fewest bytes in. So one source opening connections as fast as it can only
+  itself): of that peer's, the one that has made the least progress — a connection closing (waiting for its peer
+  to take its close), a TLS handshake, then the connection idle longest, then the body with the fewest bytes in;
+  it is aborted, so it frees its place at once. So one source opening connections as fast as it can only
   replaces its own, and the API server's idle keep-alive connections stay; only when no such connection can go is
   the new one closed as soon as it is accepted (the caller sees a reset, and retries).
 * **Handshake**: a TLS handshake not done within ``handshake_timeout`` seconds is dropped (asyncio's default is
-  60 s); so is a TLS close whose peer does not answer in that time (asyncio's default: 30 s).
+  60 s); so is a close whose peer does not take it in that time (asyncio's default for TLS: 30 s; for plain TCP
+  with an answer unsent: no limit), by :meth:`LimitedSite.sweep`.
 * **Idle**: a connection without a request for ``idle_timeout`` seconds is closed (aiohttp's default keep-alive is
   3,630 s). The API server's and the scheduler's HTTP clients open a new one when they need it.
 * **Headers** of the size the callers send (:data:`MAX_HEADERS` fields of up to :data:`MAX_HEADER_BYTES`); more is
@@ -109,6 +111,8 @@ LISTEN_BACKLOG = 1024
 """Connections the kernel queues before the server accepts them (asyncio's default: 100; capped by
 ``net.core.somaxconn``): a caller opening connections as fast as it can fills a short queue, and a connection
 arriving then has its SYN dropped and retried a second later (TCP's initial retransmission timeout)."""
+SWEEP_SECONDS = 1.0
+"""How often each site looks for connections closing for too long (:meth:`LimitedSite.sweep`)."""
 CAP_LOG_SECONDS = 60.0
 """At most one warning a minute that a port's connection cap is reached."""
 TRIM_AFTER_CLOSED = 256
@@ -213,23 +217,38 @@ class _Connection:
     trusted: bool
     began: float
     close: Callable[[], None]
+    """Aborts the accepted socket: what is unsent is dropped and the connection ends at once (a graceful close waits
+    for the peer: TLS for its close_notify, up to ``handshake_timeout``; plain TCP until its unsent answer is read,
+    with no limit at all)."""
     handshaking: bool = True
     handler: Any = None
     """aiohttp's request handler, once the connection is handed to it."""
     body_began: float | None = None
     """When its current body began to arrive (None: not receiving a body)."""
     received: int = 0
+    closing_since: float | None = None
+    """When the site first saw it closing (:meth:`LimitedSite.sweep`)."""
+
+    def closing(self) -> bool:
+        """Whether aiohttp is closing it: its last answer is written, or given up on, and it waits only for the peer
+        (TLS close_notify, or an unsent answer read)."""
+        if self.handshaking or self.handler is None:
+            return False
+        transport = self.handler.transport  # None once aiohttp's force_close ran
+        return transport is None or transport.is_closing()
 
     def progress(self) -> tuple[int, float] | None:
         """Lower for less progress (closed first at the cap); None when it must not be closed (its request is being
         judged or answered)."""
-        if self.handshaking:
+        if self.closing():
             return (0, self.began)
+        if self.handshaking:
+            return (1, self.began)
         if self.body_began is not None:
-            return (2, float(self.received))
+            return (3, float(self.received))
         waiting = getattr(self.handler, "_waiter", None)  # aiohttp's handler, awaiting the next request's headers
         if waiting is not None and not waiting.done():
-            return (1, self.handler._next_keepalive_close_time - self.handler.keepalive_timeout)
+            return (2, self.handler._next_keepalive_close_time - self.handler.keepalive_timeout)
         return None
 
 
@@ -261,6 +280,7 @@ class LimitedSite(web.TCPSite):
         self.per_peer: Counter[str] = Counter()
         self.refused = 0
         self.last_warning = float("-inf")
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -289,13 +309,36 @@ class LimitedSite(web.TCPSite):
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._protocol, self._host, self._port, backlog=LISTEN_BACKLOG,
                                                 reuse_address=self._reuse_address, reuse_port=self._reuse_port)
+        self._sweeper = loop.create_task(self._sweep_forever())
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for connection in list(self.connections.values()):
             if connection.handshaking:
                 connection.close()
         SITES.discard(self)
         await super().stop()
+
+    async def _sweep_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self.sweep(loop.time())
+
+    def sweep(self, now: float) -> None:
+        """Abort each connection that has been closing for ``handshake_timeout`` (seen every :data:`SWEEP_SECONDS`):
+        aiohttp closes a connection gracefully (after its idle timeout, a refusal, ``Connection: close``), and a
+        plain TCP close waits, with no limit, for the peer to read what is unsent (asyncio's selector transport
+        ``close``): a caller that filled its send buffer and read nothing held the connection, its buffers and a
+        place under the cap for good (asyncio's TLS protocol bounds its own close by ``ssl_shutdown_timeout``)."""
+        for connection in list(self.connections.values()):
+            if not connection.closing():
+                connection.closing_since = None
+            elif connection.closing_since is None:
+                connection.closing_since = now
+            elif now - connection.closing_since >= self.limits.handshake_timeout:
+                connection.close()
 
     def add(self, handler: object, connection: _Connection) -> None:
         self.connections[handler] = connection
@@ -330,7 +373,7 @@ class LimitedSite(web.TCPSite):
             return False
         (_, state, _), key, connection = chosen
         self.forget(key)  # (counted no more: its end is reported a turn later)
-        STATS.count("evicted", self.port_label, ("handshake", "idle", "slow-body")[state])
+        STATS.count("evicted", self.port_label, ("closing", "handshake", "idle", "slow-body")[state])
         connection.close()
         return True
 
@@ -375,7 +418,8 @@ class _Admitted(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         app: Any = handler()
         if site.tls is None:
-            site.add(app, _Connection(peer, trusted, loop.time(), app.force_close, handshaking=False, handler=app))
+            site.add(app, _Connection(peer, trusted, loop.time(), transport.abort,  # type: ignore[attr-defined]
+                                      handshaking=False, handler=app))
             transport.set_protocol(app)
             app.connection_made(transport)
             return
@@ -388,11 +432,13 @@ class _Admitted(asyncio.Protocol):
         site.add(app, connection)
 
         def shaken(done: asyncio.Future[None]) -> None:
-            if done.cancelled() or done.exception() is not None:
+            # (aborted while shaking hands, asyncio's TLS protocol ends the handshake with no exception, and never
+            # hands the connection to aiohttp, which so never reports its end)
+            if done.cancelled() or done.exception() is not None or app.transport is None:
                 site.forget(app)
                 TRIMMER.closed_one(loop)
             else:  # aiohttp's from now on: forgotten when it reports its end
-                connection.handshaking, connection.close = False, app.force_close
+                connection.handshaking = False
 
         waiter.add_done_callback(shaken)
         transport.set_protocol(tls)

@@ -9,10 +9,11 @@ import asyncio
 import contextlib
 import json
 import resource
+import socket
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -640,5 +641,66 @@ async def test_an_answer_the_caller_does_not_read_is_dropped_after_the_answer_de
                     if (what, reason) == ("refused", "answer-not-read"))
         assert after == before + 1
         writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def _fill_the_send_buffer(port: int, runner: web.AppRunner, path: str) -> socket.socket:
+    """A connection that asks for answers, pipelined, and reads none, until the server has some left unsent: the
+    kernel's buffers on both sides full, the rest in asyncio's transport below the point where aiohttp waits."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    before = set(runner.server.connections) if runner.server is not None else set()
+    for _ in range(2000):
+        await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        await asyncio.sleep(0.01)
+        assert runner.server is not None
+        handler = next(iter(set(runner.server.connections) - before), None)
+        if handler is not None and handler.transport is not None and handler.transport.get_write_buffer_size():
+            return sock
+    raise AssertionError("the server's send buffer never filled")
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + GUARD_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, "not within the guard"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("limits", [ServerLimits(max_connections=1, idle_timeout=0.2, handshake_timeout=600),
+                                    ServerLimits(idle_timeout=0.2, handshake_timeout=0.5)], ids=["cap", "aborted"])
+async def test_a_connection_closed_with_an_unread_answer_neither_stays_open_nor_holds_the_cap(
+        limits: ServerLimits) -> None:
+    """A plain-HTTP caller that fills its send buffer and reads nothing: when aiohttp closes the connection (here
+    at the idle timeout), asyncio's close waits for the unsent bytes to be read, with no limit. Before: the
+    connection stayed open, its buffers held and its place under the cap taken for good, never closable to make
+    room (2,048 such connections shut the metrics port or the extender's to everyone, the scheduler included). Now it
+    is the first to make room at the cap, and aborted once it has been closing for ``handshake_timeout``."""
+    async def answer(_: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 10_000)
+
+    app = web.Application(middlewares=[serving_module.body_guard(lambda _: 1024)])
+    app.router.add_get("/answer", answer)
+    runner = await serve_http(app, "127.0.0.1", 0, limits)
+    port = runner.addresses[0][1]
+    site = next(site for site in serving_module.SITES if site.port_label == str(port))
+    try:
+        stuck = await _fill_the_send_buffer(port, runner, "/answer")
+        await _until(lambda: runner.server is not None and all(  # aiohttp closing it (its idle timeout)
+            handler.transport is None or handler.transport.is_closing() for handler in runner.server.connections))
+        if limits.max_connections == 1:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)  # its own source: room made
+            writer.write(b"GET /answer HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_SECONDS)
+            assert head.startswith(b"HTTP/1.1 200")
+            writer.close()
+        else:
+            await _until(lambda: not site.connections and runner.server is not None
+                         and not runner.server.connections)
+        stuck.close()
     finally:
         await runner.cleanup()
