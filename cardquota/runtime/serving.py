@@ -88,8 +88,13 @@ BODY_SECONDS = 10.0
 MIN_BODY_RATE = 64 * 2**10
 """Bytes per second a body must arrive at, on average, once :data:`RATE_GRACE_SECONDS` have passed (408 below it):
 a caller trickling bodies holds each connection about a second, not :data:`BODY_SECONDS`. The API server sends a
-3 MiB object in milliseconds within the cluster's network; at this floor a maximal 6.25 MiB review would still
-have 10 s."""
+3 MiB object in milliseconds within the cluster's network."""
+ROOM_RATE = 2**20
+"""Bytes per second at which a body must arrive whole, once :data:`RATE_GRACE_SECONDS` have passed, for the room it
+holds: a body of ``n`` bytes (``Content-Length``; the most a body may have when it has none) holds ``n`` bytes of its
+source's share from its first byte, so it has ``RATE_GRACE_SECONDS + n / ROOM_RATE`` seconds (at most
+:data:`BODY_SECONDS`) to be all in. Holding room costs sending about as much: at :data:`MIN_BODY_RATE` alone, a
+caller declaring 6 MiB held it 10 s for 640 KiB sent. The API server and the scheduler send tens of MiB/s or more."""
 RATE_GRACE_SECONDS = 1.0
 """Seconds a body may take before the rate floor applies (a handshake's worth of round trips, and a scheduler
 pausing for its garbage collector)."""
@@ -209,6 +214,22 @@ def _address(peername: Any) -> str:
     return str(mapped or address)
 
 
+IPV6_SOURCE_PREFIX = 64
+"""An IPv6 source is its /64: one host, or one pod's network, holds a whole /64 (Kubernetes gives each node a /64 or
+wider of the pod range), so counting each of its 2^64 addresses apart would give a single caller unbounded shares."""
+
+
+def _source(address: str) -> str:
+    """Whose share a connection from ``address`` counts against: the address, an IPv6 one's /64."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if parsed.version == 6:
+        return str(ipaddress.ip_network(f"{parsed}/{IPV6_SOURCE_PREFIX}", strict=False))
+    return address
+
+
 @dataclass(eq=False)
 class _Connection:
     """What the site knows of one connection: its peer, and how far it has got (for choosing whom to close)."""
@@ -226,6 +247,9 @@ class _Connection:
     body_began: float | None = None
     """When its current body began to arrive (None: not receiving a body)."""
     received: int = 0
+    answered_at: float | None = None
+    """When its last answer was written (None: a request since, or none yet): what is left of an unread body is
+    drained for up to ``LINGER_SECONDS`` after it, a state that can be closed like an idle one."""
     closing_since: float | None = None
     """When the site first saw it closing (:meth:`LimitedSite.sweep`)."""
 
@@ -246,6 +270,8 @@ class _Connection:
             return (1, self.began)
         if self.body_began is not None:
             return (3, float(self.received))
+        if self.answered_at is not None:
+            return (2, self.answered_at)
         waiting = getattr(self.handler, "_waiter", None)  # aiohttp's handler, awaiting the next request's headers
         if waiting is not None and not waiting.done():
             return (2, self.handler._next_keepalive_close_time - self.handler.keepalive_timeout)
@@ -404,8 +430,9 @@ class _Admitted(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         site = self.site
-        peer = _address(transport.get_extra_info("peername"))
-        trusted = site.is_trusted(peer)
+        address = _address(transport.get_extra_info("peername"))
+        trusted = site.is_trusted(address)
+        peer = _source(address)
         if not site.admit(peer, trusted):
             transport.abort()  # type: ignore[attr-defined]
             return
@@ -508,15 +535,10 @@ def body_guard(limit_for: Callable[[web.Request], int]) -> Middleware:
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            return refusal(request, 400, "encoded",
-                           f"Content-Encoding {encoding[:32]!r} is not accepted: send the body uncompressed")
-        limit = limit_for(request)
-        if request.content_length is not None and request.content_length > limit:
-            return refusal(request, 413, "too-large", f"the body ({request.content_length} bytes) is larger than "
-                                                      f"{limit} bytes")
-        response = await handler(request)
+        connection = _CONNECTIONS.get(request.protocol)
+        if connection is not None:
+            connection.answered_at = None
+        response = _refused_unread(request, limit_for(request)) or await handler(request)
         try:
             async with asyncio.timeout(ANSWER_SECONDS):
                 await response.prepare(request)
@@ -527,12 +549,26 @@ def body_guard(limit_for: Callable[[web.Request], int]) -> Middleware:
                 request.transport.abort()
         except ConnectionError:
             pass
+        if connection is not None:  # what follows (the rest of an unread body drained) can be closed at the cap
+            connection.answered_at = asyncio.get_running_loop().time()
         if isinstance(response, web.Response) and response.content_length is not None \
                 and response.content_length > LARGE_ANSWER_BYTES:
             trim_soon()
         return response
 
     return guard
+
+
+def _refused_unread(request: web.Request, limit: int) -> web.Response | None:
+    """The answer refusing ``request`` from its headers alone (see :func:`body_guard`), or None."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        return refusal(request, 400, "encoded",
+                       f"Content-Encoding {encoding[:32]!r} is not accepted: send the body uncompressed")
+    if request.content_length is not None and request.content_length > limit:
+        return refusal(request, 413, "too-large", f"the body ({request.content_length} bytes) is larger than "
+                                                  f"{limit} bytes")
+    return None
 
 
 def _port(request: web.Request) -> str:
@@ -635,12 +671,14 @@ async def received_body(request: web.Request, budget: BodyBudget,
     together pass a share cannot each hold part of it and wait for the rest. The refusals:
 
     * 408 when it does not arrive at :data:`MIN_BODY_RATE` after :data:`RATE_GRACE_SECONDS`, or not whole within
-      ``seconds`` (default :data:`BODY_SECONDS`), time spent waiting for the budget aside;
+      ``RATE_GRACE_SECONDS + length / ROOM_RATE`` (:data:`ROOM_RATE`) or ``seconds`` (default
+      :data:`BODY_SECONDS`), time spent waiting for the budget aside;
     * 413 when it passes ``budget.max_body`` (a body of unknown length);
     * 503 when the budget has no room for it within ``seconds``.
 
     A caller that sends headers and no body holds nothing shared; one that sends a little of a large body holds its
-    room for about :data:`RATE_GRACE_SECONDS`, within its peer's share.
+    room for about :data:`RATE_GRACE_SECONDS`, and one that keeps it must send it at :data:`ROOM_RATE`, within its
+    peer's share.
     """
     connection = _CONNECTIONS.get(request.protocol)
     peer, trusted = peer_of(request)
@@ -655,7 +693,8 @@ async def received_body(request: web.Request, budget: BodyBudget,
         connection.body_began, connection.received = began, 0
     try:
         while not request.content.at_eof():
-            elapsed_due = min(limit, max(RATE_GRACE_SECONDS, received / MIN_BODY_RATE))
+            whole_due = RATE_GRACE_SECONDS + reserved / ROOM_RATE if reserved else limit
+            elapsed_due = min(limit, whole_due, max(RATE_GRACE_SECONDS, received / MIN_BODY_RATE))
             try:
                 async with asyncio.timeout_at(began + waited + elapsed_due):
                     chunk = await request.content.readany()
@@ -664,10 +703,14 @@ async def received_body(request: web.Request, budget: BodyBudget,
                 refused = _closing(400, "the connection was lost")
                 break
             except TimeoutError:
-                slow = elapsed_due < limit
-                refused = refusal(request, 408, "slow-body",
-                                  f"the body did not arrive at {MIN_BODY_RATE // 1024} KiB/s" if slow else
-                                  f"the body did not arrive within {limit:g} s")
+                if elapsed_due >= limit:
+                    why = f"the body did not arrive within {limit:g} s"
+                elif elapsed_due >= whole_due:
+                    why = (f"the body ({reserved} bytes) did not arrive whole within {whole_due:.3g} s "
+                           f"({ROOM_RATE // 2**20} MiB/s after the first {RATE_GRACE_SECONDS:g} s)")
+                else:
+                    why = f"the body did not arrive at {MIN_BODY_RATE // 1024} KiB/s"
+                refused = refusal(request, 408, "slow-body", why)
                 break
             if not chunk:
                 break

@@ -704,3 +704,60 @@ async def test_a_connection_closed_with_an_unread_answer_neither_stays_open_nor_
         stuck.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_body_must_arrive_whole_at_the_rate_of_the_room_it_holds(webhook: Webhook,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body holds its whole length of its source's share from its first byte, so it must arrive whole within
+    RATE_GRACE_SECONDS + length / ROOM_RATE: here 512 KiB sent at ~100 KiB/s (above the 64 KiB/s floor), with a room
+    rate of 256 KiB/s, is refused at ~3 s. Before: it held its 512 KiB for the 5 s it took (a 6 MiB one held its
+    room 10 s for 640 KiB sent)."""
+    monkeypatch.setattr(serving_module, "ROOM_RATE", 256 * 2**10)
+    reader, writer = await _trickle(webhook, 512 * 2**10)
+
+    async def send() -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError, RuntimeError):
+            while True:
+                await asyncio.sleep(0.1)
+                writer.write(b" " * 10 * 2**10)
+                await writer.drain()
+
+    sending = asyncio.create_task(send())
+    status, answer = await _status_and_body(reader)
+    sending.cancel()
+    assert status == 408
+    assert "did not arrive whole within 3 s" in answer["error"]
+    writer.close()
+
+
+def test_an_ipv6_source_is_its_slash_64() -> None:
+    """One host or pod network holds a whole /64: each of its addresses counted apart would give one caller as many
+    shares as it has addresses. IPv4 addresses (mapped ones included) stay themselves."""
+    source = serving_module._source
+    assert source("2001:db8:1:2::1") == source("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert source("2001:db8:1:3::1") != source("2001:db8:1:2::1")
+    assert source("10.0.0.7") == "10.0.0.7"
+    assert serving_module._address(("::ffff:10.0.0.7", 443, 0, 0)) == "10.0.0.7"
+
+
+async def test_a_connection_draining_an_unread_body_after_its_answer_can_make_room() -> None:
+    """After an answer that did not read the body, aiohttp drains the rest for LINGER_SECONDS: such a connection is
+    closed at the cap like an idle one. Before: it could not be closed, so callers repeating it kept the cap full."""
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application(middlewares=[serving_module.body_guard(lambda _: 2**20)])
+    app.router.add_get("/healthz", healthz)
+    runner = await serve_http(app, "127.0.0.1", 0, ServerLimits(max_connections=1))
+    port = runner.addresses[0][1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n" + b"x" * 10)
+        status, _ = await _status_and_body(reader)  # answered; the rest of its body is still awaited
+        assert status == 200
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/healthz") as response:
+            assert response.status == 200  # the draining one made room
+        assert await _closed_by_server(reader)
+        writer.close()
+    finally:
+        await runner.cleanup()
