@@ -18,8 +18,8 @@ from the per-peer shares and have a reserved part of what is shared.
   3,630 s). The API server's and the scheduler's HTTP clients open a new one when they need it.
 * **Headers** of the size the callers send (:data:`MAX_HEADERS` fields of up to :data:`MAX_HEADER_BYTES`); more is
   refused with 400 as it arrives.
-* **Bodies** arrive at :data:`MIN_BODY_RATE` at least, after a first :data:`RATE_GRACE_SECONDS`, and whole within
-  :data:`BODY_SECONDS` (:func:`received_body`: 408 after, the connection closed). Nothing shared is held until a
+* **Bodies** arrive at :data:`MIN_BODY_RATE` at least, after a first :data:`RATE_GRACE_SECONDS`, whole at
+  :data:`ROOM_RATE` for the room they hold, and whole within :data:`BODY_SECONDS` (:func:`received_body`: 408 after, the connection closed). Nothing shared is held until a
   body's first bytes arrive; then its length is taken from a byte budget (:class:`FairShares`) of which each
   untrusted peer may hold a share, so a caller holding bodies it sends slowly holds at most its share, for about a
   second each. Slots for decoding large bodies are taken once a body is in, again with a share per peer.
