@@ -19,10 +19,11 @@ from the per-peer shares and have a reserved part of what is shared.
 * **Headers** of the size the callers send (:data:`MAX_HEADERS` fields of up to :data:`MAX_HEADER_BYTES`); more is
   refused with 400 as it arrives.
 * **Bodies** arrive at :data:`MIN_BODY_RATE` at least, after a first :data:`RATE_GRACE_SECONDS`, whole at
-  :data:`ROOM_RATE` for the room they hold, and whole within :data:`BODY_SECONDS` (:func:`received_body`: 408 after, the connection closed). Nothing shared is held until a
-  body's first bytes arrive; then its length is taken from a byte budget (:class:`FairShares`) of which each
-  untrusted peer may hold a share, so a caller holding bodies it sends slowly holds at most its share, for about a
-  second each. Slots for decoding large bodies are taken once a body is in, again with a share per peer.
+  :data:`ROOM_RATE` for the room they hold, and whole within :data:`BODY_SECONDS` (:func:`received_body`: 408
+  after, the connection closed). Nothing shared is held until a body's first bytes arrive; then its length is taken
+  from a byte budget (:class:`FairShares`) of which each untrusted peer may hold a share, so a caller holding bodies
+  it sends slowly holds at most its share, about as long as it takes to send as much. Slots for decoding large
+  bodies are taken once a body is in, again with a share per peer.
 * **Bodies are never inflated**: the parser does not decode ``Content-Encoding``; the apps refuse such requests
   with 400 (:func:`body_guard`).
 * **Answers** must be taken by the caller within :data:`ANSWER_SECONDS` (else the connection is aborted and what
