@@ -78,6 +78,11 @@ def pod_preemptable(pod: Pod) -> bool:
     return True
 
 
+def unit_preemptable(pods: Iterable[Pod]) -> bool:
+    """Whether a unit (a PodGroup's pods, or one pod) may be a victim: every pod of it :func:`pod_preemptable`."""
+    return all(pod_preemptable(pod) for pod in pods)
+
+
 @dataclass(frozen=True)
 class CardAsk:
     """One pod's ask, as the gate judges it: its ``volcano.sh/card.name`` (``A|B``: alternatives in order) and the
@@ -118,7 +123,7 @@ class Admitted:
     cards: Mapping[str, int]
     """Cards held per card name as the ledger holds them (an unnarrowed ``A|B`` counts against each)."""
     preemptable: bool = True
-    """:func:`pod_preemptable` for each of its pods."""
+    """:func:`unit_preemptable` of its pods."""
     eviction_refused: bool = False
     """A PodDisruptionBudget would refuse its eviction now."""
     admitted_by_preemption: bool = False

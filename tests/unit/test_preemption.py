@@ -28,6 +28,7 @@ from cardquota.core.preemption import (
     may_displace,
     pod_preemptable,
     preemption_policy,
+    unit_preemptable,
 )
 from cardquota.core.quota import card_alternatives
 
@@ -110,6 +111,14 @@ def test_a_pod_is_preemptable_as_volcano_reads_it(annotations: dict[str, str], l
                                                   preemptable: bool) -> None:
     manifest = pod("p", namespace="ml", card=H100, gpus=1, annotations=annotations, labels=labels)
     assert pod_preemptable(Pod.from_manifest(manifest)) is preemptable
+
+
+def test_a_podgroup_is_a_candidate_only_when_every_pod_of_it_is_preemptable() -> None:
+    def member(name: str, **annotations: str) -> Pod:
+        return Pod.from_manifest(pod(name, namespace="ml", card=H100, gpus=1, group="gang", annotations=annotations))
+
+    assert unit_preemptable([member("a"), member("b")])
+    assert not unit_preemptable([member("a"), member("b", **{keys.PREEMPTABLE: "false"})])
 
 
 # ------------------------------------------------------------------------------------------------ the choice
