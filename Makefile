@@ -148,6 +148,7 @@ bench: $(VENV)/.stamp-test ## benchmarks (ratios against an in-run baseline)
 	$(BIN)/python bench/publisher.py
 	$(BIN)/python bench/extender_cycle.py
 	$(BIN)/python bench/heartbeat.py
+	$(BIN)/python bench/preemption.py
 	$(BIN)/python bench/bounded.py
 	$(BIN)/python bench/fair_serving.py
 	$(BIN)/python bench/startup.py

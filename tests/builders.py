@@ -1,12 +1,15 @@
 """Small builders of Kubernetes manifests for tests: ``node(...)``, ``queue(...)``, ``podgroup(...)``, ``pod(...)``.
 
 Each returns the plain dict a YAML file or the API server would give, with only the fields a test cares about.
+``admitted_unit(...)`` and ``waiting_unit(...)`` build the inputs of :mod:`cardquota.core.preemption`.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from cardquota.core.preemption import Admitted, CardAsk, Preemptor
 
 Manifest = dict[str, Any]
 
@@ -38,10 +41,12 @@ def gpu_node(name: str, product: str, gpus: int, *, resource: str = "nvidia.com/
 
 
 def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str | None = None,
-          capability: dict[str, str] | None = None) -> Manifest:
+          capability: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> Manifest:
     metadata: dict[str, Any] = {"name": name}
+    if quota is not None or annotations:
+        metadata["annotations"] = dict(annotations or {})
     if quota is not None:
-        metadata["annotations"] = {"volcano.sh/card.quota": quota if isinstance(quota, str) else json.dumps(quota)}
+        metadata["annotations"]["volcano.sh/card.quota"] = quota if isinstance(quota, str) else json.dumps(quota)
     spec: dict[str, Any] = {"weight": 1}
     if parent is not None:
         spec["parent"] = parent
@@ -81,8 +86,8 @@ def pod(name: str, *, namespace: str = "default", card: str | None = None, node_
         phase: str | None = None, group: str | None = None, queue: str | None = None,
         gpus: int | None = None, resource: str = "nvidia.com/gpu", containers: list[Manifest] | None = None,
         init_containers: list[Manifest] | None = None, annotations: dict[str, str] | None = None,
-        gated: bool = False, priority: int | None = None, created: str | None = None, uid: str | None = None
-        ) -> Manifest:
+        gated: bool = False, priority: int | None = None, created: str | None = None, uid: str | None = None,
+        labels: dict[str, str] | None = None) -> Manifest:
     """A pod; ``gpus`` adds one container requesting that many of ``resource`` (as a limit, like most users);
     ``gated``: it carries cardquota's scheduling gate."""
     metadata_annotations = dict(annotations or {})
@@ -104,6 +109,8 @@ def pod(name: str, *, namespace: str = "default", card: str | None = None, node_
     if priority is not None:
         spec["priority"] = priority
     metadata: Manifest = {"name": name, "namespace": namespace, "annotations": metadata_annotations}
+    if labels is not None:
+        metadata["labels"] = dict(labels)
     if created is not None:
         metadata["creationTimestamp"] = created
     if uid is not None:
@@ -193,3 +200,19 @@ def train_job(name: str, runtime_ref: dict[str, str], *, namespace: str = "ml", 
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"runtimeRef": runtime_ref,
                      "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}}}}
+
+
+def admitted_unit(name: str, cards: dict[str, int], *, priority: int = 0, admitted: str = "2026-12-07T09:00:00Z",
+                  created: str | None = None, queue: str = "research", namespace: str = "ml", kind: str = "PodGroup",
+                  preemptable: bool = True, eviction_refused: bool = False,
+                  admitted_by_preemption: bool = False) -> Admitted:
+    """A unit admitted in ``queue`` holding ``cards`` (card name as held → cards), queued when it was admitted
+    unless ``created`` says otherwise."""
+    return Admitted((namespace, name), kind, queue, priority, created or admitted, admitted, dict(cards),
+                    preemptable, eviction_refused, admitted_by_preemption)
+
+
+def waiting_unit(name: str, card: str, cards: int, *, pods: int = 1, priority: int = 1000, queue: str = "research",
+                 created: str = "2026-12-07T10:00:00Z", namespace: str = "ml") -> Preemptor:
+    """A unit waiting at the gate: ``pods`` pods naming ``card`` (``A|B`` allowed), each waiting for ``cards``."""
+    return Preemptor(f"{namespace}/{name}", queue, priority, created, tuple(CardAsk(card, cards) for _ in range(pods)))

@@ -190,8 +190,30 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     return bool(pod.claims) and snapshot.sets_dra_capability()
 
 
-class _Room:
-    """Cards held per (queue, card type), over each queue's subtree, with the limits that apply to them."""
+@dataclass(frozen=True)
+class Shortage:
+    """Why ``amount`` more ``card`` do not fit ``queue``: ``where`` (the queue itself or the first ancestor of its
+    chain without room) has ``free`` of its ``limit`` free."""
+
+    queue: str
+    where: str
+    card: str
+    free: int
+    limit: int
+
+    @property
+    def parent_bound(self) -> bool:
+        """Whether an ancestor's card quota binds, not the queue's own."""
+        return self.where != self.queue
+
+    def sentence(self) -> str:
+        return f"{_named(self.queue, self.where)} has {self.free} of {self.limit} {self.card} free"
+
+
+class CardRoom:
+    """Cards held per (queue, card type), over each queue's subtree, with the limits that apply to them: the one
+    rule of what fits a queue and every ancestor (:meth:`short`), for the gate and for choosing preemption victims
+    (:mod:`cardquota.core.preemption`)."""
 
     def __init__(self, snapshot: ClusterSnapshot, held: Mapping[str, Mapping[str, int]]) -> None:
         self.snapshot = snapshot
@@ -199,8 +221,13 @@ class _Room:
         self.subtree: dict[str, dict[str, int]] = {}
         for queue, cards in held.items():
             for name, amount in cards.items():
-                for card in card_alternatives(name):  # (A|B past the gate unnarrowed: counted against both)
-                    self.take(queue, card, amount)
+                self.hold(queue, name, amount)
+
+    def hold(self, queue: str, name: str, amount: int) -> None:
+        """Count ``amount`` cards held under card name ``name`` as written (negative: released): an ``A|B`` past
+        the gate unnarrowed is counted against every alternative."""
+        for card in card_alternatives(name):
+            self.take(queue, card, amount)
 
     def chain(self, queue: str) -> list[str]:
         found = self.chains.get(queue)
@@ -221,16 +248,33 @@ class _Room:
             cards = self.subtree.setdefault(member, {})
             cards[card] = cards.get(card, 0) + amount
 
-    def short(self, queue: str, card: str, amount: int) -> tuple[str, int, int] | None:
-        """The first queue of the chain that has no room for ``amount`` more: (queue, free, limit); None if all do."""
+    def short(self, queue: str, card: str, amount: int) -> Shortage | None:
+        """Why ``amount`` more do not fit: the first queue of the chain without room for them; None if all have."""
         for index, member in enumerate(self.chain(queue)):
             limit = self.limit(member, card, own=index == 0)
             if limit is None:
                 continue
             used = self.subtree.get(member, {}).get(card, 0)
             if used + amount > limit:
-                return member, max(0, limit - used), limit
+                return Shortage(queue, member, card, max(0, limit - used), limit)
         return None
+
+    def choose(self, queue: str, card_name: str, amount: int, free: Mapping[str, int]
+               ) -> tuple[str | None, Shortage | None]:
+        """The card type a pod naming ``card_name`` (``A|B``: alternatives in order) and waiting for ``amount``
+        cards is let through for: the first alternative that fits, preferring one ``free`` (cards the nodes offer)
+        has room for; else None and the first alternative's shortage. Nothing is taken."""
+        fitting = []
+        first: Shortage | None = None
+        for card in card_alternatives(card_name):
+            short = self.short(queue, card, amount)
+            if short is None:
+                fitting.append(card)
+            elif first is None:
+                first = short
+        if not fitting:
+            return None, first
+        return next((card for card in fitting if free.get(card, 0) >= amount), fitting[0]), None
 
 
 class _DraRoom:
@@ -331,7 +375,7 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
     if dra_gated:
         gated = {queue: gated.get(queue, set()) | dra_gated.get(queue, set()) for queue in set(gated) | set(dra_gated)}
     held = {queue: ledger.held_cards(queue) for queue in set(gated) | set(ledger.queue_names())}
-    room = _Room(snapshot, held)
+    room = CardRoom(snapshot, held)
     for lift in flying.values():
         if lift.cards:
             room.take(lift.queue, lift.card_type, lift.cards)
@@ -444,7 +488,7 @@ def _unit(queue: str, pods: Sequence[Pod], group: ObjectKey | None, *, after_gan
                  after_gang, incomplete)
 
 
-def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple[list[Lift] | None, str]:
+def _fit(unit: _Unit, room: CardRoom, free: dict[str, int], dra: _DraRoom) -> tuple[list[Lift] | None, str]:
     """The lifts of a unit whose pods all fit (the room, the free cards and the DRA room taken), else None and why
     not."""
     if unit.incomplete is not None:
@@ -467,18 +511,11 @@ def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple
         amount = unit.cards[pod.key]
         choice = ""
         if amount:
-            fitting = []
-            reason = ""
-            for card in card_alternatives(card_name):
-                short = room.short(unit.queue, card, amount)
-                if short is None:
-                    fitting.append(card)
-                elif not reason:
-                    reason = _shortage(unit.queue, card, short)
-            if not fitting:
+            chosen, short = room.choose(unit.queue, card_name, amount, free)
+            if chosen is None:
                 undo()
-                return None, reason
-            choice = next((card for card in fitting if free.get(card, 0) >= amount), fitting[0])
+                return None, short.sentence() if short is not None else ""
+            choice = chosen
             room.take(unit.queue, choice, amount)
             free[choice] = free.get(choice, 0) - amount
             taken.append((choice, amount))
@@ -497,11 +534,6 @@ def _fit(unit: _Unit, room: _Room, free: dict[str, int], dra: _DraRoom) -> tuple
         lifts.append(Lift(pod.key, pod.uid, unit.queue, choice or card_name, amount, card_name, pod.gate.gates,
                           request))
     return lifts, ""
-
-
-def _shortage(queue: str, card: str, short: tuple[str, int, int]) -> str:
-    where, free, limit = short
-    return f"{_named(queue, where)} has {free} of {limit} {card} free"
 
 
 def _dra_shortage(queue: str, short: DraShortage) -> str:

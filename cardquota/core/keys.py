@@ -77,9 +77,18 @@ CARD_NAME_REQUESTED = "cardquota.io/card-name-requested"
 """Pod annotation: the ``volcano.sh/card.name`` alternatives (``A|B``) as the pod was created with, kept when the
 gate is lifted and ``volcano.sh/card.name`` is narrowed to the alternative chosen."""
 
+# Priority and preemption inside a card quota (issue 42; core/preemption.py decides, not wired yet).
+
+PREEMPTION = "cardquota.io/preemption"
+"""Queue annotation: the queue's preemption policy (``Never``, the default; ``LowerPriority``;
+``LowerOrNewerEqualPriority``), read by :func:`cardquota.core.preemption.preemption_policy`."""
+PREEMPTABLE = "volcano.sh/preemptable"
+"""Pod annotation, else label: whether Volcano may preempt the pod (``v1beta1.PodPreemptable``, read by
+``api.GetPodPreemptable``); cardquota reads it the same way (:func:`cardquota.core.preemption.pod_preemptable`)."""
+
 
 CARD_KEYS = frozenset({CARD_QUOTA, CARD_REQUEST, CARD_NAME, CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE,
-                       CARD_NAME_REQUESTED})
+                       CARD_NAME_REQUESTED, PREEMPTION})
 """Every ``volcano.sh/card.*`` and ``cardquota.io/*`` annotation key cardquota reads or writes (another one is a
 misspelling cardquota warns about: :func:`cardquota.core.policies.common.unknown_card_key_warnings`)."""
 CARD_KEY_PREFIXES = ("volcano.sh/card.", "cardquota.io/")

@@ -54,6 +54,18 @@ def test_gate_bench_reports_its_ratio() -> None:
     assert lines[3].startswith("  ratio ")
 
 
+def test_preemption_bench_reports_both_cases_and_their_ratios() -> None:
+    result = subprocess.run([sys.executable, "bench/preemption.py", "--small", "20", "--large", "60", "--repeats", "1"],
+                            cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("choosing preemption victims for a gang of 4 x 8 cards")
+    assert lines[1].startswith("  evicts, 20 admitted: min ")
+    assert lines[1].endswith("(4 victims)")
+    assert lines[3].startswith("  evicts: ratio ")
+    assert lines[5].endswith("(NoSetFits)")
+    assert lines[6].startswith("  no set fits: ratio ")
+
+
 def test_gate_dra_bench_lets_every_pod_through_and_reports_its_ratio() -> None:
     result = subprocess.run([sys.executable, "bench/gate_dra.py", "--pods", "400", "--nodes", "20", "--gangs", "2",
                              "--holders", "50", "--repeats", "1"], cwd=REPO, capture_output=True, text=True,

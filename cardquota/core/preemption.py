@@ -1,0 +1,308 @@
+"""Choosing preemption victims inside a card quota (issue 42): the pure decision, not wired yet.
+
+A queue's policy (:data:`~cardquota.core.keys.PREEMPTION` on the Queue, :class:`PreemptionPolicy`, ``Never`` by
+default) says whether a unit waiting at the gate for lack of card quota in its queue Q may displace workloads
+admitted in Q. :func:`choose_victims` decides which, from inputs alone (no I/O, no clock: times are inputs):
+
+* **Candidates**: the units (a whole PodGroup: evicting part of a gang breaks it; or a pod without one) admitted in
+  Q only, never outside it, of lower priority than the preemptor's P (``LowerPriority``), or also of equal priority
+  and queued after it (``LowerOrNewerEqualPriority``, as Kueue's ``withinClusterQueue``; one admitted by
+  preemption is never displaced at equal priority, so two equal workloads do not evict each other in turn), that
+  Volcano would preempt (:func:`pod_preemptable`) and whose eviction no PodDisruptionBudget would refuse now (an
+  input), and that hold a card type the preemptor can use.
+* **Order**: as Kueue orders candidates within a ClusterQueue (``CandidatesOrdering`` in
+  pkg/scheduler/preemption/common/ordering.go, kubernetes-sigs/kueue v0.19.2): lowest priority first, then the
+  most recently admitted first, so the least work is lost.
+* **Set**: candidates are taken in that order until the preemptor fits, then each is put back, last to first, if
+  the preemptor still fits without it (Kueue's ``classicalPreemptions`` and ``fillBackWorkloads`` in
+  pkg/scheduler/preemption/preemption.go, v0.19.2): the set is minimal (dropping any victim leaves the preemptor
+  unplaceable). All or nothing: when no set fits, no victim is named, with why.
+* **Fit** is the gate's own rule (:class:`~cardquota.core.gate.CardRoom`): the preemptor's pods, one card ask each
+  (``A|B`` alternatives in order), fit Q and every ancestor with a card quota, beside what the room already counts
+  (held cards and lifts in flight). A victim's release lowers Q's subtree and so its ancestors too: a wait bound by
+  a parent's quota is solved only if the victims free the parent's binding type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cardquota.core import keys
+from cardquota.core.gate import CardRoom, Shortage
+from cardquota.core.objects import ObjectKey, Pod
+from cardquota.core.quota import card_alternatives
+
+
+class PreemptionPolicy(StrEnum):
+    """What a queue's waiting units may displace among the queue's admitted ones (Kueue's
+    ``ClusterQueuePreemption.withinClusterQueue`` values)."""
+
+    NEVER = "Never"
+    """Nothing (the default): first come, first served within the quota."""
+    LOWER_PRIORITY = "LowerPriority"
+    """Units of lower priority."""
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+    """Units of lower priority, and of equal priority queued after the preemptor."""
+
+
+def preemption_policy(annotations: Mapping[str, str]) -> tuple[PreemptionPolicy, str]:
+    """A Queue's preemption policy from its annotations, and "" — or ``Never`` and a one-line error when the
+    annotation names no policy (values are case-sensitive, as Kueue's enum)."""
+    value = annotations.get(keys.PREEMPTION)
+    if value is None:
+        return PreemptionPolicy.NEVER, ""
+    try:
+        return PreemptionPolicy(value), ""
+    except ValueError:
+        return PreemptionPolicy.NEVER, (f"{keys.PREEMPTION} {value!r} is not a preemption policy: write one of "
+                                        f"{', '.join(policy.value for policy in PreemptionPolicy)}")
+
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+"""The spellings Go's ``strconv.ParseBool`` accepts."""
+
+
+def pod_preemptable(pod: Pod) -> bool:
+    """Whether Volcano's ``preempt`` action may evict the pod, as ``api.GetPodPreemptable`` reads it
+    (pkg/scheduler/api/pod_info.go, volcano-sh/volcano v1.15.1): the :data:`~cardquota.core.keys.PREEMPTABLE`
+    annotation, else the label of that name, parsed as ``strconv.ParseBool`` (an unparsable value: not
+    preemptable); neither: preemptable. A PodGroup is a candidate when every pod of it is (``preempt`` checks
+    ``task.Preemptable`` per pod; evicting a gang evicts them all)."""
+    for source in (pod.annotations, pod.labels):
+        value = source.get(keys.PREEMPTABLE)
+        if value is not None:
+            return value in _TRUE
+    return True
+
+
+def unit_preemptable(pods: Iterable[Pod]) -> bool:
+    """Whether a unit (a PodGroup's pods, or one pod) may be a victim: every pod of it :func:`pod_preemptable`."""
+    return all(pod_preemptable(pod) for pod in pods)
+
+
+@dataclass(frozen=True)
+class CardAsk:
+    """One pod's ask, as the gate judges it: its ``volcano.sh/card.name`` (``A|B``: alternatives in order) and the
+    cards it waits for."""
+
+    card_name: str
+    cards: int
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    """A unit waiting at the gate: its pods' asks in the gate's order, its priority (a PodGroup's: the value of the
+    PriorityClass its ``spec.priorityClassName`` names, as Volcano's cache sets ``JobInfo.Priority`` in
+    pkg/scheduler/cache/cache.go v1.15.1; a lone pod's: its ``spec.priority``) and when it was queued (RFC 3339,
+    its creation)."""
+
+    name: str
+    """``namespace/name`` of its PodGroup or pod, for messages."""
+    queue: str
+    priority: int
+    created: str
+    asks: tuple[CardAsk, ...]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A unit admitted in a queue (a whole PodGroup, or a pod without one): what evicting it would free."""
+
+    key: ObjectKey
+    kind: str
+    """``PodGroup`` or ``Pod``."""
+    queue: str
+    priority: int
+    created: str
+    """When it was queued (RFC 3339): compared with the preemptor's under ``LowerOrNewerEqualPriority``."""
+    admitted: str
+    """When it went through the gate (RFC 3339): the most recent is evicted first."""
+    cards: Mapping[str, int]
+    """Cards held per card name as the ledger holds them (an unnarrowed ``A|B`` counts against each)."""
+    preemptable: bool = True
+    """:func:`unit_preemptable` of its pods."""
+    eviction_refused: bool = False
+    """A PodDisruptionBudget would refuse its eviction now."""
+    admitted_by_preemption: bool = False
+    """It went through by preempting others: not displaced by a unit of equal priority."""
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    """The victims to evict, in eviction order; none when the preemptor fits already."""
+
+    victims: tuple[Admitted, ...]
+
+    def frees(self) -> dict[str, int]:
+        """Cards the victims free, per card name as held."""
+        freed: dict[str, int] = {}
+        for victim in self.victims:
+            for name, amount in victim.cards.items():
+                freed[name] = freed.get(name, 0) + amount
+        return freed
+
+
+class NoPreemption(StrEnum):
+    """Why a waiting unit preempts nothing."""
+
+    POLICY_NEVER = "PolicyNever"
+    NO_LOWER_PRIORITY = "NoLowerPriority"
+    """No admitted unit of Q that the policy lets it displace holds a card type it can use."""
+    NOT_PREEMPTABLE = "NotPreemptable"
+    """Enough would be freed only by evicting units marked not preemptable."""
+    EVICTION_REFUSED = "EvictionRefused"
+    """Enough would be freed only by evicting units a PodDisruptionBudget protects now."""
+    PARENT_BOUND = "ParentBound"
+    """An ancestor's quota binds even with every candidate of Q evicted."""
+    NO_SET_FITS = "NoSetFits"
+
+
+@dataclass(frozen=True)
+class NoPlan:
+    why: NoPreemption
+    message: str
+    """One line: why, and what happens or what to do."""
+
+
+@dataclass
+class _Trial:
+    """The preemptor judged on the gate's room with some units released (undone by :meth:`restore`)."""
+
+    room: CardRoom
+    preemptor: Preemptor
+    released: list[Admitted] = field(default_factory=list)
+
+    def release(self, unit: Admitted) -> None:
+        for name, amount in unit.cards.items():
+            self.room.hold(unit.queue, name, -amount)
+        self.released.append(unit)
+
+    def put_back(self, unit: Admitted) -> None:
+        for name, amount in unit.cards.items():
+            self.room.hold(unit.queue, name, amount)
+        self.released.remove(unit)
+
+    def restore(self) -> None:
+        for unit in self.released:
+            for name, amount in unit.cards.items():
+                self.room.hold(unit.queue, name, amount)
+        self.released.clear()
+
+    def shortage(self) -> Shortage | None:
+        """Why the preemptor's pods do not all fit the room now (the gate's choice per pod, all taken together and
+        given back), None when they do."""
+        taken: list[tuple[str, int]] = []
+        queue = self.preemptor.queue
+        try:
+            for ask in self.preemptor.asks:
+                if not ask.cards:
+                    continue
+                chosen, short = self.room.choose(queue, ask.card_name, ask.cards, {})
+                if chosen is None:
+                    return short
+                self.room.take(queue, chosen, ask.cards)
+                taken.append((chosen, ask.cards))
+            return None
+        finally:
+            for card, amount in taken:
+                self.room.take(queue, card, -amount)
+
+
+def may_displace(policy: PreemptionPolicy, preemptor: Preemptor, unit: Admitted) -> bool:
+    """Whether the policy lets ``preemptor`` displace ``unit`` (same queue, by priority and queue time; Kueue's
+    ``SatisfiesPreemptionPolicy`` in pkg/scheduler/preemption/common/preemption_policy.go, v0.19.2)."""
+    if policy is PreemptionPolicy.NEVER or unit.queue != preemptor.queue:
+        return False
+    if unit.priority < preemptor.priority:
+        return True
+    return (policy is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY and unit.priority == preemptor.priority
+            and unit.created > preemptor.created and not unit.admitted_by_preemption)
+
+
+def eviction_order(units: Iterable[Admitted]) -> list[Admitted]:
+    """Lowest priority first, then most recently admitted first (then by key, for one order)."""
+    ordered = sorted(units, key=lambda unit: unit.key)
+    ordered.sort(key=lambda unit: unit.admitted, reverse=True)  # (stable: equal times keep the key order)
+    ordered.sort(key=lambda unit: unit.priority)
+    return ordered
+
+
+def choose_victims(preemptor: Preemptor, admitted: Iterable[Admitted], room: CardRoom,
+                   policy: PreemptionPolicy) -> PreemptionPlan | NoPlan:
+    """The victims whose eviction lets ``preemptor`` through the gate, or why there are none (see the module rules).
+    ``admitted``: the units admitted in the preemptor's queue (others are ignored); ``room``: the gate's
+    :class:`~cardquota.core.gate.CardRoom` for this round, without the preemptor (it is left as it was given)."""
+    queue = preemptor.queue
+    if policy is PreemptionPolicy.NEVER:
+        return NoPlan(NoPreemption.POLICY_NEVER,
+                      f"queue {queue}'s preemption policy is Never: {preemptor.name} waits for cards to be released "
+                      f"(set {keys.PREEMPTION}: {PreemptionPolicy.LOWER_PRIORITY} on the Queue to let it displace "
+                      "lower-priority work)")
+    trial = _Trial(room, preemptor)
+    if trial.shortage() is None:
+        return PreemptionPlan(())
+    usable = {card for ask in preemptor.asks if ask.cards for card in card_alternatives(ask.card_name)}
+    allowed = [unit for unit in admitted if may_displace(policy, preemptor, unit)
+               and any(amount > 0 and usable.intersection(card_alternatives(name))
+                       for name, amount in unit.cards.items())]
+    evictable = eviction_order(unit for unit in allowed if unit.preemptable and not unit.eviction_refused)
+    for unit in evictable:  # (all at once first: when even that does not fit, the answer is nothing, in O(n))
+        trial.release(unit)
+    fits = trial.shortage() is None
+    trial.restore()
+    if not fits:
+        return _no_plan(trial, allowed)
+    victims: list[Admitted] = []
+    for unit in evictable:
+        trial.release(unit)
+        victims.append(unit)
+        if trial.shortage() is None:
+            break
+    for unit in reversed(victims[:]):  # (put back each one the preemptor fits without, last to first)
+        trial.put_back(unit)
+        if trial.shortage() is None:
+            victims.remove(unit)
+        else:
+            trial.release(unit)
+    trial.restore()
+    return PreemptionPlan(tuple(victims))
+
+
+def _no_plan(trial: _Trial, allowed: list[Admitted]) -> NoPlan:
+    """Why no set of evictable candidates fits: the first of the units held back (PDB, not preemptable) that would
+    make it fit, else what binds with every candidate released."""
+    preemptor = trial.preemptor
+    queue = preemptor.queue
+    if not allowed:
+        return NoPlan(NoPreemption.NO_LOWER_PRIORITY,
+                      f"no workload admitted in queue {queue} with lower priority than {preemptor.name} "
+                      f"({preemptor.priority}) holds the cards it asks: it waits for cards to be released")
+    try:
+        for unit in allowed:
+            if unit.preemptable:
+                trial.release(unit)
+        if trial.shortage() is None:
+            return NoPlan(NoPreemption.EVICTION_REFUSED,
+                          f"evicting the lower-priority workloads of queue {queue} that would make room for "
+                          f"{preemptor.name} is refused by a PodDisruptionBudget now: it waits and is judged again")
+        for unit in allowed:
+            if not unit.preemptable:
+                trial.release(unit)
+        short = trial.shortage()
+        if short is None:
+            return NoPlan(NoPreemption.NOT_PREEMPTABLE,
+                          f"only evicting workloads of queue {queue} marked {keys.PREEMPTABLE}: \"false\" would make "
+                          f"room for {preemptor.name}: it waits for cards to be released")
+    finally:
+        trial.restore()
+    assert short is not None
+    if short.parent_bound:
+        return NoPlan(NoPreemption.PARENT_BOUND,
+                      f"{short.sentence()} even with every lower-priority workload of queue {queue} evicted: "
+                      f"preemption acts within queue {queue} only, so {preemptor.name} waits")
+    return NoPlan(NoPreemption.NO_SET_FITS,
+                  f"{short.sentence()} even with every lower-priority workload of queue {queue} evicted: nothing is "
+                  f"evicted and {preemptor.name} waits")
