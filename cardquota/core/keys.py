@@ -77,7 +77,7 @@ CARD_NAME_REQUESTED = "cardquota.io/card-name-requested"
 """Pod annotation: the ``volcano.sh/card.name`` alternatives (``A|B``) as the pod was created with, kept when the
 gate is lifted and ``volcano.sh/card.name`` is narrowed to the alternative chosen."""
 
-# Priority and preemption inside a card quota (issue 42; core/preemption.py decides, not wired yet).
+# Priority and preemption inside a card quota (core/preemption.py decides; not acted on yet).
 
 PREEMPTION = "cardquota.io/preemption"
 """Queue annotation: the queue's preemption policy (``Never``, the default; ``LowerPriority``;

@@ -1,4 +1,4 @@
-"""Choosing preemption victims inside a card quota (issue 42): the pure decision, not wired yet.
+"""Choosing preemption victims inside a card quota: the pure decision, not wired yet.
 
 A queue's policy (:data:`~cardquota.core.keys.PREEMPTION` on the Queue, :class:`PreemptionPolicy`, ``Never`` by
 default) says whether a unit waiting at the gate for lack of card quota in its queue Q may displace workloads

@@ -38,6 +38,7 @@ from cardquota.core.policies.common import (
 )
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.dra import PARENT_PATH, dra_violations
+from cardquota.core.preemption import PreemptionPolicy, preemption_policy
 from cardquota.core.quantity import parse_quantity
 from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, card_request, quota_allows
 from cardquota.core.scheduling.capacity_card import CARD_UNLIMITED_CPU_MEMORY
@@ -71,7 +72,28 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
+    warnings.extend(_preemption_warnings(queue))
     return decide(violations, warnings, _canonical_quota_patch(manifest, old, queue, quota))
+
+
+PREEMPTION_PATH = FieldPath.of("metadata", "annotations").key(keys.PREEMPTION)
+
+
+def _preemption_warnings(queue: Queue) -> list[str]:
+    """What the queue's preemption policy does: nothing yet (the gate admits waiting card work first come, first
+    served), said for a policy other than ``Never``, and for a value that is no policy (warned, not refused: the
+    webhooks' conditions do not send a change of this annotation alone, so a refusal would not be applied alike)."""
+    if keys.PREEMPTION not in queue.meta.annotations:
+        return []
+    policy, error = preemption_policy(queue.meta.annotations)
+    if error:
+        value = queue.meta.annotations[keys.PREEMPTION]
+        return [f"{PREEMPTION_PATH}: {shown(value)} is not a preemption policy: write one of "
+                f"{', '.join(choice.value for choice in PreemptionPolicy)}"]
+    if policy is PreemptionPolicy.NEVER:
+        return []
+    return [f"{PREEMPTION_PATH}: {policy.value} is not acted on yet: waiting card work in queue "
+            f"{shown(queue.name)} is admitted first come, first served, and nothing is preempted"]
 
 
 def _no_cpu_memory_warnings(queue: Queue, values: Mapping[str, int], snapshot: ClusterSnapshot) -> list[str]:

@@ -615,3 +615,22 @@ def test_a_queue_capability_that_is_not_a_quantity_is_refused_as_the_api_server_
     team["spec"]["capability"] = {"cpu": "64", "memory": "4Ti"}
     team["spec"].pop("deserved")
     assert check(team, cluster()).allowed
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("LowerPriority", "LowerPriority is not acted on yet: waiting card work in queue team-a is admitted first come, "
+                      "first served, and nothing is preempted"),
+    ("lowerpriority", "lowerpriority is not a preemption policy: write one of Never, LowerPriority, "
+                      "LowerOrNewerEqualPriority"),
+    ("Never", None),
+])
+def test_a_queues_preemption_policy_is_said_to_be_not_acted_on_yet(value: str, said: str | None) -> None:
+    """cardquota.io/preemption is read (core/preemption.py) but the gate does not preempt yet: a policy other than
+    Never is told so, a value that is no policy is named with the choices; neither is refused (the conditions do
+    not send a change of this annotation alone, so a refusal would not hold alike)."""
+    manifest = queue("team-a", {"NVIDIA-A100": 2})
+    manifest["metadata"]["annotations"]["cardquota.io/preemption"] = value
+    verdict = admit(manifest, None, ClusterSnapshot(), PolicyConfig())
+    assert verdict.allowed
+    mentions = [warning for warning in verdict.warnings if "cardquota.io/preemption" in warning]
+    assert mentions == ([] if said is None else [f'metadata.annotations["cardquota.io/preemption"]: {said}'])
