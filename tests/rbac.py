@@ -231,3 +231,8 @@ def enforcing(kmock_server: Any, token: str, grants: Grants) -> Any:
 
 def refusals(kmock_server: Any) -> Sequence[tuple[str, Request]]:
     return list(kmock_server.__dict__.get("refused") or [])
+
+
+def assert_nothing_refused(kmock_server: Any) -> None:
+    """No request held to an account's RBAC was refused."""
+    assert [f"{user}: {request}" for user, request in refusals(kmock_server)] == []
