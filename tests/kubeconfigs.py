@@ -8,9 +8,9 @@ import yaml
 
 
 def write_kubeconfig(folder: Path, server: str, *, namespace: str | None = None, insecure: bool = False,
-                     context_name: str = "c") -> str:
-    """``folder/kubeconfig`` with one context, ``context_name`` and current, on ``server`` (a bearer token, the
-    context's namespace if given); returns its path."""
+                     context_name: str = "c", token: str = "t") -> str:
+    """``folder/kubeconfig`` with one context, ``context_name`` and current, on ``server`` (the bearer ``token``,
+    the context's namespace if given); returns its path."""
     context: dict[str, str] = {"cluster": "c", "user": "u"}
     if namespace is not None:
         context["namespace"] = namespace
@@ -22,5 +22,5 @@ def write_kubeconfig(folder: Path, server: str, *, namespace: str | None = None,
         "apiVersion": "v1", "kind": "Config", "current-context": context_name,
         "clusters": [{"name": "c", "cluster": cluster}],
         "contexts": [{"name": context_name, "context": context}],
-        "users": [{"name": "u", "user": {"token": "t"}}]}))
+        "users": [{"name": "u", "user": {"token": token}}]}))
     return str(path)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 from kubeconfigs import write_kubeconfig
-from rbac import Grants, charted, enforcing, grants_of, refusals
+from rbac import Grants, assert_nothing_refused, charted, enforcing, grants_of, rendered_grants
 
 from cardquota.kube import Connection, api_client
 from cardquota.operator.reflector import Reflector
@@ -29,6 +29,27 @@ def shipped_grants(settings: Settings) -> Grants:
               "cardGate": {"enabled": settings.card_gate or settings.role is Role.WEBHOOK}}
     account = "cardquota-controller" if settings.role is Role.CONTROLLER else "cardquota"
     return grants_of(charted(values), account)
+
+
+def extender_grants() -> Grants:
+    """The RBAC manifests/components/extender grants the served extender's account, ``cardquota-extender``."""
+    return rendered_grants("cardquota-extender", overlay="dev-extender")
+
+
+def token_of(grants: Grants) -> str:
+    """The bearer token kmock holds to ``grants`` (:func:`calling_as`)."""
+    return f"token-of-{grants.user}"
+
+
+@contextlib.contextmanager
+def calling_as(kmock: Any, grants: Grants) -> Iterator[Connection]:
+    """A Connection to kmock whose requests kmock holds to ``grants`` (the account a component runs as: a request they
+    do not allow gets the API server's 403); none may have been refused when the block ends. A test that exercises a
+    refusal on purpose holds its calls with :func:`rbac.enforcing` instead."""
+    token = token_of(grants)
+    enforcing(kmock, token, grants)
+    yield Connection(host=str(kmock.url).rstrip("/"), insecure=True, token=token)
+    assert_nothing_refused(kmock)
 
 
 @contextlib.asynccontextmanager
@@ -56,18 +77,29 @@ async def operator_running(kmock: Any, tmp_path: Path, *, api_url: str = "", tok
         end_kept_alive_requests()
         await asyncio.wait_for(task, timeout=15)
     if rbac:
-        assert [f"{user}: {request}" for user, request in refusals(kmock)] == []
+        assert_nothing_refused(kmock)
 
 
 @contextlib.asynccontextmanager
 async def following_through_a_kubeconfig(kmock: Any, tmp_path: Any, reflectors: list[Reflector] | None = None,
-                                         claim_watches: list[Reflector] | None = None
-                                         ) -> AsyncIterator[ClusterCache]:
+                                         claim_watches: list[Reflector] | None = None,
+                                         settings: Settings | None = None) -> AsyncIterator[ClusterCache]:
     """``follow`` (the cache, then Kopf) as `cardquota operator` runs it: through a kubeconfig, no Connection.
     Yields the cache once it has synced (its reflectors put in ``reflectors``; with ``claim_watches``, DRA claims
-    followed too, their reflectors put there); leaving stops Kopf and every task it
-    started."""
-    api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(kmock.url), insecure=True))
+    followed too, their reflectors put there); leaving stops Kopf and every task it started. The kubeconfig,
+    ``tmp_path/kubeconfig``, holds the token of the account a process with ``settings`` (default: the operator's
+    own) runs as, and kmock holds every request made with it to that account's shipped RBAC (:func:`calling_as`)."""
+    grants = shipped_grants(settings or Settings())
+    with calling_as(kmock, grants):
+        async with _following(kmock, write_kubeconfig(tmp_path, str(kmock.url), insecure=True,
+                                                      token=token_of(grants)), reflectors, claim_watches) as cache:
+            yield cache
+
+
+@contextlib.asynccontextmanager
+async def _following(kmock: Any, kubeconfig: str, reflectors: list[Reflector] | None,
+                     claim_watches: list[Reflector] | None) -> AsyncIterator[ClusterCache]:
+    api = api_client(kubeconfig=kubeconfig)
     cache = ClusterCache()
     stop, started = asyncio.Event(), asyncio.Event()
     tasks: list[asyncio.Task[None]] = []

@@ -44,6 +44,8 @@ KUBECTL = shutil.which("kubectl")
 NAMESPACE = "cardquota-system"
 
 Objects = list[dict[str, Any]]
+Permission = tuple[str, str, str, str, str]
+"""One grant: (verb, API group, resource, resource name or "", the Role's namespace or "" for cluster-wide)."""
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,20 @@ class Grants:
     def allows(self, request: Request) -> bool:
         return any(rule.allows(request) for rule in self.rules)
 
-    def permissions(self) -> frozenset[tuple[str, str, str, str, str]]:
+    def permissions(self) -> frozenset[Permission]:
         """Every (verb, group, resource, name or "", namespace or "") a rule grants, one by one."""
         return frozenset((verb, group, resource, name, rule.namespace) for rule in self.rules
                          for verb in rule.verbs for group in rule.groups for resource in rule.resources
                          for name in (rule.names or {""}))
+
+    def allowing(self, request: Request) -> frozenset[Permission]:
+        """The permissions (of :meth:`permissions`) that allow ``request``: none if it is refused."""
+        return frozenset(permission for permission in self.permissions() if _rule_of(permission).allows(request))
+
+
+def _rule_of(permission: Permission) -> Rule:
+    verb, group, resource, name, namespace = permission
+    return Rule(frozenset({verb}), frozenset({group}), frozenset({resource}), frozenset({name} - {""}), namespace)
 
 
 def grants_of(objects: Iterable[Mapping[str, Any]], account: str, namespace: str = NAMESPACE) -> Grants:
@@ -231,3 +242,8 @@ def enforcing(kmock_server: Any, token: str, grants: Grants) -> Any:
 
 def refusals(kmock_server: Any) -> Sequence[tuple[str, Request]]:
     return list(kmock_server.__dict__.get("refused") or [])
+
+
+def assert_nothing_refused(kmock_server: Any) -> None:
+    """No request held to an account's RBAC was refused."""
+    assert [f"{user}: {request}" for user, request in refusals(kmock_server)] == []

@@ -1,5 +1,6 @@
 """The cluster cache against kmock: the initial full list through the kube module, then Kopf watch events that
-change verdicts (a Queue created in the API makes a PodGroup for it admissible)."""
+change verdicts (a Queue created in the API makes a PodGroup for it admissible). The cache calls as the operator's
+account, held to its shipped RBAC (the operator_connection fixture, operator_runs.following_through_a_kubeconfig)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def podgroup_review(queue_name: str) -> Any:
     return read_review(json.dumps(body).encode())
 
 
-async def test_initial_list_then_watch_events_change_verdicts(volcano_kmock: Any) -> None:
-    connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)
+async def test_initial_list_then_watch_events_change_verdicts(operator_connection: Connection) -> None:
+    connection = operator_connection
     cache = ClusterCache()
     cache.load(await list_all_async(api_client(connection)))
     assert cache.ready
@@ -54,10 +55,11 @@ async def test_initial_list_then_watch_events_change_verdicts(volcano_kmock: Any
 
     @kopf.on.login(registry=registry, id="login")
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=connection.host, insecure=True)
+        return kopf.ConnectionInfo(server=connection.host, insecure=True, token=connection.token)
 
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False
+    settings.scanning.disabled = True  # as watch.follow runs Kopf: the operator's RBAC grants no CRD list
     settings.persistence.consistency_timeout = 0.5
     stop = asyncio.Event()
     operator = asyncio.create_task(kopf.operator(registry=registry, settings=settings, clusterwide=True,

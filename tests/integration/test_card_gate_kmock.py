@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import claim_template, pod, queue
-from kubeconfigs import write_kubeconfig
 from operator_runs import following_through_a_kubeconfig, serve_dra
 from polling import eventually
 
@@ -22,6 +21,7 @@ from cardquota.kube import WatchEvent, api_client
 from cardquota.operator.controller import Publisher
 from cardquota.operator.gatekeeper import LISTED_KINDS, Gatekeeper
 from cardquota.operator.reflector import Reflector, listed_anew
+from cardquota.operator.settings import Settings
 from cardquota.processes import claims_current
 
 pytestmark = [pytest.mark.asyncio,
@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.asyncio,
 
 A100 = "NVIDIA-A100"
 PODS = "v1/pods"
+GATE = Settings(card_gate=True)
+"""The operator with the card gate on: kmock holds the cache's and the keeper's calls to the RBAC the chart renders
+for it (its account, with the card-gate ClusterRole bound)."""
 
 
 def gated(name: str, gpus: int, second: int) -> dict[str, Any]:
@@ -54,8 +57,8 @@ async def test_the_gate_is_lifted_for_what_fits_and_the_rest_waits_until_cards_a
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
     for index, name in enumerate(("first", "second", "third")):
         volcano_kmock.objects[PODS, "ml", name] = gated(name, 2, index)
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         keeper = Gatekeeper(cache, api, takeover_wait=0)
         decided = await keeper.round()
         assert decided is not None
@@ -87,8 +90,8 @@ async def test_a_lift_the_api_refuses_is_read_back_and_judged_again(volcano_kmoc
     the keeper reads the pod back, finds it is not the one it judged, and drops the lift (its cards are free)."""
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
     volcano_kmock.objects[PODS, "ml", "p"] = gated("p", 4, 0)
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         keeper = Gatekeeper(cache, api, takeover_wait=0)
         recreated = gated("p", 4, 0)
         recreated["metadata"]["uid"] = "uid-recreated"
@@ -105,8 +108,8 @@ async def test_nothing_is_lifted_while_not_leading_or_within_the_takeover_wait(v
                                                                                tmp_path: Any) -> None:
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
     volcano_kmock.objects[PODS, "ml", "p"] = gated("p", 1, 0)
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         now = [100.0]
         leading = [False]
         keeper = Gatekeeper(cache, api, is_leader=lambda: leading[0], takeover_wait=15, clock=lambda: now[0])
@@ -142,8 +145,8 @@ async def test_a_new_leader_counts_what_its_predecessor_let_through_although_its
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
     volcano_kmock.objects[PODS, "ml", "b"] = gated("b", 4, 1)
     reflectors: list[Reflector] = []
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, reflectors) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, reflectors, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         pods = next(reflector for reflector in reflectors if reflector.kind == "Pod")
         pods.watcher = lambda _: StalledWatch()  # from now on the pod watch brings nothing
         assert pods._stream is not None
@@ -173,8 +176,8 @@ async def test_a_lift_is_not_sent_once_leadership_has_ended(volcano_kmock: Any, 
     sent — a former leader writes nothing another replica's decisions do not know about."""
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
     volcano_kmock.objects[PODS, "ml", "p"] = gated("p", 1, 0)
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         answers = iter([True])  # the round's check says leading; the check before the write does not
         keeper = Gatekeeper(cache, api, is_leader=lambda: next(answers, False), takeover_wait=0)
         decided = await keeper.round()
@@ -196,8 +199,8 @@ async def test_a_pod_whose_lift_keeps_being_refused_is_retried_after_a_growing_p
     ``KubernetesEmulator._handle``.)"""
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 4})
     volcano_kmock.objects[PODS, "ml", "p"] = pod("p", namespace="ml", card=A100, gpus=1, queue="team", gated=True)
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         now = [0.0]
         keeper = Gatekeeper(cache, api, takeover_wait=0, clock=lambda: now[0])
 
@@ -226,8 +229,8 @@ async def test_a_pod_left_at_the_gate_gets_an_event_saying_why_and_the_next_sent
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = queue("team", {A100: 2})
     volcano_kmock.objects[PODS, "ml", "first"] = gated("first", 2, 0)
     volcano_kmock.objects[PODS, "ml", "second"] = gated("second", 2, 1)
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         keeper = Gatekeeper(cache, api, takeover_wait=0)
         publisher = Publisher(cache, api, gate_sentence=keeper.sentence, event_interval=0)
         await publisher.flush()  # (the leader's first window reconciles everything)
@@ -271,8 +274,9 @@ async def test_pods_naming_dra_claims_go_through_as_their_devices_fit_the_queues
     volcano_kmock.objects["resource.k8s.io/v1beta1/resourceclaimtemplates", "ml", "two"] = claim_template(
         "two", "nvidia-h100", 2)
     claim_watches: list[Reflector] = []
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches,
+                                              settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         keeper = Gatekeeper(cache, api, takeover_wait=0, dra_readable=functools.partial(claims_current, claim_watches))
         await eventually(lambda: claims_current(claim_watches)
                          and ("ml", "two") in cache.ledger.snapshot.claim_templates)
@@ -295,8 +299,9 @@ async def test_pods_naming_dra_claims_wait_while_no_dra_version_is_served(volcan
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team"] = team
     volcano_kmock.objects[PODS, "ml", "p"] = dra_pod("p", 0)
     claim_watches: list[Reflector] = []
-    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches) as cache:
-        api = api_client(kubeconfig=write_kubeconfig(tmp_path, str(volcano_kmock.url), insecure=True))
+    async with following_through_a_kubeconfig(volcano_kmock, tmp_path, claim_watches=claim_watches,
+                                              settings=GATE) as cache:
+        api = api_client(kubeconfig=str(tmp_path / "kubeconfig"))  # the gate keeper calls as the operator
         keeper = Gatekeeper(cache, api, takeover_wait=0, dra_readable=functools.partial(claims_current, claim_watches))
         await eventually(lambda: all(reflector.synced.is_set() for reflector in claim_watches) and claim_watches)
         decided = await keeper.round()

@@ -1,6 +1,6 @@
 """The real operator against kmock: queue and node annotations converge to the ledger, a burst of pod events costs
 at most one patch per queue per window, a restart corrects stale annotations, and events carry the seed's
-reasons."""
+reasons. The operator calls as its account, held to the RBAC the chart renders for it (operator_runs)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import pod, podgroup, queue
+from operator_runs import operator_running
 from polling import eventually
 
 from cardquota.kube import Connection, api_client, list_all_async
 from cardquota.operator.controller import Publisher
-from cardquota.operator.settings import Settings
-from cardquota.processes import run
 from cardquota.runtime.cache import ClusterCache
 
 pytestmark = [pytest.mark.asyncio,
@@ -59,30 +58,11 @@ async def api(volcano_kmock: Any) -> AsyncIterator[Api]:
         yield Api(volcano_kmock, session)
 
 
-async def start(api: Api, tmp_path: Path) -> tuple[asyncio.Task[None], asyncio.Event]:
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path),
-                        publish_window=WINDOW)
-    stop, started = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(settings, connection=Connection(host=api.base, insecure=True), stop=stop,
-                                   started=started))
-    await asyncio.wait_for(started.wait(), timeout=15)
-    return task, stop
-
-
-async def halt(task: asyncio.Task[None], stop: asyncio.Event) -> None:
-    stop.set()
-    await asyncio.wait_for(task, timeout=15)
-
-
 @contextlib.asynccontextmanager
 async def operator(api: Api, tmp_path: Path) -> AsyncIterator[None]:
-    """The operator, stopped from the test's own task: Kopf cancels tasks created after it started, which a
-    fixture's teardown would be."""
-    task, stop = await start(api, tmp_path)
-    try:
+    """The operator (all-in-one), its calls held to its account's shipped RBAC."""
+    async with operator_running(api.kmock, tmp_path, publish_window=WINDOW, rbac=True):
         yield
-    finally:
-        await halt(task, stop)
 
 
 async def create_team_a(api: Api) -> None:
@@ -116,11 +96,12 @@ async def test_annotations_converge_to_the_ledger(api: Api, tmp_path: Path) -> N
             A100: {"count": 8, "kind": "whole", "resource": "nvidia.com/gpu"}}
 
 
-async def test_a_burst_of_1000_pod_events_costs_at_most_one_patch_per_window(api: Api) -> None:
+async def test_a_burst_of_1000_pod_events_costs_at_most_one_patch_per_window(api: Api,
+                                                                             operator_connection: Connection) -> None:
     """The real publisher against kmock, fed 1000 pod watch events as fast as the watch handler would apply them
     (going through kmock and Kopf one request at a time would make the burst last minutes, not a burst)."""
     await create_team_a(api)
-    connection = Connection(host=api.base, insecure=True)
+    connection = operator_connection
     cache = ClusterCache()
     cache.load(await list_all_async(api_client(connection)))
     publisher = Publisher(cache, api_client(connection), window=WINDOW)
@@ -164,16 +145,13 @@ async def test_restart_corrects_stale_annotations(api: Api, tmp_path: Path) -> N
     await create_team_a(api)
     await api.call("PATCH", "/apis/scheduling.volcano.sh/v1beta1/queues/team-a", {"metadata": {"annotations": {
         "volcano.sh/card.allocated": '{"NVIDIA-A100":99}', "volcano.sh/card.usage": "stale"}}}, merge=True)
-    task, stop = await start(api, tmp_path)
-    try:
+    async with operator(api, tmp_path):
         async def corrected() -> bool:
             annotations = await api.queue_annotations("team-a")
             return (annotations.get("volcano.sh/card.allocated") == '{"NVIDIA-A100":0}'
                     and annotations.get("volcano.sh/card.usage") == "NVIDIA-A100 0/4")
 
         await eventually(corrected)
-    finally:
-        await halt(task, stop)
 
 
 async def test_events_carry_the_seed_reasons(api: Api, tmp_path: Path) -> None:

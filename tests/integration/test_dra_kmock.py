@@ -45,7 +45,8 @@ def claiming_pod(name: str, claim: str, *, node_name: str | None = None) -> dict
     return manifest
 
 
-async def test_claims_served_only_as_v1_count_against_the_queues_dra_quota(volcano_kmock: Any) -> None:
+async def test_claims_served_only_as_v1_count_against_the_queues_dra_quota(volcano_kmock: Any,
+                                                                          extender_connection: Connection) -> None:
     serve_dra(volcano_kmock, "v1")
     team = queue("team-a")
     team["spec"]["capability"] = {"cpu": "64", "memory": "256Gi"}
@@ -59,7 +60,7 @@ async def test_claims_served_only_as_v1_count_against_the_queues_dra_quota(volca
         volcano_kmock.objects["scheduling.volcano.sh/v1beta1/podgroups", "ml", name] = podgroup(
             name, namespace="ml", queue="team-a", phase=phase)
     stop, ports = asyncio.Event(), []
-    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+    api = api_client(extender_connection)
     served = asyncio.create_task(run_extender(Extender(), "127.0.0.1", 0, None, stop, api=api,
                                               on_listening=ports.append))
     try:
@@ -84,10 +85,10 @@ async def _contains(check: Any, text: str) -> bool:
     return text in await check()
 
 
-async def test_no_served_dra_version_is_reported_not_silent(volcano_kmock: Any,
+async def test_no_served_dra_version_is_reported_not_silent(extender_connection: Connection,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     stop, ports = asyncio.Event(), []
-    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+    api = api_client(extender_connection)
     served = asyncio.create_task(run_extender(Extender(), "127.0.0.1", 0, None, stop, api=api,
                                               on_listening=ports.append))
     try:

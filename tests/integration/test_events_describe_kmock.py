@@ -1,7 +1,8 @@
 """The real operator's events are the ones ``kubectl describe`` lists (against kmock): for a Pod, a PodGroup, a Queue
 and the Queue CRD, the object is read back from the API as kubectl reads it, and the events of every namespace are
 filtered with the field selector kubectl builds for it (tests/kubectl_events.py; kmock applies no field selector,
-so the selector's semantics are applied here). Before the events carried the uid, each found none."""
+so the selector's semantics are applied here). Before the events carried the uid, each found none. The operator
+calls as its account, held to its shipped RBAC."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def with_uid(manifest: dict[str, Any], uid: str) -> dict[str, Any]:
 
 async def test_describe_lists_the_events_of_a_pod_a_podgroup_and_a_queue(volcano_kmock: Any, kubectl: Kubectl,
                                                                          tmp_path: Path) -> None:
-    async with operator_running(volcano_kmock, tmp_path, publish_window=0.25):
+    async with operator_running(volcano_kmock, tmp_path, publish_window=0.25, rbac=True):
         await kubectl.call("POST", f"{VOLCANO}/queues", with_uid(queue("team-a", {A100: 4}), "q-team-a"))
         await kubectl.call("POST", f"{VOLCANO}/queues", with_uid(queue("broken", "{not json"), "q-broken"))
         await kubectl.call("POST", f"{VOLCANO}/namespaces/ml/podgroups", with_uid(
@@ -83,13 +84,14 @@ async def test_describe_lists_the_events_of_a_pod_a_podgroup_and_a_queue(volcano
         assert await kubectl.describe_events(f"{VOLCANO}/queues/team-a") == []  # (nothing to say about it)
 
 
-async def test_describe_crd_lists_the_drift_event(volcano_kmock: Any, kubectl: Kubectl) -> None:
+async def test_describe_crd_lists_the_drift_event(volcano_kmock: Any, kubectl: Kubectl,
+                                                   operator_connection: Connection) -> None:
     crd = with_uid(upstream_crd(QUEUE_CRD, "v1.15.1"), "crd-queues")
     crd["metadata"].pop("resourceVersion", None)
     volcano_kmock.objects["apiextensions.k8s.io/v1/customresourcedefinitions", None, QUEUE_CRD] = crd
     cache = ClusterCache()
     cache.load([])
-    drift = CrdDriftCheck(api_client(Connection(host=kubectl.base)), cache, is_leader=lambda: True)
+    drift = CrdDriftCheck(api_client(operator_connection), cache, is_leader=lambda: True)
     await drift.check()
     assert await kubectl.describe_events(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{QUEUE_CRD}") \
         == [REASON]

@@ -22,10 +22,10 @@ pytestmark = [pytest.mark.asyncio,
 
 
 async def test_unreadable_dra_claims_are_a_readiness_reason_and_one_event(
-        volcano_kmock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        volcano_kmock: Any, extender_connection: Connection, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(served_extender, "DEGRADED_CHECK_SECONDS", 0.05)  # looked at often: the event stays one
     stop, ports = asyncio.Event(), []
-    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+    api = api_client(extender_connection)
     served = asyncio.create_task(run_extender(Extender(), "127.0.0.1", 0, None, stop, api=api,
                                               on_listening=ports.append))
 

@@ -45,13 +45,13 @@ def allocation(name: str) -> dict[str, Any]:
     return {"task": task_info(mgpu_pod(name), status=ALLOCATED, node="m1")}
 
 
-async def test_the_result_is_on_the_pod_when_allocate_answers_and_goes_on_deallocate(volcano_kmock: Any) -> None:
-    base = str(volcano_kmock.url).rstrip("/")
+async def test_the_result_is_on_the_pod_when_allocate_answers_and_goes_on_deallocate(
+        volcano_kmock: Any, extender_connection: Connection) -> None:
     volcano_kmock.objects["v1/nodes", None, "m1"] = MGPU_NODE
     for name in ("mine", "gone"):
         volcano_kmock.objects["v1/pods", "ml", name] = mgpu_pod(name)
     volcano_kmock["patch", "/api/v1/namespaces/ml/pods/gone"] << 404  # deleted between the watch and the write
-    api = api_client(Connection(host=base, insecure=True))
+    api = api_client(extender_connection)
     extender = Extender(CONFIG)
     stop = asyncio.Event()
     ports: list[int] = []

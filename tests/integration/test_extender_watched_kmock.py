@@ -54,14 +54,13 @@ async def test_degraded_until_listed_never_silently(aiohttp_client: Any, caplog:
     assert "unreadable body" not in caplog.text
 
 
-async def test_decisions_follow_the_watched_cluster(volcano_kmock: Any) -> None:
+async def test_decisions_follow_the_watched_cluster(volcano_kmock: Any, extender_connection: Connection) -> None:
     base = str(volcano_kmock.url).rstrip("/")
     volcano_kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 1})
-    connection = Connection(host=base, insecure=True)
     stop = asyncio.Event()
     ports: list[int] = []
-    task = asyncio.create_task(run_extender(Extender(CONFIG), "127.0.0.1", 0, None, stop, api=api_client(connection),
-                                            on_listening=ports.append))
+    task = asyncio.create_task(run_extender(Extender(CONFIG), "127.0.0.1", 0, None, stop,
+                                            api=api_client(extender_connection), on_listening=ports.append))
     await eventually(lambda: bool(ports))
     extender_url = f"http://127.0.0.1:{ports[0]}"
     node = gpu_node("a100-1", A100, 8)  # (as the volcano_kmock fixture has it)

@@ -1,5 +1,6 @@
 """The operator against kmock: its TLS Secret and the webhooks' caBundle, and a whole ``cardquota operator`` run
-answering AdmissionReviews over HTTPS while watch events change its verdicts."""
+answering AdmissionReviews over HTTPS while watch events change its verdicts; the operator calls as its account,
+``cardquota``, held to the RBAC the chart renders for it (a forbidden call is the API server's 403 and fails)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import aiohttp
 import pytest
 from builders import podgroup, queue
 from cryptography import x509
+from operator_runs import operator_running
 from polling import eventually
 
 from cardquota.kube import Connection, api_client
 from cardquota.operator.certificates import ensure_certificates
 from cardquota.operator.settings import Settings
-from cardquota.processes import run
 from cardquota.runtime.tls import renewal_reason, service_dns_names
 
 pytestmark = [pytest.mark.asyncio,
@@ -52,7 +53,7 @@ def webhook_configuration(kind: str, name: str, count: int) -> dict[str, Any]:
 
 
 async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
-    volcano_kmock: Any, caplog: pytest.LogCaptureFixture
+    volcano_kmock: Any, operator_connection: Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     await call(volcano_kmock, "POST", f"{WEBHOOKS}/validatingwebhookconfigurations",
@@ -62,7 +63,7 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
     await call(volcano_kmock, "POST", "/apis/apps/v1/namespaces/cardquota-system/deployments", {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "cardquota", "namespace": "cardquota-system", "uid": "d-123"}, "spec": {}})
-    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+    api = api_client(operator_connection)
 
     first = await asyncio.to_thread(ensure_certificates, api, SETTINGS)
     secret = await call(volcano_kmock, "GET", "/api/v1/namespaces/cardquota-system/secrets/cardquota-webhook-tls")
@@ -102,14 +103,7 @@ async def test_certificates_live_in_a_secret_and_the_ca_bundle_follows(
 
 
 async def test_operator_run_answers_over_https_and_follows_the_cluster(volcano_kmock: Any, tmp_path: Path) -> None:
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=0, dev=True, cert_dir=str(tmp_path))
-    stop, started = asyncio.Event(), asyncio.Event()
-    ports: list[int] = []
-    connection = Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True)
-    task = asyncio.create_task(run(settings, connection=connection, stop=stop, started=started,
-                                   on_listening=ports.append))
-    try:
-        await asyncio.wait_for(started.wait(), timeout=15)
+    async with operator_running(volcano_kmock, tmp_path, rbac=True) as ports:
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
         url = f"https://localhost:{ports[0]}/validate"
 
@@ -134,6 +128,3 @@ async def test_operator_run_answers_over_https_and_follows_the_cluster(volcano_k
             return (await verdict())["allowed"] is True
 
         await eventually(allowed)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=15)

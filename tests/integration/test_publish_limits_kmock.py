@@ -19,7 +19,7 @@ from api_limits import LIMIT, AnnotationLimits, annotations_size
 from builders import pod, queue
 from kubectl_events import described_events
 from polling import eventually
-from rbac import RbacEnforced, enforcing, refusals, rendered_grants
+from rbac import RbacEnforced, assert_nothing_refused, enforcing, rendered_grants
 
 from cardquota.core import keys
 from cardquota.core.ledger import published_amounts
@@ -48,7 +48,7 @@ def controller_rbac(volcano_kmock: Any) -> Any:
     """The controllers' rendered RBAC enforced on the publisher's requests; none was refused at the end."""
     enforcing(volcano_kmock, CONTROLLER_TOKEN, rendered_grants("cardquota-controller"))
     yield
-    assert [f"{user}: {request}" for user, request in refusals(volcano_kmock)] == []
+    assert_nothing_refused(volcano_kmock)
 
 
 async def call(kmock: Any, method: str, path: str, body: object = None, *, merge: bool = False) -> tuple[int, Any]:

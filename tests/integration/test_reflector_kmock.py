@@ -1,6 +1,7 @@
 """The pod reflector through the real kube module against kmock: the paginated list (``limit``/``continue``: kmock
 answers in one page, as a server that ignores ``limit`` may), then the watch stream carrying creations and
-deletions into the cache, and a stop that closes the stream."""
+deletions into the cache, and a stop that closes the stream; the reflector calls as the operator's account, held to
+its shipped RBAC."""
 
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ async def call(kmock: Any, method: str, path: str, body: object = None) -> None:
         assert response.status < 300, await response.text()
 
 
-async def test_pods_are_listed_then_followed_by_the_watch(volcano_kmock: Any) -> None:
+async def test_pods_are_listed_then_followed_by_the_watch(volcano_kmock: Any, operator_connection: Connection) -> None:
     for name in ("p0", "p1"):
         volcano_kmock.objects["v1/pods", "ml", name] = pod(name, namespace="ml", gpus=1, node_name="a100-1",
                                                            phase="Running")
-    api = api_client(Connection(host=str(volcano_kmock.url).rstrip("/"), insecure=True))
+    api = api_client(operator_connection)
     pages = await asyncio.to_thread(lambda: list(list_pages(api, "/api/v1/pods", "v1", "Pod", limit=1)))
     assert sorted(item["metadata"]["name"] for page in pages for item in page.items) == ["p0", "p1"]
     assert pages[-1].last

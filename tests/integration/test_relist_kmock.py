@@ -9,7 +9,8 @@ API server does (``limit``/``continue``) and failing mid-list as it can:
   wait it names (client-go v0.36.3, rest/with_retry.go ``withRetry.Before``: the longer of Retry-After and the
   backoff), and once its retries are spent, after the reflector's backoff, from the same page, not the first.
 
-No test sleeps: kube's waits (time.sleep, on the list's worker thread) and the reflector's backoff are recorded."""
+The reflector calls as the operator's account, held to its shipped RBAC (the operator_connection fixture). No test
+sleeps: kube's waits (time.sleep, on the list's worker thread) and the reflector's backoff are recorded."""
 
 from __future__ import annotations
 
@@ -97,12 +98,12 @@ def watched_from(cluster: Any) -> list[str]:
             if request.params.get("watch") == "true" and request.resource == PODS]
 
 
-async def reflecting(cluster: Any, pages: Pages, monkeypatch: pytest.MonkeyPatch, limit: int = 2
-                     ) -> tuple[Any, asyncio.Task[None], list[float], list[float]]:
+async def reflecting(cluster: Any, connection: Connection, pages: Pages, monkeypatch: pytest.MonkeyPatch,
+                     limit: int = 2) -> tuple[Any, asyncio.Task[None], list[float], list[float]]:
     cluster["list", PODS] << pages
     waits: list[float] = []
     monkeypatch.setattr(kube.time, "sleep", waits.append)
-    api = api_client(Connection(host=str(cluster.url).rstrip("/"), insecure=True))
+    api = api_client(connection)
     reflector = pod_reflector(ClusterCache(), api)
     reflector.lister = lambda progress: kube.list_pages(api, "/api/v1/pods", "v1", "Pod", progress, limit=limit)
     backoffs: list[float] = []
@@ -124,7 +125,7 @@ async def stopped(task: asyncio.Task[None]) -> None:
 
 
 async def test_an_expired_continue_token_falls_back_to_one_full_list_and_watches_from_it(
-        volcano_kmock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        volcano_kmock: Any, operator_connection: Connection, monkeypatch: pytest.MonkeyPatch) -> None:
     def meanwhile(query: dict[str, str]) -> None:
         if query.get("continue") == "2" and "p1" in pages.pods:  # p1 (listed on page 1) gone, p9 created
             pages.delete("p1")
@@ -133,7 +134,7 @@ async def test_an_expired_continue_token_falls_back_to_one_full_list_and_watches
     volcano_kmock["list", PODS, kmock.params({"continue": "4"})][:1] << 410 << EXPIRED
     pages = Pages(volcano_kmock, meanwhile)
     pages.seed("p0", "p1", "p2", "p3", "p4", "p5")
-    reflector, task, waits, backoffs = await reflecting(volcano_kmock, pages, monkeypatch)
+    reflector, task, waits, backoffs = await reflecting(volcano_kmock, operator_connection, pages, monkeypatch)
     cache = reflector.cache
     assert {name for _, name in cache.ledger.snapshot.pods} == {"p0", "p2", "p3", "p4", "p5", "p9"}
     assert pages.unpaginated() == 1  # one unpaginated list after the 410
@@ -145,7 +146,7 @@ async def test_an_expired_continue_token_falls_back_to_one_full_list_and_watches
 
 
 async def test_a_page_throttled_past_its_retries_is_asked_again_not_the_whole_list(
-        volcano_kmock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        volcano_kmock: Any, operator_connection: Connection, monkeypatch: pytest.MonkeyPatch) -> None:
     # Page 2 throttled 30 times: five rounds of kube's six attempts, each round ending in the reflector's backoff.
     # (Before, urllib3 followed Retry-After itself three times an attempt, unbounded, and a list failing past the
     # retries was listed again from page 1.)
@@ -153,7 +154,7 @@ async def test_a_page_throttled_past_its_retries_is_asked_again_not_the_whole_li
         {"Retry-After": "3"}) << THROTTLED
     pages = Pages(volcano_kmock)
     pages.seed("p0", "p1", "p2", "p3", "p4")
-    reflector, task, waits, backoffs = await reflecting(volcano_kmock, pages, monkeypatch)
+    reflector, task, waits, backoffs = await reflecting(volcano_kmock, operator_connection, pages, monkeypatch)
     assert {name for _, name in reflector.cache.ledger.snapshot.pods} == {"p0", "p1", "p2", "p3", "p4"}
     assert pages.page_requests(None) == 1  # the first page was not asked for again
     assert pages.page_requests("2") == 31
@@ -165,12 +166,12 @@ async def test_a_page_throttled_past_its_retries_is_asked_again_not_the_whole_li
     await stopped(task)
 
 
-async def test_a_429_on_a_watch_is_retried_after_its_retry_after(volcano_kmock: Any,
+async def test_a_429_on_a_watch_is_retried_after_its_retry_after(volcano_kmock: Any, operator_connection: Connection,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     volcano_kmock["watch", PODS][:1] << 429 << kmock.headers({"Retry-After": "9"}) << THROTTLED
     pages = Pages(volcano_kmock)
     pages.seed("p0")
-    reflector, task, _, backoffs = await reflecting(volcano_kmock, pages, monkeypatch)
+    reflector, task, _, backoffs = await reflecting(volcano_kmock, operator_connection, pages, monkeypatch)
     await eventually(lambda: len(watched_from(volcano_kmock)) >= 2)
     assert backoffs == [9.0]
     assert reflector.lists == 1  # a throttled watch is watched again, not listed again

@@ -2,22 +2,23 @@
 certificates, leader election, annotation writes, events) runs against kmock, every request it makes is recorded,
 and the shipped RBAC must grant each one — and grant nothing that no request used. So too for each process of the
 split deployment (``--role webhook`` and ``--role controller``) against its own roles
-(manifests/components/separate-controller)."""
+(manifests/components/separate-controller), and the served extender against components/extender. The rules are the
+ones ``kubectl kustomize`` renders, read and matched by tests/rbac.py as the API server matches them."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from builders import node, pod, queue
-from operator_runs import operator_running, serve_dra
+from operator_runs import extender_grants, operator_running, serve_dra
 from polling import eventually
+from rbac import Grants, Permission, Request, rendered_grants, request_of
 from volcano_payloads import ALLOCATED, task_info
 
 from cardquota.core.scheduling.extender import Extender
@@ -35,50 +36,15 @@ pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
                   base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "cardquota-system"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1"
 A100 = "NVIDIA-A100"
-Rule = dict[str, Any]
 
 
-def rbac(*paths: str) -> tuple[list[Rule], list[Rule]]:
-    """(the ClusterRoles' rules, the Role's — none when no file has a Role) in shipped files (default: the base's)."""
-    documents = [document for path in paths or ("manifests/base/rbac.yaml",)
-                 for document in yaml.safe_load_all((REPO / path).read_text())]
-    roles = [d for d in documents if d["kind"] == "Role"]
-    return ([rule for d in documents if d["kind"] == "ClusterRole" for rule in d["rules"]],
-            roles[0]["rules"] if roles else [])
-
-
-def gate_role() -> str:
-    """A file holding only the base's card-gate ClusterRole (components/separate-controller binds it to the
-    controllers' account)."""
-    documents = yaml.safe_load_all((REPO / "manifests/base/rbac.yaml").read_text())
-    (role,) = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "cardquota-card-gate"]
-    return yaml.safe_dump(role)
-
-
-SPLIT = "manifests/components/separate-controller"
-
-
-def verb(request: Any) -> str:
-    """The RBAC verb of a recorded request (kubectl auth can-i's vocabulary)."""
-    method = str(request.method.value).upper()
-    if method == "GET":
-        if str(request.params.get("watch", "")).lower() in ("true", "1"):
-            return "watch"
-        return "get" if request.name else "list"
-    return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
-
-
-def matching_rule(rules: list[Rule], verb: str, group: str, resource: str, name: str | None) -> Rule | None:
-    for rule in rules:
-        if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
-            names = rule.get("resourceNames")
-            if not names or name in names:
-                return rule
-    return None
+def seen(requests: Iterable[Any]) -> list[Request]:
+    """What RBAC sees of the recorded requests (discovery left out: every authenticated user may read it)."""
+    return [request for recorded in requests
+            if (request := request_of(str(recorded.method.value), recorded.url.path, recorded.params)) is not None]
 
 
 async def post(kmock: Any, path: str, body: object) -> None:
@@ -113,8 +79,8 @@ def cluster(kmock: Any) -> int:
 
 def made(kmock: Any, *wanted: tuple[str, str]) -> bool:
     """Whether the operator has made a request of each (verb, resource)."""
-    seen = {(verb(r), r.resource.plural) for r in kmock if r.resource is not None}
-    return all(item in seen for item in wanted)
+    made = {(request.verb, request.resource) for request in seen(kmock)}
+    return all(item in made for item in wanted)
 
 
 async def renew_certificate(kmock: Any) -> None:
@@ -124,33 +90,29 @@ async def renew_certificate(kmock: Any) -> None:
     await asyncio.to_thread(ensure_certificates, api, Settings(namespace=NAMESPACE), later)
 
 
-UNUSED_HERE = {("get", "scheduling.volcano.sh", "queues", "[]")}
-"""Grants these scenarios do not reach, and where each is used: ``get`` on queues, the Queue read again after the API
-server refused a usage patch as too large (Publisher._publish_queue), made under the controllers' enforced RBAC in
-tests/integration/test_publish_limits_kmock.py."""
+UNUSED_HERE: set[Permission] = {
+    ("get", "scheduling.volcano.sh", "queues", "", ""),
+    *((verb, "admissionregistration.k8s.io", resource, name, "") for verb in ("get", "patch")
+      for resource, name in (("validatingwebhookconfigurations", "cardquota-mutating"),
+                             ("mutatingwebhookconfigurations", "cardquota-validating")))}
+"""Grants these scenarios do not reach, and why: ``get`` on queues, the Queue read again after the API server refused
+a usage patch as too large (Publisher._publish_queue), is made under the controllers' enforced RBAC in
+tests/integration/test_publish_limits_kmock.py; one rule lists both webhook configuration kinds and both names, so
+RBAC grants each kind under either name, and the operator patches each under its own only (certificates.py:
+``WEBHOOK_KINDS`` zipped with ``Settings.webhook_configurations``)."""
 
 
-def assert_exactly_granted(kmock: Any, setup_requests: int, cluster_rules: list[Rule],
-                           namespaced_rules: list[Rule]) -> None:
-    """Every request after the test's own is granted by the rules, and every grant was used."""
-    used: set[tuple[str, str, str, str]] = set()
+def assert_exactly_granted(kmock: Any, setup_requests: int, grants: Grants) -> None:
+    """Every request after the test's own is allowed by ``grants``, and every grant was used."""
+    used: set[Permission] = set()
     refused = []
-    for request in list(kmock)[setup_requests:]:
-        if request.resource is None or not request.resource.plural:
-            continue  # discovery (/api, /apis): allowed to every authenticated user
-        action = verb(request)
-        group, plural = request.resource.group or "", request.resource.plural
-        rules = cluster_rules + (namespaced_rules if request.namespace == NAMESPACE else [])
-        rule = matching_rule(rules, action, group, plural, request.name)
-        if rule is None:
-            refused.append((action, group, plural, request.namespace, request.name))
-            continue
-        used.add((action, group, plural, json.dumps(rule.get("resourceNames") or [])))
+    for request in seen(list(kmock)[setup_requests:]):
+        allowing = grants.allowing(request)
+        if not allowing:
+            refused.append(str(request))
+        used |= allowing
     assert refused == []
-    granted = {(verb, group, resource, json.dumps(rule.get("resourceNames") or []))
-               for rule in cluster_rules + namespaced_rules for group in rule["apiGroups"]
-               for resource in rule["resources"] for verb in rule["verbs"]}
-    assert sorted(granted - used - UNUSED_HERE) == []
+    assert sorted(grants.permissions() - used - UNUSED_HERE) == []
 
 
 async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: Any, tmp_path: Path,
@@ -166,7 +128,7 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
                                       ("get", "pods"), ("patch", "pods"), ("watch", "resourceclaims"),
                                       ("watch", "resourceclaimtemplates")), timeout=20)
     await renew_certificate(volcano_kmock)
-    assert_exactly_granted(volcano_kmock, setup_requests, *rbac())
+    assert_exactly_granted(volcano_kmock, setup_requests, rendered_grants("cardquota", overlay="dev"))
 
 
 async def test_the_webhook_process_is_granted_exactly_what_it_calls(volcano_kmock: Any, tmp_path: Path) -> None:
@@ -177,7 +139,7 @@ async def test_the_webhook_process_is_granted_exactly_what_it_calls(volcano_kmoc
         await eventually(lambda: made(volcano_kmock, ("patch", "mutatingwebhookconfigurations"),
                                       ("watch", "queues"), ("watch", "nodes")), timeout=20)
     await renew_certificate(volcano_kmock)
-    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/webhook-rbac.yaml"))
+    assert_exactly_granted(volcano_kmock, setup_requests, rendered_grants("cardquota", overlay="production"))
 
 
 async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_kmock: Any, tmp_path: Path,
@@ -191,12 +153,9 @@ async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_k
                                       ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
                                       ("get", "pods"), ("patch", "pods"), ("watch", "resourceclaims"),
                                       ("watch", "resourceclaimtemplates")), timeout=20)
-    gate = tmp_path / "gate-role.yaml"
-    gate.write_text(gate_role())
-    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(f"{SPLIT}/controller-rbac.yaml", str(gate)))
+    assert_exactly_granted(volcano_kmock, setup_requests, rendered_grants("cardquota-controller", overlay="production"))
 
 
-EXTENDER = "manifests/components/extender/extender.yaml"
 MGPU = {"vke.volcengine.com/mgpu-core": "30", "vke.volcengine.com/mgpu-memory": "4096"}
 
 
@@ -240,5 +199,5 @@ async def test_the_extender_is_granted_exactly_what_it_calls_and_patches_only_th
     finally:
         stop.set()
         await asyncio.wait_for(served, 30)
-    assert [r.name for r in volcano_kmock if verb(r) == "patch"] == ["mine"]
-    assert_exactly_granted(volcano_kmock, setup_requests, *rbac(EXTENDER))
+    assert [request.name for request in seen(volcano_kmock) if request.verb == "patch"] == ["mine"]
+    assert_exactly_granted(volcano_kmock, setup_requests, extender_grants())
