@@ -18,7 +18,7 @@ from served_process import served
 
 from cardquota.runtime.limits import ServerLimits
 
-ATTACK_SECONDS = 6.0
+ATTACK_SECONDS = 4.5
 PEAK_MIB = 512
 RETURN_MIB = 64
 RETURN_SECONDS = 30.0
@@ -40,7 +40,7 @@ def test_the_api_servers_reviews_are_answered_and_memory_stays_bounded_under_att
         idle, _ = process.memory()
         with attacking(attack, process.port, process.ca_pem, ATTACK_SECONDS):
             time.sleep(1.5)  # the attack under way
-            reviews = asyncio.run(send_reviews(process.port, process.ca_pem, ATTACK_SECONDS - 2.5))
+            reviews = asyncio.run(send_reviews(process.port, process.ca_pem, ATTACK_SECONDS - 2.0))
         _, peak = process.memory()
         after = peak
         deadline = time.monotonic() + RETURN_SECONDS
