@@ -405,17 +405,19 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 warned.add(warning)
                 err.write(warning + "\n")
         fmt = args.output or ("table" if out.isatty() else "json")
+        policies = output.preemption_policies(ledger.snapshot)
         if fmt == "json":
-            output.write_json(output.usage_json(usage), out)
+            output.write_json(output.usage_json(usage, policies), out)
         elif fmt == "yaml":
-            output.write_yaml(output.usage_json(usage), out)
+            output.write_yaml(output.usage_json(usage, policies), out)
         elif not usage:
             if output.NO_RESOURCES not in warned:  # (once with --watch)
                 warned.add(output.NO_RESOURCES)
                 err.write(output.NO_RESOURCES + "\n")
         else:
             out.write(output.usage_table(usage, wide=fmt == "wide", color=_color(out), limit=args.limit, err=err,
-                                         width=output.width_of(out), parents=ledger.snapshot.queue_parents()))
+                                         width=output.width_of(out), parents=ledger.snapshot.queue_parents(),
+                                         policies=policies))
         refreshes += 1
         if not args.watch or (args.refreshes and refreshes >= args.refreshes):
             return EXIT_OK

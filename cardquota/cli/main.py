@@ -372,9 +372,10 @@ def usage_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(read.note + "\n")  # (the cpu/memory counts rest on it; nothing else in usage does)
     config = read.config
     usage = ledger.all_usage(card_unlimited_cpu_memory=config.capacity_card.card_unlimited_cpu_memory)
-    _write(args, out, output.usage_json(usage),
+    policies = output.preemption_policies(ledger.snapshot)
+    _write(args, out, output.usage_json(usage, policies),
            lambda wide: output.usage_table(usage, wide=wide, color=_use_color(out), width=output.width_of(out),
-                                           parents=ledger.snapshot.queue_parents()),
+                                           parents=ledger.snapshot.queue_parents(), policies=policies),
            empty=(not usage, err))
     return EXIT_OK
 

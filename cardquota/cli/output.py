@@ -19,9 +19,10 @@ from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_wa
 from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage, SubtreeUsage
 from cardquota.core.objects import CPU_MEMORY, Node
 from cardquota.core.policies.common import skipped_rule
+from cardquota.core.preemption import PreemptionPolicy, preemption_policy
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.simulate import Simulation
-from cardquota.core.snapshot import CardPolicy
+from cardquota.core.snapshot import CardPolicy, ClusterSnapshot
 from cardquota.core.verdict import describe_operation
 
 NONE = "-"
@@ -280,8 +281,22 @@ def _kind(card: CardType) -> str:
 # --------------------------------------------------------------------------------------------------- usage
 
 
-def usage_json(usage: Mapping[str, QueueUsage]) -> dict[str, Any]:
-    return {"queues": {queue: usage[queue].as_json() for queue in sorted(usage)}}
+def usage_json(usage: Mapping[str, QueueUsage],
+               policies: Mapping[str, PreemptionPolicy] | None = None) -> dict[str, Any]:
+    """The queues' usage; with ``policies`` (:func:`preemption_policies`), ``preemption`` in each queue that has a
+    Queue object."""
+    document: dict[str, Any] = {}
+    for queue in sorted(usage):
+        document[queue] = usage[queue].as_json()
+        if policies is not None and queue in policies:
+            document[queue]["preemption"] = policies[queue].value
+    return {"queues": document}
+
+
+def preemption_policies(snapshot: ClusterSnapshot) -> dict[str, PreemptionPolicy]:
+    """Each Queue's preemption policy by name (``Never`` when unset or when the annotation names no policy, as
+    :func:`~cardquota.core.preemption.preemption_policy` reads it)."""
+    return {name: preemption_policy(record.queue.meta.annotations)[0] for name, record in snapshot.queues.items()}
 
 
 def usage_warnings(ledger: Ledger, queues: Collection[str] | None = None, *, source: str = "the input") -> list[str]:
@@ -292,6 +307,9 @@ def usage_warnings(ledger: Ledger, queues: Collection[str] | None = None, *, sou
     warnings = [f"warning: Queue {name}: {violation} (ignored)"
                 for name, record in sorted(ledger.snapshot.queues.items()) if name in shown
                 for violation in record.quota.violations]
+    warnings.extend(f"warning: Queue {name}: {error} (read as {PreemptionPolicy.NEVER.value})"
+                    for name, record in sorted(ledger.snapshot.queues.items()) if name in shown
+                    for error in [preemption_policy(record.queue.meta.annotations)[1]] if error)
     warnings.extend(f"warning: queue {name} has card usage but no Queue object in {source}"
                     for name in ledger.queue_names() if name in shown and name not in ledger.snapshot.queues)
     warnings.extend(unquoted_warning(name, cards, ledger.snapshot.card_policy)
@@ -335,19 +353,21 @@ WIDE_USAGE_HEADERS = [*USAGE_HEADERS, "FREE", "USED", "BAR"]
 
 def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: bool = False,
                 limit: int | None = None, err: TextIO | None = None, width: int | None = WIDTH,
-                parents: Mapping[str, str] | None = None) -> str:
+                parents: Mapping[str, str] | None = None,
+                policies: Mapping[str, PreemptionPolicy] | None = None) -> str:
     """``cardquota usage``'s and ``kubectl cardquota usage``'s table: QUEUE, CARD, QUOTA, ALLOCATED, INQUEUE and
     PENDING; ``wide`` adds FREE (quota - allocated - inqueue), USED ((allocated + inqueue) / quota) and a bar. When
     pods wait at the card-quota gate, WAITING follows PENDING: the part of it not let through yet (the rest is
     admitted and held against the quota). A queue with a cpu/memory capability gets ``cpu`` and ``memory`` rows; a
     queue with queues below it (``spec.parent``) gets ``<queue> (subtree)`` rows: its quota against its whole
     subtree's cards, as the card-quota gate holds them. ``wide`` with ``parents`` (each queue's ``spec.parent``, empty
-    or absent when it names none) adds PARENT after QUEUE. With ``color``, the share used tints ALLOCATED and INQUEUE
-    (``wide``: FREE, USED and the bar): green, yellow from 80 %, red from 100 %."""
+    or absent when it names none) adds PARENT after QUEUE; ``wide`` with ``policies`` (:func:`preemption_policies`)
+    adds PREEMPTION after them (``-`` for a queue without a Queue object). With ``color``, the share used tints
+    ALLOCATED and INQUEUE (``wide``: FREE, USED and the bar): green, yellow from 80 %, red from 100 %."""
     rows: list[list[object]] = []
     shares: list[float | None] = []
     owners: list[str] = []
-    """The queue of each row (its PARENT)."""
+    """The queue of each row (its PARENT and PREEMPTION)."""
     gated = any(entry.waiting or (entry.subtree is not None and entry.subtree.waiting) for entry in usage.values())
     waiting_cell: list[object] = [0] if gated else []
     def card_rows(owner: str, label: str, quotas: Mapping[str, int], counted: QueueUsage | SubtreeUsage,
@@ -391,7 +411,12 @@ def usage_table(usage: Mapping[str, QueueUsage], *, wide: bool = False, color: b
     headers = WIDE_USAGE_HEADERS if wide else USAGE_HEADERS
     if gated:
         headers = [*headers[:6], "WAITING", *headers[6:]]
-    if wide and parents is not None:  # PARENT after QUEUE (a subtree row's parent is its queue's)
+    if wide and policies is not None:  # QUEUE, PARENT, PREEMPTION (a subtree row: its queue's; PARENT goes in next)
+        rows = [[row[0], policy.value if (policy := policies.get(owner)) is not None else NONE, *row[1:]]
+                for row, owner in zip(rows, owners, strict=True)]
+        headers = [headers[0], "PREEMPTION", *headers[1:]]
+        tinted = range(tinted.start + 1, tinted.stop + 1)
+    if wide and parents is not None:
         rows = [[row[0], parents.get(str(owner)) or NONE, *row[1:]] for row, owner in zip(rows, owners, strict=True)]
         headers = [headers[0], "PARENT", *headers[1:]]
         tinted = range(tinted.start + 1, tinted.stop + 1)

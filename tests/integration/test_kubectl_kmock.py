@@ -54,7 +54,7 @@ async def test_usage_nodes_and_explain_read_the_live_cluster(volcano_kmock: Any,
     code, text, err = await plugin("usage", "team-a", "--kubeconfig", config, "-o", "json")
     assert (code, err) == (0, "")
     assert json.loads(text)["queues"]["team-a"] == {"quota": {A100: 4}, "allocated": {A100: 3}, "inqueue": {},
-                                                    "pending": {A100: 2}}
+                                                    "pending": {A100: 2}, "preemption": "Never"}
     code, text, _ = await plugin("nodes", "--kubeconfig", config, "-o", "json")
     assert json.loads(text)["totals"] == {A100: {"kind": "whole", "resource": "nvidia.com/gpu", "allocatable": 8,
                                                  "used": 3}}

@@ -174,7 +174,8 @@ def test_usage_json_exact_values(cluster_file):
     assert result.err.startswith("warning: queue plain has no volcano.sh/card.quota")
     assert result.json() == {
         "queues": {
-            "plain": {"quota": {}, "allocated": {"NVIDIA-H100": 2}, "inqueue": {}, "pending": {}},
+            "plain": {"quota": {}, "allocated": {"NVIDIA-H100": 2}, "inqueue": {}, "pending": {},
+                      "preemption": "Never"},
             "team-a": {
                 "quota": {"NVIDIA-A100": 4, "NVIDIA-H100": 2},
                 # the unused quota'd type is listed with 0; the Succeeded pod holds nothing
@@ -182,6 +183,7 @@ def test_usage_json_exact_values(cluster_file):
                 # the group asked for 3 and its bound pod holds 1
                 "inqueue": {"NVIDIA-A100": 2},
                 "pending": {"NVIDIA-A100": 1},
+                "preemption": "Never",  # (no cardquota.io/preemption: the default)
             },
         }
     }
@@ -191,8 +193,9 @@ def test_usage_lists_every_queue_even_unused(tmp_path):
     path = write(tmp_path / "q.yaml", queue("idle", {"NVIDIA-A100": 2}), queue("empty"))
     result = cardquota("usage", "-f", path, "-o", "json")
     assert result.json() == {"queues": {
-        "empty": {"quota": {}, "allocated": {}, "inqueue": {}, "pending": {}},
-        "idle": {"quota": {"NVIDIA-A100": 2}, "allocated": {"NVIDIA-A100": 0}, "inqueue": {}, "pending": {}},
+        "empty": {"quota": {}, "allocated": {}, "inqueue": {}, "pending": {}, "preemption": "Never"},
+        "idle": {"quota": {"NVIDIA-A100": 2}, "allocated": {"NVIDIA-A100": 0}, "inqueue": {}, "pending": {},
+                 "preemption": "Never"},
     }}
 
 
@@ -216,7 +219,7 @@ def test_usage_on_the_bundled_example(queue_name, field, expected):
 def test_usage_on_the_bundled_example_lists_every_queue():
     queues = cardquota("usage", "--cluster", str(EXAMPLE), "-o", "json").json()["queues"]
     assert list(queues) == ["cpu-batch", "default", "inference", "research", "team-a", "team-b"]
-    cards = {"quota", "allocated", "inqueue", "pending"}
+    cards = {"quota", "allocated", "inqueue", "pending", "preemption"}
     # cpuMemory only for the queues whose spec.capability sets cpu/memory (the capacity-card plugin's quota)
     assert {name: set(entry) - cards for name, entry in queues.items()} == {
         "cpu-batch": {"cpuMemory"}, "default": set(), "inference": set(), "research": set(),
@@ -231,7 +234,8 @@ def test_invalid_card_quota_warns_and_gives_empty_quota(tmp_path):
     assert result.err == ('warning: Queue broken: metadata.annotations["volcano.sh/card.quota"]: is not valid JSON: '
                           "expecting property name enclosed in double quotes at line 1, column 2 "
                           '(expected {"<card type>": <cards>, ...}) (ignored)\n')
-    assert result.json()["queues"]["broken"] == {"quota": {}, "allocated": {}, "inqueue": {}, "pending": {}}
+    assert result.json()["queues"]["broken"] == {"quota": {}, "allocated": {}, "inqueue": {}, "pending": {},
+                                                 "preemption": "Never"}
     assert result.json()["queues"]["ok"]["quota"] == {"A": 1}
 
 

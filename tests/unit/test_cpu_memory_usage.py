@@ -56,17 +56,21 @@ def usage(tmp_path: Path, *extra: dict[str, Any]) -> str:
 
 def test_kubectl_usage_adds_cpu_and_memory_rows_for_a_queue_with_a_capability(tmp_path: Path) -> None:
     assert usage(tmp_path).splitlines() == [
-        "QUEUE    PARENT  CARD         QUOTA  ALLOCATED  INQUEUE  PENDING  FREE   USED  BAR",
-        "queue-a  -       NVIDIA-A100  4      2          0        0        2      50%   [##########..........]",
-        "queue-a  -       cpu          100    62         6        -        32     68%   [##############......]",
-        "queue-a  -       memory       200Gi  4Gi        12Gi     -        184Gi  8%    [##..................]",
-        "queue-b  -       NVIDIA-A100  1      0          0        0        1      0%    [....................]",
+        "QUEUE    PARENT  PREEMPTION  CARD         QUOTA  ALLOCATED  INQUEUE  PENDING  FREE   USED  BAR",
+        "queue-a  -       Never       NVIDIA-A100  4      2          0        0        2      50%   "
+        "[##########..........]",
+        "queue-a  -       Never       cpu          100    62         6        -        32     68%   "
+        "[##############......]",
+        "queue-a  -       Never       memory       200Gi  4Gi        12Gi     -        184Gi  8%    "
+        "[##..................]",
+        "queue-b  -       Never       NVIDIA-A100  1      0          0        0        1      0%    "
+        "[....................]",
     ]
 
 
 def test_under_card_unlimited_cpu_memory_the_card_jobs_cpu_is_not_the_queues(tmp_path: Path) -> None:
     rows = usage(tmp_path, scheduler_configmap(True)).splitlines()
-    assert rows[2] == ("queue-a  -       cpu          100    2          6        -        92     8%    "
+    assert rows[2] == ("queue-a  -       Never       cpu          100    2          6        -        92     8%    "
                        "[##..................]")
 
 

@@ -287,12 +287,49 @@ def test_usage_wide_names_each_queue_s_parent_beside_its_own_and_its_subtree_s_r
         pod("p1", namespace="ml", card="NVIDIA-A100", gpus=2, queue="product", node_name="a1"),
         pod("s1", namespace="ml", card="NVIDIA-A100", gpus=1, queue="serving", node_name="a1")]))
     rows = [line.split() for line in output(prog, "usage", "--cluster", str(cluster), "-o", "wide").splitlines()]
-    assert rows[0][:4] == ["QUEUE", "PARENT", "CARD", "QUOTA"]
-    assert [row[:6] for row in rows[1:]] == [
-        ["org", "-", "NVIDIA-A100", "6", "1", "0"],
-        ["org", "(subtree)", "-", "NVIDIA-A100", "6", "4"],  # (the label is two words: org (subtree))
-        ["product", "org", "NVIDIA-A100", "4", "2", "0"],
-        ["product", "(subtree)", "org", "NVIDIA-A100", "4", "3"],
-        ["serving", "product", "NVIDIA-A100", "2", "1", "0"],
+    assert rows[0][:5] == ["QUEUE", "PARENT", "PREEMPTION", "CARD", "QUOTA"]
+    assert [row[:7] for row in rows[1:]] == [
+        ["org", "-", "Never", "NVIDIA-A100", "6", "1", "0"],
+        ["org", "(subtree)", "-", "Never", "NVIDIA-A100", "6", "4"],  # (the label is two words: org (subtree))
+        ["product", "org", "Never", "NVIDIA-A100", "4", "2", "0"],
+        ["product", "(subtree)", "org", "Never", "NVIDIA-A100", "4", "3"],
+        ["serving", "product", "Never", "NVIDIA-A100", "2", "1", "0"],
     ]
     assert "PARENT" not in output(prog, "usage", "--cluster", str(cluster), "-o", "table")
+
+
+@pytest.mark.parametrize("prog", ["cardquota", "kubectl cardquota"])
+@pytest.mark.parametrize(("annotations", "shown", "warning"), [
+    ({}, "Never", None),
+    ({"cardquota.io/preemption": "Never"}, "Never", None),
+    ({"cardquota.io/preemption": "LowerPriority"}, "LowerPriority", None),
+    ({"cardquota.io/preemption": "LowerOrNewerEqualPriority"}, "LowerOrNewerEqualPriority", None),
+    ({"cardquota.io/preemption": "lowerpriority"}, "Never",
+     "warning: Queue research: cardquota.io/preemption 'lowerpriority' is not a preemption policy: write one of "
+     "Never, LowerPriority, LowerOrNewerEqualPriority (read as Never)"),
+])
+def test_usage_wide_json_and_yaml_show_each_queue_s_preemption_policy(
+        tmp_path: Path, prog: str, annotations: dict[str, str], shown: str, warning: str | None) -> None:
+    """Issue 42, item 1: PREEMPTION after PARENT in ``usage -o wide`` (a subtree row: its queue's; ``-`` for a queue
+    charged without a Queue object), ``preemption`` in the JSON and YAML; a value that is no policy is read as
+    ``Never``, as the gate reads it, and warned. The 80-column table does not have it."""
+    from builders import gpu_node, pod, queue
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all([
+        gpu_node("a1", "NVIDIA-A100", 8), queue("research", {"NVIDIA-A100": 4}, annotations=annotations),
+        queue("team", {"NVIDIA-A100": 2}, parent="research"),
+        pod("ghost", namespace="ml", card="NVIDIA-A100", gpus=1, queue="nowhere", node_name="a1")]))
+    out, err = io.StringIO(), io.StringIO()
+    assert run(prog, ["usage", "--cluster", str(cluster), "-o", "wide"], stdout=out, stderr=err) == 0
+    rows = [line.split() for line in out.getvalue().splitlines()]
+    assert rows[0][:4] == ["QUEUE", "PARENT", "PREEMPTION", "CARD"]
+    assert [row[:3] for row in rows[1:]] == [
+        ["nowhere", "-", "-"], ["research", "-", shown], ["research", "(subtree)", "-"], ["team", "research", "Never"]]
+    assert rows[3][3] == shown  # (the subtree row: its queue's policy)
+    assert (warning in err.getvalue().splitlines()) if warning else "preemption" not in err.getvalue()
+    document = json.loads(output(prog, "usage", "--cluster", str(cluster), "-o", "json"))["queues"]
+    assert {name: entry.get("preemption") for name, entry in document.items()} == {
+        "nowhere": None, "research": shown, "team": "Never"}
+    assert yaml.safe_load(output(prog, "usage", "--cluster", str(cluster), "-o", "yaml"))["queues"] == document
+    assert "PREEMPTION" not in output(prog, "usage", "--cluster", str(cluster), "-o", "table")
