@@ -31,6 +31,7 @@ from cardquota.core.ledger import Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.policies import admit as admit_object
 from cardquota.core.policies.config import PolicyConfig
+from cardquota.core.preemption import policy_fact
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import NODES_AVAILABLE, SchedulerConfig, Session
@@ -206,6 +207,16 @@ def _node_holders(pod: Pod, ledger: Ledger) -> list[str]:
 
 
 def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -> Explanation:
+    """What blocks the pod; a waiting card pod of a Volcano scheduler also says its queue's preemption policy."""
+    explanation = _pod_rules(session, key, schedulers)
+    manifest = session.pods[key]
+    volcano = str((manifest.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER) in schedulers
+    if explanation.blockers and volcano and session.view(key).card_name is not None:
+        explanation.facts.extend(_preemption_fact(session, session.queue_of(key)))
+    return explanation
+
+
+def _pod_rules(session: Session, key: ObjectKey, schedulers: frozenset[str]) -> Explanation:
     pod = session.view(key)
     manifest = session.pods[key]
     queue = session.queue_of(key)
@@ -381,6 +392,8 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
         first = _explain_pod(session, waiting[0], schedulers)
         for blocker in first.blockers:
             explanation.blockers.append(f"Pod {waiting[0][0]}/{waiting[0][1]}: {blocker}")
+    if explanation.blockers and (request.values or any(session.view(key).card_name for key in members)):
+        explanation.facts.extend(_preemption_fact(session, group.queue))
     return explanation
 
 
@@ -413,6 +426,13 @@ def _enqueue_unblockers(session: Session, group: PodGroup, refusal: capacity_car
         if holders:
             blockers.append(f"{card} in queue {queue} is held by {holders}.")
     return blockers
+
+
+def _preemption_fact(session: Session, queue: str) -> list[str]:
+    """The waiting unit's queue's preemption policy (nothing for a queue without a Queue object: its blocker says
+    so)."""
+    record = session.ledger.snapshot.queues.get(queue)
+    return [policy_fact(queue, record.queue.meta.annotations)] if record is not None else []
 
 
 def _missing_queue(queue: str) -> str:

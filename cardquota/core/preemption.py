@@ -60,6 +60,19 @@ def preemption_policy(annotations: Mapping[str, str]) -> tuple[PreemptionPolicy,
                                         f"{', '.join(policy.value for policy in PreemptionPolicy)}")
 
 
+def policy_fact(queue: str, annotations: Mapping[str, str]) -> str:
+    """What ``explain`` says of a waiting unit's queue: its policy (:func:`preemption_policy` of the Queue's
+    ``annotations``), and, for one other than ``Never``, that the gate does not act on it yet."""
+    policy, error = preemption_policy(annotations)
+    if error:
+        return f"Queue {queue}'s {error}; it is read as {policy.value}: nothing is preempted."
+    if policy is PreemptionPolicy.NEVER:
+        source = keys.PREEMPTION if keys.PREEMPTION in annotations else f"the default: no {keys.PREEMPTION}"
+        return f"Queue {queue}'s preemption policy is {policy.value} ({source}): it displaces no admitted workload."
+    return (f"Queue {queue}'s preemption policy is {policy.value} ({keys.PREEMPTION}), not acted on yet: waiting card "
+            "work there is admitted first come, first served and nothing is preempted.")
+
+
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 """The spellings Go's ``strconv.ParseBool`` accepts."""

@@ -272,3 +272,52 @@ def test_a_pod_at_the_card_quota_gate_says_what_the_gate_keeper_would() -> None:
     first = explain(cluster, gated_pod("first", 2, 0), UNLIMITED)
     assert not first.blocked
     assert first.facts[-1].startswith("It carries the card-quota gate (cardquota.io/card-quota) and its cards fit")
+
+
+POLICY_NEVER = ("Queue team-a's preemption policy is Never (the default: no cardquota.io/preemption): it displaces "
+                "no admitted workload.")
+
+
+@pytest.mark.parametrize(("annotations", "said"), [
+    ({}, POLICY_NEVER),
+    ({"cardquota.io/preemption": "Never"},
+     "Queue team-a's preemption policy is Never (cardquota.io/preemption): it displaces no admitted workload."),
+    ({"cardquota.io/preemption": "LowerPriority"},
+     "Queue team-a's preemption policy is LowerPriority (cardquota.io/preemption), not acted on yet: waiting card "
+     "work there is admitted first come, first served and nothing is preempted."),
+    ({"cardquota.io/preemption": "LowerOrNewerEqualPriority"},
+     "Queue team-a's preemption policy is LowerOrNewerEqualPriority (cardquota.io/preemption), not acted on yet: "
+     "waiting card work there is admitted first come, first served and nothing is preempted."),
+    ({"cardquota.io/preemption": "Lower"},
+     "Queue team-a's cardquota.io/preemption 'Lower' is not a preemption policy: write one of Never, LowerPriority, "
+     "LowerOrNewerEqualPriority; it is read as Never: nothing is preempted."),
+])
+@pytest.mark.parametrize("subject", ["gated pod", "pod over quota", "podgroup not enqueued"])
+def test_a_waiting_card_pod_or_podgroup_names_its_queue_s_preemption_policy(
+        annotations: dict[str, str], said: str, subject: str) -> None:
+    """Issue 42, item 1: a blocked card pod (at the gate, or over its quota in Volcano) or PodGroup names its
+    queue's policy, once, and a policy other than Never as not acted on yet; nothing else it says changes."""
+    policy_queue = queue("team-a", {A100: 4}, annotations=annotations)
+    cluster = [gpu_node("a1", A100, 8), policy_queue, card_pod("held", A100, gpus=4, node_name="a1")]
+    if subject == "gated pod":
+        target = gated_pod("third", 2, 2)
+    elif subject == "pod over quota":
+        target = card_pod("p", A100, gpus=2)
+    else:
+        target = podgroup("pg", namespace="ml", queue="team-a", phase="Pending", request={A100: 2})
+    result = explain(cluster, target, UNLIMITED)
+    assert result.blocked
+    assert [fact for fact in result.facts if "preemption" in fact] == [said]
+    assert result.blockers == explain([cluster[0], queue("team-a", {A100: 4}), *cluster[2:]], target,
+                                      UNLIMITED).blockers
+
+
+@pytest.mark.parametrize("target", [
+    card_pod("fits", A100, gpus=2),  # (not waiting: a node takes it now)
+    card_pod("bound", A100, gpus=2, node_name="a1"),
+    pod("plain", namespace="ml", queue="team-a"),  # (no card: the card quota's policy is not its business)
+])
+def test_a_pod_that_does_not_wait_for_cards_says_nothing_of_preemption(target: dict[str, Any]) -> None:
+    cluster = [gpu_node("a1", A100, 8), queue("team-a", {A100: 4}, annotations={"cardquota.io/preemption":
+                                                                               "LowerPriority"})]
+    assert not any("preemption" in fact for fact in explain(cluster, target, UNLIMITED).facts)
