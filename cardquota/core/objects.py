@@ -297,7 +297,7 @@ class Standing(NamedTuple):
 
 
 NO_STANDING = Standing(0, "")
-"""The standing of a pod of priority 0 not bound yet (held as None: most pods of a default priority)."""
+"""The standing of a pod of priority 0 not bound yet (held as None)."""
 
 
 class Pod(NamedTuple):
@@ -332,27 +332,35 @@ class Pod(NamedTuple):
     that replaces its view whole."""
     resource_version: str = ""
     """``metadata.resourceVersion``; kept with :attr:`uid` only."""
-    gate: GateState | None = None
-    """Set while the pod carries cardquota's scheduling gate (only then: the other pods pay nothing for it)."""
+    standing: GateState | Standing | None = None
+    """While the pod carries cardquota's scheduling gate, its :class:`GateState` (read it as :attr:`gate`); else
+    its :class:`Standing`, None for :data:`NO_STANDING`. One field for both (a pod is either gated or past the
+    gate): a held pod costs no more than before either was kept. Read it as :attr:`gate`, :attr:`priority` and
+    :attr:`admitted`."""
     scheduler: str = ""
     """``spec.schedulerName`` ("" when unset: as written by the tests' builders; the API server defaults it to
     ``default-scheduler``). See :meth:`ClusterSnapshot.charges_a_queue
     <cardquota.core.snapshot.ClusterSnapshot.charges_a_queue>`."""
     claims: tuple[ClaimRef, ...] = ()
     """The DRA claims ``spec.resourceClaims`` names (:func:`~cardquota.core.dra_claims.claim_refs`)."""
-    standing: Standing | None = None
-    """Its priority and admission time; None for :data:`NO_STANDING` (one field, most often None: a held pod
-    costs one slot more, not two). Read it as :attr:`priority` and :attr:`admitted`."""
+
+    @property
+    def gate(self) -> GateState | None:
+        """Set while the pod carries cardquota's scheduling gate (only then: the other pods pay nothing for it)."""
+        standing = self.standing
+        return standing if isinstance(standing, GateState) else None
 
     @property
     def priority(self) -> int:
         """``spec.priority``, 0 when unset (see :attr:`Standing.priority`)."""
-        return self.standing.priority if self.standing is not None else 0
+        standing = self.standing
+        return standing.priority if standing is not None else 0
 
     @property
     def admitted(self) -> str:
-        """When it was bound, "" when not yet (see :attr:`Standing.admitted`)."""
-        return self.standing.admitted if self.standing is not None else ""
+        """When it was bound, "" when not yet (see :attr:`Standing.admitted`; a gated pod is not admitted)."""
+        standing = self.standing
+        return standing.admitted if isinstance(standing, Standing) else ""
 
     @property
     def meta(self) -> ObjectMeta:
@@ -366,7 +374,7 @@ class Pod(NamedTuple):
            claims: tuple[ClaimRef, ...] = (), standing: Standing | None = None) -> Pod:
         """``shared``: the PodGroup key, the requests and the standing are taken from the views built before when
         equal (the pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not
-        kept (see :attr:`uid`)."""
+        kept (see :attr:`uid`). A ``gate`` is held in place of the ``standing`` (it says the priority too)."""
         annotations = meta.annotations
         uid, resource_version = ("", "") if shared and node_name else (meta.uid, meta.resource_version)
         group_name = annotations.get(keys.GROUP_NAME)
@@ -377,10 +385,12 @@ class Pod(NamedTuple):
             if requests:
                 requests = share(_REQUESTS, tuple([(resource, amount.numerator, amount.denominator)
                                                      for resource, amount in requests.items()]), requests)
-        if standing == NO_STANDING:
-            standing = None
-        elif shared and standing is not None:
-            standing = share(_STANDINGS, standing, standing)
+        if gate is not None:
+            held: GateState | Standing | None = gate
+        elif standing is None or standing == NO_STANDING:
+            held = None
+        else:
+            held = share(_STANDINGS, standing, standing) if shared else standing
         return tuple.__new__(cls, (  # (see the note above ObjectMeta)
             (meta.namespace, meta.name),
             node_name,
@@ -395,10 +405,9 @@ class Pod(NamedTuple):
             deleting,
             uid,
             resource_version,
-            gate,
+            held,
             scheduler,
             claims,
-            standing,
         ))
 
     @property
@@ -439,9 +448,10 @@ class Pod(NamedTuple):
         if cached:
             scheduler = _intern(scheduler, scheduler)
         claims = claim_refs(spec, status) if spec.get("resourceClaims") else ()
-        priority = pod_priority(spec)
-        admitted = bound_at(status) if node_name else ""
-        standing = Standing(priority, admitted) if priority or admitted else None
+        standing = None
+        if gate is None:
+            priority, admitted = pod_priority(spec), bound_at(status) if node_name else ""
+            standing = Standing(priority, admitted) if priority or admitted else None
         return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
                       gate=gate, scheduler=scheduler, claims=claims, standing=standing)
 
@@ -461,7 +471,8 @@ class Pod(NamedTuple):
                           meta.resource_version)
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
                       shared=True, deleting=self.deleting, gate=self.gate,
-                      scheduler=_intern(self.scheduler, self.scheduler), claims=self.claims, standing=self.standing)
+                      scheduler=_intern(self.scheduler, self.scheduler), claims=self.claims,
+                      standing=self.standing if isinstance(self.standing, Standing) else None)
 
 
 def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:
