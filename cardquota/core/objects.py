@@ -281,9 +281,10 @@ class GateState(NamedTuple):
 
 
 class Standing(NamedTuple):
-    """What orders a held pod among the admitted ones when preempting (:mod:`cardquota.core.preemption`): its
-    priority and when it was admitted. Shared between views (:func:`share`): a gang's pods, bound together, hold
-    one."""
+    """What orders a pod past the gate among the admitted ones when preempting (:mod:`cardquota.core.preemption`):
+    its priority and when it was admitted. Shared between views (:func:`share`): a gang's pods, bound together, hold
+    one. Not its creation time: a distinct string per pod (~70 B) for pods not in gangs, where the ledger keeps at
+    most 1 KiB a pod (tests/reliability/test_ledger_memory.py)."""
 
     priority: int
     """``spec.priority`` (set by the API server from the priority class); 0 when unset."""
@@ -293,7 +294,8 @@ class Standing(NamedTuple):
     ``setPodNodeAndMetadata`` in pkg/registry/core/pod/storage/storage.go sets ``PodScheduled`` ``True`` through
     ``UpdatePodCondition``, which sets the time only when the status changes; kubernetes/kubernetes). "" when not
     bound yet: a pod past the gate and not bound is the most recently admitted there is (the ledger keeps no time
-    of lifts; an unbound pod's condition says ``SchedulingGated`` or ``Unschedulable``, neither a lift)."""
+    of lifts; an unbound pod's condition says ``SchedulingGated`` or ``Unschedulable``, neither a lift; see
+    :func:`~cardquota.core.preemption.unit_admitted`)."""
 
 
 NO_STANDING = Standing(0, "")
@@ -390,7 +392,12 @@ class Pod(NamedTuple):
         elif standing is None or standing == NO_STANDING:
             held = None
         else:
-            held = share(_STANDINGS, standing, standing) if shared else standing
+            held = standing
+            if shared:
+                priority = standing.priority
+                if not -5 <= priority <= 256:  # (ints outside these are not shared by Python itself)
+                    standing = Standing(share(_PRIORITIES, priority, priority), standing.admitted)
+                held = share(_STANDINGS, standing, standing)
         return tuple.__new__(cls, (  # (see the note above ObjectMeta)
             (meta.namespace, meta.name),
             node_name,
@@ -450,8 +457,7 @@ class Pod(NamedTuple):
         claims = claim_refs(spec, status) if spec.get("resourceClaims") else ()
         standing = None
         if gate is None:
-            priority, admitted = pod_priority(spec), bound_at(status) if node_name else ""
-            standing = Standing(priority, admitted) if priority or admitted else None
+            standing = Standing(pod_priority(spec), bound_at(status) if node_name else "")
         return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
                       gate=gate, scheduler=scheduler, claims=claims, standing=standing)
 
@@ -483,8 +489,14 @@ def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:
         names.append(_optional_string(name, f"spec.schedulingGates[{index}].name"))
     if keys.CARD_GATE not in names:
         return None
+    return GateState(tuple(names), pod_priority(spec), creation_time(metadata))
+
+
+def creation_time(metadata: object) -> str:
+    """``metadata.creationTimestamp`` as written, "" when it is not a string (read leniently: the API server sets
+    it)."""
     created = metadata.get("creationTimestamp") if isinstance(metadata, MAPPING_TYPES) else None
-    return GateState(tuple(names), pod_priority(spec), created if isinstance(created, str) else "")
+    return created if isinstance(created, str) else ""
 
 
 def pod_priority(spec: Mapping[str, Any]) -> int:
@@ -525,6 +537,7 @@ _GROUP_KEYS: dict[ObjectKey, ObjectKey] = {}
 _ANNOTATIONS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 _REQUESTS: dict[tuple[tuple[str, int, int], ...], Mapping[str, Fraction]] = {}
 _STANDINGS: dict[Standing, Standing] = {}
+_PRIORITIES: dict[int, int] = {}
 
 Shared = TypeVar("Shared")
 
@@ -549,7 +562,8 @@ def forget_shared(*tables: dict[Any, Any]) -> None:
     """Empty the tables of shared values (these and the views' own), as a full build does before it starts: what
     they held for views of a former list no longer costs memory, and the build's views share only among
     themselves (so that what a build keeps is all counted as its own)."""
-    every: tuple[dict[Any, Any], ...] = (_STRINGS, _GROUP_KEYS, _ANNOTATIONS, _REQUESTS, _STANDINGS, *tables)
+    every: tuple[dict[Any, Any], ...] = (_STRINGS, _GROUP_KEYS, _ANNOTATIONS, _REQUESTS, _STANDINGS, _PRIORITIES,
+                                         *tables)
     for table in every:
         table.clear()
 

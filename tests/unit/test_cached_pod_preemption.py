@@ -13,10 +13,11 @@ from builders import gpu_node, pod, podgroup, queue
 from cardquota.core import keys
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Pod
-from cardquota.core.preemption import pod_preemptable
+from cardquota.core.preemption import pod_preemptable, unit_admitted
 
 A100 = "NVIDIA-A100"
 BOUND = "2026-12-07T10:15:00Z"
+CREATED = "2026-12-07T10:00:00Z"
 
 
 @dataclass(frozen=True)
@@ -79,24 +80,25 @@ def test_a_held_pod_reads_as_preemptable_as_volcano_reads_it(case: Marked, fed: 
 
 
 @dataclass(frozen=True)
-class Standing:
+class Ordered:
+    """A pod and what preemption orders it by: priority, binding."""
+
     name: str
     manifest: dict[str, Any]
     priority: int
     admitted: str
 
 
-STANDINGS = [
-    Standing("bound, with a priority", pod("p", node_name="a100-1", card=A100, gpus=1, priority=1000,
-                                            scheduled_at=BOUND), 1000, BOUND),
-    Standing("bound, negative priority", pod("p", node_name="a100-1", card=A100, gpus=1, priority=-5,
-                                              scheduled_at=BOUND), -5, BOUND),
-    Standing("bound, no priority", pod("p", node_name="a100-1", card=A100, gpus=1, scheduled_at=BOUND), 0, BOUND),
-    Standing("bound, no condition written", pod("p", node_name="a100-1", card=A100, gpus=1, priority=7), 7, ""),
-    Standing("past the gate, not bound", pod("p", card=A100, gpus=1, priority=1000), 1000, ""),
-    Standing("gated", pod("p", card=A100, gpus=1, priority=1000, gated=True,
-                          created="2026-12-07T10:00:00Z"), 1000, ""),
-    Standing("neither", pod("p", card=A100, gpus=1), 0, ""),
+ORDERED = [
+    Ordered("bound, with a priority", pod("p", node_name="a100-1", card=A100, gpus=1, priority=1000,
+                                          created=CREATED, scheduled_at=BOUND), 1000, BOUND),
+    Ordered("bound, negative priority", pod("p", node_name="a100-1", card=A100, gpus=1, priority=-5,
+                                            scheduled_at=BOUND), -5, BOUND),
+    Ordered("bound, no priority", pod("p", node_name="a100-1", card=A100, gpus=1, scheduled_at=BOUND), 0, BOUND),
+    Ordered("bound, no condition written", pod("p", node_name="a100-1", card=A100, gpus=1, priority=7), 7, ""),
+    Ordered("past the gate, not bound", pod("p", card=A100, gpus=1, priority=1000, created=CREATED), 1000, ""),
+    Ordered("gated", pod("p", card=A100, gpus=1, priority=1000, gated=True, created=CREATED), 1000, ""),
+    Ordered("nothing", pod("p", card=A100, gpus=1), 0, ""),
 ]
 
 
@@ -108,13 +110,14 @@ def unscheduled(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("fed", FEDS)
-@pytest.mark.parametrize("case", STANDINGS, ids=[case.name for case in STANDINGS])
-def test_a_held_pod_keeps_its_priority_and_when_it_was_bound(case: Standing, fed: str) -> None:
+@pytest.mark.parametrize("case", ORDERED, ids=[case.name for case in ORDERED])
+def test_a_held_pod_keeps_its_priority_and_when_it_was_bound(case: Ordered, fed: str) -> None:
     held = held_after(fed, case.manifest)
     assert (held.priority, held.admitted) == (case.priority, case.admitted)
     assert held == Pod.from_manifest(case.manifest).cached()
     whole = Pod.from_manifest(case.manifest)
     assert (whole.priority, whole.admitted) == (case.priority, case.admitted)
+    assert (held.gate is not None) == ("gated" in case.name)
 
 
 def test_a_pod_not_scheduled_yet_has_no_admission_time() -> None:
@@ -132,6 +135,28 @@ def test_the_pods_of_a_gang_bound_together_share_one_standing() -> None:
     one, two = (Pod.from_manifest(pod(name, node_name="a100-1", group="g", priority=1000, scheduled_at=BOUND),
                                   cached=True) for name in ("w0", "w1"))
     assert one.standing is two.standing is not None
+    lone = Pod.from_manifest(pod("w9", node_name="a100-1", priority=1000, scheduled_at="2026-12-07T11:00:00Z"),
+                             cached=True)
+    assert lone.standing is not one.standing
+    assert lone.priority is one.priority  # (one int object for the pods of a priority class)
     plain = Pod.from_manifest(pod("w2", node_name="a100-1", group="g"), cached=True)
     assert plain.standing is None
     assert (plain.priority, plain.admitted) == (0, "")
+
+
+NOW = "2026-12-07T12:00:00Z"
+
+
+def bound(name: str, at: str | None) -> Pod:
+    return Pod.from_manifest(pod(name, group="g", node_name="a100-1" if at else None, scheduled_at=at), cached=True)
+
+
+@pytest.mark.parametrize(("pods", "admitted"), [
+    ([bound("w0", "2026-12-07T10:15:00Z"), bound("w1", "2026-12-07T10:15:02Z")], "2026-12-07T10:15:02Z"),
+    ([bound("w0", BOUND)], BOUND),
+    ([bound("w0", BOUND), bound("w1", None)], NOW),
+    ([bound("w0", None)], NOW),
+], ids=["the last of a gang to be bound", "a lone pod", "a gang still being placed", "a pod not bound yet"])
+def test_a_unit_was_admitted_when_its_last_pod_was_bound_or_now_while_one_is_not(pods: list[Pod], admitted: str
+                                                                                   ) -> None:
+    assert unit_admitted(pods, NOW) == admitted
