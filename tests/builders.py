@@ -87,9 +87,10 @@ def pod(name: str, *, namespace: str = "default", card: str | None = None, node_
         gpus: int | None = None, resource: str = "nvidia.com/gpu", containers: list[Manifest] | None = None,
         init_containers: list[Manifest] | None = None, annotations: dict[str, str] | None = None,
         gated: bool = False, priority: int | None = None, created: str | None = None, uid: str | None = None,
-        labels: dict[str, str] | None = None) -> Manifest:
+        labels: dict[str, str] | None = None, scheduled_at: str | None = None) -> Manifest:
     """A pod; ``gpus`` adds one container requesting that many of ``resource`` (as a limit, like most users);
-    ``gated``: it carries cardquota's scheduling gate."""
+    ``gated``: it carries cardquota's scheduling gate; ``scheduled_at``: the ``lastTransitionTime`` of the
+    ``PodScheduled: True`` condition the API server writes when it binds the pod."""
     metadata_annotations = dict(annotations or {})
     if card is not None:
         metadata_annotations["volcano.sh/card.name"] = card
@@ -122,6 +123,10 @@ def pod(name: str, *, namespace: str = "default", card: str | None = None, node_
         "spec": spec,
         "status": {"phase": phase or ("Running" if node_name else "Pending")},
     }
+    if scheduled_at is not None:
+        manifest["status"]["conditions"] = [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": scheduled_at}]
     return manifest
 
 

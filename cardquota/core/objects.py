@@ -108,14 +108,14 @@ def completed(manifest: Manifest, name: str = "", namespace: str = "") -> Manife
     return {**manifest, "metadata": metadata}
 
 
-def read_meta(manifest: Manifest, *, namespaced: bool,
-              kept_annotations: tuple[str, ...] | None = None) -> ObjectMeta:
+def read_meta(manifest: Manifest, *, namespaced: bool, kept_annotations: tuple[str, ...] | None = None,
+              kept_labels: tuple[str, ...] = ()) -> ObjectMeta:
     """The identity, labels and annotations of any object, validated (an object with only
     ``metadata.generateName`` is named by :func:`given_name`).
 
-    With ``kept_annotations`` (the view a cache holds): the labels and annotations are validated as ever, but no
-    labels are kept and only those annotations, and their values, the kind and the namespace are shared strings
-    (:data:`_STRINGS`)."""
+    With ``kept_annotations`` (the view a cache holds): the labels and annotations are validated as ever, but only
+    those annotations and the ``kept_labels`` are kept, and their values, the kind and the namespace are shared
+    strings (:data:`_STRINGS`)."""
     kind = manifest.get("kind")
     if not isinstance(kind, str) or not kind:
         raise InputError("missing or non-string 'kind'", where="kind")
@@ -129,10 +129,10 @@ def read_meta(manifest: Manifest, *, namespaced: bool,
     if not isinstance(namespace, str):
         raise InputError("must be a string", where="metadata.namespace")
     if kept_annotations is not None:
-        _string_map(metadata.get("labels"), "metadata.labels", copy=False)
+        labels = _string_map(metadata.get("labels"), "metadata.labels", copy=False)
         annotations = _string_map(metadata.get("annotations"), "metadata.annotations", copy=False)
         shared_namespace = _intern(namespace, namespace) if namespaced else ""
-        return tuple.__new__(ObjectMeta, (_intern(kind, kind), name, shared_namespace, NO_STRINGS,
+        return tuple.__new__(ObjectMeta, (_intern(kind, kind), name, shared_namespace, _kept(labels, kept_labels),
                                           _kept(annotations, kept_annotations), _text(metadata.get("uid")),
                                           _text(metadata.get("resourceVersion"))))
     return tuple.__new__(ObjectMeta, (  # (see the note above ObjectMeta)
@@ -153,7 +153,8 @@ def _text(value: object) -> str:
 
 
 def _kept(annotations: Mapping[str, str], names: tuple[str, ...]) -> Mapping[str, str]:
-    """The annotations among ``names``, values shared (:data:`_STRINGS`) (shared :data:`NO_STRINGS` when none)."""
+    """The annotations (or labels) among ``names``, values shared (:data:`_STRINGS`) (shared :data:`NO_STRINGS`
+    when none)."""
     kept: dict[str, str] | None = None
     for name in names:  # a handful: cheaper than going through the object's annotations
         value = annotations.get(name)
@@ -256,10 +257,15 @@ def _min_member(value: object) -> int:
     return value if type(value) is int and value > 1 else 1
 
 
-CACHED_POD_ANNOTATIONS = (keys.CARD_NAME, keys.GROUP_NAME, keys.QUEUE_NAME, keys.SCORING_STRATEGY_ANNOTATION)
+CACHED_POD_ANNOTATIONS = (keys.CARD_NAME, keys.GROUP_NAME, keys.QUEUE_NAME, keys.SCORING_STRATEGY_ANNOTATION,
+                          keys.PREEMPTABLE)
 """The pod annotations any rule reads from a pod the ledger holds (the card name, PodGroup and queue it is charged
-by; the crossquota scoring strategy the scheduling session scores it with). A cached view keeps only these, and no
-labels: nothing reads a held pod's labels (the admission policies read the incoming object itself)."""
+by; the crossquota scoring strategy the scheduling session scores it with; whether Volcano may preempt it,
+:func:`~cardquota.core.preemption.pod_preemptable`). A cached view keeps only these (the admission policies read
+the incoming object itself)."""
+CACHED_POD_LABELS = (keys.PREEMPTABLE,)
+"""The pod labels any rule reads from a pod the ledger holds: ``volcano.sh/preemptable``, which Volcano reads from
+the labels when the annotations do not set it. A cached view keeps only this one (most pods: no labels at all)."""
 
 
 class GateState(NamedTuple):
@@ -272,6 +278,28 @@ class GateState(NamedTuple):
     """``spec.priority`` (set by the API server from the priority class); 0 when unset."""
     created: str
     """``metadata.creationTimestamp`` (RFC 3339 in UTC: sorts as time)."""
+
+
+class Standing(NamedTuple):
+    """What orders a pod past the gate among the admitted ones when preempting (:mod:`cardquota.core.preemption`):
+    its priority and when it was admitted. Shared between views (:func:`share`): a gang's pods, bound together, hold
+    one. Not its creation time: a distinct string per pod (~70 B) for pods not in gangs, where the ledger keeps at
+    most 1 KiB a pod (tests/reliability/test_ledger_memory.py)."""
+
+    priority: int
+    """``spec.priority`` (set by the API server from the priority class); 0 when unset."""
+    admitted: str
+    """When the pod was bound (RFC 3339 in UTC: sorts as time): its ``PodScheduled`` condition's
+    ``lastTransitionTime`` once ``True``, which the API server stamps when it binds the pod (``BindingREST``'s
+    ``setPodNodeAndMetadata`` in pkg/registry/core/pod/storage/storage.go sets ``PodScheduled`` ``True`` through
+    ``UpdatePodCondition``, which sets the time only when the status changes; kubernetes/kubernetes). "" when not
+    bound yet: a pod past the gate and not bound is the most recently admitted there is (the ledger keeps no time
+    of lifts; an unbound pod's condition says ``SchedulingGated`` or ``Unschedulable``, neither a lift; see
+    :func:`~cardquota.core.preemption.unit_admitted`)."""
+
+
+NO_STANDING = Standing(0, "")
+"""The standing of a pod of priority 0 not bound yet (held as None)."""
 
 
 class Pod(NamedTuple):
@@ -306,14 +334,35 @@ class Pod(NamedTuple):
     that replaces its view whole."""
     resource_version: str = ""
     """``metadata.resourceVersion``; kept with :attr:`uid` only."""
-    gate: GateState | None = None
-    """Set while the pod carries cardquota's scheduling gate (only then: the other pods pay nothing for it)."""
+    standing: GateState | Standing | None = None
+    """While the pod carries cardquota's scheduling gate, its :class:`GateState` (read it as :attr:`gate`); else
+    its :class:`Standing`, None for :data:`NO_STANDING`. One field for both (a pod is either gated or past the
+    gate): a held pod costs no more than before either was kept. Read it as :attr:`gate`, :attr:`priority` and
+    :attr:`admitted`."""
     scheduler: str = ""
     """``spec.schedulerName`` ("" when unset: as written by the tests' builders; the API server defaults it to
     ``default-scheduler``). See :meth:`ClusterSnapshot.charges_a_queue
     <cardquota.core.snapshot.ClusterSnapshot.charges_a_queue>`."""
     claims: tuple[ClaimRef, ...] = ()
     """The DRA claims ``spec.resourceClaims`` names (:func:`~cardquota.core.dra_claims.claim_refs`)."""
+
+    @property
+    def gate(self) -> GateState | None:
+        """Set while the pod carries cardquota's scheduling gate (only then: the other pods pay nothing for it)."""
+        standing = self.standing
+        return standing if isinstance(standing, GateState) else None
+
+    @property
+    def priority(self) -> int:
+        """``spec.priority``, 0 when unset (see :attr:`Standing.priority`)."""
+        standing = self.standing
+        return standing.priority if standing is not None else 0
+
+    @property
+    def admitted(self) -> str:
+        """When it was bound, "" when not yet (see :attr:`Standing.admitted`; a gated pod is not admitted)."""
+        standing = self.standing
+        return standing.admitted if isinstance(standing, Standing) else ""
 
     @property
     def meta(self) -> ObjectMeta:
@@ -324,10 +373,10 @@ class Pod(NamedTuple):
     @classmethod
     def of(cls, meta: ObjectMeta, node_name: str, phase: str, requests: Mapping[str, Fraction], *,
            shared: bool = False, deleting: bool = False, gate: GateState | None = None, scheduler: str = "",
-           claims: tuple[ClaimRef, ...] = ()) -> Pod:
-        """``shared``: the PodGroup key and the requests are taken from the views built before when equal (the
-        pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not kept (see
-        :attr:`uid`)."""
+           claims: tuple[ClaimRef, ...] = (), standing: Standing | None = None) -> Pod:
+        """``shared``: the PodGroup key, the requests and the standing are taken from the views built before when
+        equal (the pods of a job share them; see :func:`share`), and a bound pod's uid and resourceVersion are not
+        kept (see :attr:`uid`). A ``gate`` is held in place of the ``standing`` (it says the priority too)."""
         annotations = meta.annotations
         uid, resource_version = ("", "") if shared and node_name else (meta.uid, meta.resource_version)
         group_name = annotations.get(keys.GROUP_NAME)
@@ -338,6 +387,17 @@ class Pod(NamedTuple):
             if requests:
                 requests = share(_REQUESTS, tuple([(resource, amount.numerator, amount.denominator)
                                                      for resource, amount in requests.items()]), requests)
+        if gate is not None:
+            held: GateState | Standing | None = gate
+        elif standing is None or standing == NO_STANDING:
+            held = None
+        else:
+            held = standing
+            if shared:
+                priority = standing.priority
+                if not -5 <= priority <= 256:  # (ints outside these are not shared by Python itself)
+                    standing = Standing(share(_PRIORITIES, priority, priority), standing.admitted)
+                held = share(_STANDINGS, standing, standing)
         return tuple.__new__(cls, (  # (see the note above ObjectMeta)
             (meta.namespace, meta.name),
             node_name,
@@ -352,7 +412,7 @@ class Pod(NamedTuple):
             deleting,
             uid,
             resource_version,
-            gate,
+            held,
             scheduler,
             claims,
         ))
@@ -375,11 +435,13 @@ class Pod(NamedTuple):
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, cached: bool = False) -> Pod:
         """The pod's view. ``cached``: the view the ledger keeps for as long as the pod lives (validated the same
-        way): labels dropped, annotations cut to :data:`CACHED_POD_ANNOTATIONS`, repeated strings (namespace, node,
-        phase, card name, PodGroup, queue) shared, so that a held pod keeps little beyond what is its own."""
+        way): labels cut to :data:`CACHED_POD_LABELS`, annotations to :data:`CACHED_POD_ANNOTATIONS`, repeated
+        strings (namespace, node, phase, card name, PodGroup, queue) shared, so that a held pod keeps little beyond
+        what is its own."""
         if cached and len(_STRINGS) >= MAX_SHARED:
             _STRINGS.clear()
-        meta = read_meta(manifest, namespaced=True, kept_annotations=CACHED_POD_ANNOTATIONS if cached else None)
+        meta = (read_meta(manifest, namespaced=True, kept_annotations=CACHED_POD_ANNOTATIONS,
+                          kept_labels=CACHED_POD_LABELS) if cached else read_meta(manifest, namespaced=True))
         spec = _mapping(manifest.get("spec"), "spec")
         status = _mapping(manifest.get("status"), "status")
         node_name = _optional_string(spec.get("nodeName"), "spec.nodeName")
@@ -393,23 +455,30 @@ class Pod(NamedTuple):
         if cached:
             scheduler = _intern(scheduler, scheduler)
         claims = claim_refs(spec, status) if spec.get("resourceClaims") else ()
+        standing = None
+        if gate is None:
+            standing = Standing(pod_priority(spec), bound_at(status) if node_name else "")
         return cls.of(meta, node_name, phase, effective_requests(spec, "spec"), shared=cached, deleting=deleting,
-                      gate=gate, scheduler=scheduler, claims=claims)
+                      gate=gate, scheduler=scheduler, claims=claims, standing=standing)
 
     def cached(self) -> Pod:
         """This view as the ledger keeps it (see :meth:`from_manifest`): itself when it already is."""
         annotations = self.annotations
-        if (not self.labels and all(name in CACHED_POD_ANNOTATIONS for name in annotations)
+        labels = self.labels
+        if (all(name in CACHED_POD_LABELS for name in labels) and all(name in CACHED_POD_ANNOTATIONS
+                                                                      for name in annotations)
                 and not (self.node_name and (self.uid or self.resource_version))):
             return self
         meta = self.meta
         if len(_STRINGS) >= MAX_SHARED:
             _STRINGS.clear()
         meta = ObjectMeta(_intern(meta.kind, meta.kind), meta.name, _intern(meta.namespace, meta.namespace),
-                          NO_STRINGS, _kept(annotations, CACHED_POD_ANNOTATIONS), meta.uid, meta.resource_version)
+                          _kept(labels, CACHED_POD_LABELS), _kept(annotations, CACHED_POD_ANNOTATIONS), meta.uid,
+                          meta.resource_version)
         return Pod.of(meta, _intern(self.node_name, self.node_name), _intern(self.phase, self.phase), self.requests,
                       shared=True, deleting=self.deleting, gate=self.gate,
-                      scheduler=_intern(self.scheduler, self.scheduler), claims=self.claims)
+                      scheduler=_intern(self.scheduler, self.scheduler), claims=self.claims,
+                      standing=self.standing if isinstance(self.standing, Standing) else None)
 
 
 def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:
@@ -420,11 +489,39 @@ def gate_state(spec: Mapping[str, Any], metadata: object) -> GateState | None:
         names.append(_optional_string(name, f"spec.schedulingGates[{index}].name"))
     if keys.CARD_GATE not in names:
         return None
+    return GateState(tuple(names), pod_priority(spec), creation_time(metadata))
+
+
+def creation_time(metadata: object) -> str:
+    """``metadata.creationTimestamp`` as written, "" when it is not a string (read leniently: the API server sets
+    it)."""
+    created = metadata.get("creationTimestamp") if isinstance(metadata, MAPPING_TYPES) else None
+    return created if isinstance(created, str) else ""
+
+
+def pod_priority(spec: Mapping[str, Any]) -> int:
+    """``spec.priority``, 0 when unset; an :class:`InputError` when it is not an integer."""
     priority = spec.get("priority")
     if priority is not None and (type(priority) is not int):
         raise InputError(f"must be an integer, not {type_name(priority)}", where="spec.priority")
-    created = metadata.get("creationTimestamp") if isinstance(metadata, MAPPING_TYPES) else None
-    return GateState(tuple(names), priority or 0, created if isinstance(created, str) else "")
+    return priority or 0
+
+
+POD_SCHEDULED = "PodScheduled"
+
+
+def bound_at(status: Mapping[str, Any]) -> str:
+    """When the pod was bound, as :attr:`Standing.admitted` says: its ``PodScheduled`` condition's
+    ``lastTransitionTime`` once ``True``; "" when there is none (read leniently: the API server writes the
+    conditions, and no rule refuses a pod for them)."""
+    conditions = status.get("conditions")
+    if type(conditions) is not list:
+        return ""
+    for condition in conditions:
+        if type(condition) is dict and condition.get("type") == POD_SCHEDULED and condition.get("status") == "True":
+            time = condition.get("lastTransitionTime")
+            return time if type(time) is str else ""
+    return ""
 
 
 MAX_SHARED = 1 << 16
@@ -439,6 +536,8 @@ _intern = _STRINGS.setdefault
 _GROUP_KEYS: dict[ObjectKey, ObjectKey] = {}
 _ANNOTATIONS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
 _REQUESTS: dict[tuple[tuple[str, int, int], ...], Mapping[str, Fraction]] = {}
+_STANDINGS: dict[Standing, Standing] = {}
+_PRIORITIES: dict[int, int] = {}
 
 Shared = TypeVar("Shared")
 
@@ -463,7 +562,8 @@ def forget_shared(*tables: dict[Any, Any]) -> None:
     """Empty the tables of shared values (these and the views' own), as a full build does before it starts: what
     they held for views of a former list no longer costs memory, and the build's views share only among
     themselves (so that what a build keeps is all counted as its own)."""
-    every: tuple[dict[Any, Any], ...] = (_STRINGS, _GROUP_KEYS, _ANNOTATIONS, _REQUESTS, *tables)
+    every: tuple[dict[Any, Any], ...] = (_STRINGS, _GROUP_KEYS, _ANNOTATIONS, _REQUESTS, _STANDINGS, _PRIORITIES,
+                                         *tables)
     for table in every:
         table.clear()
 

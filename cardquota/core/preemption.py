@@ -96,6 +96,19 @@ def unit_preemptable(pods: Iterable[Pod]) -> bool:
     return all(pod_preemptable(pod) for pod in pods)
 
 
+def unit_admitted(pods: Iterable[Pod], now: str) -> str:
+    """When a unit (a PodGroup's pods, or one pod) was admitted, for :attr:`Admitted.admitted`: the latest binding
+    time of its pods (:attr:`~cardquota.core.objects.Pod.admitted`), or ``now`` (RFC 3339, an input: the core reads
+    no clock) when one of them is past the gate and not bound yet: being placed, it is the most recently admitted
+    there is (the ledger keeps no time of lifts)."""
+    latest = ""
+    for pod in pods:
+        if not pod.admitted:
+            return now
+        latest = max(latest, pod.admitted)
+    return latest
+
+
 @dataclass(frozen=True)
 class CardAsk:
     """One pod's ask, as the gate judges it: its ``volcano.sh/card.name`` (``A|B``: alternatives in order) and the
@@ -132,7 +145,8 @@ class Admitted:
     created: str
     """When it was queued (RFC 3339): compared with the preemptor's under ``LowerOrNewerEqualPriority``."""
     admitted: str
-    """When it went through the gate (RFC 3339): the most recent is evicted first."""
+    """When it went through the gate (RFC 3339): the most recent is evicted first. From held pods:
+    :func:`unit_admitted`."""
     cards: Mapping[str, int]
     """Cards held per card name as the ledger holds them (an unnarrowed ``A|B`` counts against each)."""
     preemptable: bool = True

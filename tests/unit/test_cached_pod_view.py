@@ -1,5 +1,5 @@
-"""What the ledger keeps of a pod (issue 20, bounded memory): the annotations its rules read from a held pod, no
-labels, and everything else a view says; the incoming object's own view is left whole for the policies."""
+"""What the ledger keeps of a pod (issue 20, bounded memory): the annotations and labels its rules read from a held
+pod, and everything else a view says; the incoming object's own view is left whole for the policies."""
 
 from __future__ import annotations
 
@@ -12,18 +12,20 @@ from builders import container, gpu_node, pod, podgroup, queue
 from cardquota.core import keys
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
-from cardquota.core.objects import CACHED_POD_ANNOTATIONS, Pod
+from cardquota.core.objects import CACHED_POD_ANNOTATIONS, CACHED_POD_LABELS, Pod
 
 A100 = "NVIDIA-A100"
 READ = {keys.CARD_NAME: A100, keys.GROUP_NAME: "g", keys.QUEUE_NAME: "q",
-        keys.SCORING_STRATEGY_ANNOTATION: keys.LEAST_ALLOCATED}
+        keys.SCORING_STRATEGY_ANNOTATION: keys.LEAST_ALLOCATED, keys.PREEMPTABLE: "false"}
+READ_LABELS = {keys.PREEMPTABLE: "true"}
+UNREAD_LABELS = {"app": "train", "volcano.sh/queue-name": "q"}
 UNREAD = {"volcano.sh/job-name": "train", "volcano.sh/task-index": "3", "kubectl.kubernetes.io/restartedAt": "x"}
 
 
 def labelled_pod(name: str = "p", annotations: dict[str, str] | None = None) -> dict[str, Any]:
     kept = READ if annotations is None else annotations
     manifest: dict[str, Any] = pod(name, node_name="a100-1", gpus=2, annotations={**UNREAD, **kept})
-    manifest["metadata"]["labels"] = {"app": "train", "volcano.sh/queue-name": "q"}
+    manifest["metadata"]["labels"] = {**UNREAD_LABELS, **READ_LABELS}
     return manifest
 
 
@@ -32,7 +34,7 @@ def held(ledger: Ledger, name: str = "p") -> Pod:
 
 
 @pytest.mark.parametrize("fed", ["built", "upserted", "upserted as a view"])
-def test_a_held_pod_keeps_the_annotations_rules_read_and_drops_the_rest(fed: str) -> None:
+def test_a_held_pod_keeps_the_annotations_and_labels_rules_read_and_drops_the_rest(fed: str) -> None:
     manifest = labelled_pod()
     cluster = [gpu_node("a100-1", A100, 8), queue("q", {A100: 8}), podgroup("g", queue="q", request={A100: 2})]
     if fed == "built":
@@ -46,7 +48,8 @@ def test_a_held_pod_keeps_the_annotations_rules_read_and_drops_the_rest(fed: str
     view = held(ledger)
     assert dict(view.meta.annotations) == READ
     assert set(CACHED_POD_ANNOTATIONS) == set(READ)
-    assert dict(view.meta.labels) == {}
+    assert dict(view.meta.labels) == READ_LABELS
+    assert set(CACHED_POD_LABELS) == set(READ_LABELS)
     whole = Pod.from_manifest(manifest)
     assert (view.meta.kind, view.meta.name, view.meta.namespace, view.key) == ("Pod", "p", "default", ("default", "p"))
     assert (view.node_name, view.phase, dict(view.requests)) == (whole.node_name, whole.phase, dict(whole.requests))
@@ -57,7 +60,7 @@ def test_a_held_pod_keeps_the_annotations_rules_read_and_drops_the_rest(fed: str
 def test_the_view_of_an_incoming_pod_keeps_all_its_labels_and_annotations() -> None:
     view = Pod.from_manifest(labelled_pod())
     assert dict(view.meta.annotations) == {**UNREAD, **READ}
-    assert dict(view.meta.labels) == {"app": "train", "volcano.sh/queue-name": "q"}
+    assert dict(view.meta.labels) == {**UNREAD_LABELS, **READ_LABELS}
 
 
 def test_a_pod_with_none_of_the_read_annotations_keeps_none() -> None:
