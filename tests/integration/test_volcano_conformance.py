@@ -25,7 +25,7 @@ from volcano_replay import EXTENDER, PODGROUPS, QUEUES, Placement, VolcanoReplay
 
 from cardquota.cli.doctor import target_of
 from cardquota.cli.main import KUBECTL_PROG, run
-from cardquota.cli.output import usage_json
+from cardquota.cli.output import preemption_policies, usage_json
 from cardquota.core import keys
 from cardquota.core.doctor import Status, check_queues
 from cardquota.core.events import podgroup_event
@@ -442,7 +442,8 @@ async def test_8_usage_counts_cpu_and_memory_as_the_extender_does(tmp_path: Path
     assert extender_config.capacity_card.card_unlimited_cpu_memory
     ledger = Ledger.build([document.manifest for document in load_paths([str(example)])])
     counted = usage_json(ledger.all_usage(
-        card_unlimited_cpu_memory=extender_config.capacity_card.card_unlimited_cpu_memory))
+        card_unlimited_cpu_memory=extender_config.capacity_card.card_unlimited_cpu_memory),
+        preemption_policies(ledger.snapshot))
     assert json.loads(out.getvalue()) == counted
 
 
