@@ -110,10 +110,11 @@ PLACEMENT = f"{GPU_INDEX_PREFIX}main"
 """The mGPU placement of the builders' container ``main``: the extender's to write once the pod is bound."""
 _ANNOTATION_KEYS = ["volcano.sh/card.request", "volcano.sh/card.quota", "volcano.sh/card.name",
                     "volcano.sh/crossquota-scoring-strategy", "vke.volcengine.com/container-multiple-gpu",
-                    "volcano.sh/card.usage", "team", "scheduling.k8s.io/group-name", PLACEMENT]
+                    "volcano.sh/card.usage", "team", "scheduling.k8s.io/group-name", PLACEMENT,
+                    "cardquota.io/preemption"]
 _ANNOTATION_VALUES = [json.dumps({A100: 2}), json.dumps({A100: 100}), json.dumps({"NVIDIA-X": 1}),
                       json.dumps({f"{A100}|{H100}": 3}), '{"NVIDIA-A100": 2, "NVIDIA-H100": 1}', A100,
-                      f"{A100}|{H100}", "bogus", "most-allocated", "1", ""]
+                      f"{A100}|{H100}", "bogus", "most-allocated", "1", "", "LowerPriority"]
 annotations = st.dictionaries(st.sampled_from(_ANNOTATION_KEYS), st.sampled_from(_ANNOTATION_VALUES), max_size=3)
 resources = st.dictionaries(
     st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "vke.volcengine.com/mgpu-core",

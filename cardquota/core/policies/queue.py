@@ -44,7 +44,7 @@ from cardquota.core.quota import CardAmounts, card_alternatives, card_quota, car
 from cardquota.core.scheduling.capacity_card import CARD_UNLIMITED_CPU_MEMORY
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.verdict import PatchOperation, Verdict, decide, set_annotation
-from cardquota.core.violations import FieldPath, Violation, invalid, merge_violations, shown
+from cardquota.core.violations import FieldPath, Reason, Violation, invalid, merge_violations, shown
 
 ROOT_QUEUE = "root"
 """Volcano's implicit top of the queue hierarchy."""
@@ -72,28 +72,35 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
-    warnings.extend(_preemption_warnings(queue))
+    preemption_violations, preemption_warnings = _preemption_findings(queue, old)
+    violations.extend(preemption_violations)
+    warnings.extend(preemption_warnings)
     return decide(violations, warnings, _canonical_quota_patch(manifest, old, queue, quota))
 
 
 PREEMPTION_PATH = FieldPath.of("metadata", "annotations").key(keys.PREEMPTION)
 
 
-def _preemption_warnings(queue: Queue) -> list[str]:
-    """What the queue's preemption policy does: nothing yet (the gate admits waiting card work first come, first
-    served), said for a policy other than ``Never``, and for a value that is no policy (warned, not refused: the
-    webhooks' conditions do not send a change of this annotation alone, so a refusal would not be applied alike)."""
+def _preemption_findings(queue: Queue, old: Manifest | None) -> tuple[list[Violation], list[str]]:
+    """The queue's preemption policy: a value that is no policy is refused when written (warned about when an update
+    leaves it as it was); a policy other than ``Never`` is said to be not acted on yet (the gate admits waiting card
+    work first come, first served until it is)."""
     if keys.PREEMPTION not in queue.meta.annotations:
-        return []
+        return [], []
     policy, error = preemption_policy(queue.meta.annotations)
     if error:
         value = queue.meta.annotations[keys.PREEMPTION]
-        return [f"{PREEMPTION_PATH}: {shown(value)} is not a preemption policy: write one of "
-                f"{', '.join(choice.value for choice in PreemptionPolicy)}"]
+        message = (f"{shown(value)} is not a preemption policy: write one of "
+                   f"{', '.join(choice.value for choice in PreemptionPolicy)}")
+        metadata = old.get("metadata") if isinstance(old, MAPPING_TYPES) else None
+        before = metadata.get("annotations") if isinstance(metadata, MAPPING_TYPES) else None
+        if isinstance(before, MAPPING_TYPES) and before.get(keys.PREEMPTION) == value:
+            return [], [f"{PREEMPTION_PATH}: {message}"]
+        return [Violation(str(PREEMPTION_PATH), message, Reason.NOT_SUPPORTED)], []
     if policy is PreemptionPolicy.NEVER:
-        return []
-    return [f"{PREEMPTION_PATH}: {policy.value} is not acted on yet: waiting card work in queue "
-            f"{shown(queue.name)} is admitted first come, first served, and nothing is preempted"]
+        return [], []
+    return [], [f"{PREEMPTION_PATH}: {policy.value} is not acted on yet: waiting card work in queue "
+                f"{shown(queue.name)} is admitted first come, first served, and nothing is preempted"]
 
 
 def _no_cpu_memory_warnings(queue: Queue, values: Mapping[str, int], snapshot: ClusterSnapshot) -> list[str]:

@@ -617,20 +617,33 @@ def test_a_queue_capability_that_is_not_a_quantity_is_refused_as_the_api_server_
     assert check(team, cluster()).allowed
 
 
+NOT_A_POLICY = "lowerpriority is not a preemption policy: write one of Never, LowerPriority, LowerOrNewerEqualPriority"
+
+
 @pytest.mark.parametrize(("value", "said"), [
     ("LowerPriority", "LowerPriority is not acted on yet: waiting card work in queue team-a is admitted first come, "
                       "first served, and nothing is preempted"),
-    ("lowerpriority", "lowerpriority is not a preemption policy: write one of Never, LowerPriority, "
-                      "LowerOrNewerEqualPriority"),
     ("Never", None),
 ])
 def test_a_queues_preemption_policy_is_said_to_be_not_acted_on_yet(value: str, said: str | None) -> None:
     """cardquota.io/preemption is read (core/preemption.py) but the gate does not preempt yet: a policy other than
-    Never is told so, a value that is no policy is named with the choices; neither is refused (the conditions do
-    not send a change of this annotation alone, so a refusal would not hold alike)."""
+    Never is told so."""
     manifest = queue("team-a", {"NVIDIA-A100": 2})
     manifest["metadata"]["annotations"]["cardquota.io/preemption"] = value
     verdict = admit(manifest, None, ClusterSnapshot(), PolicyConfig())
     assert verdict.allowed
     mentions = [warning for warning in verdict.warnings if "cardquota.io/preemption" in warning]
     assert mentions == ([] if said is None else [f'metadata.annotations["cardquota.io/preemption"]: {said}'])
+
+
+def test_a_preemption_value_that_is_no_policy_is_refused_when_written_and_warned_when_kept() -> None:
+    """Case matters, as in Kueue's enum: the choices are named. A Queue stored with such a value before is not
+    refused on updates that leave it as it was."""
+    manifest = queue("team-a", {"NVIDIA-A100": 2})
+    manifest["metadata"]["annotations"]["cardquota.io/preemption"] = "lowerpriority"
+    created = admit(manifest, None, ClusterSnapshot(), PolicyConfig())
+    assert [(violation.path, violation.message, violation.reason) for violation in created.violations] == [
+        ('metadata.annotations["cardquota.io/preemption"]', NOT_A_POLICY, Reason.NOT_SUPPORTED)]
+    kept = admit(manifest, manifest, ClusterSnapshot(), PolicyConfig())
+    assert kept.allowed
+    assert f'metadata.annotations["cardquota.io/preemption"]: {NOT_A_POLICY}' in kept.warnings
