@@ -29,6 +29,20 @@ def memory_mib() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def raise_open_files(wanted: int) -> None:
+    """Raise this process's open-file limit to ``wanted`` (the test is skipped when the hard limit is lower): tests
+    holding thousands of connections, each an open file on both sides."""
+    import resource
+
+    import pytest
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"{wanted} open files needed (hard limit {hard})")
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
 def maximal_update(limit: int) -> bytes:
     """An UPDATE review of ``limit`` bytes at most (and within 64 KiB of it) whose object and oldObject are card
     pods of as many JSON objects as fit: the most Python objects a body of that size decodes into."""

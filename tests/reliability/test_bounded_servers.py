@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import resource
 import socket
 import ssl
 import time
@@ -22,7 +21,7 @@ import pytest
 from admission_reviews import A100, CLUSTER, client_context, review
 from aiohttp import web
 from builders import pod
-from served_process import ServedProcess, maximal_update, served
+from served_process import ServedProcess, maximal_update, raise_open_files, served
 
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.scheduling.extender import Extender
@@ -272,14 +271,6 @@ async def test_a_reloaded_certificate_is_served_through_the_bounded_tls_protocol
         await runner.cleanup()
 
 
-def _raise_open_files(wanted: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < wanted:
-        pytest.skip(f"{wanted} open files needed (hard limit {hard})")
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
 async def _hold_idle(process: ServedProcess, count: int) -> list[asyncio.StreamWriter]:
     context = ssl.create_default_context(cadata=process.ca_pem.decode())
     writers: list[asyncio.StreamWriter] = []
@@ -294,7 +285,7 @@ async def _hold_idle(process: ServedProcess, count: int) -> list[asyncio.StreamW
 def test_two_thousand_idle_tls_connections_keep_the_server_small_and_reviews_answered() -> None:
     """Before: ~290 KiB each (asyncio's 256 KiB TLS receive buffer; tracemalloc), 2,000 of them over 500 MiB, and
     still held by the C heap after they closed. The connections stay for the whole test (a long idle timeout)."""
-    _raise_open_files(2 * IDLE_CONNECTIONS + 256)
+    raise_open_files(2 * IDLE_CONNECTIONS + 256)
     with served(ServerLimits(idle_timeout=600)) as process:
         baseline, _ = process.memory()
 
@@ -361,6 +352,23 @@ async def _trickle(webhook: Webhook, declared: int) -> tuple[asyncio.StreamReade
     return reader, writer
 
 
+async def _answer_while_sending(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int,
+                                every: float) -> tuple[int, dict[str, Any]]:
+    """The answer to a request whose body goes on arriving, ``size`` bytes every ``every`` seconds, until then."""
+    async def send() -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError, RuntimeError):
+            while True:
+                await asyncio.sleep(every)
+                writer.write(b" " * size)
+                await writer.drain()
+
+    sending = asyncio.create_task(send())
+    try:
+        return await _status_and_body(reader)
+    finally:
+        sending.cancel()
+
+
 async def _answered_408_and_closed(reader: asyncio.StreamReader) -> None:
     status, answer = await _status_and_body(reader)
     assert status == 408
@@ -385,17 +393,7 @@ async def test_a_body_arriving_below_the_rate_floor_is_answered_408_after_the_fi
     passed, not after BODY_SECONDS (10 s). Before: it held its connection, and a large-body slot, for 10 s."""
     reader, writer = await _trickle(webhook, 2**20)
     began = time.monotonic()
-
-    async def trickle() -> None:
-        with contextlib.suppress(ConnectionError, ssl.SSLError, RuntimeError):
-            while True:
-                await asyncio.sleep(0.05)
-                writer.write(b" " * 1024)
-                await writer.drain()
-
-    sending = asyncio.create_task(trickle())
-    status, answer = await _status_and_body(reader)
-    sending.cancel()
+    status, answer = await _answer_while_sending(reader, writer, 1024, 0.05)
     assert status == 408
     assert "did not arrive at 64 KiB/s" in answer["error"]
     assert time.monotonic() - began < serving_module.BODY_SECONDS  # (the guard, not a measure)
@@ -714,17 +712,7 @@ async def test_a_body_must_arrive_whole_at_the_rate_of_the_room_it_holds(webhook
     room 10 s for 640 KiB sent)."""
     monkeypatch.setattr(serving_module, "ROOM_RATE", 256 * 2**10)
     reader, writer = await _trickle(webhook, 512 * 2**10)
-
-    async def send() -> None:
-        with contextlib.suppress(ConnectionError, ssl.SSLError, RuntimeError):
-            while True:
-                await asyncio.sleep(0.1)
-                writer.write(b" " * 10 * 2**10)
-                await writer.drain()
-
-    sending = asyncio.create_task(send())
-    status, answer = await _status_and_body(reader)
-    sending.cancel()
+    status, answer = await _answer_while_sending(reader, writer, 10 * 2**10, 0.1)
     assert status == 408
     assert "did not arrive whole within 3 s" in answer["error"]
     writer.close()

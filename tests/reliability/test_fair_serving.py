@@ -14,7 +14,7 @@ import time
 
 import pytest
 from fair_attacks import API_SERVER, ATTACKS, attacking, send_reviews
-from served_process import served
+from served_process import raise_open_files, served
 
 from cardquota.runtime.limits import ServerLimits
 
@@ -24,18 +24,9 @@ RETURN_MIB = 64
 RETURN_SECONDS = 30.0
 
 
-def _raise_open_files(wanted: int) -> None:
-    import resource
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < wanted:
-        pytest.skip(f"{wanted} open files needed (hard limit {hard})")
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_the_api_servers_reviews_are_answered_and_memory_stays_bounded_under_attack(attack: str) -> None:
-    _raise_open_files(4096)
+    raise_open_files(4096)
     with served(ServerLimits(trusted_networks=(f"{API_SERVER}/32",))) as process:
         idle, _ = process.memory()
         with attacking(attack, process.port, process.ca_pem, ATTACK_SECONDS):
