@@ -66,7 +66,7 @@ import weakref
 from asyncio import sslproto
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -660,7 +660,7 @@ class BodyBudget:
     and the most one body may have."""
 
     max_body: int
-    shares: FairShares = field(default_factory=lambda: FairShares(2**62, 2**62))
+    shares: FairShares
 
 
 @contextlib.asynccontextmanager
