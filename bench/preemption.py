@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timing import timed
 
-from cardquota.core.gate import CardRoom
+from cardquota.core.card_room import CardRoom
 from cardquota.core.ledger import Ledger
 from cardquota.core.preemption import (
     Admitted,

@@ -56,8 +56,10 @@ def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str |
 
 
 def podgroup(name: str, *, namespace: str = "default", queue: str | None = "default", phase: str = "Inqueue",
-             request: dict[str, int] | str | None = None, min_member: int = 1) -> Manifest:
+             request: dict[str, int] | str | None = None, min_member: int = 1, created: str | None = None) -> Manifest:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if created is not None:
+        metadata["creationTimestamp"] = created
     if request is not None:
         metadata["annotations"] = {
             "volcano.sh/card.request": request if isinstance(request, str) else json.dumps(request)

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cardquota.core import keys
+from cardquota.core.card_room import CardRoom, named
 from cardquota.core.dra_claims import (
     DeviceAmounts,
     DraShortage,
@@ -58,9 +59,9 @@ from cardquota.core.dra_claims import (
 )
 from cardquota.core.dra_quota import Quotas
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.ledger import Ledger
+from cardquota.core.ledger import HeldUnit, Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod
-from cardquota.core.quota import card_alternatives
+from cardquota.core.preemption import CardAsk, Preemption, Preemptor, RoundPreemption
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import Bucket, pod_charge
 from cardquota.core.verdict import PatchOperation, pointer
@@ -91,6 +92,9 @@ class Lift:
     """Its gates now (the patch tests them: a pod changed meanwhile is judged again, not patched)."""
     devices: DeviceAmounts = field(default_factory=dict, compare=False)
     """What its DRA claims ask, per DeviceClass (empty for a pod without claims): counted while in flight."""
+    by_preemption: bool = False
+    """Its unit preempted others to go through: the lift marks it (:data:`~cardquota.core.keys.ADMITTED_BY_PREEMPTION`)
+    so no unit of equal priority displaces it."""
 
     @property
     def narrows(self) -> bool:
@@ -117,6 +121,9 @@ class Lift:
                 PatchOperation(op="add", path=pointer("metadata", "annotations", keys.CARD_NAME_REQUESTED),
                                value=self.card_name),
             ]
+        if self.by_preemption:  # (a card pod: its annotations hold its card.name)
+            operations.append(PatchOperation(op="add", path=pointer("metadata", "annotations",
+                                                                    keys.ADMITTED_BY_PREEMPTION), value="true"))
         return operations
 
 
@@ -134,6 +141,8 @@ class Wait:
 class GateRound:
     lifts: list[Lift] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    """The units left at the gate that displace admitted ones (their victims to evict now), in the gate's order."""
 
     def sentences(self) -> dict[tuple[str, str, str], str]:
         """Why each object waits, by (kind, namespace, name): every pod of a unit left at the gate, and the PodGroup
@@ -160,6 +169,8 @@ class _Unit:
     """For a gang not all of whose pods exist: (pods that do, its minMember)."""
     cards: dict[ObjectKey, int] = field(default_factory=dict)
     """Per pod, the cards it waits for (its charge in the ledger)."""
+    elastic: bool = False
+    """A pod of a group beyond its gang (its minMember): it goes through when there is room, and displaces nothing."""
 
 
 def gate_operations(manifest: Manifest) -> list[PatchOperation]:
@@ -188,93 +199,6 @@ def needs_gate(pod: Pod, snapshot: ClusterSnapshot) -> bool:
         if charge is not None and charge.bucket is Bucket.PENDING:
             return True
     return bool(pod.claims) and snapshot.sets_dra_capability()
-
-
-@dataclass(frozen=True)
-class Shortage:
-    """Why ``amount`` more ``card`` do not fit ``queue``: ``where`` (the queue itself or the first ancestor of its
-    chain without room) has ``free`` of its ``limit`` free."""
-
-    queue: str
-    where: str
-    card: str
-    free: int
-    limit: int
-
-    @property
-    def parent_bound(self) -> bool:
-        """Whether an ancestor's card quota binds, not the queue's own."""
-        return self.where != self.queue
-
-    def sentence(self) -> str:
-        return f"{_named(self.queue, self.where)} has {self.free} of {self.limit} {self.card} free"
-
-
-class CardRoom:
-    """Cards held per (queue, card type), over each queue's subtree, with the limits that apply to them: the one
-    rule of what fits a queue and every ancestor (:meth:`short`), for the gate and for choosing preemption victims
-    (:mod:`cardquota.core.preemption`)."""
-
-    def __init__(self, snapshot: ClusterSnapshot, held: Mapping[str, Mapping[str, int]]) -> None:
-        self.snapshot = snapshot
-        self.chains: dict[str, list[str]] = {}
-        self.subtree: dict[str, dict[str, int]] = {}
-        for queue, cards in held.items():
-            for name, amount in cards.items():
-                self.hold(queue, name, amount)
-
-    def hold(self, queue: str, name: str, amount: int) -> None:
-        """Count ``amount`` cards held under card name ``name`` as written (negative: released): an ``A|B`` past
-        the gate unnarrowed is counted against every alternative."""
-        for card in card_alternatives(name):
-            self.take(queue, card, amount)
-
-    def chain(self, queue: str) -> list[str]:
-        found = self.chains.get(queue)
-        if found is None:
-            found = self.chains[queue] = self.snapshot.ancestry(queue)
-        return found
-
-    def limit(self, queue: str, card: str, own: bool) -> int | None:
-        record = self.snapshot.queues.get(queue)
-        if own:
-            return record.quota.values.get(card, 0) if record is not None else 0
-        if record is None or not record.quota.present:
-            return None
-        return record.quota.values.get(card, 0)
-
-    def take(self, queue: str, card: str, amount: int) -> None:
-        for member in self.chain(queue):
-            cards = self.subtree.setdefault(member, {})
-            cards[card] = cards.get(card, 0) + amount
-
-    def short(self, queue: str, card: str, amount: int) -> Shortage | None:
-        """Why ``amount`` more do not fit: the first queue of the chain without room for them; None if all have."""
-        for index, member in enumerate(self.chain(queue)):
-            limit = self.limit(member, card, own=index == 0)
-            if limit is None:
-                continue
-            used = self.subtree.get(member, {}).get(card, 0)
-            if used + amount > limit:
-                return Shortage(queue, member, card, max(0, limit - used), limit)
-        return None
-
-    def choose(self, queue: str, card_name: str, amount: int, free: Mapping[str, int]
-               ) -> tuple[str | None, Shortage | None]:
-        """The card type a pod naming ``card_name`` (``A|B``: alternatives in order) and waiting for ``amount``
-        cards is let through for: the first alternative that fits, preferring one ``free`` (cards the nodes offer)
-        has room for; else None and the first alternative's shortage. Nothing is taken."""
-        fitting = []
-        first: Shortage | None = None
-        for card in card_alternatives(card_name):
-            short = self.short(queue, card, amount)
-            if short is None:
-                fitting.append(card)
-            elif first is None:
-                first = short
-        if not fitting:
-            return None, first
-        return next((card for card in fitting if free.get(card, 0) >= amount), fitting[0]), None
 
 
 class _DraRoom:
@@ -362,12 +286,16 @@ def _dra_state(ledger: Ledger, flying: Mapping[ObjectKey, Lift], readable: bool
 
 def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
                head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO,
-               only: Collection[ObjectKey] | None = None, *, dra_readable: bool = True) -> GateRound:
-    """Which gated pods to let through now, and why the others wait (see the module rules). ``ledger``: a
-    :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not yet seen back from the watch;
-    ``only``: judge only the units with a pod among these (the others neither go through nor count as ahead: a
-    simulation judging one workload at a time, in its own order); ``dra_readable``: the DRA claims have been read
-    (else a pod that needs them waits)."""
+               only: Collection[ObjectKey] | None = None, *, dra_readable: bool = True,
+               evicting: Collection[HeldUnit] = (), refused: Collection[HeldUnit] = (),
+               preempting: Collection[ObjectKey] = ()) -> GateRound:
+    """Which gated pods to let through now, which admitted units to evict for them, and why the others wait (see
+    the module rules). ``ledger``: a :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not
+    yet seen back from the watch; ``only``: judge only the units with a pod among these (the others neither go
+    through nor count as ahead: a simulation judging one workload at a time, in its own order); ``dra_readable``:
+    the DRA claims have been read (else a pod that needs them waits); ``evicting``: units whose eviction is under
+    way and that the watch still shows holding cards; ``refused``: units whose eviction a PodDisruptionBudget
+    refused a moment ago; ``preempting``: pods of units that preempted others (their lifts mark them)."""
     snapshot = ledger.snapshot
     flying = {lift.pod: lift for lift in in_flight}
     gated: Mapping[str, set[ObjectKey]] = ledger.gated_pods()
@@ -381,6 +309,7 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
             room.take(lift.queue, lift.card_type, lift.cards)
     free = _free_cards(snapshot, held, flying.values())
     units = _units(ledger, snapshot, gated, flying)
+    preemption = RoundPreemption(ledger, room, evicting, refused)
     result = GateRound()
     blocked: dict[str, str] = {}
     failed_groups: set[ObjectKey] = set()
@@ -397,9 +326,16 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
         if queue in blocked:
             result.waits.append(Wait(keys_, unit.group, queue, blocked[queue]))
             continue
-        lifts, short = _fit(unit, room, free, dra)
+        lifts, short, card_short = _fit(unit, room, free, dra, preempting)
         if lifts is None:
             reason = f"waiting at the card-quota gate: {short}; {_pods(before)} ahead"
+            if card_short and not unit.elastic:
+                outcome = preemption.consider(_preemptor(unit, snapshot), keys_, unit.group)
+                if isinstance(outcome, Preemption):
+                    result.preemptions.append(outcome)
+                    reason += f"; {outcome.sentence()}"
+                elif outcome is not None:
+                    reason += f"; not preempting: {outcome.message}"
             result.waits.append(Wait(keys_, unit.group, queue, reason))
             if unit.group is not None:
                 failed_groups.add(unit.group)
@@ -408,6 +344,16 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
             continue
         result.lifts.extend(lifts)
     return result
+
+
+def _preemptor(unit: _Unit, snapshot: ClusterSnapshot) -> Preemptor:
+    """A unit left at the gate as preemption weighs it: queued when its PodGroup was created (as the units it may
+    displace are), else when its first pod was."""
+    group = snapshot.podgroups.get(unit.group) if unit.group is not None else None
+    name = _unit_name(unit).split(" ", 1)[1]
+    asks = tuple(CardAsk(pod.card_name or "", unit.cards[pod.key]) for pod in unit.pods)
+    return Preemptor(name, unit.queue, unit.priority, (group.created if group is not None else "") or unit.created,
+                     asks)
 
 
 def _pods(count: int) -> str:
@@ -466,7 +412,7 @@ def _units(ledger: Ledger, snapshot: ClusterSnapshot, gated: Mapping[str, set[Ob
             continue
         if need:
             units.append(_unit(queue, pods[:need], group_key))
-        units.extend(_unit(queue, [pod], group_key, after_gang=need > 0) for pod in pods[need:])
+        units.extend(_unit(queue, [pod], group_key, after_gang=need > 0, elastic=True) for pod in pods[need:])
     for unit in units:
         for pod in unit.pods:  # (every gated pod the ledger indexes has a pending charge)
             charge = ledger.pod_charge(pod.key)
@@ -482,19 +428,20 @@ def _pod_order(pod: Pod) -> tuple[int, str, ObjectKey]:
 
 
 def _unit(queue: str, pods: Sequence[Pod], group: ObjectKey | None, *, after_gang: bool = False,
-          incomplete: tuple[int, int] | None = None) -> _Unit:
+          incomplete: tuple[int, int] | None = None, elastic: bool = False) -> _Unit:
     gates = [pod.gate for pod in pods if pod.gate is not None]
     return _Unit(queue, list(pods), group, max(gate.priority for gate in gates), min(gate.created for gate in gates),
-                 after_gang, incomplete)
+                 after_gang, incomplete, elastic=elastic)
 
 
-def _fit(unit: _Unit, room: CardRoom, free: dict[str, int], dra: _DraRoom) -> tuple[list[Lift] | None, str]:
-    """The lifts of a unit whose pods all fit (the room, the free cards and the DRA room taken), else None and why
-    not."""
+def _fit(unit: _Unit, room: CardRoom, free: dict[str, int], dra: _DraRoom, preempting: Collection[ObjectKey]
+         ) -> tuple[list[Lift] | None, str, bool]:
+    """The lifts of a unit whose pods all fit (the room, the free cards and the DRA room taken), else None, why not,
+    and whether what it lacks is card quota (what preemption can free)."""
     if unit.incomplete is not None:
         exist, wanted = unit.incomplete
         return None, (f"{exist} of the {wanted} pods of its gang ({_unit_name(unit)}'s minMember) exist; "
-                      "the gang goes through together")
+                      "the gang goes through together"), False
     taken: list[tuple[str, int]] = []
     devices_taken: list[DeviceAmounts] = []
     lifts: list[Lift] = []
@@ -514,7 +461,7 @@ def _fit(unit: _Unit, room: CardRoom, free: dict[str, int], dra: _DraRoom) -> tu
             chosen, short = room.choose(unit.queue, card_name, amount, free)
             if chosen is None:
                 undo()
-                return None, short.sentence() if short is not None else ""
+                return None, short.sentence() if short is not None else "", True
             choice = chosen
             room.take(unit.queue, choice, amount)
             free[choice] = free.get(choice, 0) - amount
@@ -522,27 +469,23 @@ def _fit(unit: _Unit, room: CardRoom, free: dict[str, int], dra: _DraRoom) -> tu
         judged = bool(pod.claims) and dra.bounded(unit.queue)
         if judged and (unread := dra.unread(pod, unit.queue)):
             undo()
-            return None, unread
+            return None, unread, False
         request = dra.ledger.dra_asked(pod, unit.queue) if pod.claims else {}  # (counted in flight even unbounded)
         devices_short = dra.short(unit.queue, request) if judged else None
         if devices_short is not None:
             undo()
-            return None, _dra_shortage(unit.queue, devices_short)
+            return None, _dra_shortage(unit.queue, devices_short), False
         dra.take(unit.queue, request)
         devices_taken.append(request)
         assert pod.gate is not None
         lifts.append(Lift(pod.key, pod.uid, unit.queue, choice or card_name, amount, card_name, pod.gate.gates,
-                          request))
-    return lifts, ""
+                          request, by_preemption=pod.key in preempting))
+    return lifts, "", False
 
 
 def _dra_shortage(queue: str, short: DraShortage) -> str:
     if short.what == "devices":
         free = max(0, int(short.limit) - int(short.held)) if short.limit.isdigit() else 0
-        return f"{_named(queue, short.queue)} has {free} of {short.limit} {short.device_class} devices free"
-    return (f"{_named(queue, short.queue)} has too little {short.device_class} {short.what} quota: total would be "
+        return f"{named(queue, short.queue)} has {free} of {short.limit} {short.device_class} devices free"
+    return (f"{named(queue, short.queue)} has too little {short.device_class} {short.what} quota: total would be "
             f"{number(short.total)}, but capability is {short.limit}")
-
-
-def _named(queue: str, where: str) -> str:
-    return f"queue {queue}" if where == queue else f"queue {queue} (parent {where})"

@@ -77,7 +77,7 @@ CARD_NAME_REQUESTED = "cardquota.io/card-name-requested"
 """Pod annotation: the ``volcano.sh/card.name`` alternatives (``A|B``) as the pod was created with, kept when the
 gate is lifted and ``volcano.sh/card.name`` is narrowed to the alternative chosen."""
 
-# Priority and preemption inside a card quota (core/preemption.py decides; not acted on yet).
+# Priority and preemption inside a card quota (core/preemption.py decides; the gate keeper evicts).
 
 PREEMPTION = "cardquota.io/preemption"
 """Queue annotation: the queue's preemption policy (``Never``, the default; ``LowerPriority``;
@@ -85,10 +85,14 @@ PREEMPTION = "cardquota.io/preemption"
 PREEMPTABLE = "volcano.sh/preemptable"
 """Pod annotation, else label: whether Volcano may preempt the pod (``v1beta1.PodPreemptable``, read by
 ``api.GetPodPreemptable``); cardquota reads it the same way (:func:`cardquota.core.preemption.pod_preemptable`)."""
+ADMITTED_BY_PREEMPTION = "cardquota.io/admitted-by-preemption"
+"""Pod annotation (``"true"``) written by the gate's lift of a pod whose unit preempted others to go through: such a
+unit is never displaced by one of equal priority, so equals do not evict each other in
+turn."""
 
 
 CARD_KEYS = frozenset({CARD_QUOTA, CARD_REQUEST, CARD_NAME, CARD_ALLOCATED, CARD_INQUEUE, CARD_PENDING, CARD_USAGE,
-                       CARD_NAME_REQUESTED, PREEMPTION})
+                       CARD_NAME_REQUESTED, PREEMPTION, ADMITTED_BY_PREEMPTION})
 """Every ``volcano.sh/card.*`` and ``cardquota.io/*`` annotation key cardquota reads or writes (another one is a
 misspelling cardquota warns about: :func:`cardquota.core.policies.common.unknown_card_key_warnings`)."""
 CARD_KEY_PREFIXES = ("volcano.sh/card.", "cardquota.io/")

@@ -87,6 +87,10 @@ WAITING_PHASES = frozenset({"", "Pending"})
 BUILD_ORDER = (Kind.NAMESPACE, Kind.NODE, Kind.QUEUE, Kind.PODGROUP, Kind.POD)
 IndexKey = TypeVar("IndexKey", str, ObjectKey)
 AmountKey = TypeVar("AmountKey", str, Bucket, ObjectKey)
+PODGROUP = "PodGroup"
+POD = "Pod"
+HeldUnit = tuple[str, str, str]
+"""A unit holding cards, as (kind, namespace, name): a PodGroup, or a pod naming none."""
 KeySet = dict[ObjectKey, None]
 """A set of object keys kept as a dict's keys: per member about half a set's memory at the sizes of a job's pods
 and a node's (8 keys: 352 bytes vs 728; 20: 632 vs 2,264), the same O(1) add, remove and membership."""
@@ -296,6 +300,10 @@ class Ledger:
     as written: with the allocated bucket, what the queue holds for the gate (:meth:`held_cards`)."""
     _gated_by_queue: dict[str, set[ObjectKey]] = field(default_factory=dict)
     """Per queue, its card pods waiting at cardquota's gate."""
+    _held_units: dict[str, dict[HeldUnit, int]] = field(default_factory=dict)
+    """Per queue, the units holding its cards (a PodGroup, or a pod naming none), each with how many of its pods do
+    (bound, or past the gate): what preemption chooses victims among (:meth:`held_units`). Per PodGroup, not per
+    pod: a job's pods cost one entry."""
     _claiming_gated: KeySet = field(default_factory=dict)
     """The unbound pods naming DRA claims that carry cardquota's gate (what a round judges for the DRA quotas)."""
     _pods_by_claim: dict[ObjectKey, KeySet] = field(default_factory=dict)
@@ -768,6 +776,25 @@ class Ledger:
             held[name] = held.get(name, 0) + amount
         return held
 
+    def held_units(self, queue: str) -> dict[HeldUnit, list[Pod]]:
+        """The units holding ``queue``'s cards (a PodGroup, or a pod naming none) and their pods that do (bound, or
+        past the gate; not ended, not being deleted), from the watch alone: what preemption may evict
+        (:mod:`cardquota.core.preemption`). O(held pods of the queue)."""
+        units: dict[HeldUnit, list[Pod]] = {}
+        pods = self.snapshot.pods
+        for unit in self._held_units.get(queue, {}):
+            kind, namespace, name = unit
+            members = self._pods_by_group.get((namespace, name), {}) if kind == PODGROUP else ((namespace, name),)
+            held = []
+            for key in members:
+                charge = self._pod_charges.get(key)
+                pod = pods.get(key)
+                if charge is not None and pod is not None and charge.queue == queue and _holds(charge):
+                    held.append(pod)
+            if held:
+                units[unit] = held
+        return units
+
     def gated_pods(self) -> dict[str, set[ObjectKey]]:
         """Per queue, its card pods waiting at cardquota's gate (the sets are the ledger's own: read, not kept)."""
         return self._gated_by_queue
@@ -846,6 +873,17 @@ class Ledger:
                 self._add_pending(charge, sign)
         elif charge.group is not None:
             self._add_holdings(charge, sign)
+        if _holds(charge):
+            unit: HeldUnit = (PODGROUP, charge.group[0], charge.group[1]) if charge.group is not None else (
+                POD, key[0], key[1])
+            counts = self._held_units.setdefault(charge.queue, {})
+            count = counts.get(unit, 0) + sign
+            if count > 0:
+                counts[unit] = count
+            else:
+                counts.pop(unit, None)
+                if not counts:
+                    del self._held_units[charge.queue]
         if sign > 0 and charge.uses_cluster_resources:
             self._cluster_resource_dependents[key] = None
 
@@ -1089,6 +1127,11 @@ def _unindex(index: dict[IndexKey, KeySet], key: IndexKey, item: ObjectKey) -> N
         members.pop(item, None)
         if not members:
             del index[key]
+
+
+def _holds(charge: Charge) -> bool:
+    """Whether a pod's charge holds cards for the gate: bound, or unbound past the gate (:meth:`Ledger.held_cards`)."""
+    return charge.bucket is Bucket.ALLOCATED or (charge.bucket is Bucket.PENDING and not charge.gated)
 
 
 def _index_member(index: dict[str, set[ObjectKey]], key: str, item: ObjectKey, sign: int) -> None:

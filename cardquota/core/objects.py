@@ -232,6 +232,9 @@ class PodGroup:
     ``minAvailable`` pods), unreadable amounts left out; empty when unset."""
     min_member: int = 1
     """``spec.minMember``: the pods that must be placed together (the gang); at least 1."""
+    created: str = ""
+    """``metadata.creationTimestamp`` (RFC 3339 in UTC: sorts as time): when the job was queued, which preemption
+    under ``LowerOrNewerEqualPriority`` compares (:mod:`cardquota.core.preemption`)."""
 
     @property
     def key(self) -> ObjectKey:
@@ -248,6 +251,7 @@ class PodGroup:
             phase=_optional_string(status.get("phase"), "status.phase"),
             min_resources=readable_amounts(spec.get("minResources")),
             min_member=_min_member(spec.get("minMember")),
+            created=creation_time(manifest.get("metadata")),
         )
 
 
@@ -258,11 +262,11 @@ def _min_member(value: object) -> int:
 
 
 CACHED_POD_ANNOTATIONS = (keys.CARD_NAME, keys.GROUP_NAME, keys.QUEUE_NAME, keys.SCORING_STRATEGY_ANNOTATION,
-                          keys.PREEMPTABLE)
+                          keys.PREEMPTABLE, keys.ADMITTED_BY_PREEMPTION)
 """The pod annotations any rule reads from a pod the ledger holds (the card name, PodGroup and queue it is charged
 by; the crossquota scoring strategy the scheduling session scores it with; whether Volcano may preempt it,
-:func:`~cardquota.core.preemption.pod_preemptable`). A cached view keeps only these (the admission policies read
-the incoming object itself)."""
+:func:`~cardquota.core.preemption.pod_preemptable`; whether the gate admitted it by preempting others). A cached
+view keeps only these (the admission policies read the incoming object itself)."""
 CACHED_POD_LABELS = (keys.PREEMPTABLE,)
 """The pod labels any rule reads from a pod the ledger holds: ``volcano.sh/preemptable``, which Volcano reads from
 the labels when the annotations do not set it. A cached view keeps only this one (most pods: no labels at all)."""

@@ -1,4 +1,4 @@
-"""Choosing preemption victims inside a card quota: the pure decision, not wired yet.
+"""Choosing preemption victims inside a card quota: the pure decision the card-quota gate acts on.
 
 A queue's policy (:data:`~cardquota.core.keys.PREEMPTION` on the Queue, :class:`PreemptionPolicy`, ``Never`` by
 default) says whether a unit waiting at the gate for lack of card quota in its queue Q may displace workloads
@@ -17,7 +17,7 @@ admitted in Q. :func:`choose_victims` decides which, from inputs alone (no I/O, 
   the preemptor still fits without it (Kueue's ``classicalPreemptions`` and ``fillBackWorkloads`` in
   pkg/scheduler/preemption/preemption.go, v0.19.2): the set is minimal (dropping any victim leaves the preemptor
   unplaceable). All or nothing: when no set fits, no victim is named, with why.
-* **Fit** is the gate's own rule (:class:`~cardquota.core.gate.CardRoom`): the preemptor's pods, one card ask each
+* **Fit** is the gate's own rule (:class:`~cardquota.core.card_room.CardRoom`): the preemptor's pods, one card ask each
   (``A|B`` alternatives in order), fit Q and every ancestor with a card quota, beside what the room already counts
   (held cards and lifts in flight). A victim's release lowers Q's subtree and so its ancestors too: a wait bound by
   a parent's quota is solved only if the victims free the parent's binding type.
@@ -25,12 +25,13 @@ admitted in Q. :func:`choose_victims` decides which, from inputs alone (no I/O, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cardquota.core import keys
-from cardquota.core.gate import CardRoom, Shortage
+from cardquota.core.card_room import CardRoom, Shortage
+from cardquota.core.ledger import PODGROUP, HeldUnit, Ledger
 from cardquota.core.objects import ObjectKey, Pod
 from cardquota.core.quota import card_alternatives
 
@@ -62,15 +63,17 @@ def preemption_policy(annotations: Mapping[str, str]) -> tuple[PreemptionPolicy,
 
 def policy_fact(queue: str, annotations: Mapping[str, str]) -> str:
     """What ``explain`` says of a waiting unit's queue: its policy (:func:`preemption_policy` of the Queue's
-    ``annotations``), and, for one other than ``Never``, that the gate does not act on it yet."""
+    ``annotations``) and what it lets card work waiting at the gate displace."""
     policy, error = preemption_policy(annotations)
     if error:
         return f"Queue {queue}'s {error}; it is read as {policy.value}: nothing is preempted."
     if policy is PreemptionPolicy.NEVER:
         source = keys.PREEMPTION if keys.PREEMPTION in annotations else f"the default: no {keys.PREEMPTION}"
         return f"Queue {queue}'s preemption policy is {policy.value} ({source}): it displaces no admitted workload."
-    return (f"Queue {queue}'s preemption policy is {policy.value} ({keys.PREEMPTION}), not acted on yet: waiting card "
-            "work there is admitted first come, first served and nothing is preempted.")
+    which = "lower priority" if policy is PreemptionPolicy.LOWER_PRIORITY else (
+        "lower priority, or of equal priority and queued after it")
+    return (f"Queue {queue}'s preemption policy is {policy.value} ({keys.PREEMPTION}): card work waiting at its gate "
+            f"displaces admitted workloads of the queue of {which}.")
 
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -155,6 +158,17 @@ class Admitted:
     """A PodDisruptionBudget would refuse its eviction now."""
     admitted_by_preemption: bool = False
     """It went through by preempting others: not displaced by a unit of equal priority."""
+    pods: tuple[ObjectKey, ...] = field(default=(), compare=False)
+    """Its pods that hold cards (what evicting it evicts)."""
+
+    @property
+    def identity(self) -> HeldUnit:
+        """(kind, namespace, name), as the ledger names a unit holding cards."""
+        return (self.kind, self.key[0], self.key[1])
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind.lower()} {self.key[0]}/{self.key[1]}"
 
 
 @dataclass(frozen=True)
@@ -261,7 +275,7 @@ def choose_victims(preemptor: Preemptor, admitted: Iterable[Admitted], room: Car
                    policy: PreemptionPolicy) -> PreemptionPlan | NoPlan:
     """The victims whose eviction lets ``preemptor`` through the gate, or why there are none (see the module rules).
     ``admitted``: the units admitted in the preemptor's queue (others are ignored); ``room``: the gate's
-    :class:`~cardquota.core.gate.CardRoom` for this round, without the preemptor (it is left as it was given)."""
+    :class:`~cardquota.core.card_room.CardRoom` for this round, without the preemptor (it is left as it was given)."""
     queue = preemptor.queue
     if policy is PreemptionPolicy.NEVER:
         return NoPlan(NoPreemption.POLICY_NEVER,
@@ -333,3 +347,182 @@ def _no_plan(trial: _Trial, allowed: list[Admitted]) -> NoPlan:
     return NoPlan(NoPreemption.NO_SET_FITS,
                   f"{short.sentence()} even with every lower-priority workload of queue {queue} evicted: nothing is "
                   f"evicted and {preemptor.name} waits")
+
+
+BEING_PLACED = "9999-12-31T23:59:59Z"
+"""The admission time of a unit with a pod past the gate and not bound yet: later than any RFC 3339 time there is
+(:func:`unit_admitted`'s ``now`` in a gate round, which reads no clock)."""
+
+
+def admitted_units(ledger: Ledger, queue: str, refused: Collection[HeldUnit] = ()) -> list[Admitted]:
+    """The units holding ``queue``'s cards (:meth:`~cardquota.core.ledger.Ledger.held_units`), as preemption weighs
+    them: a PodGroup's priority is the highest of its pods' (Volcano's job controller gives every pod of a job the
+    job's priorityClassName) and its queue time the PodGroup's creation; a pod without a PodGroup has no queue time
+    read (the ledger keeps none for it): it is never displaced at equal priority. ``refused``: the units whose
+    eviction a PodDisruptionBudget refused a moment ago."""
+    snapshot = ledger.snapshot
+    units = []
+    for identity, pods in ledger.held_units(queue).items():
+        kind, namespace, name = identity
+        group = snapshot.podgroups.get((namespace, name)) if kind == PODGROUP else None
+        cards: dict[str, int] = {}
+        for pod in pods:
+            charge = ledger.pod_charge(pod.key)
+            if charge is not None:
+                for card, amount in charge.cards.items():
+                    cards[card] = cards.get(card, 0) + amount
+        units.append(Admitted(
+            key=(namespace, name), kind=kind, queue=queue, priority=max(pod.priority for pod in pods),
+            created=group.created if group is not None else "", admitted=unit_admitted(pods, BEING_PLACED),
+            cards=cards, preemptable=unit_preemptable(pods), eviction_refused=identity in refused,
+            admitted_by_preemption=any(keys.ADMITTED_BY_PREEMPTION in pod.annotations for pod in pods),
+            pods=tuple(pod.key for pod in pods)))
+    return units
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """A unit waiting at the gate that displaces admitted ones: the victims to evict now (none when those already
+    being evicted free enough), and the cards it waits for them to release."""
+
+    preemptor: Preemptor
+    pods: tuple[ObjectKey, ...]
+    """The preemptor's pods waiting at the gate."""
+    group: ObjectKey | None
+    victims: tuple[Admitted, ...]
+    frees: Mapping[str, int]
+    """Cards the new victims free, per card name as held."""
+
+    def sentence(self) -> str:
+        """Why the preemptor waits (the gate's sentence for it)."""
+        if not self.victims:
+            return "the workloads preempted for it are releasing their cards"
+        names = ", ".join(f"{victim.key[0]}/{victim.key[1]}" for victim in self.victims)
+        return (f"preempting {_count(len(self.victims), 'workload')} of queue {self.preemptor.queue} to free "
+                f"{_cards(self.frees)}: {names}")
+
+    def victim_message(self) -> str:
+        """The Warning event on each victim (PodGroup, or pod without one)."""
+        return (f"Preempted by {self.preemptor.name} (priority {self.preemptor.priority}) to free "
+                f"{_cards(self.frees)} in queue {self.preemptor.queue}")
+
+    def preemptor_message(self) -> str:
+        """The Normal event on the preemptor."""
+        names = ", ".join(f"{victim.key[0]}/{victim.key[1]} (priority {victim.priority})" for victim in self.victims)
+        return (f"Preempting {_count(len(self.victims), 'workload')} of queue {self.preemptor.queue} to free "
+                f"{_cards(self.frees)}: {names}")
+
+
+def _count(amount: int, noun: str) -> str:
+    return f"{amount} {noun}{'' if amount == 1 else 's'}"
+
+
+def _cards(amounts: Mapping[str, int]) -> str:
+    return ", ".join(f"{amount} {name}" for name, amount in sorted(amounts.items()))
+
+
+@dataclass
+class _QueueState:
+    policy: PreemptionPolicy
+    candidates: dict[HeldUnit, Admitted]
+    """Units of the queue that may still be chosen this round (not being evicted, not chosen already)."""
+    pool: dict[str, int]
+    """Per card type, cards of units being evicted (or chosen this round) that no preemptor has taken yet: still
+    counted in the room (they are held until the watch shows them released), released for preemptors only."""
+
+
+@dataclass
+class RoundPreemption:
+    """Preemption across one gate round, preemptors taken in the gate's order. A preemptor's plan is taken in the
+    room at once (:meth:`consider`): the cards it asks are counted for it, on top of what the victims still hold but
+    for what their release covers, so no later unit of the round gets them, and no second preemptor is given the
+    same victims' cards. Nothing here is remembered between rounds: the victims' eviction is (``evicting``, from
+    the keeper until the watch shows them released), and the next round plans again from the watch."""
+
+    ledger: Ledger
+    room: CardRoom
+    evicting: Collection[HeldUnit] = ()
+    """Units whose eviction is under way (written or being written) and that the watch still shows holding cards."""
+    refused: Collection[HeldUnit] = ()
+    """Units whose eviction a PodDisruptionBudget refused a moment ago."""
+    _queues: dict[str, _QueueState] = field(default_factory=dict)
+
+    def policy(self, queue: str) -> PreemptionPolicy:
+        record = self.ledger.snapshot.queues.get(queue)
+        return preemption_policy(record.queue.meta.annotations)[0] if record is not None else PreemptionPolicy.NEVER
+
+    def _state(self, queue: str) -> _QueueState:
+        state = self._queues.get(queue)
+        if state is None:
+            policy = self.policy(queue)
+            units = admitted_units(self.ledger, queue, self.refused) if policy is not PreemptionPolicy.NEVER else []
+            pool: dict[str, int] = {}
+            candidates = {}
+            for unit in units:
+                if unit.identity in self.evicting:
+                    _add_released(pool, unit)
+                else:
+                    candidates[unit.identity] = unit
+            state = self._queues[queue] = _QueueState(policy, candidates, pool)
+        return state
+
+    def consider(self, preemptor: Preemptor, pods: tuple[ObjectKey, ...], group: ObjectKey | None
+                 ) -> Preemption | NoPlan | None:
+        """What ``preemptor`` (which does not fit the room) does under its queue's policy: a :class:`Preemption`
+        (taken in the room), why it preempts nothing (:class:`NoPlan`), or None under ``Never`` (nothing is said:
+        the gate's behaviour is the one without preemption)."""
+        queue = preemptor.queue
+        state = self._state(queue)
+        if state.policy is PreemptionPolicy.NEVER:
+            return None
+        room = self.room
+        for card, amount in state.pool.items():
+            room.take(queue, card, -amount)
+        outcome = choose_victims(preemptor, state.candidates.values(), room, state.policy)
+        if isinstance(outcome, NoPlan):
+            for card, amount in state.pool.items():
+                room.take(queue, card, amount)
+            return outcome
+        for victim in outcome.victims:
+            del state.candidates[victim.identity]
+            for card, amount in _add_released(state.pool, victim).items():
+                room.take(queue, card, -amount)
+        taken = take_asks(room, preemptor)
+        assert taken is not None, "the plan's victims make the preemptor fit"
+        for card in list(state.pool):
+            remaining = max(0, state.pool[card] - taken.get(card, 0))
+            room.take(queue, card, remaining)  # (what the release covers beyond the preemptor: still held)
+            if remaining:
+                state.pool[card] = remaining
+            else:
+                del state.pool[card]
+        return Preemption(preemptor, pods, group, outcome.victims, outcome.frees())
+
+
+def _add_released(pool: dict[str, int], unit: Admitted) -> dict[str, int]:
+    """Add what ``unit`` releases to ``pool``, per card type (an unnarrowed ``A|B`` releases each); return it."""
+    released: dict[str, int] = {}
+    for name, amount in unit.cards.items():
+        for card in card_alternatives(name):
+            released[card] = released.get(card, 0) + amount
+    for card, amount in released.items():
+        pool[card] = pool.get(card, 0) + amount
+    return released
+
+
+def take_asks(room: CardRoom, preemptor: Preemptor) -> dict[str, int] | None:
+    """Take the preemptor's asks in the room, each pod's first alternative that fits (as :func:`choose_victims`
+    judges it); the cards taken per card type, or None (nothing taken) when they do not all fit."""
+    taken: dict[str, int] = {}
+    queue = preemptor.queue
+    for ask in preemptor.asks:
+        if not ask.cards:
+            continue
+        chosen, _ = room.choose(queue, ask.card_name, ask.cards, {})
+        if chosen is None:
+            for card, amount in taken.items():
+                room.take(queue, card, -amount)
+            return None
+        room.take(queue, chosen, ask.cards)
+        taken[chosen] = taken.get(chosen, 0) + ask.cards
+    return taken

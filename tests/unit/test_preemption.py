@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cardquota.core import keys
-from cardquota.core.gate import CardRoom
+from cardquota.core.card_room import CardRoom
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import Pod
 from cardquota.core.preemption import (
