@@ -13,6 +13,20 @@ Rounds do not wait for their writes: a round decides and puts its lifts under wa
 at once, on threads of the keeper's own), and the next round, :data:`DEFAULT_INTERVAL` later, decides the pods
 created meanwhile while those writes go on.
 
+**Preemption.** A round may name victims for a unit left at the gate (:attr:`GateRound.preemptions
+<cardquota.core.gate.GateRound.preemptions>`, the queue's ``cardquota.io/preemption`` policy allowing it). Each
+victim unit (a PodGroup's pods, or a pod) is evicted through the Eviction API, so PodDisruptionBudgets hold: its
+pods are read back (their uid becomes the eviction's precondition: a pod recreated under the name is left alone),
+every eviction is first tried as a dry run and made only when none is refused (a gang is not broken by a budget
+that refuses one of its pods), then made one pod at a time. Until the watch shows its pods released (being deleted
+or gone), a victim is *being evicted*: the rounds do not choose it again, and its cards are kept for the preemptors
+(:class:`cardquota.core.preemption.RoundPreemption`). A victim whose eviction a budget refuses is left alone for
+:data:`REFUSED_SECONDS` (doubling to :data:`MAX_RETRY_SECONDS`) while the rounds choose another set or say why the
+preemptor waits; nothing is ever deleted outright. A Warning event goes to each victim, a Normal one to the
+preemptor. What the keeper remembers of a preemption (victims being evicted, budgets' refusals, which pods
+preempted) only spares work: a new leader plans again from the API server, where an evicted pod is being deleted
+and so neither holds cards nor is chosen again.
+
 A leader writes only while it leads (:attr:`LeaderElection.leading` ends by itself
 :data:`~cardquota.operator.leader.RENEW_DEADLINE_SECONDS` after its last renewal, checked just before each write, and
 each write is cut off after :data:`~cardquota.operator.leader.WRITE_DEADLINE_SECONDS`), so its last write has ended
@@ -33,18 +47,32 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from kubernetes import client
 
+from cardquota.core.events import CardEvent
 from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round
+from cardquota.core.ledger import PODGROUP, HeldUnit
 from cardquota.core.objects import ObjectKey, gate_state
 from cardquota.core.policies.pod import narrowed_affinity_operations
-from cardquota.kube import KubeError, Unreachable, patch_pod, pod_path, read_object
+from cardquota.core.preemption import Admitted, Preemption
+from cardquota.kube import (
+    EvictionOutcome,
+    KubeError,
+    Unreachable,
+    create_event,
+    evict_pod,
+    patch_pod,
+    pod_path,
+    read_object,
+)
+from cardquota.operator.controller import EVENT_NAMESPACE, kubernetes_event
 from cardquota.operator.leader import LEASE_SECONDS, SERVER_TIMEOUT_SECONDS, WRITE_DEADLINE_SECONDS, WRITE_TIMEOUT
 from cardquota.operator.slicing import every
 from cardquota.runtime.cache import ClusterCache
+from cardquota.runtime.metrics import PREEMPTION_EVICTIONS, PREEMPTIONS
 
 log = logging.getLogger("cardquota.gate")
 T = TypeVar("T")
@@ -57,6 +85,12 @@ RETRY_SECONDS = 1.0
 :data:`MAX_RETRY_SECONDS`: a write the API server keeps refusing (a missing permission, another webhook denying it)
 costs it one PATCH and one GET per pod every few seconds, not every round."""
 MAX_RETRY_SECONDS = 60.0
+REFUSED_SECONDS = 10.0
+"""After a PodDisruptionBudget refused a victim's eviction, it is not chosen again for this long (or what the API
+server's ``Retry-After`` said), doubled at each refusal in a row up to :data:`MAX_RETRY_SECONDS`."""
+PREEMPTED = "Preempted"
+PREEMPTING = "Preempting"
+"""The reasons of the events on a victim (Warning) and on its preemptor (Normal)."""
 LISTED_KINDS = ("Pod", "PodGroup")
 """What a new leader lists anew before its first lift: a lift is a pod's, and a pod's queue is its PodGroup's."""
 
@@ -72,6 +106,20 @@ class GateStats:
     rounds: int = 0
     waiting: int = 0
     """Units left at the gate by the last round."""
+    evicted: int = 0
+    """Victim units whose pods the Eviction API evicted."""
+    eviction_refused: int = 0
+    """Victim units whose eviction a PodDisruptionBudget refused."""
+
+
+@dataclass
+class Eviction:
+    """A victim unit being evicted for a preemptor, until the watch shows its pods released."""
+
+    victim: Admitted
+    preemption: Preemption
+    read_after: float | None = None
+    """Set when its outcome is unknown (no answer): dropped then, and planned again from the watch."""
 
 
 @dataclass
@@ -113,6 +161,13 @@ class Gatekeeper:
     retry: dict[tuple[ObjectKey, str], tuple[float, int]] = field(default_factory=dict)
     """Pods (by key and uid: a pod recreated under the name starts afresh) whose last lift was refused: (not before
     this clock reading, refusals in a row)."""
+    evicting: dict[HeldUnit, Eviction] = field(default_factory=dict)
+    """Victim units being evicted (until the watch shows their pods released)."""
+    refused: dict[HeldUnit, tuple[float, int]] = field(default_factory=dict)
+    """Victim units whose eviction a PodDisruptionBudget refused: (not chosen before this clock reading, refusals in
+    a row)."""
+    preempting: dict[ObjectKey, None] = field(default_factory=dict)
+    """Pods of units that preempted others, until they are past the gate (their lift marks them)."""
     _leading_since: float | None = None
     _barrier: float | None = None
     """Since it leads: the moment from which a list of pods and PodGroups must have started before it lifts."""
@@ -150,6 +205,9 @@ class Gatekeeper:
             self._leading_since = self._barrier = None
             self._stop_writing()  # (a former leader writes nothing: the next one waits for what it wrote)
             self.in_flight.clear()  # (another leader decides from the API server's state)
+            self.evicting.clear()
+            self.refused.clear()
+            self.preempting.clear()
             self._say({})
             return None
         now = self.clock()
@@ -167,8 +225,10 @@ class Gatekeeper:
         self._settle()
         for flight in [flight for flight in self.in_flight.values() if flight.unsettled and flight.read_after <= now]:
             await self._read_back(flight, "an earlier write's outcome unknown")
+        refused = [unit for unit, (until, _) in self.refused.items() if until > now]
         decided = gate_round(self.cache.ledger, [flight.lift for flight in self.in_flight.values()],
-                             self.head_of_line, dra_readable=self.dra_readable())
+                             self.head_of_line, dra_readable=self.dra_readable(), evicting=self.evicting.keys(),
+                             refused=refused, preempting=self.preempting)
         self.stats.rounds += 1
         self.stats.waiting = len(decided.waits)
         self.last_round = decided
@@ -179,6 +239,11 @@ class Gatekeeper:
         for flight in flights:
             self.in_flight[flight.lift.pod] = flight
         tasks = [asyncio.create_task(self._send(flight)) for flight in flights]
+        for preemption in decided.preemptions:
+            self.preempting.update(dict.fromkeys(preemption.pods))
+            for victim in preemption.victims:
+                eviction = self.evicting[victim.identity] = Eviction(victim, preemption)
+                tasks.append(asyncio.create_task(self._evict(eviction)))
         self._writing.update(tasks)
         for task in tasks:
             task.add_done_callback(self._writing.discard)
@@ -230,6 +295,15 @@ class Gatekeeper:
         for key, uid in [(key, uid) for key, uid in self.retry
                          if (pod := pods.get(key)) is None or pod.gate is None or pod.uid != uid]:
             del self.retry[key, uid]
+        now = self.clock()
+        for unit, eviction in list(self.evicting.items()):
+            if (eviction.read_after is not None and eviction.read_after <= now) or all(
+                    (pod := pods.get(key)) is None or pod.deleting or pod.terminated for key in eviction.victim.pods):
+                del self.evicting[unit]  # (released, as the watch shows: or planned again from it)
+        for unit in [unit for unit, (until, _) in self.refused.items() if until + MAX_RETRY_SECONDS < now]:
+            del self.refused[unit]  # (a refusal in a row is one within a minute of the last)
+        for key in [key for key in self.preempting if (pod := pods.get(key)) is None or pod.gate is None]:
+            del self.preempting[key]
 
     async def _write(self, flight: Flight) -> None:
         lift = flight.lift
@@ -255,14 +329,112 @@ class Gatekeeper:
         self.retry.pop((lift.pod, lift.uid), None)
         self.stats.lifted += 1
 
-    def _patch_while_leading(self, namespace: str, name: str, operations: list[Any], epoch: int) -> bool:
-        """The lift's PATCH, sent only while leading in the period that decided it (checked on the writing thread,
-        just before sending) and cut off after :data:`WRITE_TIMEOUT`; :attr:`_writes_end` covers it. False when
-        not sent."""
+    async def _evict(self, eviction: Eviction) -> None:
+        """Evict one victim unit (see the module docstring); its outcome settles :attr:`evicting`."""
+        victim = eviction.victim
+        async with self._writers:
+            if self.evicting.get(victim.identity) is not eviction:
+                return
+            try:
+                outcome, message, retry_after = await self._off_loop(self._evict_pods, eviction, self._epoch)
+            except Unreachable as error:  # the API server may still evict until its deadline: then read from the watch
+                log.info("evicting %s for %s: %s; judged again from the watch in %d s", victim.name,
+                         eviction.preemption.preemptor.name, error, SERVER_TIMEOUT_SECONDS + 1)
+                eviction.read_after = self.clock() + SERVER_TIMEOUT_SECONDS + 1
+                PREEMPTION_EVICTIONS.labels(victim.queue, "unanswered").inc()
+                return
+            except Exception as error:  # (KubeError, OSError, a bug): dropped, and planned again from the watch
+                log.warning("evicting %s for %s failed: %s", victim.name, eviction.preemption.preemptor.name, error)
+                self._drop(eviction)
+                PREEMPTION_EVICTIONS.labels(victim.queue, "failed").inc()
+                return
+        PREEMPTION_EVICTIONS.labels(victim.queue, outcome).inc()
+        if outcome == "refused":
+            self._drop(eviction)
+            self.stats.eviction_refused += 1
+            refusals = self.refused.get(victim.identity, (0.0, 0))[1] + 1
+            delay = min(max(retry_after or 0.0, REFUSED_SECONDS) * 2 ** (refusals - 1), MAX_RETRY_SECONDS)
+            self.refused[victim.identity] = (self.clock() + delay, refusals)
+            log.info("evicting %s for %s refused (%s); not chosen again for %.0f s", victim.name,
+                     eviction.preemption.preemptor.name, message, delay)
+        elif outcome in ("conflict", "not leading"):
+            self._drop(eviction)  # (planned again from the watch)
+        elif outcome == "evicted":
+            self.stats.evicted += 1
+            PREEMPTIONS.labels(victim.queue).inc()
+
+    def _drop(self, eviction: Eviction) -> None:
+        if self.evicting.get(eviction.victim.identity) is eviction:
+            del self.evicting[eviction.victim.identity]
+
+    def _evict_pods(self, eviction: Eviction, epoch: int) -> tuple[str, str, float | None]:
+        """On a writing thread: read the victim's pods back, try every eviction as a dry run, then evict them (while
+        leading in the period that decided it) and say so in events. The outcome: ``evicted``, ``gone`` (nothing
+        left to evict), ``refused`` (a PodDisruptionBudget; with its message and the suggested wait), ``conflict``
+        (a pod recreated under the name) or ``not leading``."""
+        victim = eviction.victim
+        pods: list[tuple[ObjectKey, str]] = []
+        for key in victim.pods:
+            manifest = read_object(self.api, pod_path(*key))
+            metadata = (manifest or {}).get("metadata") or {}
+            if manifest is not None and not metadata.get("deletionTimestamp"):
+                pods.append((key, str(metadata.get("uid") or "")))
+        if not pods:
+            return "gone", "", None
+        for dry_run in (True, False):
+            for (namespace, name), uid in pods:
+                if not dry_run and not self._leading_write(epoch):
+                    return "not leading", "", None
+                answer = evict_pod(self.api, namespace, name, uid or None, dry_run=dry_run, timeout=WRITE_TIMEOUT,
+                                   server_timeout=SERVER_TIMEOUT_SECONDS)
+                if answer.outcome is EvictionOutcome.REFUSED_BY_BUDGET:
+                    return "refused", answer.message, answer.retry_after
+                if answer.outcome is EvictionOutcome.CONFLICT:
+                    return "conflict", answer.message, None
+        self._say_preempted(eviction, dict(pods))
+        return "evicted", "", None
+
+    def _say_preempted(self, eviction: Eviction, uids: Mapping[ObjectKey, str]) -> None:
+        """The Warning event on the victim (its PodGroup, else its pods) and the Normal one on the preemptor (its
+        PodGroup, else its pods); a failure is logged (the eviction is done)."""
+        preemption = eviction.preemption
+        victim = eviction.victim
+        snapshot = self.cache.ledger.snapshot
+        events: list[CardEvent] = []
+        group = snapshot.podgroups.get(victim.key) if victim.kind == PODGROUP else None
+        if group is not None:
+            events.append(CardEvent.about(group.meta, PREEMPTED, preemption.victim_message()))
+        else:
+            events += [CardEvent("Pod", key[0], key[1], PREEMPTED, preemption.victim_message(), uid=uid)
+                       for key, uid in uids.items()]
+        preemptor = snapshot.podgroups.get(preemption.group) if preemption.group is not None else None
+        if preemptor is not None:
+            events.append(replace(CardEvent.about(preemptor.meta, PREEMPTING, preemption.preemptor_message()),
+                                  type="Normal"))
+        else:
+            events += [replace(CardEvent.about(pod.meta, PREEMPTING, preemption.preemptor_message()), type="Normal")
+                       for key in preemption.pods if (pod := snapshot.pods.get(key)) is not None]
+        for event in events:
+            try:
+                create_event(self.api, event.namespace or EVENT_NAMESPACE, kubernetes_event(event, "cardquota"))
+            except (KubeError, OSError) as error:
+                log.warning("event for %s %s/%s failed: %s", event.kind, event.namespace, event.name, error)
+
+    def _leading_write(self, epoch: int) -> bool:
+        """Whether a write decided in leadership period ``epoch`` may be sent now (checked on the writing thread just
+        before sending): it then counts in :attr:`_writes_end`."""
         with self._writes_lock:
             if not self.is_leader() or epoch != self._epoch:
                 return False
             self._writes_end = max(self._writes_end, self.clock() + WRITE_DEADLINE_SECONDS)
+            return True
+
+    def _patch_while_leading(self, namespace: str, name: str, operations: list[Any], epoch: int) -> bool:
+        """The lift's PATCH, sent only while leading in the period that decided it (checked on the writing thread,
+        just before sending) and cut off after :data:`WRITE_TIMEOUT`; :attr:`_writes_end` covers it. False when
+        not sent."""
+        if not self._leading_write(epoch):
+            return False
         patch_pod(self.api, namespace, name, operations, timeout=WRITE_TIMEOUT, server_timeout=SERVER_TIMEOUT_SECONDS)
         return True
 

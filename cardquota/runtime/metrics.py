@@ -87,6 +87,17 @@ CERTIFICATE_RELOAD_FAILURES = Counter(
     ["reason"], registry=REGISTRY)
 
 
+PREEMPTIONS = Counter("cardquota_preemptions_total",
+                      "Admitted units (a PodGroup, or a pod without one) evicted at the card-quota gate to make room "
+                      "for a waiting unit of higher priority in their queue", ["queue"], registry=REGISTRY)
+PREEMPTION_EVICTIONS = Counter(
+    "cardquota_preemption_evictions_total",
+    "Evictions of preemption victims, per victim unit, by outcome: evicted; refused (a PodDisruptionBudget: another "
+    "set is chosen or the preemptor waits); gone (already deleted); conflict (a pod recreated under the name); "
+    "unanswered (no answer: planned again from the watch); failed (another API error); not leading",
+    ["queue", "outcome"], registry=REGISTRY)
+
+
 def metrics_response(*registries: CollectorRegistry) -> web.Response:
     """The given registries and the process-wide one, in the Prometheus text format."""
     body = b"".join(generate_latest(registry) for registry in (*registries, REGISTRY))
