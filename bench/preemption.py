@@ -11,6 +11,12 @@ evicting some of them (``evicts``), and it asks more than every candidate could 
 is nothing, after one check with all of them released). The room and the admitted list are built once; the
 decision leaves the room as it found it. Targets: ≤ 10 ms per decision at 1,000, and the 10k/1k ratio ≤ 12 times
 (growing no faster than linearly). Figures: min / median / max over ``--repeats`` runs.
+
+A third case times the decision as the gate keeper makes it (``round``): a whole gate round
+(:func:`cardquota.core.gate.gate_round`) over a ledger built from the same queue — the PodGroups as pods of 8 cards
+each (bound on 100 nodes, or past the gate), the gang's 4 pods at the gate — which reads the admitted units from
+the ledger
+(:meth:`~cardquota.core.ledger.Ledger.held_units`), chooses, and takes the plan in the room.
 """
 
 from __future__ import annotations
@@ -20,15 +26,18 @@ import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timing import timed
 
 from cardquota.core.card_room import CardRoom
+from cardquota.core.gate import gate_round
 from cardquota.core.ledger import Ledger
 from cardquota.core.preemption import (
     Admitted,
+    AdmittedMemo,
     CardAsk,
     NoPlan,
     PreemptionPlan,
@@ -85,6 +94,73 @@ def measure(units: int, cards: int, repeats: int) -> tuple[list[float], Preempti
     return timed(lambda: choose_victims(waiting, admitted, room, PreemptionPolicy.LOWER_PRIORITY), repeats), result
 
 
+def round_ledger(units: int, seed: int = 42) -> Ledger:
+    """The queue of :func:`scenario` as a cluster: nodes, Queues, each admitted PodGroup as one bound pod, and the
+    urgent gang (4 pods of 8 H100, priority 500) at the gate. The ``A|B`` PodGroups' pods are past the gate and not
+bound yet (so counted against both types, as the room of :func:`scenario` counts them)."""
+    room, admitted = scenario(units, seed)
+    quota = room.snapshot.queues["research"].quota.values
+    card = {H100: "nvidia.com/gpu", A100: "nvidia.com/gpu"}
+    manifests: list[dict[str, object]] = []
+    for index in range(100):
+        product = (H100, A100)[index % 2]
+        manifests.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n{index}", "labels": {
+            "nvidia.com/gpu.product": product, "nvidia.com/gpu.count": "8"}},
+            "status": {"capacity": {card[product]: "10000"}, "allocatable": {card[product]: "10000"}}})
+    for queue_name, parent in (("org", None), ("research", "org")):
+        annotations = {"volcano.sh/card.quota": _json(dict(quota))}
+        if queue_name == "research":
+            annotations["cardquota.io/preemption"] = "LowerPriority"
+        manifests.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                          "metadata": {"name": queue_name, "annotations": annotations},
+                          "spec": {"weight": 1, **({"parent": parent} if parent else {})}})
+    for unit in admitted:
+        name = unit.key[1]
+        [card_name] = unit.cards
+        node = None if "|" in card_name else f"n{0 if card_name == H100 else 1}"  # (A|B: past the gate, unbound)
+        manifests.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                          "metadata": {"name": name, "namespace": "ml", "creationTimestamp": unit.created},
+                          "spec": {"queue": "research", "minMember": 1}, "status": {"phase": "Running"}})
+        annotations = {"volcano.sh/card.name": card_name, "scheduling.k8s.io/group-name": name}
+        if not unit.preemptable:
+            annotations["volcano.sh/preemptable"] = "false"
+        manifests.append(_pod(name, annotations, unit.priority, node, unit.admitted))
+    manifests.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                      "metadata": {"name": "llama-70b", "namespace": "ml",
+                                   "creationTimestamp": "2026-12-31T00:00:00Z"},
+                      "spec": {"queue": "research", "minMember": 4}, "status": {"phase": "Pending"}})
+    for index in range(4):
+        gang = _pod(f"llama-70b-{index}", {"volcano.sh/card.name": H100,
+                                           "scheduling.k8s.io/group-name": "llama-70b"}, 500, None, None)
+        gang["spec"]["schedulingGates"] = [{"name": "cardquota.io/card-quota"}]
+        manifests.append(gang)
+    return Ledger.build(manifests)
+
+
+def _pod(name: str, annotations: dict[str, str], priority: int, node: str | None, bound: str | None
+         ) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": "volcano", "priority": priority, "containers": [
+        {"name": "main", "image": "example/app:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
+    status: dict[str, Any] = {"phase": "Pending"}
+    if node is not None:
+        spec["nodeName"] = node
+        status = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True",
+                                                      "lastTransitionTime": bound}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": "ml", "uid": f"uid-{name}", "creationTimestamp": "2026-12-31T00:00:00Z",
+        "annotations": annotations}, "spec": spec, "status": status}
+
+
+def measure_round(units: int, repeats: int, memo: AdmittedMemo | None) -> tuple[list[float], str]:
+    """Rounds with a fresh memo each (``memo`` None: the first round after a change in the queue), or with one kept
+    (the rounds after, while nothing changed)."""
+    ledger = round_ledger(units)
+    decided = gate_round(ledger, memo=memo)
+    outcome = (f"{len(decided.preemptions[0].victims)} victims" if decided.preemptions
+               else decided.waits[0].reason if decided.waits else "lifted")
+    return timed(lambda: gate_round(ledger, memo=memo), repeats), outcome
+
+
 def _ms(times: list[float]) -> str:
     return (f"min {min(times) * 1e3:.2f} / median {statistics.median(times) * 1e3:.2f} / "
             f"max {max(times) * 1e3:.2f} ms")
@@ -108,6 +184,13 @@ def main() -> None:
             times, result = measure(units, cards, args.repeats)
             medians.append(statistics.median(times))
             print(f"  {case}, {units} admitted: {_ms(times)} ({_outcome(result)})")
+        print(f"  {case}: ratio {medians[1] / medians[0]:.1f}x (targets: <= 10 ms at 1,000, ratio <= 12x)")
+    for case, kept in (("round", False), ("round, nothing changed since", True)):
+        medians = []
+        for units in (args.small, args.large):
+            times, outcome = measure_round(units, args.repeats, AdmittedMemo() if kept else None)
+            medians.append(statistics.median(times))
+            print(f"  {case}, {units} admitted: {_ms(times)} ({outcome})")
         print(f"  {case}: ratio {medians[1] / medians[0]:.1f}x (targets: <= 10 ms at 1,000, ratio <= 12x)")
 
 

@@ -304,6 +304,9 @@ class Ledger:
     """Per queue, the units holding its cards (a PodGroup, or a pod naming none), each with how many of its pods do
     (bound, or past the gate): what preemption chooses victims among (:meth:`held_units`). Per PodGroup, not per
     pod: a job's pods cost one entry."""
+    _held_versions: dict[str, int] = field(default_factory=dict)
+    """Per queue, a count that changes whenever a pod holding its cards (or a PodGroup of its) is added, changed or
+    removed (:meth:`held_version`)."""
     _claiming_gated: KeySet = field(default_factory=dict)
     """The unbound pods naming DRA claims that carry cardquota's gate (what a round judges for the DRA quotas)."""
     _pods_by_claim: dict[ObjectKey, KeySet] = field(default_factory=dict)
@@ -577,6 +580,9 @@ class Ledger:
     def upsert_podgroup(self, group: PodGroup) -> None:
         previous = self.snapshot.podgroups.get(group.key)
         self.snapshot.podgroups[group.key] = group
+        self._touch_held(group.queue)
+        if previous is not None:
+            self._touch_held(previous.queue)
         self._index_waiting(previous, group)
         if previous is None or previous.queue != group.queue:
             self._recharge_pods(self._pods_by_group.get(group.key, ()))
@@ -586,6 +592,7 @@ class Ledger:
         previous = self.snapshot.podgroups.pop(key, None)
         if previous is None:
             return
+        self._touch_held(previous.queue)
         self._index_waiting(previous, None)
         self._recharge_pods(self._pods_by_group.get(key, ()))
         self._recharge_group(key)
@@ -795,6 +802,14 @@ class Ledger:
                 units[unit] = held
         return units
 
+    def held_version(self, queue: str) -> int:
+        """A number that changes whenever what :meth:`held_units` answers for ``queue`` may have (a memo of it is
+        current while this is the same)."""
+        return self._held_versions.get(queue, 0)
+
+    def _touch_held(self, queue: str) -> None:
+        self._held_versions[queue] = self._held_versions.get(queue, 0) + 1
+
     def gated_pods(self) -> dict[str, set[ObjectKey]]:
         """Per queue, its card pods waiting at cardquota's gate (the sets are the ledger's own: read, not kept)."""
         return self._gated_by_queue
@@ -829,6 +844,8 @@ class Ledger:
         if charge is not None:
             self._pod_charges[key] = charge
             self._apply_pod_charge(key, charge, +1)
+            if _holds(charge):
+                self._touch_held(charge.queue)
             if charge.group is not None:
                 self._after_pod_charges((charge.group,))
         group = self._recount_pod_cpu_memory(key, pod, charge)
@@ -847,6 +864,9 @@ class Ledger:
             new = self._charge_pod(pod) if pod is not None else None
             if new is not None:
                 self._pod_charges[key] = new
+            for charge in (old, new):  # (a held pod changed, even with its charge the same: its annotations, time)
+                if charge is not None and _holds(charge):
+                    self._touch_held(charge.queue)
             group = self._recount_pod_cpu_memory(key, pod, new)
             if group is not None:
                 groups_to_recharge.add(group)

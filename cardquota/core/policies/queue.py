@@ -72,7 +72,7 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
     warnings.extend(warning for warning in dra_warnings if warning not in warnings)
     warnings.extend(_pruned_dra_warnings(manifest, snapshot))
     warnings.extend(_lowered_quota_warnings(queue, quota, old, snapshot))
-    preemption_violations, preemption_warnings = _preemption_findings(queue, old)
+    preemption_violations, preemption_warnings = _preemption_findings(queue, old, config.card_gate)
     violations.extend(preemption_violations)
     warnings.extend(preemption_warnings)
     return decide(violations, warnings, _canonical_quota_patch(manifest, old, queue, quota))
@@ -81,10 +81,10 @@ def admit(manifest: Manifest, old: Manifest | None, snapshot: ClusterSnapshot, c
 PREEMPTION_PATH = FieldPath.of("metadata", "annotations").key(keys.PREEMPTION)
 
 
-def _preemption_findings(queue: Queue, old: Manifest | None) -> tuple[list[Violation], list[str]]:
+def _preemption_findings(queue: Queue, old: Manifest | None, card_gate: bool) -> tuple[list[Violation], list[str]]:
     """The queue's preemption policy: a value that is no policy is refused when written (warned about when an update
-    leaves it as it was); a policy other than ``Never`` is said to be not acted on yet (the gate admits waiting card
-    work first come, first served until it is)."""
+    leaves it as it was); a policy other than ``Never`` while the card-quota gate is off is said to do nothing (the
+    gate's keeper is what preempts)."""
     if keys.PREEMPTION not in queue.meta.annotations:
         return [], []
     policy, error = preemption_policy(queue.meta.annotations)
@@ -97,10 +97,11 @@ def _preemption_findings(queue: Queue, old: Manifest | None) -> tuple[list[Viola
         if isinstance(before, MAPPING_TYPES) and before.get(keys.PREEMPTION) == value:
             return [], [f"{PREEMPTION_PATH}: {message}"]
         return [Violation(str(PREEMPTION_PATH), message, Reason.NOT_SUPPORTED)], []
-    if policy is PreemptionPolicy.NEVER:
+    if policy is PreemptionPolicy.NEVER or card_gate:
         return [], []
-    return [], [f"{PREEMPTION_PATH}: {policy.value} is not acted on yet: waiting card work in queue "
-                f"{shown(queue.name)} is admitted first come, first served, and nothing is preempted"]
+    return [], [f"{PREEMPTION_PATH}: {policy.value} acts at the card-quota gate, which is off (turn it on with "
+                f"--card-gate): waiting card work in queue {shown(queue.name)} is admitted first come, first served, "
+                "and nothing is preempted"]
 
 
 def _no_cpu_memory_warnings(queue: Queue, values: Mapping[str, int], snapshot: ClusterSnapshot) -> list[str]:

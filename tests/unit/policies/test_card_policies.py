@@ -620,17 +620,21 @@ def test_a_queue_capability_that_is_not_a_quantity_is_refused_as_the_api_server_
 NOT_A_POLICY = "lowerpriority is not a preemption policy: write one of Never, LowerPriority, LowerOrNewerEqualPriority"
 
 
-@pytest.mark.parametrize(("value", "said"), [
-    ("LowerPriority", "LowerPriority is not acted on yet: waiting card work in queue team-a is admitted first come, "
-                      "first served, and nothing is preempted"),
-    ("Never", None),
+@pytest.mark.parametrize(("value", "card_gate", "said"), [
+    ("LowerPriority", False, "LowerPriority acts at the card-quota gate, which is off (turn it on with "
+                             "--card-gate): waiting card work in queue team-a is admitted first come, first "
+                             "served, and nothing is preempted"),
+    ("LowerPriority", True, None),
+    ("LowerOrNewerEqualPriority", True, None),
+    ("Never", False, None),
 ])
-def test_a_queues_preemption_policy_is_said_to_be_not_acted_on_yet(value: str, said: str | None) -> None:
-    """cardquota.io/preemption is read (core/preemption.py) but the gate does not preempt yet: a policy other than
-    Never is told so."""
+def test_a_queues_preemption_policy_is_said_to_do_nothing_while_the_gate_is_off(
+        value: str, card_gate: bool, said: str | None) -> None:
+    """cardquota.io/preemption is acted on by the card-quota gate's keeper: with the gate off, a policy other than
+    Never is told it does nothing."""
     manifest = queue("team-a", {"NVIDIA-A100": 2})
     manifest["metadata"]["annotations"]["cardquota.io/preemption"] = value
-    verdict = admit(manifest, None, ClusterSnapshot(), PolicyConfig())
+    verdict = admit(manifest, None, ClusterSnapshot(), PolicyConfig(card_gate=card_gate))
     assert verdict.allowed
     mentions = [warning for warning in verdict.warnings if "cardquota.io/preemption" in warning]
     assert mentions == ([] if said is None else [f'metadata.annotations["cardquota.io/preemption"]: {said}'])
