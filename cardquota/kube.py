@@ -61,12 +61,16 @@ class KubeError(RuntimeError):
     status names (:func:`api_error`); callers catch the class, never compare statuses. ``status`` stays for
     messages and metrics (-1: no answer came)."""
 
-    def __init__(self, message: str, status: int = 0, *, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, status: int = 0, *, retry_after: float | None = None,
+                 answer: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
         """Seconds the API server asked to wait before trying again (its ``Retry-After`` header on a 429 or a 5xx
         answer: :func:`retry_after_seconds`); None when it named none."""
+        self.answer: Mapping[str, Any] = answer or {}
+        """The Status the API server answered with (its ``message``, ``reason``, ``details``); empty when it sent
+        none."""
 
 
 class NotConfigured(KubeError):
@@ -117,12 +121,13 @@ _ERRORS: dict[int, type[KubeError]] = {401: Unauthorized, 403: Forbidden, 404: N
                                        422: Invalid, 429: Throttled}
 
 
-def api_error(message: str, status: int, *, retry_after: float | None = None) -> KubeError:
+def api_error(message: str, status: int, *, retry_after: float | None = None,
+              answer: Mapping[str, Any] | None = None) -> KubeError:
     """The KubeError for an HTTP status (-1 for no answer)."""
     if status == UNREACHABLE:
         return Unreachable(message, status)
     kind = _ERRORS.get(status) or (ServerError if status >= 500 else KubeError)
-    return kind(message, status, retry_after=retry_after)
+    return kind(message, status, retry_after=retry_after, answer=answer)
 
 
 def retry_after_seconds(status: int, header: str | None) -> float | None:
@@ -221,7 +226,7 @@ def _send(api: client.ApiClient, method: str, path: str, body: object = None,
         raise Unreachable(f"no Kubernetes API reachable at {api.configuration.host}: {reason}", UNREACHABLE) from None
     if not 200 <= response.status < 300:
         raise api_error(f"{method} {path}: HTTP {response.status}: {_status_message(data)}", response.status,
-                        retry_after=_retry_after(response))
+                        retry_after=_retry_after(response), answer=_status(data))
     return bytes(data)
 
 
@@ -230,13 +235,18 @@ def _retry_after(response: Any) -> float | None:
     return retry_after_seconds(response.status, response.getheader("Retry-After"))
 
 
-def _status_message(data: bytes) -> str:
-    """The API server's own sentence from a Status body (it names the verb and resource a 403 is about)."""
+def _status(data: bytes) -> Mapping[str, Any]:
+    """The API server's Status from an answer's body; empty when the body is none."""
     try:
         status = json.loads(data)
     except ValueError:
-        status = None
-    message = status.get("message") if isinstance(status, dict) else None
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _status_message(data: bytes) -> str:
+    """The API server's own sentence from a Status body (it names the verb and resource a 403 is about)."""
+    message = _status(data).get("message")
     return message if isinstance(message, str) else repr(data[:200])
 
 
@@ -599,6 +609,106 @@ def patch_pod(api: client.ApiClient, namespace: str, name: str, operations: Sequ
           "application/json-patch+json", timeout)
 
 
+class EvictionOutcome(Enum):
+    EVICTED = "evicted"
+    """The API server deleted the pod (with ``dry_run``: it would have)."""
+    GONE = "gone"
+    """No pod of that name: nothing left to evict."""
+    REFUSED_BY_BUDGET = "refused by budget"
+    """A PodDisruptionBudget does not allow it now (or several select the pod, which the API server refuses); the
+    pod stays. Not retried here: the caller chooses again or waits."""
+    CONFLICT = "conflict"
+    """The pod under that name is not the one named by ``uid`` (recreated since): it was not evicted."""
+
+
+@dataclass(frozen=True)
+class EvictionAnswer:
+    """What became of one eviction request (:func:`evict_pod`)."""
+
+    outcome: EvictionOutcome
+    message: str = ""
+    """The API server's sentence for a refusal or a conflict, with the budget's own (its Status cause) when it
+    named one; "" for :attr:`EvictionOutcome.EVICTED`."""
+    retry_after: float | None = None
+    """For a refusal: the seconds the API server suggested waiting (10 while a budget's status is behind its spec,
+    none when the budget allows no disruption now)."""
+
+
+EVICTION_API_VERSION = "policy/v1"
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
+"""The Status cause of a refusal by a PodDisruptionBudget (k8s.io/api v0.33.0, policy/v1/types.go
+``DisruptionBudgetCause``)."""
+SEVERAL_BUDGETS = "more than one PodDisruptionBudget"
+"""In the 500 the API server answers when several budgets select the pod (k8s.io/kubernetes v1.33,
+pkg/registry/core/pod/storage/eviction.go ``EvictionREST.Create``: a Status with no reason, so only its message
+tells it)."""
+
+
+def eviction_body(namespace: str, name: str, uid: str | None, *, dry_run: bool = False) -> dict[str, Any]:
+    """The ``policy/v1`` Eviction of pod ``namespace/name``: only the pod with ``uid`` (when given: a precondition
+    of the deletion, so a pod recreated under the name is left alone), and nothing deleted with ``dry_run``."""
+    options: dict[str, Any] = {}
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    if dry_run:
+        options["dryRun"] = ["All"]
+    body: dict[str, Any] = {"apiVersion": EVICTION_API_VERSION, "kind": "Eviction",
+                            "metadata": {"name": name, "namespace": namespace}}
+    if options:
+        body["deleteOptions"] = options
+    return body
+
+
+def eviction_refusal(error: KubeError) -> EvictionAnswer | None:
+    """What an error answer to an eviction means, as the API server gives them (k8s.io/kubernetes v1.33,
+    pkg/registry/core/pod/storage/eviction.go ``EvictionREST.Create`` and ``checkAndDecrement``): 404, no such pod;
+    409, the ``uid`` precondition failed (the store's Conflict); 429 with a ``DisruptionBudget`` cause, the budget
+    allows no disruption now or its status is behind its spec; 403 about a ``poddisruptionbudget`` of group
+    ``policy``, a budget whose status is broken (negative disruptions allowed, too many evictions unconfirmed); 500
+    naming several budgets. None for anything else (a 429 of API priority and fairness, an RBAC 403, a lost
+    answer): the caller's error to raise."""
+    answer = error.answer
+    said, details = answer.get("message"), answer.get("details")
+    message = said if isinstance(said, str) else str(error)
+    details = details if isinstance(details, dict) else {}
+    causes = [cause for cause in details.get("causes") or [] if isinstance(cause, dict)]
+    if isinstance(error, NotFound):
+        return EvictionAnswer(EvictionOutcome.GONE, message)
+    if isinstance(error, Conflict):
+        return EvictionAnswer(EvictionOutcome.CONFLICT, message)
+    budget = any(cause.get("reason") == DISRUPTION_BUDGET_CAUSE for cause in causes)
+    if (isinstance(error, Throttled) and budget) \
+            or (isinstance(error, Forbidden) and details.get("group") == "policy"
+                and details.get("kind") == "poddisruptionbudget") \
+            or (isinstance(error, ServerError) and error.status == 500 and SEVERAL_BUDGETS in message):
+        why = [cause["message"] for cause in causes if isinstance(cause.get("message"), str)]
+        return EvictionAnswer(EvictionOutcome.REFUSED_BY_BUDGET, " ".join([message, *why]), error.retry_after)
+    return None
+
+
+def evict_pod(api: client.ApiClient, namespace: str, name: str, uid: str | None, *, dry_run: bool = False,
+              timeout: Timeout | None = None, server_timeout: int | None = None) -> EvictionAnswer:
+    """Ask the API server to evict a pod (POST ``policy/v1`` Eviction to its ``eviction`` subresource), so that
+    PodDisruptionBudgets hold; once, and never retried here: a refusal is an answer
+    (:attr:`EvictionOutcome.REFUSED_BY_BUDGET`, returned at once even when the API server names a ``Retry-After``),
+    and the connection pool retries a POST only when it was never sent (:func:`_client`). A pod still Pending (e.g.
+    just past the gate), Succeeded, Failed or already terminating is deleted without a budget check (upstream
+    ``canIgnorePDB``); for such a pod a failed ``uid`` precondition is retried by the API server for up to ~10 s
+    (``EvictionsRetry``) before its 409, so a short ``timeout`` may end first (:class:`Unreachable`: read the pod
+    back). ``timeout``: the client's (connect, read) seconds; ``server_timeout``: seconds after which the API
+    server ends the request (its ``timeout`` parameter). Raises :class:`KubeError` for any other answer."""
+    deadline = f"?timeout={server_timeout}s" if server_timeout is not None else ""
+    try:
+        _send(api, "POST", f"{pod_path(namespace, name)}/eviction{deadline}",
+              eviction_body(namespace, name, uid, dry_run=dry_run), timeout=timeout)
+    except KubeError as error:
+        refusal = eviction_refusal(error)
+        if refusal is None:
+            raise
+        return refusal
+    return EvictionAnswer(EvictionOutcome.EVICTED)
+
+
 def read_object(api: client.ApiClient, path: str) -> Mapping[str, Any] | None:
     """GET the one object at ``path`` (e.g. ``/api/v1/namespaces/ns/secrets/name``), with retries; None when it does
     not exist."""
@@ -843,14 +953,15 @@ RBAC_VERBS: dict[str, frozenset[str]] = {
     **dict.fromkeys(("list_namespaced_kind", "list_all", "list_all_async", "list_objects", "list_pages"),
                     frozenset({"list"})),
     "WatchStream": frozenset({"watch"}),
-    **dict.fromkeys(("create_event", "create_lease"), frozenset({"create"})),
+    **dict.fromkeys(("create_event", "create_lease", "evict_pod"), frozenset({"create"})),
     **dict.fromkeys(("patch_annotations", "update_lease", "patch_crd", "patch_pod"), frozenset({"patch"})),
     "write_secret": frozenset({"create", "patch"}),
     "patch_ca_bundle": frozenset({"get", "patch"}),
     **dict.fromkeys(("resource_served", "served_dra_version"), frozenset()),  # discovery: any authenticated user
 }
 """The RBAC verbs (k8s.io/apiserver ``RequestInfoFactory``: GET of one object ``get``, of a collection ``list``,
-``watch=true`` ``watch``, POST ``create``, PATCH ``patch``) each function here that calls the API server makes.
+``watch=true`` ``watch``, POST ``create``, PATCH ``patch``; an eviction is ``create`` on ``pods/eviction``) each
+function here that calls the API server makes.
 Which resources they reach is up to their callers: tests/unit/test_rbac_inventory.py lists every call of every
 component and holds the shipped roles to it, and fails when a function that calls the API server is missing here."""
 
