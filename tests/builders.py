@@ -184,6 +184,17 @@ def claim_template(name: str, device_class: str, count: int, *, namespace: str =
                                                          "count": count}]}}}}
 
 
+def disruption_budget(name: str, match_labels: dict[str, str], *, allowed: int, namespace: str = "ml",
+                      generation: int = 1, observed_generation: int = 1) -> Manifest:
+    """A policy/v1 PodDisruptionBudget selecting ``match_labels`` whose status allows ``allowed`` disruptions now
+    (``observed_generation`` below ``generation``: its controller has not caught up with its spec)."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace, "generation": generation},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": dict(match_labels)}},
+            "status": {"observedGeneration": observed_generation, "disruptionsAllowed": allowed,
+                       "currentHealthy": 2, "desiredHealthy": 2, "expectedPods": 2}}
+
+
 def trainer_runtime(name: str, *, queue: str, card: str, namespace: str | None = None) -> Manifest:
     """A Kubeflow Trainer v2 runtime on Volcano (a TrainingRuntime in ``namespace``, else a ClusterTrainingRuntime):
     one trainer job ``node`` whose pods name ``card`` and Volcano's scheduler, in ``queue``."""

@@ -92,12 +92,15 @@ async def renew_certificate(kmock: Any) -> None:
 
 UNUSED_HERE: set[Permission] = {
     ("get", "scheduling.volcano.sh", "queues", "", ""),
+    ("create", "", "pods/eviction", "", ""),
     *((verb, "admissionregistration.k8s.io", resource, name, "") for verb in ("get", "patch")
       for resource, name in (("validatingwebhookconfigurations", "cardquota-mutating"),
                              ("mutatingwebhookconfigurations", "cardquota-validating")))}
 """Grants these scenarios do not reach, and why: ``get`` on queues, the Queue read again after the API server refused
 a usage patch as too large (Publisher._publish_queue), is made under the controllers' enforced RBAC in
-tests/integration/test_publish_limits_kmock.py; one rule lists both webhook configuration kinds and both names, so
+tests/integration/test_publish_limits_kmock.py; ``create`` on pods/eviction, the gate's preemption evicting a
+victim (kube.evict_pod), only when a Queue's policy allows it, made under the gate's rendered RBAC in
+tests/integration/test_eviction_kmock.py; one rule lists both webhook configuration kinds and both names, so
 RBAC grants each kind under either name, and the operator patches each under its own only (certificates.py:
 ``WEBHOOK_KINDS`` zipped with ``Settings.webhook_configurations``)."""
 

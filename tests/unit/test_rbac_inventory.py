@@ -118,6 +118,7 @@ CONTROLLERS: tuple[Call, ...] = (
     Call("operator/leader.py", "update_lease", "patch", "coordination.k8s.io", "leases", NAMESPACE, LEASE),
     Call(GATEKEEPER, "read_object", "get", "", "pods", ANY_NAMESPACE, when="card-gate"),
     Call(GATEKEEPER, "patch_pod", "patch", "", "pods", ANY_NAMESPACE, when="card-gate"),
+    Call(GATEKEEPER, "evict_pod", "create", "", "pods/eviction", ANY_NAMESPACE, when="card-gate"),  # preemption
     *_claims("operator/reflector.py", when="card-gate"),
 )
 
@@ -147,6 +148,11 @@ NOT_MADE: dict[tuple[str, str, str], str] = {
         "the drift event is recorded by the controllers' leader only, and a webhook process never leads",
 }
 """Functions a process's module refers to that the process never calls, and why."""
+NOT_YET_USED: dict[tuple[str, str], str] = {
+    (GATEKEEPER, "evict_pod"): "issue 42: the gate keeper evicts the victims a preemption chose; its RBAC ships "
+                               "with kube.evict_pod, the keeper's call comes with the decision",
+}
+"""Calls listed (and granted) before their module makes them, and why; an entry must go once the module does."""
 
 
 @dataclass(frozen=True)
@@ -253,7 +259,8 @@ def test_each_process_lists_every_api_function_its_modules_use_with_a_verb_it_ma
     used = {(module, function) for module in MODULES[process] for function in _used_functions(module)
             if (process, module, function) not in NOT_MADE}
     assert sorted(used - listed) == []  # a module calls the API server through a function not listed for it
-    assert sorted(listed - used) == []  # a listed call its module no longer makes
+    assert sorted(listed - used - set(NOT_YET_USED)) == []  # a listed call its module no longer makes
+    assert sorted(set(NOT_YET_USED) & used) == []  # the module makes it now: drop it from NOT_YET_USED
     wrong = [call for call in CALLS[process]
              if call.verb not in (KOPF_VERBS if call.function == KOPF else RBAC_VERBS[call.function])]
     assert wrong == []
