@@ -15,8 +15,7 @@ decision leaves the room as it found it. Targets: ≤ 10 ms per decision at 1,00
 A third case times the decision as the gate keeper makes it (``round``): a whole gate round
 (:func:`cardquota.core.gate.gate_round`) over a ledger built from the same queue — the PodGroups as pods of 8 cards
 each (bound on 100 nodes, or past the gate), the gang's 4 pods at the gate — which reads the admitted units from
-the ledger
-(:meth:`~cardquota.core.ledger.Ledger.held_units`), chooses, and takes the plan in the room.
+the ledger (:meth:`~cardquota.core.ledger.Ledger.held_units`), chooses, and takes the plan in the room.
 """
 
 from __future__ import annotations
