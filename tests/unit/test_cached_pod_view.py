@@ -16,7 +16,8 @@ from cardquota.core.objects import CACHED_POD_ANNOTATIONS, CACHED_POD_LABELS, Po
 
 A100 = "NVIDIA-A100"
 READ = {keys.CARD_NAME: A100, keys.GROUP_NAME: "g", keys.QUEUE_NAME: "q",
-        keys.SCORING_STRATEGY_ANNOTATION: keys.LEAST_ALLOCATED, keys.PREEMPTABLE: "false"}
+        keys.SCORING_STRATEGY_ANNOTATION: keys.LEAST_ALLOCATED, keys.PREEMPTABLE: "false",
+        keys.ADMITTED_BY_PREEMPTION: "true"}
 READ_LABELS = {keys.PREEMPTABLE: "true"}
 UNREAD_LABELS = {"app": "train", "volcano.sh/queue-name": "q"}
 UNREAD = {"volcano.sh/job-name": "train", "volcano.sh/task-index": "3", "kubectl.kubernetes.io/restartedAt": "x"}
