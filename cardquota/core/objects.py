@@ -235,6 +235,9 @@ class PodGroup:
     created: str = ""
     """``metadata.creationTimestamp`` (RFC 3339 in UTC: sorts as time): when the job was queued, which preemption
     under ``LowerOrNewerEqualPriority`` compares (:mod:`cardquota.core.preemption`)."""
+    priority_class: str = ""
+    """``spec.priorityClassName`` ("" when unset): its value is the job's priority
+    (:meth:`~cardquota.core.snapshot.ClusterSnapshot.job_priority`)."""
 
     @property
     def key(self) -> ObjectKey:
@@ -252,6 +255,7 @@ class PodGroup:
             min_resources=readable_amounts(spec.get("minResources")),
             min_member=_min_member(spec.get("minMember")),
             created=creation_time(manifest.get("metadata")),
+            priority_class=_optional_string(spec.get("priorityClassName"), "spec.priorityClassName"),
         )
 
 

@@ -413,6 +413,10 @@ class ClusterSnapshot:
     card_unlimited_cpu_memory: bool | None = None
     """The capacity-card plugin's ``cardUnlimitedCpuMemory`` when the scheduler's configuration is known (``check``
     with the ConfigMap in its input); None when it is not (the webhooks): the rules that depend on it say so."""
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    """Each PriorityClass's ``value``, by name (:meth:`job_priority`)."""
+    default_priority: int = 0
+    """The ``value`` of the PriorityClass marked ``globalDefault`` (0 when none is)."""
     queue_use: Callable[[str], Mapping[str, int]] | None = field(default=None, repr=False, compare=False)
     """Cards a queue holds or has reserved now (allocated + inqueue, per card type), when a ledger keeps it."""
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
@@ -476,6 +480,13 @@ class ClusterSnapshot:
         """Whether :meth:`queue_of` gives the pod its namespace's queue (it has no PodGroup yet)."""
         group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
         return group is None and self.maps_to_namespace_queue(pod.queue_annotation, pod.key[0])
+
+    def job_priority(self, group: PodGroup) -> int:
+        """A PodGroup's priority as Volcano's scheduler gives its job one: the value of the PriorityClass its
+        ``spec.priorityClassName`` names, else the global default's (``snapshotJobs``' ``cloneJob`` in
+        pkg/scheduler/cache/cache.go, volcano-sh/volcano v1.15.1: ``value.Priority = sc.defaultPriority``, then the
+        named class's value when found)."""
+        return self.priority_classes.get(group.priority_class, self.default_priority)
 
     def queue_of(self, pod: Pod) -> str:
         """A pod's queue: its PodGroup's ``spec.queue`` once that PodGroup exists, else the queue its PodGroup-to-be
