@@ -38,6 +38,11 @@ class Eviction:
     """The Warning event the victim gets (``Preempted by ml/llama (priority 1000) to free …``)."""
 
     @property
+    def identity(self) -> tuple[str, str, str]:
+        """(kind, namespace, name), as the ledger names a unit holding cards."""
+        return (self.kind, self.victim[0], self.victim[1])
+
+    @property
     def name(self) -> str:
         """``podgroup ml/sweep`` or ``pod ml/notebook``."""
         return f"{self.kind.lower()} {_name(self.victim)}"
