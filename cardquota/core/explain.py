@@ -153,6 +153,10 @@ def _add_placement(explanation: Explanation, pods: Sequence[Manifest], simulatio
     elif missing:
         explanation.facts.append(f"Not checked: where {len(missing)} of its pods would go (simulate does not place "
                                  "them).")
+    units = {name for manifest in pods for name in ("/".join(namespaced_key(manifest)), _group_of(manifest))}
+    evicted = [eviction.summary() for eviction in simulation.evictions if eviction.preemptor in units]
+    if evicted:
+        explanation.facts.append(f"simulate evicts for it, by preemption: {'; '.join(evicted)}.")
     unplaced = [(manifest, outcome) for manifest, outcome in outcomes if outcome is not None and outcome.node is None]
     placed = [(manifest, outcome) for manifest, outcome in outcomes if outcome is not None and outcome.node is not None]
     if placed and not unplaced:

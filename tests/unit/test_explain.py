@@ -9,7 +9,7 @@ import pytest
 from builders import container, gpu_labels, node, pod, podgroup, queue
 
 from cardquota.core.errors import InputError
-from cardquota.core.explain import explain
+from cardquota.core.explain import explain, explain_submitted
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.core.scheduling.crossquota import CrossQuotaConfig
 from cardquota.core.scheduling.session import SchedulerConfig
@@ -378,3 +378,16 @@ def test_a_higher_priority_or_unchosen_workload_is_no_victim() -> None:
         "It would be preempted by ml/urgent (priority 1000) to free 2 NVIDIA-A100 in queue team-a: cardquota's "
         "controller evicts pod ml/low (priority 5) through the Eviction API in its next round."]
     assert not any(fact.startswith("It would be") for fact in explain(cluster, high, UNLIMITED).facts)
+
+
+@pytest.mark.parametrize(("annotations", "said"), [
+    ({"cardquota.io/preemption": "LowerPriority"},
+     ["simulate evicts for it, by preemption: podgroup ml/sweep (priority 10, 4 NVIDIA-A100; pods ml/sweep-0, "
+      "ml/sweep-1).", "simulate places it: ml/urgent on a1 (NVIDIA-A100)."]),
+    ({}, []),
+])
+def test_explain_f_says_what_simulate_evicts_for_the_workload(annotations: dict[str, str], said: list[str]) -> None:
+    """``explain -f``: simulate's evictions for the submitted workload are a fact, with its placement after them."""
+    cluster = [gpu_node("a1", A100, 8), queue("team-a", {A100: 4}, annotations=annotations), *LOW_GANG]
+    [result] = explain_submitted(cluster, [URGENT], [URGENT], UNLIMITED)
+    assert [fact for fact in result.facts if fact.startswith("simulate")] == said
