@@ -16,6 +16,7 @@ import yaml
 from cardquota.cli.check import CheckResult
 from cardquota.core import keys
 from cardquota.core.cards import CardType, NodeCards, cluster_totals, sharing_warnings, unlabelled_accelerators
+from cardquota.core.evictions import Eviction
 from cardquota.core.ledger import CpuMemoryUsage, Ledger, QueueUsage, SubtreeUsage
 from cardquota.core.objects import CPU_MEMORY, Node
 from cardquota.core.policies.common import skipped_rule
@@ -476,8 +477,23 @@ def simulation_table(result: Simulation, *, wide: bool = False, width: int = WID
     parts = [_with_reasons(pod_headers, pods, pod_reasons, wide=wide, width=width)]
     if groups:
         parts.append(_with_reasons(["PODGROUP", "PHASE"], groups, group_reasons, wide=wide, width=width))
+    if result.evictions:
+        parts.append(evictions_table(result.evictions, wide=wide, width=width))
     parts.append(usage_table(result.usage, wide=wide, width=width))
     return "\n".join(parts)
+
+
+def evictions_table(evictions: Sequence[Eviction], *, wide: bool = False, width: int = WIDTH) -> str:
+    """The evictions the card-quota gate's preemptions make: each victim (a PodGroup, or a pod without one), its
+    priority, the cards its release frees and whom it is evicted for; its pods under the row (``-o wide``: a PODS
+    column)."""
+    headers = ["EVICTED", "PRIORITY", "CARDS", "FOR"]
+    rows = [[eviction.name, eviction.priority, eviction.cards_text(),
+             f"{eviction.preemptor} (priority {eviction.preemptor_priority})"] for eviction in evictions]
+    pods = [", ".join(f"{namespace}/{name}" for namespace, name in eviction.pods) for eviction in evictions]
+    if wide:
+        return render_table([*headers, "PODS"], [[*row, names] for row, names in zip(rows, pods, strict=True)])
+    return render_table(headers, rows, width=width, elide=(0, 3), notes=[f"pods: {names}" for names in pods])
 
 
 def _with_reasons(headers: list[str], rows: Sequence[Sequence[object]], reasons: list[str], *, wide: bool,

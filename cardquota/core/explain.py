@@ -11,7 +11,10 @@ with what would unblock it:
 * no node can take it now (resources, affinity, taints, crossquota, mGPU: the scheduler-style summary);
 * for a PodGroup not yet Inqueue, the scheduler's enqueue check: its ``minResources`` cpu/memory against the queue's
   ``spec.capability`` (how much over, who holds it, and whether releasing or raising the capability unblocks it),
-  then its card request in job mode.
+  then its card request in job mode;
+* at the card-quota gate, the gate keeper's sentence (:func:`~cardquota.core.gate.gate_round`), and for a unit that
+  preempts, the evictions planned for it (each victim with its priority, cards and pods). A running unit the gate
+  would evict for a preemptor says so as a fact (by whom, at what priority, to free what).
 
 The quota sentences are the ones the controller's events and the scheduler rules use (one engine,
 :mod:`cardquota.core.scheduling`), so ``explain`` and ``kubectl describe`` say the same thing.
@@ -19,19 +22,20 @@ The quota sentences are the ones the controller's events and the scheduler rules
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.evictions import Eviction, evictions
 from cardquota.core.gate import gate_round
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.ledger import Ledger
+from cardquota.core.ledger import PODGROUP, Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.policies import admit as admit_object
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.preemption import policy_fact
+from cardquota.core.preemption import PreemptionPolicy, policy_fact, preemption_policy
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import NODES_AVAILABLE, SchedulerConfig, Session
@@ -149,6 +153,10 @@ def _add_placement(explanation: Explanation, pods: Sequence[Manifest], simulatio
     elif missing:
         explanation.facts.append(f"Not checked: where {len(missing)} of its pods would go (simulate does not place "
                                  "them).")
+    units = {name for manifest in pods for name in ("/".join(namespaced_key(manifest)), _group_of(manifest))}
+    evicted = [eviction.summary() for eviction in simulation.evictions if eviction.preemptor in units]
+    if evicted:
+        explanation.facts.append(f"simulate evicts for it, by preemption: {'; '.join(evicted)}.")
     unplaced = [(manifest, outcome) for manifest, outcome in outcomes if outcome is not None and outcome.node is None]
     placed = [(manifest, outcome) for manifest, outcome in outcomes if outcome is not None and outcome.node is not None]
     if placed and not unplaced:
@@ -211,8 +219,12 @@ def _explain_pod(session: Session, key: ObjectKey, schedulers: frozenset[str]) -
     explanation = _pod_rules(session, key, schedulers)
     manifest = session.pods[key]
     volcano = str((manifest.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER) in schedulers
-    if explanation.blockers and volcano and session.view(key).card_name is not None:
+    pod = session.view(key)
+    if explanation.blockers and volcano and pod.card_name is not None:
         explanation.facts.extend(_preemption_fact(session, session.queue_of(key)))
+    if volcano and pod.card_name is not None and pod.gate is None:
+        explanation.facts.extend(_victim_facts(session, session.queue_of(key),
+                                               lambda eviction: key in eviction.pods))
     return explanation
 
 
@@ -285,7 +297,14 @@ def _at_the_gate(session: Session, key: ObjectKey, explanation: Explanation) -> 
     default order) says whether it waits and why, or goes through in the controller's next round."""
     decided = gate_round(session.ledger)
     sentence = decided.sentences().get(("Pod", key[0], key[1]))
-    if sentence is not None:
+    planned = evictions(preemption for preemption in decided.preemptions if key in preemption.pods)
+    if sentence is not None and planned:
+        them = "them" if len(planned) > 1 else "it"
+        explanation.blockers.append(f"{sentence[0].upper()}{sentence[1:]} (cardquota's controller evicts {them} "
+                                    "through the Eviction API, so PodDisruptionBudgets hold, and lets this pod "
+                                    "through once the cards are released).")
+        explanation.facts.append(f"Planned evictions for it: {'; '.join(e.summary() for e in planned)}.")
+    elif sentence is not None:
         explanation.blockers.append(f"{sentence[0].upper()}{sentence[1:]} (cardquota's controller lets it through "
                                     "when what it asks fits its queue and every ancestor).")
     elif any(lift.pod == key for lift in decided.lifts):
@@ -394,6 +413,9 @@ def _explain_podgroup(session: Session, group: PodGroup, schedulers: frozenset[s
             explanation.blockers.append(f"Pod {waiting[0][0]}/{waiting[0][1]}: {blocker}")
     if explanation.blockers and (request.values or any(session.view(key).card_name for key in members)):
         explanation.facts.extend(_preemption_fact(session, group.queue))
+    if any(session.view(key).card_name for key in members if key not in waiting):
+        explanation.facts.extend(_victim_facts(session, group.queue,
+                                               lambda eviction: eviction.identity == (PODGROUP, *group.key)))
     return explanation
 
 
@@ -433,6 +455,17 @@ def _preemption_fact(session: Session, queue: str) -> list[str]:
     so)."""
     record = session.ledger.snapshot.queues.get(queue)
     return [policy_fact(queue, record.queue.meta.annotations)] if record is not None else []
+
+
+def _victim_facts(session: Session, queue: str, chosen: Callable[[Eviction], bool]) -> list[str]:
+    """Whether the gate's next round (:func:`~cardquota.core.gate.gate_round` over the same cluster) evicts the
+    explained unit (``chosen``: its eviction) for a preemptor of its queue (nothing to weigh under ``Never``)."""
+    record = session.ledger.snapshot.queues.get(queue)
+    if record is None or preemption_policy(record.queue.meta.annotations)[0] is PreemptionPolicy.NEVER:
+        return []
+    return [f"It would be {eviction.message[0].lower()}{eviction.message[1:]}: cardquota's controller evicts "
+            f"{eviction.name} (priority {eviction.priority}) through the Eviction API in its next round."
+            for eviction in evictions(gate_round(session.ledger).preemptions) if chosen(eviction)]
 
 
 def _missing_queue(queue: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from builders import container, gpu_labels, node, pod, podgroup, queue
 
 from cardquota.core.errors import InputError
-from cardquota.core.explain import explain
+from cardquota.core.explain import explain, explain_submitted
 from cardquota.core.scheduling.capacity_card import CapacityCardConfig
 from cardquota.core.scheduling.crossquota import CrossQuotaConfig
 from cardquota.core.scheduling.session import SchedulerConfig
@@ -328,3 +328,66 @@ def test_a_pod_that_does_not_wait_for_cards_says_nothing_of_preemption(target: d
     cluster = [gpu_node("a1", A100, 8), queue("team-a", {A100: 4}, annotations={"cardquota.io/preemption":
                                                                                "LowerPriority"})]
     assert not any("preemption" in fact for fact in explain(cluster, target, UNLIMITED).facts)
+
+
+LOW_GANG = [podgroup("sweep", namespace="ml", queue="team-a", phase="Running", min_member=2),
+            *(pod(f"sweep-{index}", namespace="ml", card=A100, gpus=2, group="sweep", node_name="a1", priority=10)
+              for index in range(2))]
+URGENT = pod("urgent", namespace="ml", card=A100, gpus=2, queue="team-a", gated=True, priority=1000,
+             created="2026-12-07T10:00:00Z", uid="uid-urgent")
+VICTIM = ("It would be preempted by ml/urgent (priority 1000) to free 4 NVIDIA-A100 in queue team-a: cardquota's "
+          "controller evicts podgroup ml/sweep (priority 10) through the Eviction API in its next round.")
+
+
+@pytest.mark.parametrize(("target", "facts", "blockers"), [
+    (URGENT,
+     ["Planned evictions for it: podgroup ml/sweep (priority 10, 4 NVIDIA-A100; pods ml/sweep-0, ml/sweep-1)."],
+     ["Waiting at the card-quota gate: queue team-a has 0 of 4 NVIDIA-A100 free; 0 pods ahead; preempting 1 "
+      "workload of queue team-a to free 4 NVIDIA-A100: ml/sweep (cardquota's controller evicts it through the "
+      "Eviction API, so PodDisruptionBudgets hold, and lets this pod through once the cards are released)."]),
+    (LOW_GANG[0], [VICTIM], []),  # (the PodGroup chosen)
+    (LOW_GANG[1], [VICTIM], []),  # (a pod of it)
+])
+def test_a_planned_preemption_names_the_victims_and_each_victim_says_by_whom(
+        target: dict[str, Any], facts: list[str], blockers: list[str]) -> None:
+    """Issue 42, item 4: the preemptor's blocker names the victims and a fact lists the evictions with their
+    priorities, cards and pods; a victim (its PodGroup, or any pod of it) says it would be preempted, by whom."""
+    policy = queue("team-a", {A100: 4}, annotations={"cardquota.io/preemption": "LowerPriority"})
+    result = explain([gpu_node("a1", A100, 8), policy, *LOW_GANG, URGENT], target, UNLIMITED)
+    assert [fact for fact in result.facts if fact.startswith(("Planned evictions", "It would be"))] == facts
+    assert result.blockers == blockers
+
+
+@pytest.mark.parametrize("annotations", [{}, {"cardquota.io/preemption": "Never"}])
+@pytest.mark.parametrize("target", [URGENT, LOW_GANG[0], LOW_GANG[1]])
+def test_under_never_no_victim_or_eviction_is_said(annotations: dict[str, str], target: dict[str, Any]) -> None:
+    result = explain([gpu_node("a1", A100, 8), queue("team-a", {A100: 4}, annotations=annotations), *LOW_GANG,
+                      URGENT], target, UNLIMITED)
+    assert not any(fact.startswith(("Planned evictions", "It would be")) for fact in result.facts)
+    assert not any("preempting" in blocker for blocker in result.blockers)
+
+
+def test_a_higher_priority_or_unchosen_workload_is_no_victim() -> None:
+    """Two lone pods hold the quota: the urgent one needs 2 cards, so the lower-priority pod of 2 is chosen and the
+    one of higher priority than the preemptor is not."""
+    policy = queue("team-a", {A100: 4}, annotations={"cardquota.io/preemption": "LowerPriority"})
+    low = pod("low", namespace="ml", card=A100, gpus=2, node_name="a1", queue="team-a", priority=5)
+    high = pod("high", namespace="ml", card=A100, gpus=2, node_name="a1", queue="team-a", priority=2000)
+    cluster = [gpu_node("a1", A100, 8), policy, low, high, URGENT]
+    assert [fact for fact in explain(cluster, low, UNLIMITED).facts if fact.startswith("It would be")] == [
+        "It would be preempted by ml/urgent (priority 1000) to free 2 NVIDIA-A100 in queue team-a: cardquota's "
+        "controller evicts pod ml/low (priority 5) through the Eviction API in its next round."]
+    assert not any(fact.startswith("It would be") for fact in explain(cluster, high, UNLIMITED).facts)
+
+
+@pytest.mark.parametrize(("annotations", "said"), [
+    ({"cardquota.io/preemption": "LowerPriority"},
+     ["simulate evicts for it, by preemption: podgroup ml/sweep (priority 10, 4 NVIDIA-A100; pods ml/sweep-0, "
+      "ml/sweep-1).", "simulate places it: ml/urgent on a1 (NVIDIA-A100)."]),
+    ({}, []),
+])
+def test_explain_f_says_what_simulate_evicts_for_the_workload(annotations: dict[str, str], said: list[str]) -> None:
+    """``explain -f``: simulate's evictions for the submitted workload are a fact, with its placement after them."""
+    cluster = [gpu_node("a1", A100, 8), queue("team-a", {A100: 4}, annotations=annotations), *LOW_GANG]
+    [result] = explain_submitted(cluster, [URGENT], [URGENT], UNLIMITED)
+    assert [fact for fact in result.facts if fact.startswith("simulate")] == said

@@ -12,6 +12,15 @@ group's pods are placed, the gate judges them (:func:`~cardquota.core.gate.gate_
 and every ancestor, the gang together, an ``A|B`` request narrowed to the alternative chosen). Pods it lets through
 are placed as above and hold their cards from then on, placed or not; the others keep the gate's sentence
 (``waiting at the card-quota gate: …``) and count as waiting in the queues' usage.
+
+**Preemption**: when the gate plans a preemption for the group (its queue's ``cardquota.io/preemption`` policy lets
+it displace admitted units of the queue, :mod:`cardquota.core.preemption`), the evictions are listed
+(:class:`~cardquota.core.evictions.Eviction`) and made: the victims' pods leave the simulated cluster, as the
+Eviction API deletes them (their cards and node resources are released at once), a victim PodGroup left with fewer
+than ``minMember`` pods scheduled goes back to Pending (``getPodGroupPhase`` in
+pkg/scheduler/framework/session.go, Volcano v1.15.1), and the group is judged again: let through (marked admitted
+by preemption), it is placed as above. What the victims' controllers do next (a Volcano Job's policies may restart
+it) is not simulated. Under ``Never`` (the default) nothing of this happens.
 """
 
 from __future__ import annotations
@@ -25,9 +34,10 @@ from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.errors import InputError
+from cardquota.core.evictions import Eviction, evictions
 from cardquota.core.gate import HeadOfLine, gate_round, needs_gate
 from cardquota.core.jsontypes import MAPPING_TYPES
-from cardquota.core.ledger import QueueUsage
+from cardquota.core.ledger import PODGROUP, QueueUsage
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, effective_requests
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.session import SchedulerConfig, Session
@@ -81,11 +91,14 @@ class Simulation:
     usage: dict[str, QueueUsage] = field(default_factory=dict)
     not_simulated: list[str] = field(default_factory=list)
     """The workloads of the input whose pods the simulation cannot know, each named with the reason."""
+    evictions: list[Eviction] = field(default_factory=list)
+    """The evictions the card-quota gate's preemptions made, in order (none under the default policy, Never)."""
 
     def as_json(self) -> dict[str, Any]:
         return {"placements": {name: outcome.as_json() for name, outcome in self.placements.items()},
                 "podgroups": {name: outcome.as_json() for name, outcome in self.podgroups.items()},
-                "queues": self.queues} | ({"notSimulated": self.not_simulated} if self.not_simulated else {})
+                "queues": self.queues} | ({"notSimulated": self.not_simulated} if self.not_simulated else {}) | (
+            {"evictions": [eviction.as_json() for eviction in self.evictions]} if self.evictions else {})
 
 
 REPLICATED = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"), ("batch", "Job")}
@@ -325,18 +338,18 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
             if key in created:
                 created_now(created[key])  # the job controller creates its pods now
         minimum = max(1, _count((manifest.get("spec") or {}).get("minMember"), 1))
-        waiting = gate.judge(members.get(group.key, []), placements) if gate is not None else None
+        waiting = gate.judge(members.get(group.key, []), placements, podgroups) if gate is not None else None
         outcome = _place_gang(session, [key for key in members.pop(group.key, []) if not _gated(gate, key)],
                               minimum, placements, memo, waiting)
         podgroups[name] = outcome
         session.set_phase(manifest, outcome.phase)
     for keys_of_unit in members.values():  # pods without a PodGroup in the snapshot: groups of one
         if gate is not None:
-            gate.judge(keys_of_unit, placements)
+            gate.judge(keys_of_unit, placements, podgroups)
         _place_gang(session, [key for key in keys_of_unit if not _gated(gate, key)], 1, placements, memo)
     usage = session.ledger.all_usage(card_unlimited_cpu_memory=session.config.capacity_card.card_unlimited_cpu_memory)
     return Simulation(placements, podgroups, {queue: entry.as_json() for queue, entry in usage.items()}, usage,
-                      expansion.not_simulated)
+                      expansion.not_simulated, gate.evictions if gate is not None else [])
 
 
 def created_at(second: int) -> str:
@@ -354,6 +367,7 @@ class _Gate:
         self.order = order
         self.gated: set[ObjectKey] = set()
         self.created = 0
+        self.evictions: list[Eviction] = []
 
     def create(self, manifest: Manifest) -> ObjectKey:
         """The pod as the pod webhook admits it: gated when its queue's card quota will charge it, and created now
@@ -371,17 +385,28 @@ class _Gate:
             return key
         return self.session.add_pending(manifest)
 
-    def judge(self, pod_keys: Sequence[ObjectKey], placements: dict[str, PodOutcome]) -> str | None:
+    def judge(self, pod_keys: Sequence[ObjectKey], placements: dict[str, PodOutcome],
+              podgroups: dict[str, GroupOutcome]) -> str | None:
         """Lift the gate of those of ``pod_keys`` whose cards fit now (their card.name narrowed to the alternative
-        chosen); the others get the gate's sentence. Returns the first sentence (None when all went through)."""
+        chosen); the others get the gate's sentence. A preemption the gate plans for them is made first
+        (:meth:`evict`) and they are judged again. Returns the first sentence (None when all went through)."""
         waiting = frozenset(key for key in pod_keys if key in self.gated)
         if not waiting:
             return None
-        judged = waiting
-        if self.order is HeadOfLine.STRICT_FIFO:  # the units still waiting in these queues hold them back
-            queues = {self.session.queue_of(key) for key in waiting}
-            judged = waiting | {key for key in self.gated if self.session.queue_of(key) in queues}
-        decided = gate_round(self.session.ledger, head_of_line=self.order, only=judged)
+        preempting: set[ObjectKey] = set()
+        while True:  # (each pass evicts at least one victim, of a finite cluster)
+            judged = waiting
+            if self.order is HeadOfLine.STRICT_FIFO:  # the units still waiting in these queues hold them back
+                queues = {self.session.queue_of(key) for key in waiting}
+                judged = waiting | {key for key in self.gated if self.session.queue_of(key) in queues}
+            decided = gate_round(self.session.ledger, head_of_line=self.order, only=judged, preempting=preempting)
+            planned = [preemption for preemption in decided.preemptions
+                       if waiting.intersection(preemption.pods) and preemption.victims]
+            if not planned:
+                break
+            for preemption in planned:
+                self.evict(evictions([preemption]), placements, podgroups)
+                preempting.update(preemption.pods)
         for lift in decided.lifts:
             if lift.pod not in waiting:
                 continue  # (a unit judged before: nothing was released since, it was only looked at for its place)
@@ -393,13 +418,40 @@ class _Gate:
             if lift.narrows:
                 metadata["annotations"] = {**_map(metadata.get("annotations")), keys.CARD_NAME: lift.card_type,
                                            keys.CARD_NAME_REQUESTED: lift.card_name}
+            if lift.by_preemption:  # (as the lift's patch marks it: not displaced by a unit of equal priority)
+                metadata["annotations"] = {**_map(metadata.get("annotations")), keys.ADMITTED_BY_PREEMPTION: "true"}
             self.session.add_pending({**manifest, "metadata": metadata, "spec": spec})
             self.gated.discard(lift.pod)
         reasons = [wait.reason for wait in decided.waits if waiting.intersection(wait.pods)]
         for wait in decided.waits:
-            for key in waiting.intersection(wait.pods):
-                placements[_name(key)] = PodOutcome(reason=wait.reason)
+            for key in wait.pods:  # (in the unit's order: a set's would change with the hash seed)
+                if key in waiting:
+                    placements[_name(key)] = PodOutcome(reason=wait.reason)
         return reasons[0] if reasons else None
+
+    def evict(self, victims: Sequence[Eviction], placements: dict[str, PodOutcome],
+              podgroups: dict[str, GroupOutcome]) -> None:
+        """The victims' pods deleted, as the Eviction API does (what they held is released at once: a pod being
+        deleted counts as releasing at the gate); a victim PodGroup left with fewer than ``minMember`` pods
+        scheduled goes back to Pending, as Volcano's ``getPodGroupPhase`` (pkg/scheduler/framework/session.go,
+        v1.15.1) sets a group that is not Inqueue. Pods and PodGroups of the workload say why."""
+        ledger = self.session.ledger
+        for eviction in victims:
+            self.evictions.append(eviction)
+            said = f"evicted: {eviction.message[0].lower()}{eviction.message[1:]}"
+            for key in eviction.pods:
+                self.session.remove(key)
+                if _name(key) in placements:
+                    placements[_name(key)] = PodOutcome(reason=said)
+            group = ledger.snapshot.podgroups.get(eviction.victim) if eviction.kind == PODGROUP else None
+            if group is None:
+                continue
+            scheduled = sum(1 for key in ledger.group_pods(group.key)
+                            if (pod := ledger.snapshot.pods.get(key)) is not None and pod.bound)
+            if scheduled < group.min_member and group.phase != "Inqueue":
+                self.session.set_group_phase(group.key, "Pending")
+                if _name(group.key) in podgroups:
+                    podgroups[_name(group.key)] = GroupOutcome("Pending", said)
 
 
 def _gated(gate: _Gate | None, key: ObjectKey) -> bool:
