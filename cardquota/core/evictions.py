@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardquota.core.objects import ObjectKey
-from cardquota.core.preemption import Preemption
+from cardquota.core.preemption import Preemption, cards_text
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,6 @@ def evictions(preemptions: Iterable[Preemption]) -> list[Eviction]:
     return found
 
 
-def cards_text(amounts: Mapping[str, int]) -> str:
-    """``4 NVIDIA-H100, 2 NVIDIA-A100`` (by card name)."""
-    return ", ".join(f"{amount} {name}" for name, amount in sorted(amounts.items()))
 
 
 def _name(key: ObjectKey) -> str:

@@ -427,25 +427,26 @@ class Preemption:
             return "the workloads preempted for it are releasing their cards"
         names = ", ".join(f"{victim.key[0]}/{victim.key[1]}" for victim in self.victims)
         return (f"preempting {_count(len(self.victims), 'workload')} of queue {self.preemptor.queue} to free "
-                f"{_cards(self.frees)}: {names}")
+                f"{cards_text(self.frees)}: {names}")
 
     def victim_message(self) -> str:
         """The Warning event on each victim (PodGroup, or pod without one)."""
         return (f"Preempted by {self.preemptor.name} (priority {self.preemptor.priority}) to free "
-                f"{_cards(self.frees)} in queue {self.preemptor.queue}")
+                f"{cards_text(self.frees)} in queue {self.preemptor.queue}")
 
     def preemptor_message(self) -> str:
         """The Normal event on the preemptor."""
         names = ", ".join(f"{victim.key[0]}/{victim.key[1]} (priority {victim.priority})" for victim in self.victims)
         return (f"Preempting {_count(len(self.victims), 'workload')} of queue {self.preemptor.queue} to free "
-                f"{_cards(self.frees)}: {names}")
+                f"{cards_text(self.frees)}: {names}")
 
 
 def _count(amount: int, noun: str) -> str:
     return f"{amount} {noun}{'' if amount == 1 else 's'}"
 
 
-def _cards(amounts: Mapping[str, int]) -> str:
+def cards_text(amounts: Mapping[str, int]) -> str:
+    """``2 NVIDIA-A100, 4 NVIDIA-H100`` (by card name)."""
     return ", ".join(f"{amount} {name}" for name, amount in sorted(amounts.items()))
 
 
