@@ -57,7 +57,7 @@ from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round
 from cardquota.core.ledger import PODGROUP, HeldUnit
 from cardquota.core.objects import ObjectKey, gate_state
 from cardquota.core.policies.pod import narrowed_affinity_operations
-from cardquota.core.preemption import Admitted, AdmittedMemo, Preemption
+from cardquota.core.preemption import Admitted, Preemption
 from cardquota.kube import (
     EvictionOutcome,
     KubeError,
@@ -168,8 +168,6 @@ class Gatekeeper:
     a row)."""
     preempting: dict[ObjectKey, None] = field(default_factory=dict)
     """Pods of units that preempted others, until they are past the gate (their lift marks them)."""
-    admitted: AdmittedMemo = field(default_factory=AdmittedMemo)
-    """The admitted units of the queues the last round weighed preemption in, read again as they change."""
     _leading_since: float | None = None
     _barrier: float | None = None
     """Since it leads: the moment from which a list of pods and PodGroups must have started before it lifts."""
@@ -230,7 +228,7 @@ class Gatekeeper:
         refused = [unit for unit, (until, _) in self.refused.items() if until > now]
         decided = gate_round(self.cache.ledger, [flight.lift for flight in self.in_flight.values()],
                              self.head_of_line, dra_readable=self.dra_readable(), evicting=self.evicting.keys(),
-                             refused=refused, preempting=self.preempting, memo=self.admitted)
+                             refused=refused, preempting=self.preempting)
         self.stats.rounds += 1
         self.stats.waiting = len(decided.waits)
         self.last_round = decided

@@ -61,7 +61,7 @@ from cardquota.core.dra_quota import Quotas
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import HeldUnit, Ledger
 from cardquota.core.objects import Manifest, ObjectKey, Pod
-from cardquota.core.preemption import AdmittedMemo, CardAsk, Preemption, Preemptor, RoundPreemption
+from cardquota.core.preemption import CardAsk, Preemption, Preemptor, RoundPreemption
 from cardquota.core.snapshot import ClusterSnapshot
 from cardquota.core.usage import Bucket, pod_charge
 from cardquota.core.verdict import PatchOperation, pointer
@@ -288,16 +288,14 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
                head_of_line: HeadOfLine = HeadOfLine.BEST_EFFORT_FIFO,
                only: Collection[ObjectKey] | None = None, *, dra_readable: bool = True,
                evicting: Collection[HeldUnit] = (), refused: Collection[HeldUnit] = (),
-               preempting: Collection[ObjectKey] = (), memo: AdmittedMemo | None = None) -> GateRound:
+               preempting: Collection[ObjectKey] = ()) -> GateRound:
     """Which gated pods to let through now, which admitted units to evict for them, and why the others wait (see
     the module rules). ``ledger``: a :class:`~cardquota.core.ledger.Ledger`; ``in_flight``: lifts written and not
     yet seen back from the watch; ``only``: judge only the units with a pod among these (the others neither go
     through nor count as ahead: a simulation judging one workload at a time, in its own order); ``dra_readable``:
     the DRA claims have been read (else a pod that needs them waits); ``evicting``: units whose eviction is under
     way and that the watch still shows holding cards; ``refused``: units whose eviction a PodDisruptionBudget
-    refused a moment ago; ``preempting``: pods of units that preempted others (their lifts mark them); ``memo``:
-    the queues' admitted units as read in earlier rounds (kept by the caller between rounds; the round drops what
-    it did not read)."""
+    refused a moment ago; ``preempting``: pods of units that preempted others (their lifts mark them)."""
     snapshot = ledger.snapshot
     flying = {lift.pod: lift for lift in in_flight}
     gated: Mapping[str, set[ObjectKey]] = ledger.gated_pods()
@@ -311,7 +309,7 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
             room.take(lift.queue, lift.card_type, lift.cards)
     free = _free_cards(snapshot, held, flying.values())
     units = _units(ledger, snapshot, gated, flying)
-    preemption = RoundPreemption(ledger, room, evicting, refused, memo if memo is not None else AdmittedMemo())
+    preemption = RoundPreemption(ledger, room, evicting, refused)
     result = GateRound()
     blocked: dict[str, str] = {}
     failed_groups: set[ObjectKey] = set()
@@ -345,8 +343,6 @@ def gate_round(ledger: Ledger, in_flight: Iterable[Lift] = (),
                 blocked[queue] = f"waiting at the card-quota gate behind {_unit_name(unit)} (StrictFIFO)"
             continue
         result.lifts.extend(lifts)
-    if memo is not None:
-        memo.forget(preemption.queues())
     return result
 
 

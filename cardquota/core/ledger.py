@@ -307,6 +307,9 @@ class Ledger:
     _held_versions: dict[str, int] = field(default_factory=dict)
     """Per queue, a count that changes whenever a pod holding its cards (or a PodGroup of its) is added, changed or
     removed (:meth:`held_version`)."""
+    memos: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """What rules derive from this ledger and keep between calls, by rule (e.g. the admitted units preemption weighs,
+    :func:`cardquota.core.preemption.admitted_memo`): each checks the versions it read before reusing what it keeps."""
     _claiming_gated: KeySet = field(default_factory=dict)
     """The unbound pods naming DRA claims that carry cardquota's gate (what a round judges for the DRA quotas)."""
     _pods_by_claim: dict[ObjectKey, KeySet] = field(default_factory=dict)

@@ -356,30 +356,32 @@ BEING_PLACED = "9999-12-31T23:59:59Z"
 
 @dataclass
 class AdmittedMemo:
-    """The admitted units of each queue as last read (:func:`admitted_units`), kept between gate rounds and read
-    again only when the ledger's :meth:`~cardquota.core.ledger.Ledger.held_version` of the queue has changed: a
-    preemptor waiting for its victims' release, or for a budget, costs O(its queue's units) once, not every round."""
+    """The admitted units of each queue as last read (:func:`admitted_units`), kept with the ledger
+    (:func:`admitted_memo`) and read again only when its :meth:`~cardquota.core.ledger.Ledger.held_version` of the
+    queue has changed: a preemptor waiting rounds on end for its victims' release, or for a budget, and the
+    scheduler asking again each session whether a job may be enqueued, cost O(the queue's units) once, not each
+    time."""
 
-    ledger: Ledger | None = None
+    ledger: Ledger
     units: dict[str, tuple[int, list[Admitted]]] = field(default_factory=dict)
 
-    def admitted(self, ledger: Ledger, queue: str, refused: Collection[HeldUnit]) -> list[Admitted]:
-        if ledger is not self.ledger:
-            self.ledger = ledger
-            self.units.clear()
-        version = ledger.held_version(queue)
+    def admitted(self, queue: str, refused: Collection[HeldUnit] = ()) -> list[Admitted]:
+        version = self.ledger.held_version(queue)
         found = self.units.get(queue)
         if found is None or found[0] != version:
-            found = self.units[queue] = (version, admitted_units(ledger, queue))
+            found = self.units[queue] = (version, admitted_units(self.ledger, queue))
         units = found[1]
         if refused:
             units = [replace(unit, eviction_refused=True) if unit.identity in refused else unit for unit in units]
         return units
 
-    def forget(self, queues: Collection[str]) -> None:
-        """Drop the queues not named (gone, or no longer with a policy): the memo holds only what rounds read."""
-        for queue in [queue for queue in self.units if queue not in queues]:
-            del self.units[queue]
+
+def admitted_memo(ledger: Ledger) -> AdmittedMemo:
+    """The ledger's :class:`AdmittedMemo` (made on first use)."""
+    memo = ledger.memos.get("admitted-units")
+    if not isinstance(memo, AdmittedMemo):
+        memo = ledger.memos["admitted-units"] = AdmittedMemo(ledger)
+    return memo
 
 
 def admitted_units(ledger: Ledger, queue: str, refused: Collection[HeldUnit] = ()) -> list[Admitted]:
@@ -474,23 +476,18 @@ class RoundPreemption:
     """Units whose eviction is under way (written or being written) and that the watch still shows holding cards."""
     refused: Collection[HeldUnit] = ()
     """Units whose eviction a PodDisruptionBudget refused a moment ago."""
-    memo: AdmittedMemo = field(default_factory=AdmittedMemo)
-    """The admitted units as read in earlier rounds (the keeper keeps one; a fresh one reads them anew)."""
     _queues: dict[str, _QueueState] = field(default_factory=dict)
 
     def policy(self, queue: str) -> PreemptionPolicy:
         record = self.ledger.snapshot.queues.get(queue)
         return preemption_policy(record.queue.meta.annotations)[0] if record is not None else PreemptionPolicy.NEVER
 
-    def queues(self) -> list[str]:
-        """The queues this round read (for :meth:`AdmittedMemo.forget`)."""
-        return list(self._queues)
-
     def _state(self, queue: str) -> _QueueState:
         state = self._queues.get(queue)
         if state is None:
             policy = self.policy(queue)
-            units = self.memo.admitted(self.ledger, queue, self.refused) if policy is not PreemptionPolicy.NEVER else []
+            units = admitted_memo(self.ledger).admitted(queue, self.refused) \
+                if policy is not PreemptionPolicy.NEVER else []
             pool: dict[str, int] = {}
             candidates = {}
             for unit in units:

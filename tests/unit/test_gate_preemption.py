@@ -258,3 +258,46 @@ def test_rounds_never_exceed_the_quota_never_evict_upward_and_admit_the_preempto
             evicting.clear()
     final = Ledger.build([*NODES, *manifests])
     assert sum(final.held_cards("research").values()) <= quota
+
+
+def test_the_admitted_units_kept_with_the_ledger_follow_every_change_a_rebuild_would_see() -> None:
+    """The memo of admitted units (read again when the queue's held version changes) equals a fresh read after each
+    change: a pod marked not preemptable, a pod bound, one being deleted, a PodGroup deleted, a node's cards gone."""
+    from cardquota.core.preemption import admitted_memo, admitted_units
+
+    manifests = [team({H100: 16}), *running("a", 2, bound_at=1), *running("b", 1, bound_at=2), *waiting("w", 1)]
+    ledger = Ledger.build([*NODES, *manifests])
+
+    def same() -> None:
+        assert admitted_memo(ledger).admitted("research") == admitted_units(ledger, "research")
+        fresh = Ledger.build([*NODES, *manifests])
+        assert sorted(admitted_units(ledger, "research"), key=lambda unit: unit.key) == sorted(
+            admitted_units(fresh, "research"), key=lambda unit: unit.key)
+
+    same()
+    changes: list[tuple[str, dict[str, Any]]] = []
+    marked = dict(manifests[2], metadata={**manifests[2]["metadata"],
+                                          "annotations": {**manifests[2]["metadata"]["annotations"],
+                                                          keys.PREEMPTABLE: "false"}})
+    changes.append(("upsert", marked))
+    bound = dict(manifests[-1], spec={**manifests[-1]["spec"], "nodeName": "h100-3"})
+    del bound["spec"]["schedulingGates"]
+    changes.append(("upsert", bound))
+    deleting = dict(manifests[4], metadata={**manifests[4]["metadata"], "deletionTimestamp": at(59)})
+    changes.append(("upsert", deleting))
+    changes.append(("delete", manifests[1]))
+    changes.append(("delete", NODES[0]))
+    for action, manifest in changes:
+        if action == "upsert":
+            ledger.upsert(manifest)
+            manifests = [manifest if (m["kind"], m["metadata"]["name"]) == (manifest["kind"], manifest["metadata"][
+                "name"]) else m for m in manifests]
+        else:
+            ledger.delete(manifest)
+            manifests = [m for m in manifests if m is not manifest]
+        if manifest is NODES[0]:
+            fresh = Ledger.build([*NODES[1:], *manifests])
+            assert admitted_memo(ledger).admitted("research") == admitted_units(ledger, "research")
+            assert len(admitted_units(fresh, "research")) == len(admitted_units(ledger, "research"))
+        else:
+            same()
