@@ -32,7 +32,7 @@ from enum import StrEnum
 from cardquota.core import keys
 from cardquota.core.card_room import CardRoom, Shortage
 from cardquota.core.ledger import PODGROUP, HeldUnit, Ledger
-from cardquota.core.objects import ObjectKey, Pod
+from cardquota.core.objects import ObjectKey, Pod, PodGroup
 from cardquota.core.quota import card_alternatives
 
 
@@ -558,3 +558,30 @@ def take_asks(room: CardRoom, preemptor: Preemptor) -> dict[str, int] | None:
         room.take(queue, chosen, ask.cards)
         taken[chosen] = taken.get(chosen, 0) + ask.cards
     return taken
+
+
+def enqueue_plan(group: PodGroup, request: Mapping[str, int], ledger: Ledger) -> PreemptionPlan | NoPlan | None:
+    """Whether a PodGroup its queue's card quota keeps from being enqueued would fit once lower-priority units of the
+    queue are evicted: the victims its pods will displace at the gate, why none would do (:class:`NoPlan`), or None
+    under ``Never``. Volcano's job controller creates a Volcano Job's pods only once its PodGroup is Inqueue
+    (``syncJob`` in pkg/controllers/job/job_controller_actions.go, volcano-sh/volcano v1.15.1), so a gang that must
+    preempt is let into the queue on this, and its pods then preempt at the gate as any waiting unit does.
+
+    The PodGroup's priority is its job's (:meth:`~cardquota.core.snapshot.ClusterSnapshot.job_priority`), its asks
+    are its card ``request`` per card name, and the room is the gate's (what the queue's pods hold, bound or past the
+    gate); its own pods are not candidates."""
+    snapshot = ledger.snapshot
+    record = snapshot.queues.get(group.queue)
+    policy = preemption_policy(record.queue.meta.annotations)[0] if record is not None else PreemptionPolicy.NEVER
+    if policy is PreemptionPolicy.NEVER:
+        return None
+    namespace, name = group.key
+    preemptor = Preemptor(f"{namespace}/{name}", group.queue, snapshot.job_priority(group), group.created,
+                          tuple(CardAsk(card, amount) for card, amount in sorted(request.items()) if amount > 0))
+    units = [unit for unit in admitted_memo(ledger).admitted(group.queue)
+             if unit.identity != (PODGROUP, namespace, name)]
+    if not any(may_displace(policy, preemptor, unit) for unit in units):  # (the common case: O(units), no room)
+        return NoPlan(NoPreemption.NO_LOWER_PRIORITY, f"no workload admitted in queue {group.queue} with lower "
+                                                      f"priority than {preemptor.name} ({preemptor.priority})")
+    room = CardRoom(snapshot, {queue: ledger.held_cards(queue) for queue in ledger.queue_names()})
+    return choose_victims(preemptor, units, room, policy)

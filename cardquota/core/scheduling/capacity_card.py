@@ -26,6 +26,7 @@ from cardquota.core import keys
 from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import CpuMemoryUse, Ledger
 from cardquota.core.objects import CPU_MEMORY, PodGroup, cpu_memory_of, readable_amounts
+from cardquota.core.preemption import PreemptionPlan, enqueue_plan
 from cardquota.core.quantity import format_quantity
 from cardquota.core.quota import (
     alternative_set,
@@ -345,15 +346,25 @@ def podgroup_enqueue_refusal(group: PodGroup, ledger: Ledger,
 
     ``config`` None means the plugin's arguments are not known (the controller does not read the scheduler's
     ConfigMap): ``cardUnlimitedCpuMemory`` is then taken as on, the reading that blocks least, so that no job is
-    said to be blocked that the scheduler may enqueue (a CPU-only job is judged either way)."""
+    said to be blocked that the scheduler may enqueue (a CPU-only job is judged either way).
+
+    A job short of card quota in a queue whose preemption policy lets it displace lower-priority work
+    (:func:`~cardquota.core.preemption.enqueue_plan` finds victims) is enqueued: its pods then wait at the card-quota
+    gate while the victims are evicted, and its reservation keeps other jobs of the queue out meanwhile. One short
+    only of what other enqueued jobs reserve (no victim needed) waits its turn, as before."""
     record = ledger.snapshot.queues.get(group.queue)
     closed = queue_state_refusal(group.queue, record.queue.state, "it enqueues no new job") if record else None
     if closed is not None:
         return EnqueueRefusal(closed.reason, closed.message)
     request = ledger.group_card_request(group)
     usage = ledger.usage(group.queue)
-    return job_enqueue_refusal(group.queue, request, usage.quota, usage.allocated, usage.inqueue,
-                               cpu_memory=cpu_memory_demand(group, ledger, config))
+    refusal = job_enqueue_refusal(group.queue, request, usage.quota, usage.allocated, usage.inqueue,
+                                  cpu_memory=cpu_memory_demand(group, ledger, config))
+    if refusal is not None and refusal.reason == INSUFFICIENT_SCALAR:
+        plan = enqueue_plan(group, request, ledger)
+        if isinstance(plan, PreemptionPlan) and plan.victims:
+            return None  # enqueued to preempt: its pods displace lower-priority work of the queue at the gate
+    return refusal
 
 
 def cpu_memory_demand(group: PodGroup, ledger: Ledger, config: CapacityCardConfig | None) -> CpuMemoryDemand | None:
