@@ -18,19 +18,26 @@ with 201; a failure Status returned without an error is sent with its own code, 
 - the deletion: a ``deleteOptions.preconditions.uid`` other than the pod's, 409 Conflict (the API server retries a
   conflict on a pod it deletes without a budget check for up to 10 s first; here it answers at once); otherwise the
   pod is deleted (not with ``dryRun: [All]``, as the API server validates but stores nothing) and the answer is a
-  201 Status Success.
+  201 Status Success. With :attr:`EvictionServed.graceful`, the deletion is graceful as the API server makes it
+  (k8s.io/kubernetes ``pkg/registry/core/pod/strategy.go``, ``podStrategy.CheckGracefulDelete``, read at commit
+  008b3652959c): a pod bound to a node (``spec.nodeName``), not Succeeded or Failed, whose
+  ``spec.terminationGracePeriodSeconds`` is not 0 (the API server defaults it to 30) gets a ``deletionTimestamp``
+  and stays (a MODIFIED event) until its kubelet ends it — here, until the test deletes it; any other pod goes at
+  once (a DELETED event).
 
 The unready-pod branch (a budget with enough healthy pods lets an unready one go without decrementing) is not
-modelled. Compose it after :class:`rbac.RbacEnforced` (``class X(RbacEnforced, EvictionServed)``) so a refused
-eviction never reaches it.
+modelled. Compose it after :class:`rbac.RbacEnforced` (:class:`EvictingUnderRbac`) so a refused eviction never
+reaches it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import datetime
+from typing import Any, ClassVar
 
 import aiohttp.web
 import kmock
+from rbac import RbacEnforced
 
 BUDGET_SENTENCE = "Cannot evict pod as it would violate the pod's disruption budget."
 SEVERAL_BUDGETS_SENTENCE = ("This pod has more than one PodDisruptionBudget, which the eviction subresource does not "
@@ -56,6 +63,14 @@ def too_many_requests(cause: str, retry_after: int) -> aiohttp.web.Response:
                   {"Retry-After": str(retry_after)} if retry_after else None)
 
 
+def _grace_period(pod: dict[str, Any]) -> bool:
+    """Whether the API server deletes the pod gracefully (``CheckGracefulDelete``, see the module docstring)."""
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return bool(spec.get("nodeName")) and phase not in ("Succeeded", "Failed") \
+        and spec.get("terminationGracePeriodSeconds", 30) != 0
+
+
 def _selects(budget: dict[str, Any], labels: dict[str, str]) -> bool:
     match = ((budget.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     return bool(match) and all(labels.get(key) == value for key, value in match.items())
@@ -63,6 +78,10 @@ def _selects(budget: dict[str, Any], labels: dict[str, str]) -> bool:
 
 class EvictionServed(kmock.KubernetesEmulator):
     """kmock that answers a pod eviction as the API server does (see the module docstring)."""
+
+    graceful: ClassVar[bool] = False
+    """An evicted pod bound to a node is marked for deletion (a ``deletionTimestamp``) and stays, as a kubelet's
+    grace period keeps it; by default every evicted pod goes at once."""
 
     async def _handle(self, request: Any) -> Any:
         resource = request.resource
@@ -94,7 +113,12 @@ class EvictionServed(kmock.KubernetesEmulator):
                     f"/registry/pods/{namespace}/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition "
                     f"failed: UID in precondition: {wanted}, UID in object meta: {metadata.get('uid')}"),
                     {"name": name, "kind": "pods"})
-            if not dry_run:
+            if not dry_run and self.graceful and _grace_period(pod.raw):
+                if not metadata.get("deletionTimestamp"):
+                    now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    pod.patch({"metadata": {"deletionTimestamp": now}})
+                    await self._buses[resource].put({"type": "MODIFIED", "object": pod.raw})
+            elif not dry_run:
                 pod.delete()
                 await self._buses[resource].put({"type": "DELETED", "object": pod.last.raw})
         return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -124,3 +148,13 @@ class EvictionServed(kmock.KubernetesEmulator):
             budget.patch({"status": {"disruptionsAllowed": allowed - 1,
                                      "disruptedPods": {**(state.get("disruptedPods") or {}), pod: "now"}}})
         return None
+
+
+class EvictingUnderRbac(RbacEnforced, EvictionServed):
+    """The Eviction API, and the accounts' rendered RBAC (:mod:`rbac`)."""
+
+
+class EvictingGracefullyUnderRbac(EvictingUnderRbac):
+    """The Eviction API deleting bound pods gracefully (:attr:`EvictionServed.graceful`), under RBAC."""
+
+    graceful = True

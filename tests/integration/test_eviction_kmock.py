@@ -15,17 +15,12 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import disruption_budget, pod
-from evictions import BUDGET_SENTENCE, SEVERAL_BUDGETS_SENTENCE, EvictionServed
+from evictions import BUDGET_SENTENCE, SEVERAL_BUDGETS_SENTENCE, EvictingUnderRbac
 from operator_runs import calling_as, shipped_grants, token_of
-from rbac import RbacEnforced, enforcing, refusals
+from rbac import enforcing, refusals
 
 from cardquota.kube import Connection, EvictionAnswer, EvictionOutcome, Forbidden, api_client, evict_pod
 from cardquota.operator.settings import Role, Settings
-
-
-class EvictingUnderRbac(RbacEnforced, EvictionServed):
-    """The Eviction API, and the accounts' rendered RBAC."""
-
 
 pytestmark = [pytest.mark.asyncio,
               pytest.mark.kmock(cls=EvictingUnderRbac, client_fct=lambda url: aiohttp.ClientSession(

@@ -3,7 +3,8 @@ certificates, leader election, annotation writes, events) runs against kmock, ev
 and the shipped RBAC must grant each one — and grant nothing that no request used. So too for each process of the
 split deployment (``--role webhook`` and ``--role controller``) against its own roles
 (manifests/components/separate-controller), and the served extender against components/extender. The rules are the
-ones ``kubectl kustomize`` renders, read and matched by tests/rbac.py as the API server matches them."""
+ones ``kubectl kustomize`` renders, read and matched by tests/rbac.py as the API server matches them. kmock serves
+the Eviction API as the API server does (tests/evictions.py), so the card gate's preemption really evicts."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from typing import Any
 import aiohttp
 import pytest
 from builders import node, pod, queue
+from evictions import EvictingUnderRbac
 from operator_runs import extender_grants, operator_running, serve_dra
 from polling import eventually
 from rbac import Grants, Permission, Request, rendered_grants, request_of
 from volcano_payloads import ALLOCATED, task_info
 
+from cardquota.core import keys
 from cardquota.core.scheduling.extender import Extender
 from cardquota.core.scheduling.mgpu import MGPUConfig
 from cardquota.core.scheduling.session import SchedulerConfig
@@ -33,7 +36,7 @@ from cardquota.operator.leader import LeaderElection
 from cardquota.operator.settings import Role, Settings
 
 pytestmark = [pytest.mark.asyncio,
-              pytest.mark.kmock(client_fct=lambda url: aiohttp.ClientSession(
+              pytest.mark.kmock(cls=EvictingUnderRbac, client_fct=lambda url: aiohttp.ClientSession(
                   base_url=url, connector=aiohttp.TCPConnector(force_close=True)))]
 
 NAMESPACE = "cardquota-system"
@@ -64,8 +67,10 @@ async def webhook_configurations(kmock: Any) -> None:
 
 
 def cluster(kmock: Any) -> int:
-    """A queue with a bound and a waiting card pod (so there is usage to publish and an event to record); the
-    number of requests made so far (the test's own)."""
+    """A queue with a bound and a waiting card pod (so there is usage to publish and an event to record), a pod at
+    the gate whose card fits, and an urgent pod at the gate of a queue whose preemption policy lets it displace the
+    low-priority pod holding the queue's only card (the leader evicts it); the number of requests made so far (the
+    test's own)."""
     kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-a"] = queue("team-a", {A100: 1})
     kmock.objects["v1/pods", "ml", "held"] = pod("held", namespace="ml", card=A100, gpus=1, queue="team-a",
                                                  node_name="a100-1")
@@ -74,7 +79,28 @@ def cluster(kmock: Any) -> int:
     kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-b"] = queue("team-b", {A100: 1})
     kmock.objects["v1/pods", "ml", "gated"] = pod("gated", namespace="ml", card=f"{A100}|NVIDIA-H100", gpus=1,
                                                   queue="team-b", gated=True, uid="uid-gated")
+    # an urgent pod at the gate of a full queue with LowerPriority: the leader evicts the low-priority pod for it
+    kmock.objects["scheduling.volcano.sh/v1beta1/queues", None, "team-c"] = queue(
+        "team-c", {A100: 1}, annotations={keys.PREEMPTION: "LowerPriority"})
+    kmock.objects["v1/pods", "ml", "sweep"] = pod("sweep", namespace="ml", card=A100, gpus=1, queue="team-c",
+                                                  node_name="a100-1", priority=10, uid="uid-sweep")
+    kmock.objects["v1/pods", "ml", "urgent"] = pod("urgent", namespace="ml", card=A100, gpus=1, queue="team-c",
+                                                   gated=True, priority=1000, uid="uid-urgent")
     return len(list(kmock))
+
+
+GATE_LEADER_CALLS = (("create", "events"), ("patch", "queues"), ("patch", "nodes"), ("patch", "leases"),
+                     ("watch", "pods"), ("watch", "queues"), ("get", "pods"), ("patch", "pods"),
+                     ("create", "pods/eviction"), ("watch", "resourceclaims"), ("watch", "resourceclaimtemplates"))
+"""The (verb, resource) pairs the leading controllers of :func:`cluster` make with the card gate on."""
+
+
+def preempted(kmock: Any) -> bool:
+    """Whether the leader evicted ``sweep`` and then let ``urgent`` through (:func:`cluster`)."""
+    gone = not any(resource.plural == "pods" and (namespace, name) == ("ml", "sweep") and not stored.deleted
+                   for (resource, namespace, name), stored in kmock.objects.items())
+    urgent = kmock.objects["v1/pods", "ml", "urgent"]
+    return gone and not urgent["spec"].get("schedulingGates")
 
 
 def made(kmock: Any, *wanted: tuple[str, str]) -> bool:
@@ -92,15 +118,12 @@ async def renew_certificate(kmock: Any) -> None:
 
 UNUSED_HERE: set[Permission] = {
     ("get", "scheduling.volcano.sh", "queues", "", ""),
-    ("create", "", "pods/eviction", "", ""),
     *((verb, "admissionregistration.k8s.io", resource, name, "") for verb in ("get", "patch")
       for resource, name in (("validatingwebhookconfigurations", "cardquota-mutating"),
                              ("mutatingwebhookconfigurations", "cardquota-validating")))}
 """Grants these scenarios do not reach, and why: ``get`` on queues, the Queue read again after the API server refused
 a usage patch as too large (Publisher._publish_queue), is made under the controllers' enforced RBAC in
-tests/integration/test_publish_limits_kmock.py; ``create`` on pods/eviction, the gate's preemption evicting a
-victim (kube.evict_pod), only when a Queue's policy allows it, made under the gate's rendered RBAC in
-tests/integration/test_eviction_kmock.py; one rule lists both webhook configuration kinds and both names, so
+tests/integration/test_publish_limits_kmock.py; one rule lists both webhook configuration kinds and both names, so
 RBAC grants each kind under either name, and the operator patches each under its own only (certificates.py:
 ``WEBHOOK_KINDS`` zipped with ``Settings.webhook_configurations``)."""
 
@@ -126,10 +149,7 @@ async def test_the_rbac_grants_exactly_what_the_operator_calls(volcano_kmock: An
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
                                 publish_window=0.1, card_gate=True):
-        await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
-                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
-                                      ("get", "pods"), ("patch", "pods"), ("watch", "resourceclaims"),
-                                      ("watch", "resourceclaimtemplates")), timeout=20)
+        await eventually(lambda: made(volcano_kmock, *GATE_LEADER_CALLS) and preempted(volcano_kmock), timeout=20)
     await renew_certificate(volcano_kmock)
     assert_exactly_granted(volcano_kmock, setup_requests, rendered_grants("cardquota", overlay="dev"))
 
@@ -152,10 +172,7 @@ async def test_the_controller_process_is_granted_exactly_what_it_calls(volcano_k
     setup_requests = cluster(volcano_kmock)
     async with operator_running(volcano_kmock, tmp_path, dev=False, cert_dir="", namespace=NAMESPACE,
                                 publish_window=0.1, role=Role.CONTROLLER, card_gate=True):
-        await eventually(lambda: made(volcano_kmock, ("create", "events"), ("patch", "queues"), ("patch", "nodes"),
-                                      ("patch", "leases"), ("watch", "pods"), ("watch", "queues"),
-                                      ("get", "pods"), ("patch", "pods"), ("watch", "resourceclaims"),
-                                      ("watch", "resourceclaimtemplates")), timeout=20)
+        await eventually(lambda: made(volcano_kmock, *GATE_LEADER_CALLS) and preempted(volcano_kmock), timeout=20)
     assert_exactly_granted(volcano_kmock, setup_requests, rendered_grants("cardquota-controller", overlay="production"))
 
 
