@@ -709,6 +709,11 @@ def evict_pod(api: client.ApiClient, namespace: str, name: str, uid: str | None,
     return EvictionAnswer(EvictionOutcome.EVICTED)
 
 
+def budgets_path(namespace: str) -> str:
+    """The PodDisruptionBudgets of a namespace (``policy/v1``)."""
+    return f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+
+
 def read_object(api: client.ApiClient, path: str) -> Mapping[str, Any] | None:
     """GET the one object at ``path`` (e.g. ``/api/v1/namespaces/ns/secrets/name``), with retries; None when it does
     not exist."""

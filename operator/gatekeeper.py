@@ -17,8 +17,10 @@ created meanwhile while those writes go on.
 <cardquota.core.gate.GateRound.preemptions>`, the queue's ``cardquota.io/preemption`` policy allowing it). Each
 victim unit (a PodGroup's pods, or a pod) is evicted through the Eviction API, so PodDisruptionBudgets hold: its
 pods are read back (their uid becomes the eviction's precondition: a pod recreated under the name is left alone),
-every eviction is first tried as a dry run and made only when none is refused (a gang is not broken by a budget
-that refuses one of its pods), then made one pod at a time. Until the watch shows its pods released (being deleted
+the budgets of their namespace are read (one allowing fewer disruptions than it selects of the victim's pods would
+refuse part-way: the victim is then refused whole, :func:`~cardquota.core.preemption.budget_refusal`), every
+eviction is tried as a dry run and made only when none is refused (a gang is not broken by a budget that refuses
+one of its pods), then made one pod at a time. Until the watch shows its pods released (being deleted
 or gone), a victim is *being evicted*: the rounds do not choose it again, and its cards are kept for the preemptors
 (:class:`cardquota.core.preemption.RoundPreemption`). A victim whose eviction a budget refuses is left alone for
 :data:`REFUSED_SECONDS` (doubling to :data:`MAX_RETRY_SECONDS`) while the rounds choose another set or say why the
@@ -57,13 +59,15 @@ from cardquota.core.gate import GateRound, HeadOfLine, Lift, gate_round
 from cardquota.core.ledger import PODGROUP, HeldUnit
 from cardquota.core.objects import ObjectKey, gate_state
 from cardquota.core.policies.pod import narrowed_affinity_operations
-from cardquota.core.preemption import Admitted, Preemption
+from cardquota.core.preemption import Admitted, Preemption, budget_refusal
 from cardquota.kube import (
     EvictionOutcome,
     KubeError,
     Unreachable,
+    budgets_path,
     create_event,
     evict_pod,
+    list_objects,
     patch_pod,
     pod_path,
     read_object,
@@ -176,6 +180,8 @@ class Gatekeeper:
     raised on the writing thread just before each send."""
     _epoch: int = 0
     """Leadership periods seen: a write decided in an earlier one is never sent (it may still wait for a thread)."""
+    _budgets_unread: bool = False
+    """PodDisruptionBudgets could not be read once (said once)."""
     _writes_lock: threading.Lock = field(default_factory=threading.Lock)
     _writing: set[asyncio.Task[None]] = field(default_factory=set)
     """The writes under way (at most :data:`WRITERS` sending at once, whatever round decided them)."""
@@ -374,13 +380,18 @@ class Gatekeeper:
         (a pod recreated under the name) or ``not leading``."""
         victim = eviction.victim
         pods: list[tuple[ObjectKey, str]] = []
+        manifests: list[Mapping[str, Any]] = []
         for key in victim.pods:
             manifest = read_object(self.api, pod_path(*key))
             metadata = (manifest or {}).get("metadata") or {}
             if manifest is not None and not metadata.get("deletionTimestamp"):
                 pods.append((key, str(metadata.get("uid") or "")))
+                manifests.append(manifest)
         if not pods:
             return "gone", "", None
+        refusal = budget_refusal(victim.name, manifests, self._budgets(victim.key[0]))
+        if refusal is not None:
+            return "refused", refusal, None
         for dry_run in (True, False):
             for (namespace, name), uid in pods:
                 if not dry_run and not self._leading_write(epoch):
@@ -393,6 +404,18 @@ class Gatekeeper:
                     return "conflict", answer.message, None
         self._say_preempted(eviction, dict(pods))
         return "evicted", "", None
+
+    def _budgets(self, namespace: str) -> list[Mapping[str, Any]]:
+        """The namespace's PodDisruptionBudgets (on a writing thread); none when they cannot be read (an install
+        without ``list`` on them: each eviction's dry run still asks them, one pod at a time)."""
+        try:
+            return list_objects(self.api, budgets_path(namespace), "policy/v1", "PodDisruptionBudget")
+        except (KubeError, OSError) as error:
+            if not self._budgets_unread:
+                log.warning("PodDisruptionBudgets not read (%s): a budget allowing fewer disruptions than a victim "
+                            "gang has pods can leave it part-evicted", error)
+            self._budgets_unread = True
+            return []
 
     def _say_preempted(self, eviction: Eviction, uids: Mapping[ObjectKey, str]) -> None:
         """The Warning event on the victim (its PodGroup, else its pods) and the Normal one on the preemptor (its

@@ -28,12 +28,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from cardquota.core import keys
 from cardquota.core.card_room import CardRoom, Shortage
+from cardquota.core.jsontypes import MAPPING_TYPES
 from cardquota.core.ledger import PODGROUP, HeldUnit, Ledger
 from cardquota.core.objects import ObjectKey, Pod, PodGroup
 from cardquota.core.quota import card_alternatives
+from cardquota.core.selectors import label_selector_matches
 
 
 class PreemptionPolicy(StrEnum):
@@ -585,3 +588,54 @@ def enqueue_plan(group: PodGroup, request: Mapping[str, int], ledger: Ledger) ->
                                                       f"priority than {preemptor.name} ({preemptor.priority})")
     room = CardRoom(snapshot, {queue: ledger.held_cards(queue) for queue in ledger.queue_names()})
     return choose_victims(preemptor, units, room, policy)
+
+
+BUDGET_IGNORED_PHASES = frozenset({"Pending", "Succeeded", "Failed"})
+"""Pods the Eviction API deletes without asking a PodDisruptionBudget: not running, or already being deleted
+(``canIgnorePDB`` in pkg/registry/core/pod/storage/eviction.go, kubernetes/kubernetes v1.33)."""
+
+
+def budget_refusal(unit: str, pods: Iterable[Mapping[str, Any]], budgets: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why evicting all ``pods`` of one victim ``unit`` (``podgroup ml/sweep``; its pods as read from the API
+    server, one namespace) would be refused part-way by a PodDisruptionBudget of theirs (``budgets``: those of that
+    namespace), or None. A dry run cannot tell: the API server judges each eviction against the budget as it stands
+    and takes one disruption from it only for a real one (``EvictionREST.Create``, ``checkAndDecrement`` in
+    pkg/registry/core/pod/storage/eviction.go, v1.33), so a budget allowing one disruption passes the dry run of
+    each of a gang's two pods, then refuses the second. So: a budget whose controller has not caught up with its
+    spec (``status.observedGeneration`` below ``metadata.generation``) refuses; one selecting more of the pods it
+    would be asked about than its ``status.disruptionsAllowed`` refuses."""
+    asked = [pod for pod in pods if _budget_applies(pod)]
+    for budget in budgets:
+        spec = budget.get("spec")
+        selector = spec.get("selector") if isinstance(spec, MAPPING_TYPES) else None
+        selected = sum(1 for pod in asked if label_selector_matches(selector, _labels(pod)))
+        if not selected:
+            continue
+        metadata, status = _part(budget, "metadata"), _part(budget, "status")
+        name = f"PodDisruptionBudget {metadata.get('namespace', '')}/{metadata.get('name', '')}"
+        if _integer(status.get("observedGeneration")) < _integer(metadata.get("generation")):
+            return f"{name} is still being processed by its controller"
+        allowed = _integer(status.get("disruptionsAllowed"))
+        if selected > allowed:
+            return (f"{name} allows {max(allowed, 0)} disruption{'' if allowed == 1 else 's'} now, and evicting "
+                    f"{unit} takes {selected}")
+    return None
+
+
+def _budget_applies(pod: Mapping[str, Any]) -> bool:
+    metadata, status = _part(pod, "metadata"), _part(pod, "status")
+    return not metadata.get("deletionTimestamp") and (status.get("phase") or "Pending") not in BUDGET_IGNORED_PHASES
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    labels = _part(pod, "metadata").get("labels")
+    return labels if isinstance(labels, MAPPING_TYPES) else {}
+
+
+def _part(manifest: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    part = manifest.get(name)
+    return part if isinstance(part, MAPPING_TYPES) else {}
+
+
+def _integer(value: object) -> int:
+    return value if type(value) is int else 0

@@ -191,8 +191,9 @@ async def test_an_urgent_gang_evicts_exactly_the_gang_it_needs_and_goes_through_
 
 async def test_a_budget_protecting_the_only_victim_holds_the_preemptor_until_it_allows_the_eviction(
         volcano_kmock: Any, tmp_path: Any) -> None:
-    """A PodDisruptionBudget allowing no disruption covers the only gang the urgent one could displace: only dry runs
-    are sent, the preemptor stays at the gate saying why, and the refusal is counted. Once the budget allows it,
+    """A PodDisruptionBudget allowing no disruption covers the only gang the urgent one could displace: read before
+    any eviction is asked, it refuses the gang whole (no eviction request is sent), the preemptor stays at the gate
+    saying why, and the refusal is counted. Once the budget allows it,
     and :data:`REFUSED_SECONDS` have passed, the gang is evicted and the preemptor let through."""
     put(volcano_kmock, research(8), *running("sweep", 2, 4, bound_at=5), *waiting("llama", 1, 4),
         disruption_budget("sweep", {"app": "sweep"}, allowed=0))
@@ -204,8 +205,7 @@ async def test_a_budget_protecting_the_only_victim_holds_the_preemptor_until_it_
         first = await keeper.round()
         assert first is not None
         assert victims(first) == ["sweep"]
-        (refused,) = evictions(volcano_kmock)  # the first dry run is refused: nothing more is tried
-        assert refused in {("sweep-0", "uid-sweep-0", True), ("sweep-1", "uid-sweep-1", True)}
+        assert evictions(volcano_kmock) == []  # the budget, read first, refuses: not even a dry run is asked
         assert evictions_counted("refused") == refused_before + 1
         assert keeper.stats.eviction_refused == 1
 
@@ -217,7 +217,7 @@ async def test_a_budget_protecting_the_only_victim_holds_the_preemptor_until_it_
             assert waits.lifts == []
             (wait,) = waits.waits
             assert "refused by a PodDisruptionBudget now: it waits and is judged again" in wait.reason
-        assert evictions(volcano_kmock) == [refused]
+        assert evictions(volcano_kmock) == []
         assert gates(volcano_kmock, "llama-0") == [{"name": keys.CARD_GATE}]
         assert [name for name in ("sweep-0", "sweep-1") if terminating(volcano_kmock, name)] == []
         assert events(volcano_kmock, "Preempted") == []
@@ -237,14 +237,13 @@ async def test_a_budget_protecting_the_only_victim_holds_the_preemptor_until_it_
         assert stored(volcano_kmock, "llama-0")["metadata"]["annotations"][keys.ADMITTED_BY_PREEMPTION] == "true"
 
 
-@pytest.mark.xfail(strict=True, reason="a budget allowing fewer disruptions than its pods in the victim gang passes "
-                                       "each pod's dry run, then refuses the second real eviction: the gang is broken")
 async def test_a_budget_allowing_fewer_disruptions_than_the_gang_has_pods_leaves_the_whole_gang(
         volcano_kmock: Any, tmp_path: Any) -> None:
     """The budget over the 2-pod victim gang allows 1 disruption. Each dry run is judged against the budget as it
-    stands (the API server decrements it only for a real eviction), so both pass; the first real eviction takes the
-    budget's one disruption and the second is refused — one pod of the gang evicted, the other left running. A gang
-    must not be broken by a budget (gatekeeper.py's module docstring): no pod of it should be evicted."""
+    stands (the API server decrements it only for a real eviction), so both would pass and the second real eviction
+    be refused — one pod of the gang evicted, the other left running. The keeper reads the namespace's budgets first
+    (cardquota.core.preemption.budget_refusal, under the card gate's `list` on poddisruptionbudgets) and evicts no
+    pod of the gang."""
     put(volcano_kmock, research(8), *running("sweep", 2, 4, bound_at=5), *waiting("llama", 1, 4),
         disruption_budget("sweep", {"app": "sweep"}, allowed=1))
     async with following_through_a_kubeconfig(volcano_kmock, tmp_path, settings=GATE) as cache:

@@ -91,7 +91,8 @@ def cluster(kmock: Any) -> int:
 
 GATE_LEADER_CALLS = (("create", "events"), ("patch", "queues"), ("patch", "nodes"), ("patch", "leases"),
                      ("watch", "pods"), ("watch", "queues"), ("get", "pods"), ("patch", "pods"),
-                     ("create", "pods/eviction"), ("watch", "resourceclaims"), ("watch", "resourceclaimtemplates"))
+                     ("create", "pods/eviction"), ("list", "poddisruptionbudgets"), ("watch", "resourceclaims"),
+                     ("watch", "resourceclaimtemplates"))
 """The (verb, resource) pairs the leading controllers of :func:`cluster` make with the card gate on."""
 
 

@@ -54,12 +54,19 @@ class EvictionApi:
         self.evictions: list[tuple[str, str | None, bool]] = []
         self.patched: dict[str, list[Mapping[str, Any]]] = {}
         self.events: list[tuple[str, str, str, str, str]] = []
+        self.budgets: list[dict[str, Any]] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(gatekeeper_module, "read_object", self.read)
         monkeypatch.setattr(gatekeeper_module, "evict_pod", self.evict)
         monkeypatch.setattr(gatekeeper_module, "patch_pod", self.patch)
         monkeypatch.setattr(gatekeeper_module, "create_event", self.event)
+        monkeypatch.setattr(gatekeeper_module, "list_objects", self.list_budgets)
+
+    def list_budgets(self, _api: object, path: str, *_: object, **__: object) -> list[dict[str, Any]]:
+        assert path.endswith("/poddisruptionbudgets")
+        namespace = path.split("/")[-2]
+        return [budget for budget in self.budgets if budget["metadata"]["namespace"] == namespace]
 
     def read(self, _api: object, path: str) -> dict[str, Any] | None:
         _, _, _, namespace, _, name = path.strip("/").split("/")

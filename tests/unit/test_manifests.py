@@ -152,6 +152,7 @@ def test_the_cluster_role_grants_exactly_what_the_operator_calls() -> None:
     expected[("", "pods", "")] |= {"get", "patch"}  # the card-quota gate (ClusterRole cardquota-card-gate): a pod
     # read before its A|B request is narrowed, and the lift written; and the DRA claims it reads for DRA quotas
     expected[("", "pods/eviction", "")] = {"create"}  # the gate's preemption: victims evicted, budgets holding
+    expected[("policy", "poddisruptionbudgets", "")] = {"list"}  # (read before a victim gang is evicted)
     for plural, _ in CLAIM_KINDS:
         expected[("resource.k8s.io", plural, "")] = {"list", "watch"}
     expected[("scheduling.volcano.sh", "queues", "")].add("patch")  # card.allocated/.inqueue/.pending/.usage

@@ -24,6 +24,7 @@ from cardquota.core.preemption import (
     PreemptionPlan,
     PreemptionPolicy,
     Preemptor,
+    budget_refusal,
     choose_victims,
     may_displace,
     pod_preemptable,
@@ -357,3 +358,47 @@ def test_property_quota_held_no_higher_victim_minimal_and_nothing_when_no_set_fi
         assert chosen is not None
         room.take(preemptor.queue, chosen, ask.cards)
     assert _within_quota(room)
+
+
+# ------------------------------------------------------------------------------------ budgets read first
+
+
+def _victim_pod(name: str, phase: str = "Running", labels: dict[str, str] | None = None,
+                deleting: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "ml", "labels": labels or {"app": "sweep"}}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-12-07T10:00:00Z"
+    return {"metadata": metadata, "status": {"phase": phase}}
+
+
+def _budget(selector: object, allowed: int, generation: int = 1, observed: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": "pdb", "namespace": "ml", "generation": generation},
+            "spec": {"selector": selector},
+            "status": {"disruptionsAllowed": allowed, "observedGeneration": observed}}
+
+
+GANG = [_victim_pod("sweep-0"), _victim_pod("sweep-1")]
+
+
+@pytest.mark.parametrize(("pods", "budgets", "said"), [
+    (GANG, [], None),
+    (GANG, [_budget({"matchLabels": {"app": "sweep"}}, 2)], None),
+    (GANG, [_budget({"matchLabels": {"app": "sweep"}}, 1)],
+     "PodDisruptionBudget ml/pdb allows 1 disruption now, and evicting podgroup ml/sweep takes 2"),
+    (GANG, [_budget({"matchLabels": {"app": "other"}}, 0)], None),
+    (GANG, [_budget(None, 0)], None),  # (a null selector selects nothing)
+    (GANG, [_budget({}, 0)], "PodDisruptionBudget ml/pdb allows 0 disruptions now, and evicting podgroup ml/sweep "
+                             "takes 2"),  # (an empty one everything)
+    (GANG, [_budget({"matchExpressions": [{"key": "app", "operator": "In", "values": ["sweep"]}]}, 1)],
+     "PodDisruptionBudget ml/pdb allows 1 disruption now, and evicting podgroup ml/sweep takes 2"),
+    (GANG, [_budget({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}, 0)], None),
+    (GANG, [_budget({"matchLabels": {"app": "sweep"}}, 5, generation=2, observed=1)],
+     "PodDisruptionBudget ml/pdb is still being processed by its controller"),
+    ([_victim_pod("sweep-0"), _victim_pod("sweep-1", phase="Pending"), _victim_pod("sweep-2", deleting=True)],
+     [_budget({"matchLabels": {"app": "sweep"}}, 1)], None),  # (the API server asks no budget for those two)
+])
+def test_a_budget_that_would_refuse_part_of_a_victims_evictions_refuses_it_whole(
+        pods: list[dict[str, Any]], budgets: list[dict[str, Any]], said: str | None) -> None:
+    """A dry run of each pod passes a budget allowing fewer disruptions than the gang has pods (the API server
+    takes a disruption only for a real eviction): the budgets are read first instead."""
+    assert budget_refusal("podgroup ml/sweep", pods, budgets) == said

@@ -120,6 +120,7 @@ CONTROLLERS: tuple[Call, ...] = (
     Call(GATEKEEPER, "patch_pod", "patch", "", "pods", ANY_NAMESPACE, when="card-gate"),
     Call(GATEKEEPER, "evict_pod", "create", "", "pods/eviction", ANY_NAMESPACE, when="card-gate"),  # preemption
     Call(GATEKEEPER, "create_event", "create", "", "events", ANY_NAMESPACE, when="card-gate"),  # preemption events
+    Call(GATEKEEPER, "list_objects", "list", "policy", "poddisruptionbudgets", ANY_NAMESPACE, when="card-gate"),
     *_claims("operator/reflector.py", when="card-gate"),
 )
 

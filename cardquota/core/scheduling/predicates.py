@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cardquota.core.jsontypes import MAPPING_TYPES
+from cardquota.core.selectors import expression_matches
 
 
 def required_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
@@ -19,30 +20,9 @@ def required_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, 
     terms = [term for term in affinity.get("nodeSelectorTerms") or [] if isinstance(term, MAPPING_TYPES)]
     fields = {"metadata.name": node_name}
     return not terms or any(
-        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
-        and all(_expression_matches(e, fields) for e in term.get("matchFields") or [])
+        all(expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(expression_matches(e, fields) for e in term.get("matchFields") or [])
         for term in terms)
-
-
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator = expression.get("key"), expression.get("operator")
-    values = [str(v) for v in expression.get("values") or []]
-    value = labels.get(str(key))
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt") and value is not None and values:
-        try:
-            number, bound = int(value), int(values[0])
-        except ValueError:
-            return False
-        return number > bound if operator == "Gt" else number < bound
-    return False
 
 
 def untolerated_taint(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
