@@ -76,10 +76,11 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
 * Timeouts — ``http_timeout``: Volcano's ``extender.httpTimeout`` (the shipped 500ms); a slower answer is a
   transport error.
 
-Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
-``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
-equal scores (``SelectBestNodeAndScore`` picks at random among them), priorities are the pods' ``spec.priority`` and the
-PodGroups' ``priorityClassName`` looked up in ``priority_classes`` (Volcano's cache reads PriorityClasses).
+Simplifications (each documented where it applies): queues are taken in creation order, jobs by priority then in
+creation order (the tie order of ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is
+the first in name order among equal scores (``SelectBestNodeAndScore`` picks at random among them), priorities are
+the pods' ``spec.priority`` and the PodGroups' ``priorityClassName`` looked up in ``priority_classes`` (Volcano's
+cache reads PriorityClasses).
 """
 
 from __future__ import annotations
@@ -439,9 +440,9 @@ class VolcanoReplay:
         return free
 
     async def enqueue(self) -> dict[str, bool]:
-        """The enqueue action: each Pending job → enqueued or not (in creation order)."""
+        """The enqueue action: each Pending job → enqueued or not (in :meth:`ordered_jobs` order)."""
         decided: dict[str, bool] = {}
-        for job in self.jobs.values():
+        for job in self.ordered_jobs():
             if job.phase != "Pending" or job.podgroup["spec"].get("queue") not in self.queues:
                 continue
             permitted = job.podgroup["spec"].get("minResources") is None or await self.job_enqueueable(job)
@@ -476,7 +477,7 @@ class VolcanoReplay:
     async def allocate(self) -> list[Placement]:
         """The allocate action; returns the placements it made (committed or pipelined)."""
         placements: list[Placement] = []
-        pending = {name: [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == name
+        pending = {name: [job for job in self.ordered_jobs() if job.podgroup["spec"].get("queue") == name
                           and job.phase != "Pending" and any(self.allocatable(t) for t in job.tasks)]
                    for name in self.queues}
         queues = [name for name in self.queues if pending[name]]
@@ -607,12 +608,17 @@ class VolcanoReplay:
         """The job's priority: its PodGroup's ``priorityClassName`` as Volcano's cache resolves it (0 unknown)."""
         return self.priority_classes.get(str(job.podgroup["spec"].get("priorityClassName") or ""), 0)
 
+    def ordered_jobs(self) -> list[Job]:
+        """The jobs as ``ssn.JobOrderFn`` orders them in enqueue, allocate and preempt (the priority queues of
+        actions/enqueue/enqueue.go ``Execute`` and the others): highest priority first (the priority plugin's
+        ``jobOrderFn``, first in the default tiers), then creation order."""
+        return sorted(self.jobs.values(), key=lambda job: -self.job_priority(job))
+
     def starving_jobs(self, queue: str) -> list[Job]:
-        """Jobs of the queue that preempt and reclaim act for: not Pending, starving (``JobStarving``), highest
-        priority first (priority's ``JobOrderFn``), then creation order."""
-        jobs = [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == queue
+        """Jobs of the queue that preempt and reclaim act for: not Pending, starving (``JobStarving``), in
+        :meth:`ordered_jobs` order."""
+        return [job for job in self.ordered_jobs() if job.podgroup["spec"].get("queue") == queue
                 and job.phase != "Pending" and job.starving()]
-        return sorted(jobs, key=lambda job: -self.job_priority(job))
 
     async def preempt(self) -> list[Placement]:
         """The preempt action, between jobs within a queue (see the module's notes)."""

@@ -5,12 +5,13 @@ card-quota gate, and the replay of Volcano v1.15.1's actions (tests/volcano_repl
 
 Queue ``research`` has 16 H100 and two nodes of 8. Three low-priority gangs go through the gate one after the other
 and are bound: ``sweep-a`` (2 pods x 4 cards), then ``sweep-b`` and ``sweep-c`` (2 x 2 each), filling the quota.
-Then ``urgent`` (priority 1000, 2 x 4 cards) is created gated. Gate rounds and Volcano sessions alternate:
+Then ``late`` (low priority, 2 x 2) and ``urgent`` (priority 1000, 2 x 4 cards) are created gated. Gate rounds and
+Volcano sessions alternate:
 
 * with ``cardquota.io/preemption: LowerPriority`` the keeper evicts exactly ``sweep-c`` and ``sweep-b`` — the most
   recently admitted of the lowest priority, and no more than the 8 cards needed (``sweep-a`` alone would free as much,
   but it was admitted first: Kueue's order loses the least work) — then lifts ``urgent``'s gate once the watch shows
-  them gone, and Volcano binds it;
+  them gone, and Volcano binds it; ``late`` is never given the freed cards;
 * with the policy ``Never`` (the annotation absent, or written) nothing is evicted and ``urgent`` stays at the gate
   with the sentence it had before preemption existed.
 
@@ -70,6 +71,8 @@ ACTIONS = ("enqueue", "allocate", "preempt", "backfill")
 SWEEPS = {"sweep-a": 4, "sweep-b": 2, "sweep-c": 2}
 """The low-priority gangs, in the order they are admitted: cards per pod (2 pods each)."""
 URGENT = "urgent"
+LATE = "late"
+"""A low-priority gang (2 x 2) created gated after the sweeps, before ``urgent``: it waits throughout."""
 STEPS = 6
 """Gate rounds and sessions a gang is given (with LowerPriority the urgent one needs 3: evict; see the victims gone
 and lift; place and bind)."""
@@ -177,6 +180,8 @@ async def test_an_urgent_gang_in_a_full_queue_through_the_gate_and_volcanos_plac
         assert await bound(cluster) == sweeps
         assert held(await cluster.replay.items("/api/v1/pods")) == QUOTA
 
+        await cluster.add(*gang(LATE, 2, "low"))  # (waits: the quota is full; it displaces nothing of its priority)
+        await replayed.step()
         await cluster.add(*gang(URGENT, 4, "high", "Inqueue" if case.enqueued else "Pending"))
         for _ in range(STEPS):
             await replayed.step()
@@ -189,23 +194,27 @@ async def test_an_urgent_gang_in_a_full_queue_through_the_gate_and_volcanos_plac
         assert cluster.replay.evicted == []  # Volcano's preempt evicted nothing (see the module docstring)
         left = [name for name in sweeps if name not in expected]
         urgent = [f"{URGENT}-0", f"{URGENT}-1"]
+        late = [f"{LATE}-0", f"{LATE}-1"]
         assert await bound(cluster) == sorted(left + (urgent if case.urgent_bound else []))
         pods = {found["metadata"]["name"]: found for found in await cluster.replay.items("/api/v1/pods")}
-        assert set(pods) == set(left + urgent)  # (the victims' pods deleted by the eviction, none other)
+        assert set(pods) == set(left + urgent + late)  # (the victims' pods deleted by the eviction, none other)
         assert [bool(pods[name]["spec"].get("schedulingGates")) for name in urgent] == [not case.urgent_bound] * 2
+        assert [bool(pods[name]["spec"].get("schedulingGates")) for name in late] == [True] * 2  # (never given the
+        # victims' cards: they are the urgent gang's from the round that chose them)
         if case.urgent_bound:
             assert keeper.stats.evicted == len(case.evicted)
             assert held(list(pods.values())) == QUOTA  # sweep-a's 8 and urgent's 8
             assert sorted(await replayed.preempted_events()) == sorted(
                 ("PodGroup", name, f"Preempted by {NS}/{URGENT} (priority 1000) to free 8 {H100} in queue research")
                 for name in case.evicted)
-            assert keeper.last_round.waits == []
+            assert [wait.group for wait in keeper.last_round.waits] == [(NS, LATE)]
         else:
             assert keeper.stats.evicted == 0
             assert await replayed.preempted_events() == []
             assert keeper.last_round.preemptions == []
             assert [wait.reason for wait in keeper.last_round.waits] == [
-                f"waiting at the card-quota gate: queue research has 0 of {QUOTA} {H100} free; 0 pods ahead"]
+                f"waiting at the card-quota gate: queue research has 0 of {QUOTA} {H100} free; {ahead} pods ahead"
+                for ahead in (0, 2)]  # (urgent, then late: the sentences of the gate without preemption)
             if case.enqueued:  # preempt weighed it, starving, and skipped its tasks for their gate alone:
                 assert [job.key for job in cluster.replay.starving_jobs("research")] == [f"{NS}/{URGENT}"]
                 await volcano_would_preempt_for_it_ungated(cluster)
@@ -226,3 +235,40 @@ async def volcano_would_preempt_for_it_ungated(cluster: Cluster) -> None:
         (f"{URGENT}-0", "pipelined"), (f"{URGENT}-1", "pipelined")]
     assert replay.evicting
     assert {task.job for task in replay.evicting} <= {f"{NS}/{name}" for name in SWEEPS}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "defect: the gate gives a preemptor cards the extender's enqueue check has reserved for a gated Inqueue "
+    "PodGroup (its Inqueue charge counts pods still at the gate), so the preemptor, lifted, is refused enqueue for "
+    "ever and the Inqueue gang is never lifted"), raises=AssertionError)
+async def test_a_gang_enqueued_while_at_the_gate_does_not_strand_the_preemptor_lifted_past_it(
+        cluster_kmock: Any, tmp_path: Path) -> None:
+    """The same queue (LowerPriority), ``late`` waiting at the gate. ``sweep-c``'s job ends (its pods deleted) and a
+    Volcano session runs before the next gate round, ``urgent`` just created: enqueue (priority first) refuses
+    ``urgent`` (4 free of the 8 it asks) and enqueues ``late`` (4 fit), which stays gated. The gate round then gives
+    the 4 free cards to ``urgent`` and evicts ``sweep-b`` for the rest; once it is gone ``urgent`` is lifted. But the
+    extender's ``jobEnqueueable`` counts ``late``'s Inqueue reservation (4) beside ``sweep-a``'s 8 and refuses
+    ``urgent``'s 8 ("total would be 20, but capability is 16") in every session, while the gate never lifts ``late``
+    (``sweep-a`` and ``urgent`` hold the 16): ``urgent`` is never placed."""
+    async with with_the_gate(cluster_kmock, tmp_path, priority_classes=PRIORITY_CLASSES) as (cluster, keeper):
+        replayed = Replayed(cluster, keeper, cluster_kmock)
+        await cluster.add(gpu_node("h100-1", H100, 8), gpu_node("h100-2", H100, 8), research("LowerPriority"))
+        for name, cards in SWEEPS.items():
+            await cluster.add(*gang(name, cards, "low"))
+            await replayed.admit(name)
+        await cluster.add(*gang(LATE, 2, "low"))
+        await replayed.step()
+        for index in range(2):  # sweep-c's job ends
+            await cluster.replay.delete_pod(NS, f"sweep-c-{index}")
+        await cluster.add(*gang(URGENT, 4, "high"))
+        await cluster.replay.cycle(ACTIONS)  # (a session before the next gate round)
+        assert await cluster.phase(LATE) == "Inqueue"
+        for _ in range(STEPS):
+            await replayed.step()
+            if f"{URGENT}-0" in await bound(cluster):
+                break
+        assert replayed.victims == ["sweep-b"]
+        urgent = [found for found in await cluster.replay.items("/api/v1/pods")
+                  if found["metadata"]["name"].startswith(URGENT)]
+        assert [bool(found["spec"].get("schedulingGates")) for found in urgent] == [False, False]  # (lifted)
+        assert await bound(cluster) == ["sweep-a-0", "sweep-a-1", f"{URGENT}-0", f"{URGENT}-1"]
