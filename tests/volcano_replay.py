@@ -34,7 +34,11 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
   calls ``AllocateFunc``; an error rolls back through ``unallocate`` (status Pending, ``NodeName`` still set while
   ``DeallocateFunc`` runs). ``Pipeline`` sets status Pipelined and ``NodeName`` only (not the pod's).
   ``Discard`` undoes in reverse order (``DeallocateFunc``); ``Commit`` binds the allocated tasks.
-* Next session — ``pkg/scheduler/cache/cache.go`` ``Bind`` (the pod gets its node; the kubelet then runs it) and
+* Next session — ``pkg/scheduler/cache/cache.go`` ``Bind`` (the pod gets its node; the kubelet then runs it): the
+  ``DefaultBinder`` posts a Binding (``Pods(ns).Bind``), on which the API server also sets the pod's
+  ``PodScheduled`` condition ``True``, stamped with the time of the bind (``BindingREST``'s ``setPodNodeAndMetadata``
+  in kubernetes/kubernetes pkg/registry/core/pod/storage/storage.go); the time here is the replay's session clock
+  (:meth:`VolcanoReplay.bind_time`: one second a session, so a later session's binds are later). And
   ``pkg/scheduler/framework/session.go`` ``closeSession``/``jobStatus`` (a PodGroup enqueued this session is
   written Inqueue, one with ``minMember`` tasks allocated is Running). A pipelined task that was not committed is
   Pending again next session.
@@ -72,10 +76,11 @@ Every behaviour modelled is Volcano v1.15.1's (``git show v1.15.1:<path>`` in vo
 * Timeouts — ``http_timeout``: Volcano's ``extender.httpTimeout`` (the shipped 500ms); a slower answer is a
   transport error.
 
-Simplifications (each documented where it applies): queues and jobs are taken in creation order (the tie order of
-``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is the first in name order among
-equal scores (``SelectBestNodeAndScore`` picks at random among them), priorities are the pods' ``spec.priority`` and the
-PodGroups' ``priorityClassName`` looked up in ``priority_classes`` (Volcano's cache reads PriorityClasses).
+Simplifications (each documented where it applies): queues are taken in creation order, jobs by priority then in
+creation order (the tie order of ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is
+the first in name order among equal scores (``SelectBestNodeAndScore`` picks at random among them), priorities are
+the pods' ``spec.priority`` and the PodGroups' ``priorityClassName`` looked up in ``priority_classes`` (Volcano's
+cache reads PriorityClasses).
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ import copy
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -115,6 +121,7 @@ loaded test machine an answer can take longer than 500 ms, and under ``ignorable
 SHIPPED_TIMEOUT = 0.5
 """``extender.httpTimeout: 500ms`` of the shipped entry (manifests/components/extender/extender-plugin.conf)."""
 PREEMPTABLE = "volcano.sh/preemptable"
+BIND_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
@@ -291,6 +298,13 @@ class VolcanoReplay:
         self.node_tasks: dict[str, list[Task]] = {}
         self.enqueued: set[str] = set()
         self.committed: list[Task] = []
+        self.sessions = 0
+        """Sessions opened so far (the clock of :meth:`bind_time`)."""
+
+    def bind_time(self) -> str:
+        """When this session's binds happen, as the API server stamps them (RFC 3339, seconds): a session is one
+        second of the replay's own clock, from 2026-01-01T00:00:00Z."""
+        return (BIND_EPOCH + timedelta(seconds=self.sessions)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     # ------------------------------------------------------------------------------------------ the API server
 
@@ -396,6 +410,7 @@ class VolcanoReplay:
                 self.node_tasks.setdefault(task.node, []).append(task)
             if task.job in self.jobs:
                 self.jobs[task.job].tasks.append(task)
+        self.sessions += 1
         self.enqueued = set()
         self.committed = []
         self.evicting: list[Task] = []
@@ -425,9 +440,9 @@ class VolcanoReplay:
         return free
 
     async def enqueue(self) -> dict[str, bool]:
-        """The enqueue action: each Pending job → enqueued or not (in creation order)."""
+        """The enqueue action: each Pending job → enqueued or not (in :meth:`ordered_jobs` order)."""
         decided: dict[str, bool] = {}
-        for job in self.jobs.values():
+        for job in self.ordered_jobs():
             if job.phase != "Pending" or job.podgroup["spec"].get("queue") not in self.queues:
                 continue
             permitted = job.podgroup["spec"].get("minResources") is None or await self.job_enqueueable(job)
@@ -462,7 +477,7 @@ class VolcanoReplay:
     async def allocate(self) -> list[Placement]:
         """The allocate action; returns the placements it made (committed or pipelined)."""
         placements: list[Placement] = []
-        pending = {name: [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == name
+        pending = {name: [job for job in self.ordered_jobs() if job.podgroup["spec"].get("queue") == name
                           and job.phase != "Pending" and any(self.allocatable(t) for t in job.tasks)]
                    for name in self.queues}
         queues = [name for name in self.queues if pending[name]]
@@ -593,12 +608,17 @@ class VolcanoReplay:
         """The job's priority: its PodGroup's ``priorityClassName`` as Volcano's cache resolves it (0 unknown)."""
         return self.priority_classes.get(str(job.podgroup["spec"].get("priorityClassName") or ""), 0)
 
+    def ordered_jobs(self) -> list[Job]:
+        """The jobs as ``ssn.JobOrderFn`` orders them in enqueue, allocate and preempt (the priority queues of
+        actions/enqueue/enqueue.go ``Execute`` and the others): highest priority first (the priority plugin's
+        ``jobOrderFn``, first in the default tiers), then creation order."""
+        return sorted(self.jobs.values(), key=lambda job: -self.job_priority(job))
+
     def starving_jobs(self, queue: str) -> list[Job]:
-        """Jobs of the queue that preempt and reclaim act for: not Pending, starving (``JobStarving``), highest
-        priority first (priority's ``JobOrderFn``), then creation order."""
-        jobs = [job for job in self.jobs.values() if job.podgroup["spec"].get("queue") == queue
+        """Jobs of the queue that preempt and reclaim act for: not Pending, starving (``JobStarving``), in
+        :meth:`ordered_jobs` order."""
+        return [job for job in self.ordered_jobs() if job.podgroup["spec"].get("queue") == queue
                 and job.phase != "Pending" and job.starving()]
-        return sorted(jobs, key=lambda job: -self.job_priority(job))
 
     async def preempt(self) -> list[Placement]:
         """The preempt action, between jobs within a queue (see the module's notes)."""
@@ -689,10 +709,15 @@ class VolcanoReplay:
         for victim in self.evicting:  # cache.Evict: the pod deleted
             await self.remove_pod(victim.pod["metadata"]["namespace"], victim.name)
             self.evicted.append(victim.key)
-        for task in self.committed:
+        for task in self.committed:  # cache.Bind: a Binding; the API server sets the node and PodScheduled
             namespace = task.pod["metadata"]["namespace"]
+            conditions = [condition for condition in (task.pod.get("status") or {}).get("conditions") or []
+                          if condition.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                               "lastTransitionTime": self.bind_time()})
             await self.api("PATCH", f"/api/v1/namespaces/{namespace}/pods/{task.name}",
-                           {"spec": {"nodeName": task.node}, "status": {"phase": "Running"}})
+                           {"spec": {"nodeName": task.node}, "status": {"phase": "Running",
+                                                                       "conditions": conditions}})
         for job in self.jobs.values():
             bound = sum(t.status == RUNNING for t in job.tasks)
             phase = "Running" if bound >= job.min_available and job.tasks else job.phase
