@@ -78,6 +78,7 @@ from cardquota.core.usage import (
     group_charge,
     job_card_request,
     pod_charge,
+    without_gated,
 )
 from cardquota.core.workload_kinds import runtime_key
 from cardquota.core.workloads import template_only, workload_key
@@ -282,6 +283,9 @@ class Ledger:
     _group_holdings: dict[ObjectKey, dict[tuple[str | None, str], int]] = field(default_factory=dict)
     """Per PodGroup: cards its bound pods hold, by (pod card.name, card type) — small, whatever the group size."""
     _group_pending: dict[ObjectKey, dict[str, int]] = field(default_factory=dict)
+    _group_gated: dict[ObjectKey, dict[str, int]] = field(default_factory=dict)
+    """Per PodGroup: cards its pods waiting at cardquota's gate ask, by card name (read as :func:`canonical_key`):
+    left out of its reservation (:func:`~cardquota.core.usage.group_charge`)."""
     """Per PodGroup: cards its unbound pods wait for, by card name (read as :func:`canonical_key`)."""
     _cluster_resource_dependents: KeySet = field(default_factory=dict)
     _card_resource_refs: dict[str, int] = field(default_factory=dict)
@@ -1044,13 +1048,16 @@ class Ledger:
         if group.phase != INQUEUE_PHASE and (group.phase != RUNNING_PHASE or group.key not in self._group_pending):
             return None  # (most PodGroups: their card.request is not even read)
         return group_charge(group, card_request(group.meta.annotations).values,
-                            self._group_holdings.get(group.key, {}), self._group_pending.get(group.key, {}))
+                            self._group_holdings.get(group.key, {}), self._group_pending.get(group.key, {}),
+                            self._group_gated.get(group.key))
 
     def group_card_request(self, group: PodGroup) -> Mapping[str, int]:
         """The cards ``group`` asks for at enqueue (:func:`~cardquota.core.usage.job_card_request`): its pods'
         once they ask for any, else its ``volcano.sh/card.request``."""
-        return job_card_request(card_request(group.meta.annotations).values,
-                                self._group_holdings.get(group.key, {}), self._group_pending.get(group.key, {}))
+        return without_gated(job_card_request(card_request(group.meta.annotations).values,
+                                              self._group_holdings.get(group.key, {}),
+                                              self._group_pending.get(group.key, {})),
+                             self._group_gated.get(group.key))
 
     # ------------------------------------------------------------------------------------------ bookkeeping
 
@@ -1081,6 +1088,8 @@ class Ledger:
             name = canonical_key(card)
             cards[name] = cards.get(name, 0) + amount
         _add_amounts(self._group_pending, charge.group, cards, sign)
+        if charge.gated:
+            _add_amounts(self._group_gated, charge.group, cards, sign)
 
     def _count_card_resources(self, record: NodeRecord | None, sign: int) -> None:
         """Reference-count the resources nodes offer as cards (a pod's "card resources" depend on that set)."""

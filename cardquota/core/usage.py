@@ -138,7 +138,7 @@ def job_card_request(request: Mapping[str, int], holdings: Mapping[tuple[str | N
 
 
 def group_charge(group: PodGroup, request: Mapping[str, int], holdings: Mapping[tuple[str | None, str], int],
-                 pending: Mapping[str, int] | None = None) -> Charge | None:
+                 pending: Mapping[str, int] | None = None, gated: Mapping[str, int] | None = None) -> Charge | None:
     """What a PodGroup reserves (*inqueue*), or None:
 
     * phase ``Inqueue``: its card.request (``request``, parsed) minus what its pods hold (``holdings``: cards by
@@ -146,26 +146,47 @@ def group_charge(group: PodGroup, request: Mapping[str, int], holdings: Mapping[
       cards by the pods' card names) — :func:`job_card_request`, the same cards the enqueue check weighed;
     * phase ``Running`` with ``spec.minResources`` (an elastic job, running with some pods still waiting): what its
       pods wait for, as Volcano keeps a running job's ``minResources`` beyond its allocation reserved (the seed's
-      ``buildQueueAttrByJob`` and ``GetInqueueResource``, whose minimum is its pods' requests once they exist).
+      ``buildQueueAttrByJob`` and ``GetInqueueResource``, whose minimum is its pods' requests once they exist);
+
+    in both, less what its pods waiting at cardquota's gate ask (``gated``, by card name): the gate holds those to
+    the quota itself, as Volcano's ``capacity`` and ``overcommit`` plugins count a job's reservation less its
+    scheduling-gated pods' requests (``JobInfo.DeductSchGatedResources``, pkg/scheduler/api/job_info.go, used in
+    pkg/scheduler/plugins/capacity/capacity.go, v1.15.1). Else a job enqueued while its pods wait at the gate would
+    keep the cards the gate gives another (of higher priority) out of reach of that one's enqueue check, and neither
+    would run.
     """
     pending = pending or {}
     if group.phase == RUNNING_PHASE:
         if not pending or not group.min_resources:
             return None
-        return Charge(group.queue, Bucket.INQUEUE, dict(pending))
+        return _inqueue(group.queue, without_gated(dict(pending), gated))
     if group.phase != INQUEUE_PHASE:
         return None
     if not request:
-        return Charge(group.queue, Bucket.INQUEUE, dict(pending)) if pending else None
+        return _inqueue(group.queue, without_gated(dict(pending), gated)) if pending else None
     held = dict.fromkeys(request, 0)
     for (card_name, card), amount in holdings.items():
         request_key = request_key_for(card, card_name, request)
         if request_key is not None:
             held[request_key] += amount
     remaining = {name: wanted - held[name] for name, wanted in request.items() if wanted > held[name]}
-    if not remaining:
-        return None
-    return Charge(group.queue, Bucket.INQUEUE, remaining)
+    return _inqueue(group.queue, without_gated(remaining, gated))
+
+
+def _inqueue(queue: str, cards: Mapping[str, int]) -> Charge | None:
+    return Charge(queue, Bucket.INQUEUE, dict(cards)) if cards else None
+
+
+def without_gated(cards: Mapping[str, int], gated: Mapping[str, int] | None) -> dict[str, int]:
+    """``cards`` (by card.request key or card name) less what pods waiting at cardquota's gate ask (``gated``, by
+    card name; each counted against the key it would be held under), none below 0 (Volcano's
+    ``DeductSchGatedResources`` floors at 0: a job may have more gated pods than its minimum)."""
+    left = dict(cards)
+    for name, amount in (gated or {}).items():
+        key = name if name in left else request_key_for(card_alternatives(name)[0], name, left)
+        if key is not None and key in left:
+            left[key] = max(0, left[key] - amount)
+    return {name: amount for name, amount in left.items() if amount > 0}
 
 
 def request_key_for(card: str, card_name: str | None, request: Mapping[str, int]) -> str | None:

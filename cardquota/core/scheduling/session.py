@@ -150,13 +150,17 @@ class _QueueUse:
 
 _POD_METADATA_READ = ("name", "namespace", "generateName", "uid", "resourceVersion", "labels", "annotations",
                       "deletionTimestamp")
-_POD_SPEC_READ = ("nodeName", "schedulerName", "overhead", "resourceClaims", "nodeSelector", "affinity", "tolerations")
+_POD_SPEC_READ = ("nodeName", "schedulerName", "overhead", "resourceClaims", "nodeSelector", "affinity", "tolerations",
+                  "schedulingGates", "priority")
+"""(``schedulingGates``: a pod waiting at cardquota's gate reserves nothing at enqueue,
+:func:`~cardquota.core.usage.group_charge`; ``priority``: what preemption weighs, :mod:`cardquota.core.preemption`.)"""
 _CONTAINER_READ = ("name", "resources", "restartPolicy")
 
 
 def watched_pod(manifest: Manifest) -> Manifest:
     """What the session reads of a pod: its identity, labels and annotations, where it runs and what it requests
-    (containers' names and resources, overhead, claims, placement constraints) and its phase. A pod as the API
+    (containers' names and resources, overhead, claims, placement constraints), its scheduling gates and priority,
+    and its phase. A pod as the API
     server returns it is 4 to 8 KB of env, volumes, status and managedFields no rule reads, and a session kept by
     watches holds every pod of the cluster."""
     metadata, spec, status = (manifest.get(name) for name in ("metadata", "spec", "status"))
@@ -171,8 +175,11 @@ def watched_pod(manifest: Manifest) -> Manifest:
         elif name in spec:
             kept_spec[name] = containers
     phase = status.get("phase") if isinstance(status, MAPPING_TYPES) else None
+    kept_metadata = {name: metadata[name] for name in _POD_METADATA_READ if name in metadata}
+    if "schedulingGates" in kept_spec and "creationTimestamp" in metadata:  # (a gated pod's order: the gate's state)
+        kept_metadata["creationTimestamp"] = metadata["creationTimestamp"]
     return {"apiVersion": manifest.get("apiVersion"), "kind": manifest.get("kind"),
-            "metadata": {name: metadata[name] for name in _POD_METADATA_READ if name in metadata},
+            "metadata": kept_metadata,
             "spec": kept_spec, "status": {} if phase is None else {"phase": phase}}
 
 

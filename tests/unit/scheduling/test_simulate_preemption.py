@@ -61,8 +61,10 @@ ml/llama  Inqueue
   pods ahead
 
 QUEUE     CARD         QUOTA  ALLOCATED  INQUEUE  PENDING  WAITING
-research  NVIDIA-H100  8      8          8        8        8
+research  NVIDIA-H100  8      8          0        8        8
 """
+"""(INQUEUE 0: llama's reservation less its pods waiting at the gate, which the gate holds to the quota itself, as
+Volcano's capacity plugin deducts scheduling-gated pods; cardquota.core.usage.group_charge.)"""
 
 
 @pytest.mark.parametrize("policy", [None, "Never", "never"])  # (unset, Never, a value that is no policy)
