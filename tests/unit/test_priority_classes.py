@@ -13,12 +13,15 @@ import asyncio
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from builders import podgroup, priority_class
 from polling import eventually
 
+from cardquota.cli.kubectl import Cluster
 from cardquota.core.errors import InputError
 from cardquota.core.ledger import Ledger
 from cardquota.core.objects import PodGroup
@@ -205,3 +208,24 @@ async def test_a_required_kind_that_may_not_be_listed_still_fails() -> None:
                           lister=ClassesServer([HIGH], allowed=False).lister, watcher=ClassesServer([]).watcher)
     with pytest.raises(Forbidden):
         await reflector.relist()
+
+
+# ------------------------------------------------------------------------------------------ offline input
+
+
+def test_a_cluster_file_gives_jobs_their_class_values(tmp_path: Path) -> None:
+    """``--cluster FILE`` (``usage``, ``explain``, ``check``, ``simulate``): the dump's PriorityClasses are read."""
+    dump = tmp_path / "cluster.yaml"
+    dump.write_text(yaml.safe_dump_all([HIGH, DEFAULT, podgroup("pg", priority_class="high")]))
+    ledger = Ledger.build(Cluster([str(dump)], None, None).objects())
+    assert priority(ledger.snapshot, "high") == 1000
+    assert priority(ledger.snapshot, None) == 5
+
+
+def test_a_malformed_class_in_a_cluster_file_is_reported_where_it_is(tmp_path: Path) -> None:
+    dump = tmp_path / "cluster.yaml"
+    dump.write_text(yaml.safe_dump_all([HIGH, {**LOW, "value": "ten"}]))
+    with pytest.raises(InputError) as raised:
+        Cluster([str(dump)], None, None).objects()
+    assert "cluster.yaml" in str(raised.value)
+    assert "value" in str(raised.value)
