@@ -41,7 +41,13 @@ WORKLOAD_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
     ("/apis/apps/v1", "replicasets", "ReplicaSet", "apps/v1"),
 )
 """The workloads an HorizontalPodAutoscaler can scale (their pod template, for the HPA rule)."""
-CACHED_RESOURCES = CARD_RESOURCES + WORKLOAD_RESOURCES
+PRIORITY_CLASS_RESOURCES: tuple[tuple[str, str, str, str], ...] = (
+    ("/apis/scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", "scheduling.k8s.io/v1"),
+)
+"""PriorityClasses, whose value is the priority of a PodGroup naming one (``spec.priorityClassName``), the only
+priority a gang has before its pods exist. Optional: a 403 (an install whose RBAC predates them) reads as none, every
+job then of the default priority, 0."""
+CACHED_RESOURCES = CARD_RESOURCES + PRIORITY_CLASS_RESOURCES + WORKLOAD_RESOURCES
 NAMESPACE_RESOURCES: tuple[tuple[str, str, str, str], ...] = (("/api/v1", "namespaces", "Namespace", "v1"),)
 """Namespaces, for their ``scheduling.volcano.sh/queue-name`` annotation, when Volcano maps namespaces to queues
 (:attr:`~cardquota.core.policies.config.PolicyConfig.map_namespace_queues`)."""

@@ -11,7 +11,8 @@ deleted). A list page that keeps failing (throttled past its retries) is asked f
 list from its first page; a continue token that expired mid-list falls back to one unpaginated list
 (``kube.list_pages``), and the watch starts from that list's resourceVersion. A kind the API server does not
 serve (404: Volcano's CRDs not installed yet) lists as empty and is listed again every
-:data:`NOT_SERVED_RETRY_SECONDS`. DRA claims are read through the ``resource.k8s.io`` version the
+:data:`NOT_SERVED_RETRY_SECONDS`; so does an optional kind this process may not list (403: PriorityClasses under an
+install whose RBAC predates them). DRA claims are read through the ``resource.k8s.io`` version the
 API server serves, discovered before each full list (:class:`DraVersion`).
 
 Kopf handles a kind by listing it again after our own start-up list and running one worker task per object (~1 ms
@@ -44,6 +45,8 @@ from cardquota.kube import (
     CACHED_RESOURCES,
     DRA_GROUP,
     DRA_VERSIONS,
+    PRIORITY_CLASS_RESOURCES,
+    Forbidden,
     Gone,
     KubeError,
     ListPage,
@@ -129,7 +132,10 @@ class Reflector:
     failing_since: float | None = None
     """Since when the list or watch has been failing (None while it works)."""
     served: bool = True
-    """False when the last list found the kind not served (404)."""
+    """False when the last list found the kind not served (404), or, for an :attr:`optional` kind, not allowed."""
+    optional: bool = False
+    """A 403 is read as a 404: the kind is held empty and listed again every :data:`NOT_SERVED_RETRY_SECONDS`
+    (the RBAC may be granted later) rather than failing and lagging."""
     listing: Listing | None = None
     """A list under way: where it stands, resumed by the next :meth:`relist` after a failure."""
     list_started: float | None = None
@@ -184,7 +190,7 @@ class Reflector:
                 failures = 0
                 self._working()
             except KubeError as error:
-                if isinstance(error, Gone | NotFound):
+                if isinstance(error, Gone | NotFound) or (self.optional and isinstance(error, Forbidden)):
                     log.info("%s watch from resourceVersion %s: %s: listing again", self.kind,
                              self.resource_version, error)
                     listed = False
@@ -213,14 +219,17 @@ class Reflector:
         pages = self.lister(listing.progress)
         listed = listing.listed
         resource_version = ""
-        not_served: NotFound | None = None
+        not_served: KubeError | None = None
 
         def next_page() -> ListPage | None:
-            """The next page; a kind the API server does not serve is an empty list."""
+            """The next page; a kind the API server does not serve (or, :attr:`optional`, forbids) is an empty
+            list."""
             nonlocal not_served
             try:
                 return next(pages, None)
-            except NotFound as error:
+            except (NotFound, Forbidden) as error:
+                if isinstance(error, Forbidden) and not self.optional:
+                    raise
                 not_served = error
                 return None
 
@@ -255,8 +264,9 @@ class Reflector:
             self.cache.apply(DELETED, {"apiVersion": self.api_version, "kind": self.kind,
                                        "metadata": {"namespace": namespace, "name": name}})
         if not_served is not None and self.served:
-            log.warning("%s is not served by the API server (%s): none held; listed again every %.0f s",
-                        self.kind, not_served, NOT_SERVED_RETRY_SECONDS)
+            log.warning("%s %s (%s): none held; listed again every %.0f s", self.kind,
+                        "may not be listed" if isinstance(not_served, Forbidden) else "is not served by the API server",
+                        not_served, NOT_SERVED_RETRY_SECONDS)
         self.served = not_served is None
         self.lists += 1
         self.listing = None
@@ -324,12 +334,13 @@ def listed_anew(reflectors: Sequence[Reflector], kinds: Collection[str], moment:
 
 def resource_reflector(cache: ClusterCache, api: client.ApiClient, resource: Resource) -> Reflector:
     """A reflector of one kind of ``kube.CACHED_RESOURCES`` (or any (path prefix, plural, kind, apiVersion)) in
-    every namespace."""
+    every namespace (:attr:`Reflector.optional` for PriorityClasses: ``kube.PRIORITY_CLASS_RESOURCES``)."""
     prefix, plural, kind, api_version = resource
     path = f"{prefix}/{plural}"
     return Reflector(cache, api_version, kind,
                      lister=functools.partial(list_pages, api, path, api_version, kind),
-                     watcher=functools.partial(_watch, api, path, api_version, kind))
+                     watcher=functools.partial(_watch, api, path, api_version, kind),
+                     optional=resource in PRIORITY_CLASS_RESOURCES)
 
 
 def pod_reflector(cache: ClusterCache, api: client.ApiClient) -> Reflector:

@@ -1,6 +1,6 @@
 """Keeping a cluster cache current: the reflectors of the high-cardinality kinds (operator/reflector.py: nodes,
-PodGroups, ReplicaSets, then pods), the start-up list of the others and Kopf's watch handlers for them
-(``<kind>_event``: queues, Deployments, StatefulSets) — the same for the operator's admission ledger and the
+PodGroups, ReplicaSets, then pods) and of PriorityClasses, the start-up list of the others and Kopf's watch handlers
+for them (``<kind>_event``: queues, Deployments, StatefulSets) — the same for the operator's admission ledger and the
 extender's scheduling session."""
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from cardquota.runtime.cache import ClusterCache
 from cardquota.runtime.metrics import EVENTS_PROCESSED
 
 log = logging.getLogger("cardquota.watch")
-REFLECTED_KINDS = ("Node", "PodGroup", "ReplicaSet", "Pod")
+REFLECTED_KINDS = ("PriorityClass", "Node", "PodGroup", "ReplicaSet", "Pod")
 """Kinds the reflectors list and watch (one object per node, per job, per Deployment revision, per pod), in the
-order they are listed: pods last, so that each pod's charge is computed once, against its node and PodGroup."""
+order they are listed: pods last, so that each pod's charge is computed once, against its node and PodGroup. And
+PriorityClasses, few, but optional: a process whose RBAC predates them (403) must hold none and keep serving, and
+pick them up once allowed (:attr:`~cardquota.operator.reflector.Reflector.optional`), which Kopf's watch of a
+forbidden kind would not."""
 REFLECTED = tuple(sorted((resource for resource in CACHED_RESOURCES if resource[2] in REFLECTED_KINDS),
                          key=lambda resource: REFLECTED_KINDS.index(resource[2])))
 LISTED_AT_START = tuple(resource for resource in CACHED_RESOURCES if resource[2] not in REFLECTED_KINDS)

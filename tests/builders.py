@@ -1,7 +1,8 @@
 """Small builders of Kubernetes manifests for tests: ``node(...)``, ``queue(...)``, ``podgroup(...)``, ``pod(...)``.
 
 Each returns the plain dict a YAML file or the API server would give, with only the fields a test cares about.
-``admitted_unit(...)`` and ``waiting_unit(...)`` build the inputs of :mod:`cardquota.core.preemption`.
+``priority_class(...)`` builds a PriorityClass; ``admitted_unit(...)`` and ``waiting_unit(...)`` the inputs of
+:mod:`cardquota.core.preemption`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def queue(name: str, quota: dict[str, int] | str | None = None, *, parent: str |
 
 
 def podgroup(name: str, *, namespace: str = "default", queue: str | None = "default", phase: str = "Inqueue",
-             request: dict[str, int] | str | None = None, min_member: int = 1, created: str | None = None) -> Manifest:
+             request: dict[str, int] | str | None = None, min_member: int = 1, created: str | None = None,
+             priority_class: str | None = None) -> Manifest:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if created is not None:
         metadata["creationTimestamp"] = created
@@ -67,8 +69,18 @@ def podgroup(name: str, *, namespace: str = "default", queue: str | None = "defa
     spec: dict[str, Any] = {"minMember": min_member}
     if queue is not None:
         spec["queue"] = queue
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": metadata,
             "spec": spec, "status": {"phase": phase}}
+
+
+def priority_class(name: str, value: int, *, global_default: bool = False) -> Manifest:
+    manifest: Manifest = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                          "value": value}
+    if global_default:
+        manifest["globalDefault"] = True
+    return manifest
 
 
 def container(name: str = "main", *, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,

@@ -80,7 +80,7 @@ Simplifications (each documented where it applies): queues are taken in creation
 creation order (the tie order of ``QueueOrderFn``/``JobOrderFn`` once priorities are equal), the best-scored node is
 the first in name order among equal scores (``SelectBestNodeAndScore`` picks at random among them), priorities are
 the pods' ``spec.priority`` and the PodGroups' ``priorityClassName`` looked up in ``priority_classes`` (Volcano's
-cache reads PriorityClasses).
+cache reads PriorityClasses), the value each JobInfo sent to the extender carries as ``Priority``.
 """
 
 from __future__ import annotations
@@ -240,8 +240,11 @@ class Job:
         """gang's ``IsPipelined``: allocated and pipelined (waiting) tasks reach ``MinAvailable``."""
         return sum(task.status != PENDING for task in self.tasks) >= self.min_available
 
-    def info(self) -> Manifest:
+    def info(self, priority: int = 0) -> Manifest:
+        """The JobInfo of the job whose priority is ``priority`` (``JobInfo.Priority``: Volcano's cache sets it
+        from the PodGroup's PriorityClass, ``cloneJob`` in pkg/scheduler/cache/cache.go, v1.15.1)."""
         body = job_info(self.podgroup, [])
+        body["Priority"] = priority
         body["Tasks"] = {f"uid-{task.name}": task.info() for task in self.tasks}
         return body
 
@@ -449,7 +452,7 @@ class VolcanoReplay:
             decided[job.key] = permitted
             if permitted:
                 if self.job_enqueued:
-                    await self.send("jobEnqueued", {"job": job.info()})
+                    await self.send("jobEnqueued", {"job": job.info(self.job_priority(job))})
                 job.podgroup.setdefault("status", {})["phase"] = "Inqueue"
                 self.enqueued.add(job.key)
         return decided
@@ -459,7 +462,8 @@ class VolcanoReplay:
             permitted = False
             for voter in tier:
                 if voter == EXTENDER:
-                    vote = int((await self.send("jobEnqueueable", {"job": job.info()})).get("status", 0))
+                    body = {"job": job.info(self.job_priority(job))}
+                    vote = int((await self.send("jobEnqueueable", body)).get("status", 0))
                 else:
                     assert callable(voter)
                     vote = voter(job.podgroup)
@@ -509,7 +513,7 @@ class VolcanoReplay:
         return task.status == PENDING and not task.node and not task.gated and not task.best_effort
 
     async def job_ready(self, job: Job) -> bool:
-        return bool((await self.send("jobReady", {"job": job.info()})).get("status", False))
+        return bool((await self.send("jobReady", {"job": job.info(self.job_priority(job))})).get("status", False))
 
     async def allocate_tasks(self, job: Job, tasks: list[Task]) -> list[Task] | None:
         """``allocateResourcesForTasks``: the statement's tasks, or None when it was discarded; ``tasks`` are

@@ -86,9 +86,10 @@ class Cluster:
         return self._api
 
     def objects(self, *, workloads: bool = False, namespaces: bool = False, claims: bool = False) -> list[Manifest]:
-        """Nodes, Queues, PodGroups and Pods — and, with ``workloads``, the Deployments, StatefulSets and ReplicaSets
-        an HPA can scale, with ``namespaces`` the Namespaces, with ``claims`` the DRA ResourceClaims and templates
-        (when ``resource.k8s.io`` is served), when this user may list them (offline: whatever the files hold)."""
+        """Nodes, Queues, PodGroups and Pods — and the PriorityClasses, with ``workloads`` the Deployments,
+        StatefulSets and ReplicaSets an HPA can scale, with ``namespaces`` the Namespaces, with ``claims`` the DRA
+        ResourceClaims and templates (when ``resource.k8s.io`` is served), when this user may list them (offline:
+        whatever the files hold)."""
         if not self.live:
             documents = load_paths(self.files)
             validate(documents)
@@ -96,13 +97,15 @@ class Cluster:
         from cardquota.kube import (
             CARD_RESOURCES,
             NAMESPACE_RESOURCES,
+            PRIORITY_CLASS_RESOURCES,
             WORKLOAD_RESOURCES,
             dra_resources,
             list_all,
             served_dra_version,
         )
 
-        optional = (*(WORKLOAD_RESOURCES if workloads else ()), *(NAMESPACE_RESOURCES if namespaces else ()))
+        optional = (*PRIORITY_CLASS_RESOURCES, *(WORKLOAD_RESOURCES if workloads else ()),
+                    *(NAMESPACE_RESOURCES if namespaces else ()))
         if claims and (version := _kube(lambda: served_dra_version(self.api()))) is not None:
             optional = (*optional, *dra_resources(version))
         return _kube(lambda: list(list_all(self.api(), CARD_RESOURCES, optional=optional)))

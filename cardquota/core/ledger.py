@@ -49,6 +49,7 @@ from cardquota.core.objects import (
     ObjectKey,
     Pod,
     PodGroup,
+    PriorityClass,
     forget_shared,
     read_meta,
     share,
@@ -359,8 +360,8 @@ class Ledger:
     def build(cls, manifests: Iterable[Manifest], *, map_namespace_queues: bool = False,
               volcano_schedulers: frozenset[str] = VOLCANO_SCHEDULERS,
               card_policy: CardPolicy = DEFAULT_CARD_POLICY) -> Ledger:
-        """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup and Pod, and the
-        workloads the HPA rule reads, are ignored).
+        """A ledger over a full list of objects (kinds other than Namespace, Node, Queue, PodGroup, Pod and
+        PriorityClass, and the workloads the HPA rule reads, are ignored).
 
         The same result as upserting them one by one, faster: nodes, queues and podgroups go first (so no pod is
         charged twice), and each PodGroup's reservation is computed once at the end, not after each of its pods.
@@ -374,7 +375,9 @@ class Ledger:
             by_kind: dict[Kind, list[Manifest]] = {kind: [] for kind in BUILD_ORDER}
             for manifest in manifests:
                 kind = kind_of(manifest)
-                if kind is not None:
+                if kind is Kind.PRIORITY_CLASS:
+                    ledger.upsert(manifest)  # (in the order listed: when several are globalDefault, the last wins)
+                elif kind is not None:
                     by_kind[kind].append(manifest)
                 elif workload_key(manifest) is not None or runtime_key(manifest) is not None:
                     ledger.upsert(manifest)  # a workload (the HPA rule), a Trainer runtime (TrainJobs), as upsert
@@ -425,6 +428,8 @@ class Ledger:
             self._upsert_pod(Pod.from_manifest(manifest, cached=True))
         elif kind is Kind.NAMESPACE:
             self.upsert_namespace(*namespace_queue(manifest))
+        elif kind is Kind.PRIORITY_CLASS:
+            self.snapshot.put_priority_class(PriorityClass.from_manifest(manifest))
 
     def delete(self, manifest: Manifest) -> None:
         """Apply a DELETED object (only its kind and identity are read)."""
@@ -446,6 +451,8 @@ class Ledger:
             self.delete_podgroup(key)
         elif kind is Kind.NAMESPACE:
             self.upsert_namespace(key[1], None)
+        elif kind is Kind.PRIORITY_CLASS:
+            self.snapshot.drop_priority_class(key[1])
         else:
             self.delete_pod(key)
 

@@ -259,6 +259,32 @@ class PodGroup:
         )
 
 
+@dataclass(frozen=True)
+class PriorityClass:
+    """A ``scheduling.k8s.io/v1`` PriorityClass: the priority of the jobs whose PodGroup names it
+    (:meth:`~cardquota.core.snapshot.ClusterSnapshot.job_priority`)."""
+
+    name: str
+    value: int
+    """``value`` (an int32 the API server requires)."""
+    global_default: bool = False
+    """``globalDefault``: its value is the priority of the PodGroups that name no class, or one that does not
+    exist."""
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> PriorityClass:
+        meta = read_meta(manifest, namespaced=False)
+        value = manifest.get("value")
+        if value is None:
+            raise InputError("is required", where="value")
+        if type(value) is not int:
+            raise InputError(f"must be an integer, not {type_name(value)}", where="value")
+        global_default = manifest.get("globalDefault")
+        if global_default is not None and type(global_default) is not bool:
+            raise InputError(f"must be true or false, not {type_name(global_default)}", where="globalDefault")
+        return cls(meta.name, value, bool(global_default))
+
+
 def _min_member(value: object) -> int:
     """``spec.minMember`` as the gang's size: the CRD makes it an int32 (Volcano treats 0 as 1, and so does this);
     anything else reads as 1."""

@@ -20,11 +20,13 @@ from cardquota.core import keys
 from cardquota.core.cards import CardKind, NodeCards, discover_card_types
 from cardquota.core.dra_claims import DeviceAmounts
 from cardquota.core.errors import InputError
-from cardquota.core.objects import Manifest, Node, ObjectKey, Pod, PodGroup, Queue, read_meta
+from cardquota.core.objects import Manifest, Node, ObjectKey, Pod, PodGroup, PriorityClass, Queue, read_meta
 from cardquota.core.quota import CardAmounts, card_quota
 from cardquota.core.workloads import WorkloadKey
 
 VOLCANO_SCHEDULING_GROUP = "scheduling.volcano.sh"
+KUBERNETES_SCHEDULING_GROUP = "scheduling.k8s.io"
+"""PriorityClasses' API group (``v1``; the ``v1beta1`` and ``v1alpha1`` of older dumps read the same)."""
 MAX_ANCESTRY = 64
 """Ancestors of a queue followed at most (a cycle of ``spec.parent`` stops here; Volcano refuses one)."""
 
@@ -80,6 +82,7 @@ class Kind(StrEnum):
     PODGROUP = "PodGroup"
     POD = "Pod"
     NAMESPACE = "Namespace"
+    PRIORITY_CLASS = "PriorityClass"
 
 
 NAMESPACED_KINDS = frozenset({Kind.POD, Kind.PODGROUP})
@@ -101,6 +104,8 @@ def _accounted_kind(api_version: str, kind: str) -> Kind | None:
         return Kind(kind)
     if kind in (Kind.QUEUE, Kind.PODGROUP) and api_version.rpartition("/")[0] == VOLCANO_SCHEDULING_GROUP:
         return Kind(kind)
+    if kind == Kind.PRIORITY_CLASS and api_version.rpartition("/")[0] == KUBERNETES_SCHEDULING_GROUP:
+        return Kind.PRIORITY_CLASS
     return None
 
 
@@ -416,7 +421,11 @@ class ClusterSnapshot:
     priority_classes: dict[str, int] = field(default_factory=dict)
     """Each PriorityClass's ``value``, by name (:meth:`job_priority`)."""
     default_priority: int = 0
-    """The ``value`` of the PriorityClass marked ``globalDefault`` (0 when none is)."""
+    """The ``value`` of the PriorityClass marked ``globalDefault`` (0 when none is): see
+    :meth:`put_priority_class`."""
+    global_default_classes: set[str] = field(default_factory=set)
+    """The names of the PriorityClasses marked ``globalDefault`` (one at most, unless the API server's
+    ``Priority`` admission plugin is off)."""
     queue_use: Callable[[str], Mapping[str, int]] | None = field(default=None, repr=False, compare=False)
     """Cards a queue holds or has reserved now (allocated + inqueue, per card type), when a ledger keeps it."""
     _catalog: CardCatalog | None = field(default=None, repr=False, compare=False)
@@ -480,6 +489,28 @@ class ClusterSnapshot:
         """Whether :meth:`queue_of` gives the pod its namespace's queue (it has no PodGroup yet)."""
         group = self.podgroups.get(pod.group_key) if pod.group_key is not None else None
         return group is None and self.maps_to_namespace_queue(pod.queue_annotation, pod.key[0])
+
+    def put_priority_class(self, priority_class: PriorityClass) -> None:
+        """A PriorityClass added or changed, followed as Volcano's scheduler cache follows one (volcano-sh/volcano
+        v1.15.1, pkg/scheduler/cache/event_handlers.go: ``UpdatePriorityClass`` deletes the old object then adds
+        the new; ``addPriorityClass``): its value by name, and when it is marked ``globalDefault`` its value becomes
+        :attr:`default_priority`. When several are marked, the last one added wins (Volcano logs "Updated default
+        priority class ... forcefully" and replaces it; kube-scheduler would take the highest value instead). The
+        API server lets only one be marked, so this happens only when its ``Priority`` admission plugin is off."""
+        self.drop_priority_class(priority_class.name)
+        self.priority_classes[priority_class.name] = priority_class.value
+        if priority_class.global_default:
+            self.global_default_classes.add(priority_class.name)
+            self.default_priority = priority_class.value
+
+    def drop_priority_class(self, name: str) -> None:
+        """A PriorityClass deleted (or about to be replaced): its value goes; if it was marked ``globalDefault``,
+        :attr:`default_priority` goes back to 0, even when another class is marked too (``deletePriorityClass``,
+        same file)."""
+        self.priority_classes.pop(name, None)
+        if name in self.global_default_classes:
+            self.global_default_classes.discard(name)
+            self.default_priority = 0
 
     def job_priority(self, group: PodGroup) -> int:
         """A PodGroup's priority as Volcano's scheduler gives its job one: the value of the PriorityClass its

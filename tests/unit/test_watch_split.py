@@ -1,6 +1,7 @@
 """Which kinds the reflectors follow and which Kopf does (operator/watch.py), decided by cardinality: one object per
-pod, per job (PodGroup), per node or per Deployment revision (ReplicaSet) is the reflectors'; Kopf keeps queues,
-Deployments and StatefulSets. Every cached kind is followed exactly once."""
+pod, per job (PodGroup), per node or per Deployment revision (ReplicaSet) is the reflectors', and PriorityClasses
+(few, but a 403 must read as none: reflector.Reflector.optional); Kopf keeps queues, Deployments and StatefulSets.
+Every cached kind is followed exactly once."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def test_every_cached_kind_is_followed_once() -> None:
     reflected = [kind for _, _, kind, _ in REFLECTED]
     kopfs = [kind for _, _, kind, _ in LISTED_AT_START]
     assert sorted(reflected + kopfs) == sorted(kind for _, _, kind, _ in CACHED_RESOURCES)
-    assert set(reflected) == {"Node", "PodGroup", "ReplicaSet", "Pod"}
+    assert set(reflected) == {"PriorityClass", "Node", "PodGroup", "ReplicaSet", "Pod"}
 
 
 def test_pods_are_listed_last_so_each_is_charged_once() -> None:

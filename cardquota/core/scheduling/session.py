@@ -526,6 +526,8 @@ class Session:
             self._upsert_queue(manifest)
         elif kind is Kind.PODGROUP:
             self._upsert_podgroup(manifest)
+        elif kind is Kind.PRIORITY_CLASS:
+            self.ledger.upsert(manifest)
         elif manifest.get("kind") in CLAIM_KINDS:
             self._upsert_claim(manifest, deleted=False)
         else:
@@ -551,6 +553,8 @@ class Session:
             self.ledger.delete(manifest)
             self.podgroup_conditions.pop(key, None)
             self._take_uses_again(self._members.get(key, set()))
+        elif kind is Kind.PRIORITY_CLASS:
+            self.ledger.delete(manifest)
         elif manifest.get("kind") in CLAIM_KINDS:
             self._upsert_claim(manifest, deleted=True)
         else:
