@@ -41,7 +41,7 @@ from cardquota.core.ledger import PODGROUP, QueueUsage
 from cardquota.core.objects import Manifest, ObjectKey, Pod, PodGroup, effective_requests
 from cardquota.core.quantity import format_quantity
 from cardquota.core.scheduling.session import SchedulerConfig, Session
-from cardquota.core.snapshot import Kind, kind_of, namespaces_snapshot, podgroup_as_created
+from cardquota.core.snapshot import ClusterSnapshot, Kind, kind_of, namespaces_snapshot, podgroup_as_created
 from cardquota.core.workload_kinds import (
     NOT_CHECKED,
     RUNTIME_KINDS,
@@ -122,6 +122,20 @@ def expand_volcano_jobs(workload: Iterable[Manifest]) -> list[Manifest]:
     """The workload with every Volcano Job replaced by its PodGroup and its tasks' pods (as the job controller
     would create them: ``<job>-<task>-<index>``, named in the group's ``scheduling.k8s.io/group-name``)."""
     return expand_workloads(list(workload)).manifests
+
+
+def _prioritised(pod: Manifest, snapshot: ClusterSnapshot) -> Manifest:
+    """A pod as the API server stores it on creation: without ``spec.priority``, given its ``priorityClassName``'s
+    value, else the global default class's (the Priority admission plugin,
+    plugin/pkg/admission/priority/admission.go, kubernetes/kubernetes v1.33; a class not in the input leaves it
+    unset, read as 0 — the API server would refuse the pod)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, MAPPING_TYPES) or "priority" in spec:
+        return pod
+    name = spec.get("priorityClassName")
+    value = snapshot.priority_classes.get(name) if isinstance(name, str) and name else (
+        snapshot.default_priority if not name else None)
+    return pod if value is None or (not name and not value) else {**pod, "spec": {**spec, "priority": value}}
 
 
 def expand_workloads(workload: Sequence[Manifest], known: Sequence[Manifest] = ()) -> Expansion:
@@ -305,6 +319,7 @@ def simulate(cluster: Sequence[Manifest], workload: Sequence[Manifest], config: 
     groups = [podgroup_as_created(m, namespaces) for m in workload if kind_of(m) is Kind.PODGROUP]
     session = Session([*cluster, *(m for m in workload if kind_of(m) is Kind.NAMESPACE), *groups], config)
     gate = _Gate(session, gate_order) if card_gate else None
+    workload = [_prioritised(m, session.ledger.snapshot) if kind_of(m) is Kind.POD else m for m in workload]
 
     def created_now(manifest: Manifest) -> ObjectKey:
         return gate.create(manifest) if gate is not None else session.add_pending(manifest)

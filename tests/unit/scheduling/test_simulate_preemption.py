@@ -162,3 +162,18 @@ def test_a_podgroup_of_the_input_is_a_victim_as_a_whole() -> None:
     assert [eviction.summary() for eviction in result.evictions] == [
         "podgroup ml/sweep (priority 10, 8 NVIDIA-H100; pods ml/sweep-0, ml/sweep-1)"]
     assert result.placements["ml/llama-worker-0"].node is not None
+
+
+def test_pods_naming_only_a_priority_class_get_its_value_as_the_api_server_gives_it() -> None:
+    """A template with ``priorityClassName`` and no ``priority``: simulate gives the pods the class's value from its
+    input (the Priority admission plugin does so at creation), so the urgent job preempts."""
+    classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value} for name, value in (("urgent", HIGH), ("batch", LOW))]
+    urgent, batch = job("llama", 2, HIGH), job("sweep", 2, LOW)
+    for manifest, name in ((urgent, "urgent"), (batch, "batch")):
+        for task in manifest["spec"]["tasks"]:
+            del task["template"]["spec"]["priority"]
+            task["template"]["spec"]["priorityClassName"] = name
+    result = simulate([*NODES, research("LowerPriority"), *classes], [batch, urgent], UNLIMITED, card_gate=True)
+    assert [eviction.victim for eviction in result.evictions] == [("ml", "sweep")]
+    assert [eviction.preemptor_priority for eviction in result.evictions] == [HIGH]
