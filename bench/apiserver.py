@@ -75,7 +75,8 @@ KINDS = [Kind("/api/v1/pods", "Pod", "v1", True), Kind("/api/v1/nodes", "Node", 
          Kind("/apis/scheduling.volcano.sh/v1beta1/podgroups", "PodGroup", "scheduling.volcano.sh/v1beta1", True),
          Kind("/apis/apps/v1/deployments", "Deployment", "apps/v1", True),
          Kind("/apis/apps/v1/statefulsets", "StatefulSet", "apps/v1", True),
-         Kind("/apis/apps/v1/replicasets", "ReplicaSet", "apps/v1", True)]
+         Kind("/apis/apps/v1/replicasets", "ReplicaSet", "apps/v1", True),
+         Kind("/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass", "scheduling.k8s.io/v1", False)]
 EXTRA_RESOURCES = {"v1": [("events", "Event", True), ("secrets", "Secret", True), ("configmaps", "ConfigMap", True),
                           ("namespaces", "Namespace", False)],
                    "coordination.k8s.io/v1": [("leases", "Lease", True)]}
