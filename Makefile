@@ -99,15 +99,18 @@ test-compiled: ## the unit and integration suites against the compiled core (ski
 # The suites against the wheel `make compiled` built: its extension modules laid over the copied tree. Left out there:
 # the slowest bench-script smoke tests, the e2e harness's guard, the containers' start-up, and the integration tests
 # of the processes' roles, certificates, CRD installation and doctor, the Helm chart's renders, the tests' model of CEL
-# cost and the RBAC inventory of the manifests (scripts, processes and manifests around the core, the same compiled or
-# not, which the first run covers; the webhook bench, which says whether the core is compiled, and the
-# integration tests that run the core through the real servers stay): about 2 minutes of worker time.
+# cost and the RBAC inventory of the manifests, the Eviction API edge, and the preemption replay through Volcano's
+# actions (its core paths run compiled in the unit tests and test_preemption_kmock; the Volcano replay of the
+# conformance tests stays) (scripts, processes and manifests around the core, the same compiled or not, which the
+# first run covers; the webhook bench, which says whether the core is compiled, and the integration tests that run
+# the core through the real servers stay): about 2 minutes of worker time.
 BENCH_SMOKE = tests/unit/test_bench_smoke.py
 COMPILED_SKIPPED = --ignore=tests/unit/test_e2e_guard.py --ignore=tests/unit/test_pods_start.py \
 	--ignore=tests/integration/test_roles_kmock.py --ignore=tests/integration/test_cert_dir.py \
 	--ignore=tests/integration/test_certificate_rotation_kmock.py --ignore=tests/integration/test_crd_kmock.py \
 	--ignore=tests/integration/test_doctor_kmock.py --ignore=tests/unit/test_chart.py \
 	--ignore=tests/unit/test_cel_cost.py --ignore=tests/unit/test_rbac_inventory.py \
+	--ignore=tests/integration/test_eviction_kmock.py --ignore=tests/integration/test_preemption_replay.py \
 	--deselect $(BENCH_SMOKE)::test_bounded_servers_bench_reports_every_figure_for_both_servers \
 	--deselect $(BENCH_SMOKE)::test_scale_bench_smoke_reports_every_figure \
 	--deselect $(BENCH_SMOKE)::test_tls_start_bench_reports_start_and_handshake_figures \
