@@ -21,7 +21,17 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import Kubectl, cardquota_plugin, gpu_node_name, reverse_spec_patch, until, wait_admitting
+from builders import gpu_labels
+from e2e.cluster import (
+    A100,
+    Kubectl,
+    cardquota_plugin,
+    fake_gpus,
+    gpu_node_name,
+    reverse_spec_patch,
+    until,
+    wait_admitting,
+)
 from e2e.guard import (
     CONTEXT_VARIABLE,
     CreatedKind,
@@ -237,3 +247,12 @@ def _ca_bundle_set(kube: Kubectl) -> bool | None:
         if not webhooks or not all(hook.get("clientConfig", {}).get("caBundle") for hook in webhooks):
             return None
     return True
+
+
+@pytest.fixture(scope="module")
+def gpu_node(kubectl: Kubectl, module_undo: UndoLog) -> str:
+    """The suite's node (kind's worker, or make e2e-local's kwok node) made to look like an 8-card A100 node: product
+    labels, and nvidia.com/gpu in its status (put back as they were when the module is done)."""
+    name = gpu_node_name(kubectl)
+    fake_gpus(kubectl, module_undo, name, gpu_labels(A100, count=8, memory=81920), {"nvidia.com/gpu": "8"})
+    return name
