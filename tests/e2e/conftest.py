@@ -174,7 +174,8 @@ def _plan(target: Target, volcano_installed: bool, node: str, manifest: str) -> 
         "at the end)",
         "  volcano-system/volcano-scheduler-configmap replaced and the scheduler restarted (put back, restarted)",
         f"  node {node}: GPU product labels, nvidia.com/gpu and mGPU resources in its status (put back)",
-        "  namespaces cardquota-e2e, cardquota-e2e-volcano and queues e2e-* (deleted)",
+        "  namespaces cardquota-e2e, cardquota-e2e-volcano, cardquota-e2e-preempt, queues e2e-* and PriorityClasses "
+        "cardquota-e2e-low and -high (deleted)",
     ]
 
 
