@@ -16,12 +16,15 @@ from typing import Any, TypeVar
 
 import jsonpatch
 import yaml
+from builders import pod
 from e2e.guard import Target
 from e2e.undo import UndoLog
 
 from cardquota.core.publish import CARD_TYPES
 
 T = TypeVar("T")
+A100 = "NVIDIA-A100"
+"""The card type of the suite's GPU node."""
 
 
 @dataclass
@@ -82,6 +85,29 @@ def until(probe: Callable[[], T | None], *, timeout: float = 120, every: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or probe}")
         time.sleep(every)
+
+
+def unplaced_card_pod(name: str, namespace: str, queue_name: str, *, gpus: int = 1,
+                      priority_class: str | None = None) -> dict[str, Any]:
+    """A card pod of Volcano's that no scheduler places (a node selector nothing matches): what happens to it is the
+    gate's, and the test binds it (:func:`bind`) where a scheduler would."""
+    manifest = pod(name, namespace=namespace, card=A100, queue=queue_name, gpus=gpus)
+    manifest["spec"]["schedulerName"] = "volcano"
+    manifest["spec"]["nodeSelector"] = {"cardquota.io/e2e-held": "true"}
+    manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.10"
+    manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m"}  # room on a 2-CPU kind node
+    if priority_class is not None:
+        manifest["spec"]["priorityClassName"] = priority_class
+    return manifest
+
+
+def bind(kubectl: Kubectl, name: str, namespace: str, node: str) -> None:
+    """Bind the pod to ``node`` as a scheduler does (a Binding is not held to the pod's node selector or affinity;
+    the API server refuses it while the pod has scheduling gates)."""
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    kubectl.run("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", "-f", "-",
+                stdin=json.dumps(binding))
 
 
 NODE_VARIABLE = "CARDQUOTA_E2E_NODE"

@@ -21,7 +21,17 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import Kubectl, cardquota_plugin, gpu_node_name, reverse_spec_patch, until, wait_admitting
+from builders import gpu_labels
+from e2e.cluster import (
+    A100,
+    Kubectl,
+    cardquota_plugin,
+    fake_gpus,
+    gpu_node_name,
+    reverse_spec_patch,
+    until,
+    wait_admitting,
+)
 from e2e.guard import (
     CONTEXT_VARIABLE,
     CreatedKind,
@@ -164,7 +174,8 @@ def _plan(target: Target, volcano_installed: bool, node: str, manifest: str) -> 
         "at the end)",
         "  volcano-system/volcano-scheduler-configmap replaced and the scheduler restarted (put back, restarted)",
         f"  node {node}: GPU product labels, nvidia.com/gpu and mGPU resources in its status (put back)",
-        "  namespaces cardquota-e2e, cardquota-e2e-volcano and queues e2e-* (deleted)",
+        "  namespaces cardquota-e2e, cardquota-e2e-volcano, cardquota-e2e-preempt, queues e2e-* and PriorityClasses "
+        "cardquota-e2e-low and -high (deleted)",
     ]
 
 
@@ -237,3 +248,12 @@ def _ca_bundle_set(kube: Kubectl) -> bool | None:
         if not webhooks or not all(hook.get("clientConfig", {}).get("caBundle") for hook in webhooks):
             return None
     return True
+
+
+@pytest.fixture(scope="module")
+def gpu_node(kubectl: Kubectl, module_undo: UndoLog) -> str:
+    """The suite's node (kind's worker, or make e2e-local's kwok node) made to look like an 8-card A100 node: product
+    labels, and nvidia.com/gpu in its status (put back as they were when the module is done)."""
+    name = gpu_node_name(kubectl)
+    fake_gpus(kubectl, module_undo, name, gpu_labels(A100, count=8, memory=81920), {"nvidia.com/gpu": "8"})
+    return name

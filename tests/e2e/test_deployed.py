@@ -13,16 +13,14 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from builders import gpu_labels, pod, queue
-from e2e.cluster import Kubectl, fake_gpus, gpu_node_name, until
-from e2e.undo import UndoLog
+from builders import pod, queue
+from e2e.cluster import A100, Kubectl, bind, unplaced_card_pod, until
 
 from cardquota.core import keys
 from cardquota.core.policies.config import PolicyConfig
 from cardquota.core.policies.queue import admit as admit_queue
 from cardquota.core.snapshot import ClusterSnapshot
 
-A100 = "NVIDIA-A100"
 NAMESPACE = "cardquota-e2e"
 QUEUE = "e2e-team-a"
 SMALL_QUEUE = "e2e-team-one-card"
@@ -46,15 +44,6 @@ def clean_slate(kubectl: Kubectl) -> Iterator[None]:
 def namespace(kubectl: Kubectl) -> str:
     kubectl.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     return NAMESPACE
-
-
-@pytest.fixture(scope="module")
-def gpu_node(kubectl: Kubectl, module_undo: UndoLog) -> str:
-    """A kind worker made to look like an 8-card A100 node: product labels, and nvidia.com/gpu in its status (put
-    back as they were when the module is done)."""
-    name = gpu_node_name(kubectl)
-    fake_gpus(kubectl, module_undo, name, gpu_labels(A100, count=8, memory=81920), {"nvidia.com/gpu": "8"})
-    return name
 
 
 def test_an_invalid_queue_is_refused_with_the_policy_message(kubectl: Kubectl) -> None:
@@ -103,14 +92,9 @@ def test_a_card_pod_gets_node_affinity_and_usage_moves_when_it_binds(
     kubectl: Kubectl, namespace: str, gpu_node: str,
 ) -> None:
     kubectl.apply(queue(QUEUE, {A100: 4}))
-    manifest = pod("trainer-0", namespace=namespace, card=A100, queue=QUEUE, gpus=1)
-    manifest["spec"]["schedulerName"] = "volcano"
     # Volcano runs here: a node selector no node matches keeps it from placing the pod, which waits (pending) until
-    # the test binds it (a Binding is not held to the pod's node selector or affinity).
-    manifest["spec"]["nodeSelector"] = {"cardquota.io/e2e-held": "true"}
-    manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.10"
-    manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m"}  # room on a 2-CPU kind node
-    kubectl.apply(manifest)
+    # the test binds it.
+    kubectl.apply(unplaced_card_pod("trainer-0", namespace, QUEUE))
     stored = kubectl.get("pod", "trainer-0", namespace)
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
@@ -125,22 +109,9 @@ def test_a_card_pod_gets_node_affinity_and_usage_moves_when_it_binds(
     # ("pod trainer-0 has non-empty .spec.schedulingGates"), so the binding waits for the lift, as a scheduler does.
     until(lambda: True if not kubectl.get("pod", "trainer-0", namespace)["spec"].get("schedulingGates") else None,
           what="the card-quota gate lifted (the queue has room)")
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "trainer-0", "namespace": namespace},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": gpu_node}}
-    kubectl.run("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/trainer-0/binding", "-f", "-",
-                stdin=json.dumps(binding))
+    bind(kubectl, "trainer-0", namespace, gpu_node)
     until(lambda: annotation("volcano.sh/card.allocated", {A100: 1}), what="the pod counted as allocated")
     until(lambda: annotation("volcano.sh/card.pending", {}), what="nothing pending any more")
-
-
-def _card_pod(name: str, namespace: str, queue_name: str) -> dict[str, Any]:
-    """A card pod that no scheduler places (a node selector nothing matches): what happens to it is the gate's."""
-    manifest = pod(name, namespace=namespace, card=A100, queue=queue_name, gpus=1)
-    manifest["spec"]["schedulerName"] = "volcano"
-    manifest["spec"]["nodeSelector"] = {"cardquota.io/e2e-held": "true"}
-    manifest["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.10"
-    manifest["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m"}
-    return manifest
 
 
 def test_a_card_pod_beyond_its_queues_quota_waits_at_the_gate_until_cards_are_released(
@@ -150,10 +121,10 @@ def test_a_card_pod_beyond_its_queues_quota_waits_at_the_gate_until_cards_are_re
     (its queue's one A100 is free) and keeps the second gated — Pending, never Unschedulable, so no autoscaler adds
     a node for it — until the first is deleted."""
     kubectl.apply(queue(SMALL_QUEUE, {A100: 1}))
-    kubectl.apply(_card_pod("first", namespace, SMALL_QUEUE))
+    kubectl.apply(unplaced_card_pod("first", namespace, SMALL_QUEUE))
     until(lambda: True if not kubectl.get("pod", "first", namespace)["spec"].get("schedulingGates") else None,
           what="the first pod's gate lifted")
-    kubectl.apply(_card_pod("second", namespace, SMALL_QUEUE))
+    kubectl.apply(unplaced_card_pod("second", namespace, SMALL_QUEUE))
     time.sleep(3)  # fifteen of the leader's rounds
     second = kubectl.get("pod", "second", namespace)
     assert second["spec"]["schedulingGates"] == [{"name": keys.CARD_GATE}]
