@@ -30,12 +30,18 @@ ATTEMPTS = 3
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    from cardquota.cli.kubectl import add_namespace_options, examples
+
     parser = commands.add_parser(
         "crd", parents=[common], help="cardquota's additions to Volcano's CRDs: status, install, uninstall",
         description="cardquota adds spec.dra and the CARD-QUOTA/CARD-USAGE columns to Volcano's Queue CRD and a "
         "CARD-REQUEST column to its PodGroup and Job CRDs, as a patch over the CRDs Volcano installed (never "
         "replacing them). status: exit 0 when every addition is in place, 1 when one is missing. install: add what "
-        "is missing (re-run it after upgrading Volcano). uninstall: remove exactly what cardquota added.")
+        "is missing (re-run it after upgrading Volcano). uninstall: remove exactly what cardquota added.",
+        epilog=examples("kubectl cardquota crd                      # status: is every addition in place?",
+                        "kubectl cardquota crd install --dry-run    # the patches, to review",
+                        "kubectl cardquota crd install",
+                        "kubectl cardquota crd uninstall queue"))
     parser.add_argument("words", nargs="*", metavar="[ACTION] [CRD ...]",
                         help="status (default), install or uninstall; then queue, podgroup, job or a CRD's full name "
                         "(default: all three)")
@@ -43,7 +49,8 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                         help="print the JSON patch each CRD would get, change nothing (implied by --cluster): as "
                         "text a YAML stream, one document per CRD, one operation per list item")
     parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
-    parser.set_defaults(command=crd_command, namespace_options=())
+    add_namespace_options(parser)
+    parser.set_defaults(command=crd_command)
 
 
 def crd_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
