@@ -21,7 +21,7 @@ COMPILED := build/compiled
 VOLCANO_MANIFEST ?= https://raw.githubusercontent.com/volcano-sh/volcano/$(VOLCANO_VERSION)/installer/volcano-development.yaml
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint unit compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
+.PHONY: help demo test lint unit docs-serve compiled test-compiled run-compiled bench image volcano deploy undeploy e2e kind-up kind-down clean \
 	dist constraints krew cluster-check control-plane control-plane-pin e2e-local bench-control-plane bench-gate-burst
 
 help: ## list the targets
@@ -64,6 +64,10 @@ lint: $(VENV)/.stamp-test ## ruff, mypy --strict and the import-linter contracts
 
 unit: $(VENV)/.stamp-test ## the fast unit tests only
 	$(BIN)/pytest $(XDIST) tests/unit $(PYTEST_ARGS)
+
+# MkDocs comes with the test extra (pyproject.toml), not with cardquota: this installs it into .venv first.
+docs-serve: $(VENV)/.stamp-test ## the documentation site (docs/) at http://127.0.0.1:8000, rebuilt as you edit
+	$(BIN)/mkdocs serve
 
 test: lint ## everything CI runs: lint, import contracts, unit/integration/e2e tests (e2e skips without Docker), then the suites against the compiled core
 	@mkdir -p build && rm -f build/compiled.rc build/compiled.log; \

@@ -3,7 +3,9 @@
 Volcano owns its CRDs; cardquota only patches in what it adds (:mod:`cardquota.core.crd_additions`), reading each CRD
 first and sending a guarded JSON patch computed against what it read. ``install`` is safe to run again at any time
 (after a Volcano upgrade re-applied Volcano's CRDs it puts the additions back); ``uninstall`` removes exactly what is
-still as cardquota added it. ``--dry-run`` (implied with ``--cluster FILE``) prints the patches instead.
+still as cardquota added it. ``--dry-run`` (implied with ``--cluster FILE``) prints the patches instead: as text,
+a YAML stream with one document per CRD (its JSON patch, one operation per item, after a ``--- #`` line naming the CRD),
+readable and still machine-readable; ``-o json``/``-o yaml`` print every result as one document.
 """
 
 from __future__ import annotations
@@ -28,19 +30,27 @@ ATTEMPTS = 3
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    from cardquota.cli.kubectl import add_namespace_options, examples
+
     parser = commands.add_parser(
         "crd", parents=[common], help="cardquota's additions to Volcano's CRDs: status, install, uninstall",
         description="cardquota adds spec.dra and the CARD-QUOTA/CARD-USAGE columns to Volcano's Queue CRD and a "
         "CARD-REQUEST column to its PodGroup and Job CRDs, as a patch over the CRDs Volcano installed (never "
         "replacing them). status: exit 0 when every addition is in place, 1 when one is missing. install: add what "
-        "is missing (re-run it after upgrading Volcano). uninstall: remove exactly what cardquota added.")
+        "is missing (re-run it after upgrading Volcano). uninstall: remove exactly what cardquota added.",
+        epilog=examples("kubectl cardquota crd                      # status: is every addition in place?",
+                        "kubectl cardquota crd install --dry-run    # the patches, to review",
+                        "kubectl cardquota crd install",
+                        "kubectl cardquota crd uninstall queue"))
     parser.add_argument("words", nargs="*", metavar="[ACTION] [CRD ...]",
                         help="status (default), install or uninstall; then queue, podgroup, job or a CRD's full name "
                         "(default: all three)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the JSON patch each CRD would get, change nothing (implied by --cluster)")
+                        help="print the JSON patch each CRD would get, change nothing (implied by --cluster): as "
+                        "text a YAML stream, one document per CRD, one operation per list item")
     parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
-    parser.set_defaults(command=crd_command, namespace_options=())
+    add_namespace_options(parser)
+    parser.set_defaults(command=crd_command)
 
 
 def crd_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -58,6 +68,8 @@ def crd_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = [_change(source, name, compute, dry_run=dry_run) for name in names]
     if args.output in ("json", "yaml"):
         _document(results, args.output, out)
+    elif dry_run:
+        _dry_run_stream(results, action, out)
     else:
         for result in results:
             out.write(_sentence(result, action, dry_run) + "\n")
@@ -149,12 +161,28 @@ def _change(source: CrdSource, name: str, compute: Any, *, dry_run: bool) -> dic
             "states": [_state_json(state) for state in states]}
 
 
+def _dry_run_stream(results: Sequence[Mapping[str, Any]], action: str, out: TextIO) -> None:
+    """The patches ``--dry-run`` would send, to review: a YAML stream, one document per CRD (its JSON patch, an
+    operation per list item), each opened by ``---`` and a comment naming the CRD; a CRD with nothing to send, or
+    not installed, is an empty document holding only its comment. ``yaml.safe_load_all`` reads back each CRD's
+    patch (or None)."""
+    from cardquota.cli import output
+
+    for result in results:
+        operations = len(result["patch"])
+        if not result["found"] or not operations:
+            out.write(f"--- # {_sentence(result, action, dry_run=True)}\n")
+            continue
+        out.write(f"--- # {result['crd']}: the JSON patch {action} would send ({operations} operations)\n")
+        output.write_yaml(result["patch"], out)
+
+
 def _sentence(result: Mapping[str, Any], action: str, dry_run: bool) -> str:
     name = result["crd"]
     if not result["found"]:
         return f"✗ {name}: not installed — install Volcano first (its release manifests install this CRD)"
     if dry_run:
-        return f"{name}: {json.dumps(result['patch'])}" if result["patch"] else f"{name}: nothing to {action}"
+        return f"{name}: nothing to {action}"
     if not result["changed"]:
         return f"✓ {name}: nothing to {action} ({'all in place' if action == 'install' else 'none of ours left'})"
     verb = "added" if action == "install" else "removed"

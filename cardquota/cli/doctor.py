@@ -58,6 +58,7 @@ ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    from cardquota.cli.kubectl import add_namespace_options, examples
     from cardquota.operator.settings import Settings
 
     defaults = Settings()
@@ -68,7 +69,9 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "tell: not allowed to read it) per check. -n is cardquota's namespace (default "
         f"{defaults.namespace}). Exit 0 when nothing is wrong (warnings allowed), 1 when something is, 2 when "
         "something could not be told or the cluster cannot be read. With --cluster FILE the same checks run over "
-        "the objects in the files.")
+        "the objects in the files.",
+        epilog=examples("kubectl cardquota doctor",
+                        "kubectl cardquota doctor -n my-cardquota -o json   # installed in another namespace"))
     parser.add_argument("--service", default=defaults.service,
                         help=f"the webhook Service, for the certificate's names (default {defaults.service})")
     parser.add_argument("--tls-secret", default=defaults.tls_secret,
@@ -77,7 +80,8 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
                         help=f"the operator's Deployment (default {defaults.deployment}); when the controllers run "
                         "apart, theirs is this name + -controller")
     parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
-    parser.set_defaults(command=doctor_command, namespace_options=("-n",))
+    add_namespace_options(parser, namespace=f"cardquota's namespace (default {defaults.namespace})")
+    parser.set_defaults(command=doctor_command)
 
 
 def doctor_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

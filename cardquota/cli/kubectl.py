@@ -280,13 +280,27 @@ def cluster_options(parser_class: type[P]) -> P:
     common.add_argument("--context", default=None, help="kubeconfig context to use")
     common.add_argument("--cluster", dest="cluster", action="append", default=[], metavar="FILE",
                         help="read these manifests instead of the live cluster (repeatable)")
-    common.add_argument("-n", "--namespace", default=None,
-                        help="explain: the object's namespace (default: the kubeconfig context's, else default); "
-                        "check: the namespace of objects that name none; doctor: cardquota's namespace; refused "
-                        "elsewhere (queues, nodes and CRDs are cluster-wide)")
-    common.add_argument("-A", "--all-namespaces", action="store_true",
-                        help="explain: find the object in any namespace; refused elsewhere")
     return common
+
+
+def add_namespace_options(parser: argparse.ArgumentParser, *, namespace: str | None = None,
+                          all_namespaces: str | None = None) -> None:
+    """``-n``/``-A`` on a plugin command, each with this command's own help text. A command that reads one names it
+    here (its ``namespace_options``); one that reads neither still accepts both, hidden from its help, to refuse
+    them saying why (:func:`refuse_unused_namespace_options`)."""
+    parser.add_argument("-n", "--namespace", default=None, help=namespace or argparse.SUPPRESS)
+    parser.add_argument("-A", "--all-namespaces", action="store_true", help=all_namespaces or argparse.SUPPRESS)
+    parser.set_defaults(namespace_options=tuple(flag for flag, text in (("-n", namespace), ("-A", all_namespaces))
+                                                if text))
+
+
+EXAMPLES_HEADING = "examples:"
+
+
+def examples(*lines: str) -> str:
+    """A command's epilog: the example command lines, printed as written, one a line (the help formatter of
+    :mod:`cardquota.cli.main` keeps an epilog starting with :data:`EXAMPLES_HEADING` unwrapped)."""
+    return "\n".join([EXAMPLES_HEADING, *(f"  {line}" for line in lines)])
 
 
 NAMESPACE_OPTIONS = {"-n": ("namespace", "-n/--namespace"), "-A": ("all_namespaces", "-A/--all-namespaces")}
@@ -330,7 +344,10 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     """The plugin's commands, added to the ``kubectl cardquota`` parser's subcommands."""
 
     usage = commands.add_parser("usage", parents=[common], help="each queue's card quota and what uses it",
-                                description="Per queue and card type: quota, allocated, inqueue, pending, free.")
+                                description="Per queue and card type: quota, allocated, inqueue, pending, free.",
+                                epilog=examples("kubectl cardquota usage team-a team-b -o wide",
+                                                "kubectl cardquota usage --watch --interval 5",
+                                                "kubectl cardquota usage --cluster cluster.yaml -o json"))
     usage.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
     usage.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default=None,
                        help="table (fits the terminal's width), wide (adds FREE, USED and a bar), json or yaml "
@@ -345,11 +362,14 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                        "against none (default: volcano)")
     add_namespace_queues_option(usage)
     add_card_policy_options(usage)
-    usage.set_defaults(command=usage_command, namespace_options=())
+    add_namespace_options(usage)
+    usage.set_defaults(command=usage_command)
 
     nodes = commands.add_parser("nodes", parents=[common], help="the card types each node offers and uses",
                                 description="Per node and card type: kind, resource, allocatable and used cards, "
-                                "with totals per card type.")
+                                "with totals per card type.",
+                                epilog=examples("kubectl cardquota nodes -l nvidia.com/gpu.product=NVIDIA-H100",
+                                                "kubectl cardquota nodes -o wide --limit 20"))
     nodes.add_argument("-l", "--selector", default=None,
                        help="only nodes whose labels match, as kubectl -l: key=value, key!=value, key in (a,b), "
                        "key notin (a,b), key, !key, key>N, key<N; comma-separated, all must hold")
@@ -357,13 +377,17 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
                        help="table (fits the terminal's width), wide (every column), json or yaml (default: table "
                        "on a terminal, json otherwise)")
     nodes.add_argument("--limit", type=ROW_COUNT, default=None, help="print at most this many rows (1 or more)")
-    nodes.set_defaults(command=nodes_command, namespace_options=())
+    add_namespace_options(nodes)
+    nodes.set_defaults(command=nodes_command)
 
     explain_parser = commands.add_parser(
         "explain", parents=[common], help="why is this pod, PodGroup, Volcano Job or workload not running?",
         description="Say in plain sentences what blocks a pod, a PodGroup, a Volcano Job or a workload of a "
         "registered kind (PyTorchJob, MPIJob, RayJob, JobSet, LeaderWorkerSet, TrainJob, …), and what would "
-        "unblock it. Exit 0 when nothing in cardquota's rules blocks it, 1 when something does.")
+        "unblock it. Exit 0 when nothing in cardquota's rules blocks it, 1 when something does.",
+        epilog=examples("kubectl cardquota explain job/train-bert -n ml",
+                        "kubectl cardquota explain pytorchjob/bert -A        # wherever it is",
+                        "kubectl cardquota explain -f job.yaml -n ml         # as if submitted now"))
     explain_parser.add_argument("target", nargs="?", metavar="KIND/NAME",
                                 help="pod/NAME, podgroup/NAME (pg/), job/NAME (vcjob/), or a registered kind: "
                                 "pytorchjob/NAME, mpijob/, tfjob/, rayjob/, raycluster/, jobset/, leaderworkerset/ "
@@ -373,7 +397,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:  # com
     explain_parser.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     add_namespace_queues_option(explain_parser)
     add_card_policy_options(explain_parser)
-    explain_parser.set_defaults(command=explain_command, namespace_options=("-n", "-A"))
+    add_namespace_options(explain_parser, namespace="the object's namespace (default: the kubeconfig context's, "
+                          "else default)", all_namespaces="find the object in any namespace")
+    explain_parser.set_defaults(command=explain_command)
 
     crd.add_command(commands, common)
     doctor.add_command(commands, common)

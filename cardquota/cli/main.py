@@ -18,7 +18,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TextIO, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from cardquota import __version__
 from cardquota.cli import output
@@ -133,12 +133,29 @@ def _run(prog: str, argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int
         return EXIT_INTERNAL
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help, wrapped to the terminal, except an epilog of examples (``examples:``, one command a line),
+    printed as written. (``RawDescriptionHelpFormatter`` would keep the long descriptions unwrapped too.)"""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        from cardquota.cli.kubectl import EXAMPLES_HEADING
+
+        if text.startswith(EXAMPLES_HEADING):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, writing help and usage errors to the streams the command was given, and suggesting the closest
-    choice for a mistyped command or value (``invalid choice: 'usge' … did you mean 'usage'?``)."""
+    choice for a mistyped command or value (``invalid choice: 'usge' … did you mean 'usage'?``); its subcommands'
+    epilogs of examples printed as written (:class:`_Formatter`)."""
 
     out: TextIO = sys.stdout
     err: TextIO = sys.stderr
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
@@ -160,14 +177,21 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     parser = _Parser(
         prog=prog,
         description="Card-level GPU quotas for Volcano: discover card types and account queue usage.",
+        epilog=f"On the live cluster: {KUBECTL_PROG}, the kubectl plugin this package also installs "
+        f"(kubectl-cardquota): usage, nodes, explain (why is it pending?), check, crd, doctor, scheduler-conf; see "
+        f"'{KUBECTL_PROG} --help'.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    from cardquota.cli import kubectl, schedconf
+    from cardquota.operator import settings  # the operator's and extender's options (their dependencies load later)
 
     discover = commands.add_parser(
         "discover",
         help="list the card types each Node offers",
         description="List the card types each Node offers (whole, MPS and MIG), with cluster totals.",
+        epilog=kubectl.examples("cardquota discover -f examples/cluster.yaml -o table",
+                                "kubectl get nodes -o yaml | cardquota discover -f -"),
     )
     discover.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
                           help="YAML/JSON manifests (file, directory or - for stdin); repeatable")
@@ -179,6 +203,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         help="show each queue's card quota, allocated, inqueue and pending cards",
         description="Show each Queue's card quota and the cards its pods hold (allocated), its Inqueue "
         "PodGroups have reserved (inqueue) and its unbound pods wait for (pending).",
+        epilog=kubectl.examples("cardquota usage --cluster examples/cluster.yaml -o table",
+                                "kubectl get nodes,queues,podgroups,pods -A -o yaml | cardquota usage --cluster -"),
     )
     usage.add_argument("--cluster", dest="files", action="append", default=[], metavar="CLUSTER",
                        help="a cluster snapshot: Nodes, Queues, PodGroups and Pods (file, directory or -); "
@@ -195,6 +221,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         description="Admit each document of FILE in order, as kubectl apply would send it (an object already in "
         "the snapshot is an UPDATE); each allowed object, mutated, joins the snapshot for the documents after it. "
         "Exit 0 when all are allowed, 1 when any is denied (or, with --strict, warned), 2 for unreadable input.",
+        epilog=kubectl.examples("cardquota check -f manifests/ --cluster cluster.yaml -o table",
+                                "cardquota check -f job.yaml --cluster cluster.yaml --strict   # a CI gate"),
     )
     check.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
                        help="manifests to admit (file, directory or -); repeatable")
@@ -220,6 +248,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         "scheduler rules (capacity-card, crossquota, mGPU, DRA queue quota) and Volcano's gang semantics: each pod's "
         "node and card type (GPU indexes for mGPU), each PodGroup's phase, and the reason for everything not "
         "placed. Exit 0 when everything is placed, 1 when something is not, 2 for unreadable input.",
+        epilog=kubectl.examples("cardquota simulate --cluster examples/cluster.yaml "
+                                "-f examples/simulate/workload.yaml -o table"),
     )
     simulate.add_argument("--cluster", dest="cluster", action="append", required=True, metavar="CLUSTER",
                           help="the cluster: Nodes, Queues, PodGroups, Pods (and the scheduler ConfigMap, "
@@ -245,9 +275,6 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
     _add_output(simulate)
     simulate.set_defaults(command=simulate_command)
 
-    from cardquota.cli import kubectl, schedconf
-    from cardquota.operator import settings  # the operator's and extender's options (their dependencies load later)
-
     schedconf.add_command(commands, kubectl.cluster_options(_Parser))  # (the same command as kubectl cardquota's)
     extender = commands.add_parser(
         "extender",
@@ -256,6 +283,9 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         "jobEnqueueable, queueOverused, jobReady, allocateFunc, deallocateFunc) over HTTP with cardquota's rules, "
         "so a stock Volcano scheduler enforces them. The cluster is kept by watches (nodes, queues, podgroups, pods, "
         "DRA ResourceClaims), so onSessionOpen's body is never read. mGPU results are patched onto the pods.",
+        epilog=kubectl.examples("cardquota extender --port 8713 --scheduler-conf /etc/cardquota/volcano-scheduler.conf",
+                                "cardquota extender --session-from-body --no-patch   # no API access: small clusters, "
+                                "tests"),
     )
     # The environment is read when the command runs (settings.extender_settings), never while building the parser.
     extender_defaults = settings.ExtenderSettings()
@@ -288,6 +318,8 @@ def build_parser(prog: str, out: TextIO | None = None, err: TextIO | None = None
         description="Run the HTTPS admission server for Queues, PodGroups, Volcano Jobs, Pods, Nodes and the "
         "scheduler ConfigMap, fed by an in-memory cluster cache. Each option also reads the environment variable "
         "its help names.",
+        epilog=kubectl.examples("cardquota operator --log-format=json   # as the Deployment runs it (CARDQUOTA_* set)",
+                                "cardquota operator --role webhook      # the webhooks only; --role controller apart"),
     )
     settings.add_arguments(operator)
     operator.set_defaults(command=operator_command)
@@ -301,7 +333,9 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     _Parser.out = out if out is not None else sys.stdout
     _Parser.err = err if err is not None else sys.stderr
     parser = _Parser(prog=prog, description="Card quotas on the cluster kubectl points at: each queue's usage, the "
-                     "nodes' card types, why a pod or job is pending, and what the admission webhooks would say.")
+                     "nodes' card types, why a pod or job is pending, and what the admission webhooks would say.",
+                     epilog="Offline, on manifests and cluster dumps (no cluster): cardquota discover, usage, check, "
+                     "simulate; see 'cardquota --help'.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     common = kubectl.cluster_options(_Parser)
@@ -310,7 +344,9 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
         "check", parents=[common], help="admit manifests against the live cluster, as the webhooks would",
         description="`cardquota check` with the live cluster (or --cluster files) as the snapshot. Exit 0 when all "
         "are allowed, 1 when any is denied (or, with --strict, warned), 2 for unreadable input or an unreachable "
-        "cluster.")
+        "cluster.",
+        epilog=kubectl.examples("kubectl cardquota check -f manifests/ -n ml",
+                                "kubectl cardquota check -f job.yaml --strict -o json"))
     check.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
                        help="manifests to admit (file, directory or -); repeatable")
     check.add_argument("--card-aware-scheduler", dest="schedulers", action="append", metavar="NAME",
@@ -322,7 +358,9 @@ def build_kubectl_parser(prog: str, out: TextIO | None = None, err: TextIO | Non
     add_card_gate_option(check)
     add_strict_option(check)
     _add_output(check, wide=False)
-    check.set_defaults(command=check_command, live=True, namespace_options=("-n",))
+    kubectl.add_namespace_options(check, namespace="place the manifests' objects that name no namespace in this "
+                                  "one, as kubectl apply -n would")
+    check.set_defaults(command=check_command, live=True)
     return parser
 
 

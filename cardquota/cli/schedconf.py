@@ -53,6 +53,8 @@ def _dump(document: object) -> str:
 
 
 def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    from cardquota.cli.kubectl import add_namespace_options, examples
+
     parser = commands.add_parser(
         "scheduler-conf", parents=[common], help="the scheduler ConfigMap with the extender's stanza merged in",
         description="Print the Volcano scheduler ConfigMap (volcano-system/volcano-scheduler-configmap, live or "
@@ -77,7 +79,10 @@ def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--extender-url", default=EXTENDER_URL, metavar="URL",
                         help="where the scheduler calls the extender (default: %(default)s, the Service of "
                         "manifests/components/extender)")
-    parser.set_defaults(command=scheduler_conf_command, namespace_options=())
+    add_namespace_options(parser)
+    parser.epilog = examples(f"{parser.prog} > scheduler.yaml   # review it, then: kubectl apply -f scheduler.yaml",
+                             f"{parser.prog} --print fragment --cluster cluster.yaml   # the extender's entry only")
+    parser.set_defaults(command=scheduler_conf_command)
 
 
 def scheduler_conf_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

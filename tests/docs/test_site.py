@@ -9,13 +9,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from user_docs import REPO, section
+from user_docs import REPO, section, user_docs
 
 MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -84,3 +85,24 @@ def test_the_readme_installs_in_at_most_ten_steps_each_saying_what_it_changes() 
     for step in steps:
         assert "change" in step.lower(), step
     assert "https://github.com/volcano-sh/volcano/pull/4706" in (REPO / "README.md").read_text()
+
+
+def test_where_the_docs_say_mkdocs_serve_they_say_how_to_get_mkdocs(tmp_path: Path) -> None:
+    """Issue 43: "built as a site with MkDocs (`mkdocs serve`)", but MkDocs comes only with the test extra. Each
+    paragraph (or table row) naming ``mkdocs serve`` says how to get it: ``make docs-serve``, whose dry run installs
+    the test extra (which has mkdocs) into the virtualenv before it serves, or ``pip install -e '.[test]'``."""
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert any(re.match(r"mkdocs\b", requirement) for requirement in extra)
+    named = 0
+    for name, text in user_docs().items():
+        for paragraph in re.split(r"\n\s*\n|\n(?=\|)", text):
+            if "mkdocs serve" in paragraph or "docs-serve" in paragraph:
+                named += 1
+                assert "make docs-serve" in paragraph or "pip install -e '.[test]'" in paragraph, (name, paragraph)
+    assert named >= 2
+    venv = tmp_path / "venv"
+    planned = subprocess.run(["make", "-n", "--no-print-directory", "docs-serve", f"VENV={venv}"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    install = next(index for index, line in enumerate(planned) if "install -e '.[test]'" in line)
+    assert planned[-1] == f"{venv}/bin/mkdocs serve"
+    assert install < len(planned) - 1

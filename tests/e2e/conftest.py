@@ -17,7 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -40,6 +40,7 @@ from e2e.guard import (
     Target,
     created_target,
     named_target,
+    refusal,
     refuse_ambient,
 )
 from e2e.undo import UndoLog, restoring
@@ -79,12 +80,21 @@ def skip_reason(environ: Mapping[str, str] = os.environ) -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests marked e2e_last read what the whole session made happen (the API server's audit log): they run last.
     items.sort(key=lambda item: item.get_closest_marker("e2e_last") is not None)
+    ours = [item for item in items if Path(str(item.fspath)).is_relative_to(Path(__file__).parent)]
     reason = skip_reason()
     if reason is None:
+        refused = refusal(os.environ) if ours else None
+        if refused is not None:  # once, as pytest's one-line "ERROR: …" (exit 4), before any test or API call
+            raise pytest.UsageError(refused)
         return
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
-            item.add_marker(pytest.mark.skip(reason=reason))
+    for item in ours:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _refuse(message: str) -> NoReturn:
+    """End the session with ``message``, printed once without a traceback (``pytest.fail`` in a session fixture
+    fails, and prints, every test using it); the undo log's fixtures are still torn down."""
+    pytest.exit(message, returncode=pytest.ExitCode.TESTS_FAILED)
 
 
 def _sayer(config: pytest.Config) -> Callable[[str], None]:
@@ -153,7 +163,8 @@ def _create_kind(folder: Path, log: UndoLog) -> CreatedKind:
 
 @pytest.fixture(scope="session")
 def target(undo_log: UndoLog, tmp_path_factory: pytest.TempPathFactory) -> Target:
-    """The one cluster the suite may change, or the session fails with why not, before any API call."""
+    """The one cluster the suite may change, or the session ends with why not, before any API call (a named context
+    missing, or an ambient ``KUBECONFIG``, was refused at collection already: :func:`e2e.guard.refusal`)."""
     try:
         named = named_target(os.environ)
         if named is not None:
@@ -161,7 +172,8 @@ def target(undo_log: UndoLog, tmp_path_factory: pytest.TempPathFactory) -> Targe
         refuse_ambient(os.environ)
         return created_target(_create_kind(tmp_path_factory.mktemp("kind"), undo_log))
     except Refused as error:
-        pytest.fail(str(error), pytrace=False)
+        refused = str(error)
+    _refuse(refused)  # (outside the except: no "During handling of the above exception")
 
 
 def _plan(target: Target, volcano_installed: bool, node: str, manifest: str) -> list[str]:
@@ -182,9 +194,8 @@ def _plan(target: Target, volcano_installed: bool, node: str, manifest: str) -> 
 def _refuse_existing_cardquota(kubectl: Kubectl) -> None:
     present = [f"{kind} {name}" for kind, name in CARDQUOTA_OBJECTS if kubectl.find(kind, name) is not None]
     if present:
-        pytest.fail(f"cardquota is already installed on {kubectl.target.describe()} ({', '.join(present)}): the "
-                    "end-to-end tests deploy their own and remove it afterwards; use a cluster without cardquota",
-                    pytrace=False)
+        _refuse(f"cardquota is already installed on {kubectl.target.describe()} ({', '.join(present)}): the "
+                "end-to-end tests deploy their own and remove it afterwards; use a cluster without cardquota")
 
 
 def _install_volcano(kubectl: Kubectl, log: UndoLog, manifest: str) -> None:

@@ -151,6 +151,18 @@ def refuse_ambient(environ: Mapping[str, str]) -> None:
         f"throw-away kind cluster: unset KUBECONFIG")
 
 
+def refusal(environ: Mapping[str, str]) -> str | None:
+    """Why the suite refuses to run here, from the kubeconfig files alone (a named context missing from them, or a
+    ``KUBECONFIG`` with no context named), or None. Decided once, before any test: a session-scoped fixture that
+    fails fails every test that uses it, and the same refusal was printed for each of them."""
+    try:
+        if named_target(environ) is None:
+            refuse_ambient(environ)
+    except Refused as error:
+        return str(error)
+    return None
+
+
 def created_target(created: CreatedKind) -> Target:
     """The kind cluster this run created, once its kubeconfig shows it as recorded: the file's current context is
     ``kind-<name>`` and points at the recorded server."""

@@ -5,14 +5,18 @@ closest one suggested."""
 
 from __future__ import annotations
 
+import argparse
 import io
+import itertools
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
-from cardquota.cli.main import run
+from cardquota.cli.main import KUBECTL_PROG, build_kubectl_parser, build_parser, run
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = str(REPO / "examples" / "cluster.yaml")
@@ -86,3 +90,86 @@ def test_a_mistyped_command_gets_the_closest_suggested(prog: str, argv: list[str
     code, _, err = call(prog, *argv)
     assert code == 2
     assert err.rstrip().endswith(suggestion)
+
+
+# ---------------------------------------------------------------------------------------------------------- --help
+# Issue 43: every plugin command shared one -n/-A text ("explain: …; check: …; doctor: …"), no command had an
+# example, and `cardquota --help` did not mention `kubectl cardquota`.
+
+SHELL_OPERATORS = {"|", ">", "<", ";", "&&", "||"}
+
+
+def subcommands(prog: str) -> list[str]:
+    parser = build_kubectl_parser(prog) if prog == KUBECTL_PROG else build_parser(prog)
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return list(commands.choices)
+
+
+def help_of(prog: str, command: str) -> str:
+    code, text, err = call(prog, command, "--help")
+    assert (code, err) == (0, "")
+    return text
+
+
+EVERY_COMMAND = [(prog, command) for prog in ("cardquota", KUBECTL_PROG) for command in subcommands(prog)]
+
+
+@pytest.mark.parametrize(("prog", "command"), EVERY_COMMAND)
+def test_every_command_shows_examples_that_parse(prog: str, command: str) -> None:
+    """Each command's help ends with examples, printed as written (one command a line, not re-wrapped); each one is
+    a command line its parser accepts (the shell around it left out)."""
+    text = help_of(prog, command)
+    assert "\nexamples:\n" in text
+    lines = text.split("\nexamples:\n", 1)[1].splitlines()
+    assert lines
+    parser = build_kubectl_parser(prog) if prog == KUBECTL_PROG else build_parser(prog)
+    for line in lines:
+        assert line.startswith("  "), line
+        assert f"{prog} {command}" in line, line
+        words = shlex.split(line, comments=True)
+        start = next(i for i in range(len(words)) if words[i:i + len(prog.split()) + 1] == [*prog.split(), command])
+        argv = list(itertools.takewhile(lambda word: word not in SHELL_OPERATORS, words[start + len(prog.split()):]))
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"{line.strip()!r} does not parse")
+
+
+def namespace_help(text: str) -> dict[str, str]:
+    """-n's and -A's help text in a command's --help ('' when the option is not shown)."""
+    options = text.split("\noptions:\n", 1)[1].split("\nexamples:\n", 1)[0]
+    found = {}
+    for flag, spelled in (("-n", "-n NAMESPACE, --namespace NAMESPACE"), ("-A", "-A, --all-namespaces")):
+        match = re.search(rf"^  {re.escape(spelled)}(.*?)(?=^  -|\Z)", options, re.MULTILINE | re.DOTALL)
+        found[flag] = " ".join(match.group(1).split()) if match else ""
+    return found
+
+
+@pytest.mark.parametrize(("command", "namespace", "all_namespaces"), [
+    ("explain", "the object's namespace", "find the object in any namespace"),
+    ("check", "objects that name no namespace", ""),
+    ("doctor", "cardquota's namespace (default cardquota-system)", ""),
+    ("usage", "", ""),  # (accepted, to be refused saying why: test_namespace_options_are_refused_where_…)
+    ("nodes", "", ""),
+    ("crd", "", ""),
+    ("scheduler-conf", "", ""),
+])
+def test_each_command_says_what_its_namespace_options_mean_to_it(command: str, namespace: str,
+                                                                 all_namespaces: str) -> None:
+    shown = namespace_help(help_of(KUBECTL_PROG, command))
+    for flag, expected in (("-n", namespace), ("-A", all_namespaces)):
+        assert expected in shown[flag], shown
+        assert bool(shown[flag]) == bool(expected), shown
+    for text in shown.values():
+        assert not re.search(r"\b(explain|check|doctor): ", text), text  # its own text, not every command's
+
+
+def test_cardquota_help_points_to_the_kubectl_plugin_and_back() -> None:
+    _, offline, _ = call("cardquota", "--help")
+    epilog = " ".join(offline.split("\ncommands:\n", 1)[1].split())
+    assert "On the live cluster: kubectl cardquota, the kubectl plugin" in epilog
+    assert "'kubectl cardquota --help'" in epilog
+    for command in subcommands(KUBECTL_PROG):
+        assert command in epilog
+    _, plugin, _ = call(KUBECTL_PROG, "--help")
+    assert "'cardquota --help'" in " ".join(plugin.split())

@@ -72,10 +72,35 @@ def test_uninstall_dry_run_and_nothing_to_do(tmp_path: Path) -> None:
     path = crd_file(tmp_path, [patched_crd(PODGROUP_CRD, "v1.15.1")])
     code, text, _ = plugin("crd", "uninstall", "podgroup", "--dry-run", "--cluster", path)
     assert code == 0
-    assert text.startswith("podgroups.scheduling.volcano.sh: [")
+    assert text.startswith("--- # podgroups.scheduling.volcano.sh: the JSON patch uninstall would send (")
     path = crd_file(tmp_path, [upstream_crd(PODGROUP_CRD, "v1.15.1")])
     assert plugin("crd", "uninstall", "podgroup", "--cluster", path)[1] == (
-        "podgroups.scheduling.volcano.sh: nothing to uninstall\n")
+        "--- # podgroups.scheduling.volcano.sh: nothing to uninstall\n")
+
+
+@pytest.mark.parametrize(("action", "installed", "crds"), [
+    ("install", upstream_crd, list(CRD_NAMES)),
+    ("install", upstream_crd, [QUEUE_CRD]),
+    ("uninstall", patched_crd, list(CRD_NAMES)),
+    ("install", patched_crd, list(CRD_NAMES)),  # nothing to send: one comment per CRD
+])
+def test_dry_run_prints_each_patch_readably_as_a_yaml_stream(tmp_path: Path, action: str, installed: Any,
+                                                             crds: list[str]) -> None:
+    """Issue 43: ``crd install --dry-run`` printed each CRD's patch as one JSON line of several KB. As text it is a
+    YAML stream: one document per CRD, opened by a comment naming it, one operation per list item, no line wider than
+    the schema's own longest string; it reads back as exactly the patches ``-o json`` prints."""
+    path = crd_file(tmp_path, [installed(name, "v1.15.1") for name in CRD_NAMES])
+    code, text, err = plugin("crd", action, *crds, "--dry-run", "--cluster", path)
+    assert (code, err) == (0, "")
+    documents = list(yaml.safe_load_all(text))
+    results = json.loads(plugin("crd", action, *crds, "--dry-run", "--cluster", path, "-o", "json")[1])
+    assert documents == [result["patch"] or None for result in results]
+    comments = [line for line in text.splitlines() if line.startswith("--- # ")]
+    assert [comment.split(":")[0] for comment in comments] == [f"--- # {name}" for name in crds]
+    assert max(len(line) for line in text.splitlines()) < 150  # (the longest: a quantity pattern in the schema)
+    for comment, result in zip(comments, results, strict=True):
+        assert comment.endswith(f"the JSON patch {action} would send ({len(result['patch'])} operations)"
+                                if result["patch"] else f"nothing to {action}")
 
 
 def test_a_missing_crd_fails_install_but_not_uninstall(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -85,16 +86,16 @@ def fake_bin(tmp_path: Path) -> Path:
     return folder
 
 
-def run_e2e(tmp_path: Path, fake_bin: Path, *, extra: dict[str, str],
-            on_start: Any = None) -> tuple[str, list[dict[str, Any]]]:
-    """``pytest`` over one e2e test with ``CARDQUOTA_E2E=1`` and the fakes first on PATH; what it printed and the
-    commands the fakes were called with."""
+def run_e2e(tmp_path: Path, fake_bin: Path, *, extra: dict[str, str], on_start: Any = None,
+            tests: str = ONE_TEST) -> tuple[str, list[dict[str, Any]]]:
+    """``pytest`` over one e2e test (or ``tests``) with ``CARDQUOTA_E2E=1`` and the fakes first on PATH; what it
+    printed and the commands the fakes were called with."""
     calls = tmp_path / "calls.jsonl"
     calls.touch()
     environ = {key: value for key, value in os.environ.items() if key not in ("KUBECONFIG", CONTEXT_VARIABLE)}
     environ.update(CARDQUOTA_E2E="1", FAKE_CALLS=str(calls), PATH=f"{fake_bin}{os.pathsep}{environ['PATH']}",
                    PYTHONPATH=str(REPO), HOME=str(tmp_path), **extra)
-    process = subprocess.Popen([sys.executable, "-m", "pytest", ONE_TEST, "-q", "-p", "no:cacheprovider",
+    process = subprocess.Popen([sys.executable, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider",
                                 "-o", "addopts=--import-mode=importlib"],
                                cwd=REPO, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if on_start is not None:
@@ -117,11 +118,11 @@ def test_a_kubeconfig_whose_current_context_we_did_not_create_is_refused_before_
 ) -> None:
     # Named like a kind cluster on purpose: a name proves nothing, only a cluster this run created is accepted.
     kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port}", context_name="kind-prod")
-    output, calls = run_e2e(tmp_path, fake_bin, extra={"KUBECONFIG": kubeconfig})
-    assert "refusing to run the end-to-end tests on KUBECONFIG=" in output
-    assert f"'kind-prod' (server https://127.0.0.1:{closed_port})" in output
-    assert f"{CONTEXT_VARIABLE}=kind-prod make e2e" in output
-    assert "1 error" in output
+    output, calls = run_e2e(tmp_path, fake_bin, extra={"KUBECONFIG": kubeconfig}, tests="tests/e2e")
+    refusal = refused_once(output)
+    assert refusal.startswith("ERROR: refusing to run the end-to-end tests on KUBECONFIG=")
+    assert f"'kind-prod' (server https://127.0.0.1:{closed_port})" in refusal
+    assert f"{CONTEXT_VARIABLE}=kind-prod make e2e" in refusal
     assert api_calls(calls) == []
 
 
@@ -129,10 +130,23 @@ def test_a_named_context_missing_from_the_kubeconfig_is_refused(
     tmp_path: Path, fake_bin: Path, closed_port: int,
 ) -> None:
     kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{closed_port}", context_name="staging")
-    output, calls = run_e2e(tmp_path, fake_bin, extra={"KUBECONFIG": kubeconfig, CONTEXT_VARIABLE: "prod"})
-    assert f"{CONTEXT_VARIABLE}=prod: no such context in the kubeconfig {kubeconfig} (its contexts: staging)" in output
-    assert "1 error" in output
+    output, calls = run_e2e(tmp_path, fake_bin, extra={"KUBECONFIG": kubeconfig, CONTEXT_VARIABLE: "prod"},
+                            tests="tests/e2e")
+    assert refused_once(output) == (f"ERROR: {CONTEXT_VARIABLE}=prod: no such context in the kubeconfig {kubeconfig} "
+                                    "(its contexts: staging)")
     assert api_calls(calls) == []
+
+
+def refused_once(output: str) -> str:
+    """The refusal of the whole run (every e2e test collected): one line, printed once, with no traceback and no
+    test run (issue 43: it was printed once per test, 14 times, each with "During handling of the above
+    exception")."""
+    lines = [line for line in output.splitlines() if "refusing to run" in line or "no such context" in line]
+    assert len(lines) == 1, output
+    assert "Traceback" not in output, output
+    assert "During handling" not in output, output
+    assert not re.search(r"\d+ (passed|failed|errors?)\b", output), output
+    return lines[0]
 
 
 def test_a_named_context_is_used_on_every_call_the_plan_printed_first_and_a_failed_change_undone(
