@@ -305,6 +305,37 @@ def test_queue_deletions_are_reviewed_and_pods_only_on_create() -> None:
     assert operations[("nodes", "validate")] == ["CREATE", "UPDATE"]
 
 
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+def _readme_webhook_rows() -> list[tuple[str, tuple[str, ...], str]]:
+    """manifests/README.md's webhook table as (path, operations, failurePolicy), one entry per path a row names."""
+    text = (MANIFESTS / "README.md").read_text()
+    section = text.split("\n## Webhooks\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in re.split(r"(?<!\\)\|", lines[0])[1:-1]]
+    assert header[:4] == ["kind", "operations", "failurePolicy", "path"], header
+    rows = []
+    for line in lines[2:]:
+        _kind, operations, policy, paths = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:5]]
+        named = tuple(word for word in re.findall(r"[A-Z]+", operations) if word in OPERATIONS)
+        routes = re.findall(r"`(/[a-z/]+)`", paths)
+        assert named, f"manifests/README.md: a webhook row without operations: {line}"
+        assert routes, f"manifests/README.md: a webhook row without a path: {line}"
+        rows += [(route, named, policy) for route in routes]
+    return rows
+
+
+def test_the_readme_webhook_table_is_the_shipped_webhooks() -> None:
+    """Each webhook of base/webhooks.yaml is a row (its path, operations and failurePolicy) of manifests/README.md's
+    table, and each row's path is a shipped webhook's: the Node webhook listed as UPDATE only (issue 43) fails."""
+    shipped = []
+    for hook in ALL_WEBHOOKS:
+        (rule,) = hook["rules"]
+        shipped.append((hook["clientConfig"]["service"]["path"], tuple(rule["operations"]), hook["failurePolicy"]))
+    assert sorted(_readme_webhook_rows()) == sorted(shipped)
+
+
 def test_the_pod_mutation_is_reinvoked_after_later_mutating_webhooks() -> None:
     """Another mutating webhook running after ours may rewrite spec.affinity: the API server calls ours again
     (IfNeeded), and our patch is idempotent, so a pod that has the terms gets none."""
