@@ -738,6 +738,33 @@ def test_overlays_render_with_kustomize(overlay: str) -> None:
             assert "namespace" not in obj["metadata"], obj["kind"]
 
 
+def _readme_section(title: str) -> str:
+    text = (MANIFESTS / "README.md").read_text()
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
+def test_the_service_monitor_is_selected_by_kube_prometheus_stack_and_the_readme_patch_renames_it(
+        tmp_path: Path) -> None:
+    """kube-prometheus-stack's Prometheus selects ``release: <its release>`` by default (issue 43: the
+    ServiceMonitor had no such label); manifests/README.md's patch, put in an overlay over production as it says,
+    sets another release name and leaves the rest."""
+    (monitor,) = [obj for obj in _render("production") if obj["kind"] == "ServiceMonitor"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (snippet,) = re.findall(r"^```yaml\n(.*?)^```$", _readme_section("Prometheus and Grafana"), re.M | re.S)
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    folder = tmp_path / "manifests" / "overlays" / "mine"
+    folder.mkdir()
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["../production"],
+        **yaml.safe_load(snippet)}))
+    result = subprocess.run([str(KUBECTL), "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (patched,) = [obj for obj in yaml.safe_load_all(result.stdout) if obj and obj["kind"] == "ServiceMonitor"]
+    assert patched["metadata"]["labels"] == {**monitor["metadata"]["labels"], "release": "prometheus"}
+    assert patched["spec"] == monitor["spec"]
+
+
 # ------------------------------------------------------------------------------------------------- extender
 
 EXTENDER = _objects(MANIFESTS / "components" / "extender")
