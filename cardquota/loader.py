@@ -6,6 +6,7 @@ document number, in one line.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,12 +104,55 @@ def _bounded(stream: BinaryIO, name: str) -> bytes:
 
 
 def _decode(data: bytes, name: str) -> str:
+    wide = wide_encoding(data)
+    if wide is not None:
+        encoding, evidence = wide
+        fix = (f"iconv -f {encoding} -t UTF-8 {shlex.quote(name)} > {shlex.quote(_utf8_name(name))}"
+               if name != "<stdin>" else f"pipe it through iconv -f {encoding} -t UTF-8")
+        raise InputError(f"is not UTF-8 text: it looks like {encoding} ({evidence}): save it as UTF-8, e.g. {fix}",
+                         where=name)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputError(
             f"is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})", where=name
         ) from None
+
+
+# Byte-order marks of the encodings Windows tools save "Unicode" text in (PowerShell 5's `>` and Out-File write
+# UTF-16 LE with FF FE), UTF-32's first: its little-endian mark begins with UTF-16's.
+_BYTE_ORDER_MARKS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+_SNIFFED_BYTES = 256
+
+
+def wide_encoding(data: bytes) -> tuple[str, str] | None:
+    """(iconv's name of the encoding, what shows it) when ``data`` looks like UTF-16 or UTF-32 text rather than
+    UTF-8: it starts with their byte-order mark, or (no mark) in its first bytes every other one is NUL, as ASCII
+    characters are in UTF-16 (a NUL is valid UTF-8, so such a file would otherwise reach the YAML reader and be
+    refused for its control characters). One stray NUL is not enough; None otherwise."""
+    for mark, encoding in _BYTE_ORDER_MARKS:
+        if data.startswith(mark):
+            return encoding, f"a byte-order mark {mark.hex(' ').upper()}"
+    head = data[:_SNIFFED_BYTES]
+    pairs = len(head) // 2
+    if pairs < 2:
+        return None
+    even_nuls, odd_nuls = head[0:pairs * 2:2].count(0), head[1:pairs * 2:2].count(0)
+    if odd_nuls * 2 >= pairs and even_nuls == 0:
+        return "UTF-16LE", "NUL bytes at the odd offsets, no byte-order mark"
+    if even_nuls * 2 >= pairs and odd_nuls == 0:
+        return "UTF-16BE", "NUL bytes at the even offsets, no byte-order mark"
+    return None
+
+
+def _utf8_name(name: str) -> str:
+    path = Path(name)
+    return str(path.with_name(f"{path.stem}.utf8{path.suffix}"))
 
 
 def _objects(value: object, where: str) -> list[Document]:

@@ -54,7 +54,7 @@ def load_documents(text: str, *, as_kubectl: bool = False) -> Iterator[tuple[int
         for index, value in enumerate(yaml.load_all(text, Loader=_Loader), start=1):
             yield index, value
     except yaml.YAMLError as error:
-        raise InputError(_yaml_problem(error), where=f"document {index + 1}") from None
+        raise InputError(_yaml_problem(error, text), where=f"document {index + 1}") from None
     except Exception as failure:  # PyYAML's constructors raise KeyError, IndexError, … on badly tagged values
         raise InputError(f"has a value that cannot be read ({type(failure).__name__}: {failure})",
                          where=f"document {index + 1}") from None
@@ -146,7 +146,7 @@ def _built_documents(text: str) -> Iterator[tuple[int, Any]]:
                 top[keys[-1]] = value
                 keys[-1] = _NO_KEY
     except yaml.YAMLError as error:
-        raise InputError(_yaml_problem(error), where=f"document {ended + 1}") from None
+        raise InputError(_yaml_problem(error, text), where=f"document {ended + 1}") from None
     except (InputError, _Unusual):
         raise
     except Exception:  # a scalar PyYAML's constructors refuse ("2026-13-45" as a timestamp): its reader says how
@@ -274,16 +274,24 @@ def _check_nesting(text: str) -> None:
             elif isinstance(event, yaml.DocumentEndEvent):
                 document += 1
     except yaml.YAMLError as error:
-        raise InputError(_yaml_problem(error), where=f"document {document}") from None
+        raise InputError(_yaml_problem(error, text), where=f"document {document}") from None
 
 
-def _yaml_problem(error: yaml.YAMLError) -> str:
+TAB_HINT = "a tab: YAML does not allow tabs for indentation: indent with spaces"
+
+
+def _yaml_problem(error: yaml.YAMLError, text: str) -> str:
+    """The parser's error in one line, located; ``text`` is what it read (to name the character it stopped at)."""
     if "maximum nesting depth" in str(error):  # libyaml's own limit (1,000 levels in PyYAML 6.0.4's): deeper than ours
         return f"is nested more than {MAX_NESTING} levels deep"
     if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
         mark = error.problem_mark
-        problem = error.problem or error.context or "syntax error"
-        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {' '.join(problem.split())}"
+        problem = " ".join((error.problem or error.context or "syntax error").split())
+        # libyaml says only "found character that cannot start any token" (or "found a tab character that violates
+        # indentation"); the mark's index counts characters of the text, in both loaders
+        if 0 <= mark.index < len(text) and text[mark.index] == "\t":
+            problem = f"{problem} ({TAB_HINT})"
+        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
     if isinstance(error, yaml.reader.ReaderError):
         return f"invalid character #x{error.character:04x} at position {error.position}: {error.reason}"
     return f"invalid YAML: {' '.join(str(error).split())}"

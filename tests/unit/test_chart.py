@@ -330,15 +330,46 @@ def test_with_cert_manager_the_operator_loses_the_grants_of_its_own_certificate(
         one(self_managed, "ClusterRole", name) for name in ("cardquota-controller",) if separate]
 
 
+def _own_labels(obj: dict[str, Any]) -> dict[str, str]:
+    """An object's labels but Helm's and cardquota's own (app.kubernetes.io/*, helm.sh/*)."""
+    return {name: value for name, value in obj["metadata"]["labels"].items()
+            if not name.startswith(("app.kubernetes.io/", "helm.sh/"))}
+
+
 def _check_service_monitor(objects: Objects) -> None:
-    assert one(objects, "ServiceMonitor", "cardquota")["spec"]["endpoints"][0]["interval"] == "15s"
+    monitor = one(objects, "ServiceMonitor", "cardquota")
+    assert monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    # what kube-prometheus-stack's Prometheus selects by default, under the release name its README installs
+    assert _own_labels(monitor) == {"release": "kube-prometheus-stack"}
+
+
+def _check_service_monitor_labels(objects: Objects) -> None:
+    """serviceMonitor.labels: another release name, a label of one's own; the chart's labels stay."""
+    monitor = one(objects, "ServiceMonitor", "cardquota")
+    assert _own_labels(monitor) == {"release": "prometheus", "team": "gpu"}
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/name"] == "cardquota"
+
+
+def _check_service_monitor_without_release(objects: Objects) -> None:
+    """serviceMonitor.labels.release: null leaves the label out (a Prometheus that selects by something else)."""
+    assert _own_labels(one(objects, "ServiceMonitor", "cardquota")) == {}
 
 
 def _check_dashboard(objects: Objects) -> None:
     dashboard = one(objects, "ConfigMap", "cardquota-dashboard")
-    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["namespace"] == NAMESPACE
+    assert _own_labels(dashboard) == {"grafana_dashboard": "1"}
     assert json.loads(dashboard["data"]["cardquota.json"]) == json.loads(
         (MANIFESTS / "components" / "grafana" / "dashboard.json").read_text())
+
+
+def _check_dashboard_for_a_sidecar_elsewhere(objects: Objects) -> None:
+    """grafanaDashboard.namespace and .labels: in Grafana's namespace, for a sidecar that searches only its own
+    (the grafana chart's searchNamespace: null) and selects another label; everything else stays in cardquota's."""
+    dashboard = one(objects, "ConfigMap", "cardquota-dashboard")
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert _own_labels(dashboard) == {"dashboards": "cardquota"}
+    assert {obj["metadata"].get("namespace") for obj in objects if obj is not dashboard} <= {NAMESPACE, None}
 
 
 EVERYTHING = {"namespace": {"create": True}, "separateController": {"enabled": True}, "extender": {"enabled": True},
@@ -377,7 +408,14 @@ OPTIONS: dict[str, tuple[dict[str, Any], Callable[[Objects], None]]] = {
         "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}},
         functools.partial(_check_cert_manager, own_issuer=False)),
     "serviceMonitor": ({"serviceMonitor": {"enabled": True, "interval": "15s"}}, _check_service_monitor),
+    "serviceMonitor.labels": ({"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus",
+                                                                            "team": "gpu"}}},
+                              _check_service_monitor_labels),
+    "serviceMonitor.labels.release-null": ({"serviceMonitor": {"enabled": True, "labels": {"release": None}}},
+                                           _check_service_monitor_without_release),
     "grafanaDashboard": ({"grafanaDashboard": {"enabled": True}}, _check_dashboard),
+    "grafanaDashboard.elsewhere": ({"grafanaDashboard": {"enabled": True, "namespace": "monitoring", "labels": {
+        "grafana_dashboard": None, "dashboards": "cardquota"}}}, _check_dashboard_for_a_sidecar_elsewhere),
 }
 
 
@@ -411,6 +449,8 @@ def test_lint_reports_a_broken_template(tmp_path: Path) -> None:
     ({"replicas": 0}, "at '/replicas': minimum: got 0, want 1"),
     ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
     ({"namespace": {"name": "GPU_admin"}}, "at '/namespace/name'"),
+    ({"grafanaDashboard": {"namespace": "Monitoring"}}, "at '/grafanaDashboard/namespace'"),
+    ({"serviceMonitor": {"labels": {"release": 1}}}, "at '/serviceMonitor/labels/release'"),
 ])
 def test_values_schema_refuses_a_misspelt_or_impossible_value(values: dict[str, Any], message: str) -> None:
     """values.schema.json: a misspelt key would otherwise be ignored silently (the option left at its default)."""

@@ -657,7 +657,8 @@ def test_console_script_reports_bad_stdin_in_one_line():
                                cwd=REPO, capture_output=True, timeout=60, check=False)
     assert completed.returncode == 2
     assert completed.stdout == b""
-    assert completed.stderr == b"cardquota: error: <stdin>: is not UTF-8 text (byte 0xff at offset 0)\n"
+    assert completed.stderr == (b"cardquota: error: <stdin>: is not UTF-8 text: it looks like UTF-16 (a byte-order "
+                                b"mark FF FE): save it as UTF-8, e.g. pipe it through iconv -f UTF-16 -t UTF-8\n")
 
 
 def test_a_cluster_without_nodes_is_warned_about(tmp_path):

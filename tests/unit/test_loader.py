@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cardquota.core.errors import InputError
-from cardquota.core.yamltext import MAX_NESTING, depth, json_nesting_exceeds
+from cardquota.core.yamltext import MAX_NESTING, TAB_HINT, depth, json_nesting_exceeds
 from cardquota.loader import Document, load_paths, parse_documents
 
 NAME = "f.yaml"
+WIDE = "is not UTF-8 text: it looks like "
 NODE_YAML = b"apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"
 
 
@@ -165,7 +166,35 @@ ERRORS = [
      "document 1: invalid YAML at line 2, column 7: found undefined alias"),
     ("invalid-utf8", b"kind: \xff\n", "is not UTF-8 text (byte 0xff at offset 6)"),
     ("latin-1", "kind: Gerät\n".encode("latin-1"), "is not UTF-8 text (byte 0xe4 at offset 9)"),
-    ("utf16", NODE_YAML.decode().encode("utf-16"), "is not UTF-8 text (byte 0xff at offset 0)"),
+    # UTF-16 and UTF-32 (PowerShell 5's `>` writes UTF-16 LE with a byte-order mark): named, with the fix
+    ("utf16", NODE_YAML.decode().encode("utf-16"), f"{WIDE}UTF-16 (a byte-order mark FF FE): save it as UTF-8, "
+     "e.g. iconv -f UTF-16 -t UTF-8 f.yaml > f.utf8.yaml"),
+    ("utf16-be-bom", b"\xfe\xff" + NODE_YAML.decode().encode("utf-16-be"), f"{WIDE}UTF-16 (a byte-order mark FE FF): "
+     "save it as UTF-8, e.g. iconv -f UTF-16 -t UTF-8 f.yaml > f.utf8.yaml"),
+    ("utf32", NODE_YAML.decode().encode("utf-32"), f"{WIDE}UTF-32 (a byte-order mark FF FE 00 00): save it as "
+     "UTF-8, e.g. iconv -f UTF-32 -t UTF-8 f.yaml > f.utf8.yaml"),
+    ("utf32-be-bom", b"\x00\x00\xfe\xff" + NODE_YAML.decode().encode("utf-32-be"), f"{WIDE}UTF-32 (a byte-order "
+     "mark 00 00 FE FF): save it as UTF-8, e.g. iconv -f UTF-32 -t UTF-8 f.yaml > f.utf8.yaml"),
+    ("utf16-le-no-bom", "kind: Gerät\n".encode("utf-16-le"), f"{WIDE}UTF-16LE (NUL bytes at the odd offsets, no "
+     "byte-order mark): save it as UTF-8, e.g. iconv -f UTF-16LE -t UTF-8 f.yaml > f.utf8.yaml"),
+    ("utf16-be-no-bom", NODE_YAML.decode().encode("utf-16-be"), f"{WIDE}UTF-16BE (NUL bytes at the even offsets, "
+     "no byte-order mark): save it as UTF-8, e.g. iconv -f UTF-16BE -t UTF-8 f.yaml > f.utf8.yaml"),
+    ("one-nul-then-invalid", b"\x00\xff\xfe binary", "is not UTF-8 text (byte 0xff at offset 1)"),
+    # a tab where YAML wants indentation: libyaml's words, then the reason and the fix
+    ("tab-indent", b"apiVersion: v1\nkind: Node\nmetadata:\n\tname: x\n",
+     f"document 1: invalid YAML at line 4, column 1: found character that cannot start any token ({TAB_HINT})"),
+    ("tab-after-spaces", b"apiVersion: v1\nkind: Node\nmetadata:\n  \tname: x\n",
+     f"document 1: invalid YAML at line 4, column 3: found character that cannot start any token ({TAB_HINT})"),
+    ("tab-crlf", b"apiVersion: v1\r\nkind: Node\r\nmetadata:\r\n\tname: x\r\n",
+     f"document 1: invalid YAML at line 4, column 1: found character that cannot start any token ({TAB_HINT})"),
+    ("tab-in-list", b"apiVersion: v1\nkind: Node\nmetadata:\n  name: x\n\tlabels: {}\n",
+     f"document 1: invalid YAML at line 5, column 1: found a tab character that violates indentation ({TAB_HINT})"),
+    ("tab-after-non-ascii", "apiVersion: v1\nkind: Node\nmetadata:\n  name: Gerät\n\tlabels: {}\n".encode(),
+     f"document 1: invalid YAML at line 5, column 1: found a tab character that violates indentation ({TAB_HINT})"),
+    ("tab-with-an-anchor", b"apiVersion: v1\nkind: &k Node\nmetadata:\n\tname: x\n",
+     f"document 1: invalid YAML at line 4, column 1: found character that cannot start any token ({TAB_HINT})"),
+    ("tab-in-a-quoted-value-another-error", b'apiVersion: v1\nkind: Node\nmetadata: {name: "a\tb"}\nspec: [x\n',
+     "document 1: invalid YAML at line 5, column 1: did not find expected ',' or ']'"),
     ("nul-byte", b"kind: a\x00b\n",
      "document 1: invalid character #x0000 at position 7: control characters are not allowed"),
     ("control-char", b"\x01\x02",

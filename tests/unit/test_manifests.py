@@ -305,6 +305,37 @@ def test_queue_deletions_are_reviewed_and_pods_only_on_create() -> None:
     assert operations[("nodes", "validate")] == ["CREATE", "UPDATE"]
 
 
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+def _readme_webhook_rows() -> list[tuple[str, tuple[str, ...], str]]:
+    """manifests/README.md's webhook table as (path, operations, failurePolicy), one entry per path a row names."""
+    text = (MANIFESTS / "README.md").read_text()
+    section = text.split("\n## Webhooks\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in re.split(r"(?<!\\)\|", lines[0])[1:-1]]
+    assert header[:4] == ["kind", "operations", "failurePolicy", "path"], header
+    rows = []
+    for line in lines[2:]:
+        _kind, operations, policy, paths = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:5]]
+        named = tuple(word for word in re.findall(r"[A-Z]+", operations) if word in OPERATIONS)
+        routes = re.findall(r"`(/[a-z/]+)`", paths)
+        assert named, f"manifests/README.md: a webhook row without operations: {line}"
+        assert routes, f"manifests/README.md: a webhook row without a path: {line}"
+        rows += [(route, named, policy) for route in routes]
+    return rows
+
+
+def test_the_readme_webhook_table_is_the_shipped_webhooks() -> None:
+    """Each webhook of base/webhooks.yaml is a row (its path, operations and failurePolicy) of manifests/README.md's
+    table, and each row's path is a shipped webhook's: the Node webhook listed as UPDATE only (issue 43) fails."""
+    shipped = []
+    for hook in ALL_WEBHOOKS:
+        (rule,) = hook["rules"]
+        shipped.append((hook["clientConfig"]["service"]["path"], tuple(rule["operations"]), hook["failurePolicy"]))
+    assert sorted(_readme_webhook_rows()) == sorted(shipped)
+
+
 def test_the_pod_mutation_is_reinvoked_after_later_mutating_webhooks() -> None:
     """Another mutating webhook running after ours may rewrite spec.affinity: the API server calls ours again
     (IfNeeded), and our patch is idempotent, so a pod that has the terms gets none."""
@@ -705,6 +736,33 @@ def test_overlays_render_with_kustomize(overlay: str) -> None:
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
         else:  # (kustomize gives the two policy kinds a namespace: transformers/namespace takes it off)
             assert "namespace" not in obj["metadata"], obj["kind"]
+
+
+def _readme_section(title: str) -> str:
+    text = (MANIFESTS / "README.md").read_text()
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (kubectl kustomize renders the overlays)")
+def test_the_service_monitor_is_selected_by_kube_prometheus_stack_and_the_readme_patch_renames_it(
+        tmp_path: Path) -> None:
+    """kube-prometheus-stack's Prometheus selects ``release: <its release>`` by default (issue 43: the
+    ServiceMonitor had no such label); manifests/README.md's patch, put in an overlay over production as it says,
+    sets another release name and leaves the rest."""
+    (monitor,) = [obj for obj in _render("production") if obj["kind"] == "ServiceMonitor"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (snippet,) = re.findall(r"^```yaml\n(.*?)^```$", _readme_section("Prometheus and Grafana"), re.M | re.S)
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    folder = tmp_path / "manifests" / "overlays" / "mine"
+    folder.mkdir()
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": ["../production"],
+        **yaml.safe_load(snippet)}))
+    result = subprocess.run([str(KUBECTL), "kustomize", str(folder)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (patched,) = [obj for obj in yaml.safe_load_all(result.stdout) if obj and obj["kind"] == "ServiceMonitor"]
+    assert patched["metadata"]["labels"] == {**monitor["metadata"]["labels"], "release": "prometheus"}
+    assert patched["spec"] == monitor["spec"]
 
 
 # ------------------------------------------------------------------------------------------------- extender
