@@ -350,21 +350,23 @@ def _preemptor(unit: _Unit, snapshot: ClusterSnapshot) -> Preemptor:
     """A unit left at the gate as preemption weighs it: queued when its PodGroup was created (as the units it may
     displace are), else when its first pod was."""
     group = snapshot.podgroups.get(unit.group) if unit.group is not None else None
-    name = _unit_name(unit).split(" ", 1)[1]
     asks = tuple(CardAsk(pod.card_name or "", unit.cards[pod.key]) for pod in unit.pods)
-    return Preemptor(name, unit.queue, unit.priority, (group.created if group is not None else "") or unit.created,
-                     asks)
+    created = (group.created if group is not None else "") or unit.created
+    return Preemptor(_unit_key(unit), unit.queue, unit.priority, created, asks)
 
 
 def _pods(count: int) -> str:
     return f"{count} pod{'' if count == 1 else 's'}"
 
 
+def _unit_key(unit: _Unit) -> str:
+    """``namespace/name`` of the unit's PodGroup, else of its one pod."""
+    namespace, name = unit.group if unit.group is not None else unit.pods[0].key
+    return f"{namespace}/{name}"
+
+
 def _unit_name(unit: _Unit) -> str:
-    if unit.group is not None:
-        return f"podgroup {unit.group[0]}/{unit.group[1]}"
-    namespace, name = unit.pods[0].key
-    return f"pod {namespace}/{name}"
+    return f"{'podgroup' if unit.group is not None else 'pod'} {_unit_key(unit)}"
 
 
 def _free_cards(snapshot: ClusterSnapshot, held: Mapping[str, Mapping[str, int]],

@@ -37,6 +37,7 @@ from cardquota.core.ledger import PODGROUP, HeldUnit, Ledger
 from cardquota.core.objects import ObjectKey, Pod, PodGroup
 from cardquota.core.quota import card_alternatives
 from cardquota.core.selectors import label_selector_matches
+from cardquota.core.snapshot import ClusterSnapshot
 
 
 class PreemptionPolicy(StrEnum):
@@ -62,6 +63,12 @@ def preemption_policy(annotations: Mapping[str, str]) -> tuple[PreemptionPolicy,
     except ValueError:
         return PreemptionPolicy.NEVER, (f"{keys.PREEMPTION} {value!r} is not a preemption policy: write one of "
                                         f"{', '.join(policy.value for policy in PreemptionPolicy)}")
+
+
+def queue_policy(snapshot: ClusterSnapshot, queue: str) -> PreemptionPolicy:
+    """The preemption policy of ``queue`` as the snapshot holds it (``Never`` for a queue it does not hold)."""
+    record = snapshot.queues.get(queue)
+    return preemption_policy(record.queue.meta.annotations)[0] if record is not None else PreemptionPolicy.NEVER
 
 
 def policy_fact(queue: str, annotations: Mapping[str, str]) -> str:
@@ -238,21 +245,10 @@ class _Trial:
     def shortage(self) -> Shortage | None:
         """Why the preemptor's pods do not all fit the room now (the gate's choice per pod, all taken together and
         given back), None when they do."""
-        taken: list[tuple[str, int]] = []
-        queue = self.preemptor.queue
-        try:
-            for ask in self.preemptor.asks:
-                if not ask.cards:
-                    continue
-                chosen, short = self.room.choose(queue, ask.card_name, ask.cards, {})
-                if chosen is None:
-                    return short
-                self.room.take(queue, chosen, ask.cards)
-                taken.append((chosen, ask.cards))
-            return None
-        finally:
-            for card, amount in taken:
-                self.room.take(queue, card, -amount)
+        taken, short = _take_asks(self.room, self.preemptor)
+        for card, amount in taken.items():
+            self.room.take(self.preemptor.queue, card, -amount)
+        return short
 
 
 def may_displace(policy: PreemptionPolicy, preemptor: Preemptor, unit: Admitted) -> bool:
@@ -387,12 +383,12 @@ def admitted_memo(ledger: Ledger) -> AdmittedMemo:
     return memo
 
 
-def admitted_units(ledger: Ledger, queue: str, refused: Collection[HeldUnit] = ()) -> list[Admitted]:
+def admitted_units(ledger: Ledger, queue: str) -> list[Admitted]:
     """The units holding ``queue``'s cards (:meth:`~cardquota.core.ledger.Ledger.held_units`), as preemption weighs
     them: a PodGroup's priority is the highest of its pods' (Volcano's job controller gives every pod of a job the
     job's priorityClassName) and its queue time the PodGroup's creation; a pod without a PodGroup has no queue time
-    read (the ledger keeps none for it): it is never displaced at equal priority. ``refused``: the units whose
-    eviction a PodDisruptionBudget refused a moment ago."""
+    read (the ledger keeps none for it): it is never displaced at equal priority. Whether a budget refused a unit's
+    eviction a moment ago is the round's to say (:meth:`AdmittedMemo.admitted`)."""
     snapshot = ledger.snapshot
     units = []
     for identity, pods in ledger.held_units(queue).items():
@@ -407,7 +403,7 @@ def admitted_units(ledger: Ledger, queue: str, refused: Collection[HeldUnit] = (
         units.append(Admitted(
             key=(namespace, name), kind=kind, queue=queue, priority=max(pod.priority for pod in pods),
             created=group.created if group is not None else "", admitted=unit_admitted(pods, BEING_PLACED),
-            cards=cards, preemptable=unit_preemptable(pods), eviction_refused=identity in refused,
+            cards=cards, preemptable=unit_preemptable(pods),
             admitted_by_preemption=any(keys.ADMITTED_BY_PREEMPTION in pod.annotations for pod in pods),
             pods=tuple(pod.key for pod in pods)))
     return units
@@ -481,14 +477,10 @@ class RoundPreemption:
     """Units whose eviction a PodDisruptionBudget refused a moment ago."""
     _queues: dict[str, _QueueState] = field(default_factory=dict)
 
-    def policy(self, queue: str) -> PreemptionPolicy:
-        record = self.ledger.snapshot.queues.get(queue)
-        return preemption_policy(record.queue.meta.annotations)[0] if record is not None else PreemptionPolicy.NEVER
-
     def _state(self, queue: str) -> _QueueState:
         state = self._queues.get(queue)
         if state is None:
-            policy = self.policy(queue)
+            policy = queue_policy(self.ledger.snapshot, queue)
             units = admitted_memo(self.ledger).admitted(queue, self.refused) \
                 if policy is not PreemptionPolicy.NEVER else []
             pool: dict[str, int] = {}
@@ -522,8 +514,8 @@ class RoundPreemption:
             del state.candidates[victim.identity]
             for card, amount in _add_released(state.pool, victim).items():
                 room.take(queue, card, -amount)
-        taken = take_asks(room, preemptor)
-        assert taken is not None, "the plan's victims make the preemptor fit"
+        taken, short = _take_asks(room, preemptor)
+        assert short is None, "the plan's victims make the preemptor fit"
         for card in list(state.pool):
             remaining = max(0, state.pool[card] - taken.get(card, 0))
             room.take(queue, card, remaining)  # (what the release covers beyond the preemptor: still held)
@@ -545,22 +537,22 @@ def _add_released(pool: dict[str, int], unit: Admitted) -> dict[str, int]:
     return released
 
 
-def take_asks(room: CardRoom, preemptor: Preemptor) -> dict[str, int] | None:
-    """Take the preemptor's asks in the room, each pod's first alternative that fits (as :func:`choose_victims`
-    judges it); the cards taken per card type, or None (nothing taken) when they do not all fit."""
+def _take_asks(room: CardRoom, preemptor: Preemptor) -> tuple[dict[str, int], Shortage | None]:
+    """Take the preemptor's asks in the room, each pod's first alternative that fits (the gate's choice); the cards
+    taken per card type and None, or — when they do not all fit — nothing taken and the first shortage."""
     taken: dict[str, int] = {}
     queue = preemptor.queue
     for ask in preemptor.asks:
         if not ask.cards:
             continue
-        chosen, _ = room.choose(queue, ask.card_name, ask.cards, {})
+        chosen, short = room.choose(queue, ask.card_name, ask.cards, {})
         if chosen is None:
             for card, amount in taken.items():
                 room.take(queue, card, -amount)
-            return None
+            return {}, short
         room.take(queue, chosen, ask.cards)
         taken[chosen] = taken.get(chosen, 0) + ask.cards
-    return taken
+    return taken, None
 
 
 def enqueue_plan(group: PodGroup, request: Mapping[str, int], ledger: Ledger) -> PreemptionPlan | NoPlan | None:
@@ -574,8 +566,7 @@ def enqueue_plan(group: PodGroup, request: Mapping[str, int], ledger: Ledger) ->
     are its card ``request`` per card name, and the room is the gate's (what the queue's pods hold, bound or past the
     gate); its own pods are not candidates."""
     snapshot = ledger.snapshot
-    record = snapshot.queues.get(group.queue)
-    policy = preemption_policy(record.queue.meta.annotations)[0] if record is not None else PreemptionPolicy.NEVER
+    policy = queue_policy(snapshot, group.queue)
     if policy is PreemptionPolicy.NEVER:
         return None
     namespace, name = group.key
