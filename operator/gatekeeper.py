@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -80,6 +80,7 @@ from cardquota.runtime.metrics import PREEMPTION_EVICTIONS, PREEMPTIONS
 
 log = logging.getLogger("cardquota.gate")
 T = TypeVar("T")
+K = TypeVar("K")
 DEFAULT_INTERVAL = 0.2
 """Seconds between rounds (a round with no gated pod costs O(queues))."""
 WRITERS = 16
@@ -358,9 +359,7 @@ class Gatekeeper:
         if outcome == "refused":
             self._drop(eviction)
             self.stats.eviction_refused += 1
-            refusals = self.refused.get(victim.identity, (0.0, 0))[1] + 1
-            delay = min(max(retry_after or 0.0, REFUSED_SECONDS) * 2 ** (refusals - 1), MAX_RETRY_SECONDS)
-            self.refused[victim.identity] = (self.clock() + delay, refusals)
+            delay = self._back_off(self.refused, victim.identity, max(retry_after or 0.0, REFUSED_SECONDS))
             log.info("evicting %s for %s refused (%s); not chosen again for %.0f s", victim.name,
                      eviction.preemption.preemptor.name, message, delay)
         elif outcome in ("conflict", "not leading"):
@@ -368,6 +367,15 @@ class Gatekeeper:
         elif outcome == "evicted":
             self.stats.evicted += 1
             PREEMPTIONS.labels(victim.queue).inc()
+
+    def _back_off(self, refusals: dict[K, tuple[float, int]], key: K, first: float) -> float:
+        """Count one more refusal in a row of ``key`` in ``refusals`` (not before this clock reading, refusals in a
+        row): the pause before it is tried again, ``first`` doubled at each refusal in a row up to
+        :data:`MAX_RETRY_SECONDS` (a refused lift, a victim a budget protects)."""
+        count = refusals.get(key, (0.0, 0))[1] + 1
+        delay = min(first * 2.0 ** (count - 1), MAX_RETRY_SECONDS)
+        refusals[key] = (self.clock() + delay, count)
+        return delay
 
     def _drop(self, eviction: Eviction) -> None:
         if self.evicting.get(eviction.victim.identity) is eviction:
@@ -432,10 +440,9 @@ class Gatekeeper:
                        for key, uid in uids.items()]
         preemptor = snapshot.podgroups.get(preemption.group) if preemption.group is not None else None
         if preemptor is not None:
-            events.append(replace(CardEvent.about(preemptor.meta, PREEMPTING, preemption.preemptor_message()),
-                                  type="Normal"))
+            events.append(CardEvent.about(preemptor.meta, PREEMPTING, preemption.preemptor_message(), "Normal"))
         else:
-            events += [replace(CardEvent.about(pod.meta, PREEMPTING, preemption.preemptor_message()), type="Normal")
+            events += [CardEvent.about(pod.meta, PREEMPTING, preemption.preemptor_message(), "Normal")
                        for key in preemption.pods if (pod := snapshot.pods.get(key)) is not None]
         for event in events:
             try:
@@ -482,9 +489,7 @@ class Gatekeeper:
             if self.in_flight.get(lift.pod) is flight:
                 del self.in_flight[lift.pod]
             self.stats.refused += 1
-            refusals = self.retry.get((lift.pod, lift.uid), (0.0, 0))[1] + 1
-            delay = min(RETRY_SECONDS * 2 ** (refusals - 1), MAX_RETRY_SECONDS)
-            self.retry[lift.pod, lift.uid] = (self.clock() + delay, refusals)
+            delay = self._back_off(self.retry, (lift.pod, lift.uid), RETRY_SECONDS)
             log.info("gate of pod %s/%s not lifted (%s); judged again in %.0f s", *lift.pod, error, delay)
         else:  # past the gate after all (the answer was lost): the watch brings it, nothing to read again
             flight.written, flight.unsettled = True, False

@@ -59,9 +59,10 @@ class CardEvent:
     resource_version: str = ""
 
     @classmethod
-    def about(cls, meta: ObjectMeta, reason: str, message: str) -> CardEvent:
-        """A Warning about the object ``meta`` identifies (its uid and resourceVersion carried)."""
-        return cls(meta.kind, meta.namespace, meta.name, reason, message, uid=meta.uid,
+    def about(cls, meta: ObjectMeta, reason: str, message: str, type: str = "Warning") -> CardEvent:
+        """An event (a Warning unless said) about the object ``meta`` identifies (its uid and resourceVersion
+        carried)."""
+        return cls(meta.kind, meta.namespace, meta.name, reason, message, type, uid=meta.uid,
                    resource_version=meta.resource_version)
 
 
@@ -98,8 +99,7 @@ def pod_event(pod: Pod, ledger: Ledger) -> CardEvent | None:
 
 def gate_event(meta: ObjectMeta, sentence: str) -> CardEvent:
     """The event about an object left at the card-quota gate, saying why (the gate keeper's sentence)."""
-    return CardEvent(meta.kind, meta.namespace, meta.name, WAITING_AT_GATE, sentence, type="Normal", uid=meta.uid,
-                     resource_version=meta.resource_version)
+    return CardEvent.about(meta, WAITING_AT_GATE, sentence, "Normal")
 
 
 def queue_event(record: QueueRecord) -> CardEvent | None:
