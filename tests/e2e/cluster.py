@@ -75,6 +75,13 @@ def cardquota_plugin(kubectl: Kubectl, *args: str) -> subprocess.CompletedProces
     return result
 
 
+def remove_namespace_and_queues(kubectl: Kubectl, namespace: str, *queues: str) -> None:
+    """A test module's namespace (waited for) and queues deleted, whether there or not: nothing left from an earlier
+    run on the same cluster, nothing left behind."""
+    kubectl.run("delete", "namespace", namespace, "--wait", "--ignore-not-found", "--timeout=120s")
+    kubectl.run("delete", "queue", *queues, "--ignore-not-found")
+
+
 def until(probe: Callable[[], T | None], *, timeout: float = 120, every: float = 2, what: str = "") -> T:
     """Poll until ``probe`` returns something other than None (a cluster converges; it does not answer at once)."""
     deadline = time.monotonic() + timeout

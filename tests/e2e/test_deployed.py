@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 from builders import pod, queue
-from e2e.cluster import A100, Kubectl, bind, unplaced_card_pod, until
+from e2e.cluster import A100, Kubectl, bind, remove_namespace_and_queues, unplaced_card_pod, until
 
 from cardquota.core import keys
 from cardquota.core.policies.config import PolicyConfig
@@ -28,8 +28,7 @@ DRA_QUEUE = "e2e-team-one-device"
 
 
 def _clean(kubectl: Kubectl) -> None:
-    kubectl.run("delete", "namespace", NAMESPACE, "--wait", "--ignore-not-found", "--timeout=120s")
-    kubectl.run("delete", "queue", QUEUE, SMALL_QUEUE, DRA_QUEUE, "e2e-bad", "--ignore-not-found")
+    remove_namespace_and_queues(kubectl, NAMESPACE, QUEUE, SMALL_QUEUE, DRA_QUEUE, "e2e-bad")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from builders import queue
-from e2e.cluster import A100, Kubectl, bind, unplaced_card_pod, until
+from e2e.cluster import A100, Kubectl, bind, remove_namespace_and_queues, unplaced_card_pod, until
 from e2e.test_rbac_audit import AUDIT_LOG, Request, requests
 from e2e.undo import UndoLog
 
@@ -41,8 +41,7 @@ alone 10 s, doubling at each refusal in a row up to 60 s)."""
 
 
 def _clean(kubectl: Kubectl) -> None:
-    kubectl.run("delete", "namespace", NAMESPACE, "--wait", "--ignore-not-found", "--timeout=120s")
-    kubectl.run("delete", "queue", QUEUE, BUDGET_QUEUE, "--ignore-not-found")
+    remove_namespace_and_queues(kubectl, NAMESPACE, QUEUE, BUDGET_QUEUE)
 
 
 @pytest.fixture(scope="module", autouse=True)

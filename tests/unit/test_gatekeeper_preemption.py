@@ -50,11 +50,19 @@ class EvictionApi:
     def __init__(self, manifests: list[dict[str, Any]]) -> None:
         self.pods = {(m["metadata"]["namespace"], m["metadata"]["name"]): copy.deepcopy(m)
                      for m in manifests if m["kind"] == "Pod"}
+        self.others = [m for m in manifests if m["kind"] != "Pod"]
         self.answers: dict[str, EvictionOutcome] = {}
         self.evictions: list[tuple[str, str | None, bool]] = []
         self.patched: dict[str, list[Mapping[str, Any]]] = {}
         self.events: list[tuple[str, str, str, str, str]] = []
         self.budgets: list[dict[str, Any]] = []
+
+    def keeper(self, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Gatekeeper:
+        """A keeper calling this stand-in, over a cache listed from what it holds (``options``: the keeper's)."""
+        self.install(monkeypatch)
+        cache = ClusterCache()
+        cache.load([*self.others, *self.pods.values()])
+        return Gatekeeper(cache, object(), takeover_wait=0, **options)  # type: ignore[arg-type]
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(gatekeeper_module, "read_object", self.read)
@@ -106,10 +114,7 @@ async def test_the_victims_are_evicted_once_said_so_and_the_preemptor_goes_throu
     manifests = [gpu_node("n0", H100, 8), gpu_node("n1", H100, 8), QUEUE, *running("old", 1, 1),
                  *running("new", 1, 5), *waiting("llama", 1)]
     api = EvictionApi(manifests)
-    api.install(monkeypatch)
-    cache = ClusterCache()
-    cache.load(manifests)
-    keeper = Gatekeeper(cache, object(), takeover_wait=0)  # type: ignore[arg-type]
+    keeper = api.keeper(monkeypatch)
     decided = await keeper.round()
     assert decided is not None
     assert [victim.key[1] for preemption in decided.preemptions for victim in preemption.victims] == ["new"]
@@ -128,7 +133,7 @@ async def test_the_victims_are_evicted_once_said_so_and_the_preemptor_goes_throu
     assert real(api) == ["new-0"]
     assert "the workloads preempted for it are releasing their cards" in lagging.waits[0].reason
 
-    api.watch(cache)  # the victim is being deleted: its cards are released
+    api.watch(keeper.cache)  # the victim is being deleted: its cards are released
     through = await keeper.round()
     assert through is not None
     assert [lift.pod[1] for lift in through.lifts] == ["llama-0"]
@@ -147,11 +152,8 @@ async def test_a_budget_that_refuses_one_pod_of_a_gang_leaves_the_whole_gang_and
     manifests[2] = quota
     api = EvictionApi(manifests)
     api.answers["gang-1"] = EvictionOutcome.REFUSED_BY_BUDGET
-    api.install(monkeypatch)
-    cache = ClusterCache()
-    cache.load(manifests)
     now = [0.0]
-    keeper = Gatekeeper(cache, object(), takeover_wait=0, clock=lambda: now[0])  # type: ignore[arg-type]
+    keeper = api.keeper(monkeypatch, clock=lambda: now[0])
     await keeper.round()
     assert real(api) == []  # the dry run of gang-1 was refused: neither pod of the gang is evicted
     assert keeper.stats.eviction_refused == 1
@@ -167,11 +169,8 @@ async def test_when_only_a_refused_victim_would_do_the_preemptor_waits_and_it_is
     manifests = [gpu_node("n0", H100, 8), QUEUE, *running("sweep", 2, 5), *waiting("llama", 2)]
     api = EvictionApi(manifests)
     api.answers["sweep-0"] = EvictionOutcome.REFUSED_BY_BUDGET
-    api.install(monkeypatch)
-    cache = ClusterCache()
-    cache.load(manifests)
     now = [0.0]
-    keeper = Gatekeeper(cache, object(), takeover_wait=0, clock=lambda: now[0])  # type: ignore[arg-type]
+    keeper = api.keeper(monkeypatch, clock=lambda: now[0])
     await keeper.round()
     waits = await keeper.round()
     assert waits is not None
@@ -195,10 +194,7 @@ async def test_a_new_leader_plans_again_from_the_api_and_evicts_no_victim_twice(
                  *waiting("llama", 2)]
     api = EvictionApi(manifests)
     api.pods["ml", "b-0"]["metadata"]["deletionTimestamp"] = at(59)  # (what the first leader did)
-    api.install(monkeypatch)
-    cache = ClusterCache()
-    cache.load(list(api.pods.values()) + [m for m in manifests if m["kind"] != "Pod"])
-    keeper = Gatekeeper(cache, object(), takeover_wait=0)  # type: ignore[arg-type]
+    keeper = api.keeper(monkeypatch)
     decided = await keeper.round()
     assert decided is not None
     assert [victim.key[1] for preemption in decided.preemptions for victim in preemption.victims] == ["a"]
@@ -209,12 +205,8 @@ async def test_a_new_leader_plans_again_from_the_api_and_evicts_no_victim_twice(
 async def test_no_eviction_is_sent_once_leadership_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
     manifests = [gpu_node("n0", H100, 8), QUEUE, *running("sweep", 1, 5), *waiting("llama", 1)]
     api = EvictionApi(manifests)
-    api.install(monkeypatch)
-    cache = ClusterCache()
-    cache.load(manifests)
     answers = iter([True])  # the round's check; then no longer leading when the eviction would be sent
-    keeper = Gatekeeper(cache, object(), is_leader=lambda: next(answers, False),  # type: ignore[arg-type]
-                        takeover_wait=0)
+    keeper = api.keeper(monkeypatch, is_leader=lambda: next(answers, False))
     await keeper.round()
     assert real(api) == []
     assert keeper.evicting == {}
