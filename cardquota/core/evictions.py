@@ -50,6 +50,11 @@ class Eviction:
     def cards_text(self) -> str:
         return cards_text(self.cards)
 
+    @property
+    def clause(self) -> str:
+        """Its event's message as the rest of a sentence (``preempted by ml/llama (priority 1000) to free …``)."""
+        return f"{self.message[0].lower()}{self.message[1:]}"
+
     def summary(self) -> str:
         """``podgroup ml/sweep (priority 10, 4 NVIDIA-H100; pods ml/sweep-0, ml/sweep-1)``."""
         pods = ", ".join(_name(pod) for pod in self.pods)

@@ -35,7 +35,7 @@ from cardquota.core.ledger import PODGROUP, Ledger
 from cardquota.core.objects import CPU_MEMORY, Manifest, ObjectKey, Pod, PodGroup, namespaced_key
 from cardquota.core.policies import admit as admit_object
 from cardquota.core.policies.config import PolicyConfig
-from cardquota.core.preemption import PreemptionPolicy, policy_fact, preemption_policy
+from cardquota.core.preemption import PreemptionPolicy, policy_fact, queue_policy
 from cardquota.core.quota import card_alternatives, card_request
 from cardquota.core.scheduling import capacity_card
 from cardquota.core.scheduling.session import NODES_AVAILABLE, SchedulerConfig, Session
@@ -460,10 +460,9 @@ def _preemption_fact(session: Session, queue: str) -> list[str]:
 def _victim_facts(session: Session, queue: str, chosen: Callable[[Eviction], bool]) -> list[str]:
     """Whether the gate's next round (:func:`~cardquota.core.gate.gate_round` over the same cluster) evicts the
     explained unit (``chosen``: its eviction) for a preemptor of its queue (nothing to weigh under ``Never``)."""
-    record = session.ledger.snapshot.queues.get(queue)
-    if record is None or preemption_policy(record.queue.meta.annotations)[0] is PreemptionPolicy.NEVER:
+    if queue_policy(session.ledger.snapshot, queue) is PreemptionPolicy.NEVER:
         return []
-    return [f"It would be {eviction.message[0].lower()}{eviction.message[1:]}: cardquota's controller evicts "
+    return [f"It would be {eviction.clause}: cardquota's controller evicts "
             f"{eviction.name} (priority {eviction.priority}) through the Eviction API in its next round."
             for eviction in evictions(gate_round(session.ledger).preemptions) if chosen(eviction)]
 

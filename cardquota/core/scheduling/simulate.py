@@ -453,7 +453,7 @@ class _Gate:
         ledger = self.session.ledger
         for eviction in victims:
             self.evictions.append(eviction)
-            said = f"evicted: {eviction.message[0].lower()}{eviction.message[1:]}"
+            said = f"evicted: {eviction.clause}"
             for key in eviction.pods:
                 self.session.remove(key)
                 if _name(key) in placements:
